@@ -1,0 +1,176 @@
+"""Exact arrays: rationals held as integer numerators over one common denominator.
+
+Every finite float is a dyadic rational, so a float array converts exactly. With a
+common denominator, sums, comparisons and scatter-adds are integer NumPy work
+(int64 where it provably cannot overflow, Python ints otherwise): exact at the
+speed of vectorised code, with Python-level loops only over distinct values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import sympy
+
+from ._errors import InputError
+
+_INT64_SAFE = 2**62
+
+
+def to_fraction(value: Any, name: str = "value") -> Fraction:
+    """Convert one number exactly: int, finite float, Fraction, SymPy rational, "3/4".
+
+    Raises:
+      InputError: not a finite real rational number.
+    """
+    if isinstance(value, Fraction):
+        return value
+    if isinstance(value, (bool, np.bool_)):
+        raise InputError(f"{name}={value!r} is a boolean; give a number")
+    if isinstance(value, (int, np.integer)):
+        return Fraction(int(value))
+    if isinstance(value, (float, np.floating)):
+        if not math.isfinite(value):
+            raise InputError(f"{name}={value!r} is not finite; exact analysis needs finite values")
+        return Fraction(float(value))
+    if isinstance(value, sympy.Basic):
+        if value.is_Rational:
+            return Fraction(int(value.p), int(value.q))  # type: ignore[attr-defined]
+        raise InputError(f"{name}={value!r} is not a rational number")
+    if isinstance(value, str):
+        try:
+            return Fraction(value.strip())
+        except (ValueError, ZeroDivisionError):
+            raise InputError(f"{name}={value!r} is not a number (give e.g. '3', '0.25' or '3/4')") from None
+    raise InputError(f"{name}={value!r} of type {type(value).__name__} is not a number")
+
+
+def _int_array(values: np.ndarray) -> np.ndarray:
+    """int64 if every value fits with headroom, else an object array of Python ints."""
+    if values.dtype != object:
+        return values.astype(np.int64)
+    if values.size == 0:
+        return np.zeros(values.shape, dtype=np.int64)
+    if max(abs(int(values.max())), abs(int(values.min()))) < _INT64_SAFE:
+        return values.astype(np.int64)
+    return values
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ExactArray:
+    """An exact rational array: ``num / den`` with ``den`` a positive Python int."""
+
+    num: np.ndarray
+    den: int
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.num.shape)
+
+    @classmethod
+    def from_any(cls, data: Any, name: str = "x") -> ExactArray:
+        """Convert an array-like exactly.
+
+        Raises:
+          InputError: an element is NaN, infinite, complex or not a number.
+        """
+        array = np.asarray(data, dtype=object) if not isinstance(data, np.ndarray) else data
+        if array.dtype.kind == "f":
+            return cls._from_float(array, name)
+        if array.dtype.kind in "iu":
+            return cls(_int_array(array.astype(object)), 1)
+        if array.dtype.kind == "b" or array.dtype.kind not in "O":
+            raise InputError(f"{name} has dtype {array.dtype}; give real numbers (float, int or exact rationals)")
+        flat = array.reshape(-1)
+        fracs = [to_fraction(v, f"{name}[{', '.join(map(str, np.unravel_index(i, array.shape)))}]")
+                 for i, v in enumerate(flat)]
+        den = math.lcm(*(f.denominator for f in fracs)) if fracs else 1
+        num = np.array([f.numerator * (den // f.denominator) for f in fracs] + [0], dtype=object)[:-1]
+        return cls(_int_array(num).reshape(array.shape), den)
+
+    @classmethod
+    def _from_float(cls, array: np.ndarray, name: str) -> ExactArray:
+        a = array.astype(np.float64)  # float16/32 widen exactly
+        bad = ~np.isfinite(a)
+        if bad.any():
+            where = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise InputError(f"{name}{list(where)} = {a[where]} is not finite; exact analysis needs finite values")
+        mant, exp = np.frexp(a)
+        m = (mant * 2.0**53).astype(np.int64)  # exact: a 53-bit significand
+        e = exp.astype(np.int64) - 53
+        nz = m != 0
+        if not nz.any():
+            return cls(np.zeros(a.shape, dtype=np.int64), 1)
+        # Strip trailing zero bits so the common denominator stays small.
+        tz = np.zeros_like(m)
+        low = np.where(nz, m & -m, 1)
+        tz = np.log2(low.astype(np.float64)).astype(np.int64)
+        m = m >> np.where(nz, tz, 0)
+        e = e + np.where(nz, tz, 0)
+        emin = int(e[nz].min())
+        shift = np.where(nz, e - emin, 0)
+        den_exp = max(-emin, 0)
+        lift = max(emin, 0)
+        if int(shift.max()) + lift + 54 < 62:
+            num = m << (shift + lift)
+        else:
+            num = np.array([int(v) << int(s + lift) for v, s in zip(m.ravel(), shift.ravel())] + [0],
+                           dtype=object)[:-1].reshape(a.shape)
+        return cls(num, 1 << den_exp)
+
+    def to_sympy(self) -> np.ndarray:
+        """Object array of :class:`sympy.Rational`."""
+        den = self.den
+        flat = [sympy.Rational(int(n), den) for n in self.num.reshape(-1)]
+        out = np.empty(len(flat), dtype=object)
+        out[:] = flat
+        return out.reshape(self.num.shape)
+
+    def to_fractions(self) -> np.ndarray:
+        """Object array of :class:`fractions.Fraction`."""
+        out = np.empty(self.num.size, dtype=object)
+        out[:] = [Fraction(int(n), self.den) for n in self.num.reshape(-1)]
+        return out.reshape(self.num.shape)
+
+    def to_numpy(self, dtype: Any = np.float64) -> np.ndarray:
+        """Correctly rounded floats (round to nearest, ties to even) in ``dtype``."""
+        return round_fractions(self.to_fractions(), dtype)
+
+
+def round_fraction(value: Fraction, dtype: Any) -> Any:
+    """``value`` rounded to nearest in ``dtype`` (no double rounding through float64)."""
+    dt = np.dtype(dtype)
+    with np.errstate(over="ignore"):
+        guess = dt.type(float(value))  # float() of a Fraction is correctly rounded
+    if dt == np.float64 or not np.isfinite(guess):
+        return guess
+    lo = np.nextafter(guess, dt.type(-np.inf))
+    hi = np.nextafter(guess, dt.type(np.inf))
+    best = guess
+    best_err = abs(Fraction(float(guess)) - value)
+    for cand in (lo, hi):
+        if not np.isfinite(cand):
+            continue
+        err = abs(Fraction(float(cand)) - value)
+        if err < best_err or (err == best_err and int(cand.view(f"u{dt.itemsize}")) % 2 == 0):
+            best, best_err = cand, err
+    return best
+
+
+def round_fractions(values: np.ndarray, dtype: Any) -> np.ndarray:
+    """Round an object array of exact rationals element-wise into ``dtype``."""
+    dt = np.dtype(dtype)
+    flat = values.reshape(-1)
+    cache: dict[Fraction, Any] = {}
+    out = np.empty(flat.size, dtype=dt)
+    for i, v in enumerate(flat):
+        f = v if isinstance(v, Fraction) else to_fraction(v)
+        r = cache.get(f)
+        if r is None:
+            r = cache[f] = round_fraction(f, dt)
+        out[i] = r
+    return out.reshape(values.shape)

@@ -1,0 +1,277 @@
+"""Geometry: the one place where window bounds are computed.
+
+``resolve(spec, input_shape)`` turns a spec and an input shape into per-dimension
+pads, the output shape and, for every output window, the input cells it reads and
+its divisor. Forward, Jacobian, lowering and the window graph all read this; none
+recomputes a bound (seed 000's bug is exactly a second, diverging copy of it).
+
+Windows are separable: a window's cells are the product of one index set per axis.
+Each axis is resolved on its own (:class:`AxisWindows`), then combined.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import numpy as np
+
+from ._errors import SpecError
+from .spec import AdaptivePool, GlobalPool, Pool, PoolSpec, check_pool_spec
+
+AXIS_NAMES = {1: ("L",), 2: ("H", "W"), 3: ("D", "H", "W")}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class AxisWindows:
+    """The windows of one spatial axis.
+
+    Attributes:
+      length: input length L along the axis.
+      pad: (low, high) padding.
+      starts: (o,) first cell of each window, in unpadded coordinates (may be < 0).
+      offsets: (k,) cell offsets within a window (``dilation * j``).
+      sizes: (o,) number of slots each window really has (adaptive windows vary).
+      counted: (o,) cells counted by ``divisor="include_pad"``.
+    """
+
+    length: int
+    pad: tuple[int, int]
+    starts: np.ndarray
+    offsets: np.ndarray
+    sizes: np.ndarray
+    counted: np.ndarray
+
+    @property
+    def cells(self) -> np.ndarray:
+        """(o, k) input coordinate of every slot (may lie in the padding)."""
+        return self.starts[:, None] + self.offsets[None, :]
+
+    @property
+    def valid(self) -> np.ndarray:
+        """(o, k) whether a slot is a real input cell of the window."""
+        cells = self.cells
+        in_window = np.arange(self.offsets.size)[None, :] < self.sizes[:, None]
+        return in_window & (cells >= 0) & (cells < self.length)
+
+
+def _axis_pool(spec: Pool, axis: int, length: int) -> AxisWindows:
+    k, s, d = spec.kernel[axis], spec.stride[axis], spec.dilation[axis]  # type: ignore[index]
+    extent = d * (k - 1) + 1
+    name = AXIS_NAMES[spec.rank][axis]
+    if isinstance(spec.padding, str):
+        if spec.padding == "valid":
+            lo = hi = 0
+        else:
+            out = -(-length // s)
+            total = max((out - 1) * s + extent - length, 0)
+            small, large = total // 2, total - total // 2
+            lo, hi = (small, large) if spec.padding == "same" else (large, small)
+    else:
+        lo, hi = spec.padding[axis]
+    span = length + lo + hi - extent
+    if span < 0:
+        raise SpecError(
+            f"kernel={spec.kernel!r}: along axis {axis} ({name}) the window extent {extent} "
+            f"(kernel {k}, dilation {d}) exceeds the padded input length {length + lo + hi} "
+            f"(L={length}, padding ({lo}, {hi})); valid: extent <= padded length"
+        )
+    if spec.ceil_mode:
+        out = -(-span // s) + 1
+        # PyTorch/ONNX: a last window that starts in the high padding is dropped.
+        if (out - 1) * s >= length + lo:
+            out -= 1
+    else:
+        out = span // s + 1
+    starts = np.arange(out) * s - lo
+    offsets = np.arange(k) * d
+    cells = starts[:, None] + offsets[None, :]
+    counted = ((cells >= -lo) & (cells < length + hi)).sum(axis=1)
+    windows = AxisWindows(length, (lo, hi), starts, offsets, np.full(out, k), counted)
+    empty = np.flatnonzero(~windows.valid.any(axis=1))
+    if empty.size:
+        i = int(empty[0])
+        raise SpecError(
+            f"padding={spec.padding!r}: along axis {axis} ({name}) window {i} reads only padding "
+            f"(cells {cells[i].tolist()} all lie outside [0, {length})) with pads ({lo}, {hi}); "
+            f"valid: each pad smaller than the window extent {extent}"
+        )
+    return windows
+
+
+def _axis_adaptive(out: int, axis: int, length: int, rank: int) -> AxisWindows:
+    if out > length:
+        raise SpecError(
+            f"output_size: along axis {axis} ({AXIS_NAMES[rank][axis]}) output size {out} is larger "
+            f"than the input length {length}; valid: 1 <= output_size <= {length}"
+        )
+    i = np.arange(out)
+    starts = (i * length) // out
+    ends = -((-(i + 1) * length) // out)
+    sizes = ends - starts
+    offsets = np.arange(int(sizes.max()))
+    return AxisWindows(length, (0, 0), starts, offsets, sizes, sizes)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Geometry:
+    """Every window of a pooling spec at one input shape.
+
+    Attributes:
+      spec: the spec.
+      input_shape: the full input shape in the spec's layout.
+      batch_shape: the non-spatial dimensions, as (lead, trail): lead dims precede
+        the spatial ones, trail dims (channels_last's C) follow them.
+      in_spatial / out_spatial: spatial shapes.
+      axes: one :class:`AxisWindows` per spatial axis.
+      cells: (windows, K) flat spatial input index of each slot, -1 where invalid.
+      valid: (windows, K) whether a slot is a real input cell.
+      divisor: (windows,) averaging divisor (count of valid cells for max).
+    """
+
+    spec: PoolSpec
+    input_shape: tuple[int, ...]
+    lead: tuple[int, ...]
+    trail: tuple[int, ...]
+    in_spatial: tuple[int, ...]
+    out_spatial: tuple[int, ...]
+    axes: tuple[AxisWindows, ...]
+    cells: np.ndarray
+    valid: np.ndarray
+    divisor: np.ndarray
+
+    @property
+    def pads(self) -> tuple[tuple[int, int], ...]:
+        """Per spatial dimension, (low, high) padding."""
+        return tuple(a.pad for a in self.axes)
+
+    @property
+    def batch(self) -> int:
+        """Number of independent (N, C) slices."""
+        return math.prod(self.lead) * math.prod(self.trail)
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        """The full output shape in the spec's layout."""
+        return self.lead + self.out_spatial + self.trail
+
+    @property
+    def n_in(self) -> int:
+        return math.prod(self.in_spatial)
+
+    @property
+    def n_out(self) -> int:
+        return math.prod(self.out_spatial)
+
+    # -- layout: canonical form is (batch, flat spatial) --------------------------
+    def to_canonical(self, array: np.ndarray, spatial: tuple[int, ...] | None = None) -> np.ndarray:
+        """View an array in the spec's layout as (batch, flat spatial)."""
+        spatial = self.in_spatial if spatial is None else spatial
+        a = np.asarray(array)
+        if self.trail:
+            a = np.moveaxis(a, -1, 0)
+        return a.reshape(self.batch, math.prod(spatial))
+
+    def from_canonical(self, array: np.ndarray, spatial: tuple[int, ...] | None = None) -> np.ndarray:
+        """Inverse of :meth:`to_canonical`."""
+        spatial = self.out_spatial if spatial is None else spatial
+        a = np.asarray(array).reshape(self.trail + self.lead + spatial)
+        if self.trail:
+            a = np.moveaxis(a, 0, -1)
+        return a
+
+    def flat_index(self, batch: np.ndarray, position: np.ndarray, spatial: tuple[int, ...]) -> np.ndarray:
+        """Flat index in the layout's order of canonical (batch, spatial position)."""
+        n_sp = math.prod(spatial)
+        if not self.trail:
+            return batch * n_sp + position
+        c = self.trail[0]
+        return (batch % max(math.prod(self.lead), 1)) * (n_sp * c) + position * c + batch // max(math.prod(self.lead), 1)
+
+    def window_position(self, window: int) -> tuple[int, ...]:
+        """Spatial output coordinates of window number ``window``."""
+        return tuple(int(i) for i in np.unravel_index(window, self.out_spatial))
+
+    def cell_position(self, cell: int) -> tuple[int, ...]:
+        """Spatial input coordinates of flat spatial cell ``cell``."""
+        return tuple(int(i) for i in np.unravel_index(cell, self.in_spatial))
+
+
+def _split_shape(spec: PoolSpec, input_shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    rank = spec.rank
+    n = len(input_shape)
+    if spec.layout == "channels_first":
+        if not rank <= n <= rank + 2:
+            raise SpecError(
+                f"input_shape={input_shape!r} has {n} dimensions; a {rank}-D channels_first pool takes "
+                f"{rank} (spatial), {rank + 1} (C, spatial) or {rank + 2} (N, C, spatial)"
+            )
+        return input_shape[: n - rank], input_shape[n - rank :], ()
+    if not rank <= n <= rank + 2:
+        raise SpecError(
+            f"input_shape={input_shape!r} has {n} dimensions; a {rank}-D channels_last pool takes "
+            f"{rank} (spatial), {rank + 1} (spatial, C) or {rank + 2} (N, spatial, C)"
+        )
+    if n == rank:
+        return (), input_shape, ()
+    return input_shape[: n - rank - 1], input_shape[n - rank - 1 : n - 1], input_shape[-1:]
+
+
+def _check_shape(input_shape: object) -> tuple[int, ...]:
+    try:
+        shape = tuple(input_shape)  # type: ignore[arg-type]
+    except TypeError:
+        raise SpecError(f"input_shape={input_shape!r} is not valid: give a tuple of positive ints") from None
+    if not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 1 for s in shape):
+        raise SpecError(f"input_shape={input_shape!r} is not valid: every size must be an integer >= 1")
+    return tuple(int(s) for s in shape)
+
+
+def resolve(spec: PoolSpec, input_shape: tuple[int, ...]) -> Geometry:
+    """Resolve ``spec`` at ``input_shape`` into its exact windows.
+
+    Raises:
+      SpecError: the shape does not fit the spec (wrong rank, kernel larger than the
+        padded input, a window reading only padding, adaptive output too large).
+    """
+    return _resolve(check_pool_spec(spec), _check_shape(input_shape))
+
+
+@functools.lru_cache(maxsize=64)
+def _resolve(spec: PoolSpec, input_shape: tuple[int, ...]) -> Geometry:
+    lead, spatial, trail = _split_shape(spec, input_shape)
+    axes: list[AxisWindows] = []
+    for axis, length in enumerate(spatial):
+        if isinstance(spec, Pool):
+            axes.append(_axis_pool(spec, axis, length))
+        elif isinstance(spec, AdaptivePool):
+            axes.append(_axis_adaptive(spec.output_size[axis], axis, length, spec.rank))
+        else:
+            assert isinstance(spec, GlobalPool)
+            axes.append(_axis_adaptive(1, axis, length, spec.rank))
+
+    # Combine the axes: slot order is row-major over (axis 0 slot, axis 1 slot, ...),
+    # window order row-major over output positions.
+    rank = len(axes)
+    cells = np.zeros((1, 1), dtype=np.int64)
+    valid = np.ones((1, 1), dtype=bool)
+    counted = np.ones(1, dtype=np.int64)
+    for axis in axes:
+        o, k = axis.cells.shape
+        cells = (cells[:, None, :, None] * axis.length + axis.cells[None, :, None, :]).reshape(-1, cells.shape[1] * k)
+        valid = (valid[:, None, :, None] & axis.valid[None, :, None, :]).reshape(-1, valid.shape[1] * k)
+        counted = (counted[:, None] * axis.counted[None, :]).reshape(-1)
+    cells = np.where(valid, cells, -1)
+    n_valid = valid.sum(axis=1)
+    if isinstance(spec, Pool) and spec.mode == "avg" and spec.divisor == "include_pad":
+        divisor = counted
+    elif isinstance(spec, Pool) and isinstance(spec.divisor, int):
+        divisor = np.full(n_valid.shape, spec.divisor, dtype=np.int64)
+    else:
+        divisor = n_valid.astype(np.int64)
+    out_spatial = tuple(a.starts.size for a in axes)
+    assert len(out_spatial) == rank
+    for a in (cells, valid, divisor):
+        a.setflags(write=False)
+    return Geometry(spec, input_shape, lead, trail, spatial, out_spatial, tuple(axes), cells, valid, divisor)

@@ -1,0 +1,228 @@
+"""Specs: frozen, hashable, validated descriptions of a pooling operator.
+
+A spec says *what* operator is meant; :mod:`symjac.geometry` turns a spec and an
+input shape into the exact windows. Every check that needs no input shape happens
+here, on construction, and raises :class:`symjac.SpecError` naming the field, the
+value given and what would be valid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from collections.abc import Sequence
+from typing import Any, Union
+
+from ._errors import SpecError
+
+MODES = ("max", "avg")
+PADDING_MODES = ("valid", "same", "same_lower")
+DIVISOR_RULES = ("exclude_pad", "include_pad")
+LAYOUTS = ("channels_first", "channels_last")
+MAX_RANK = 3
+
+#: An explicit padding: per spatial dimension, (low, high).
+Pads = tuple[tuple[int, int], ...]
+Padding = Union[str, Pads]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _ints(field: str, value: Any, rank: int | None, minimum: int) -> tuple[int, ...]:
+    """Normalise an int or a sequence of ints to a tuple, broadcasting to ``rank``."""
+    what = f"an integer >= {minimum}"
+    if _is_int(value):
+        items: tuple[Any, ...] = (value,) * (rank or 1)
+    elif isinstance(value, Sequence) and not isinstance(value, str):
+        items = tuple(value)
+        if rank is not None and len(items) != rank:
+            raise SpecError(
+                f"{field}={value!r} has {len(items)} entries but the pool has {rank} "
+                f"spatial dimensions: give one int or {rank} ints"
+            )
+    else:
+        raise SpecError(f"{field}={value!r} is not valid: give {what} or a tuple of them")
+    for item in items:
+        if not _is_int(item):
+            raise SpecError(f"{field}={value!r} is not valid: {item!r} is not an integer; give {what}")
+        if item < minimum:
+            raise SpecError(f"{field}={value!r} is not valid: {item} < {minimum}; give {what}")
+    return tuple(int(i) for i in items)
+
+
+def _rank_of(field: str, value: Any) -> tuple[int, ...]:
+    sizes = _ints(field, value, None, 1)
+    if not 1 <= len(sizes) <= MAX_RANK:
+        raise SpecError(
+            f"{field}={value!r} has {len(sizes)} spatial dimensions; symjac supports 1, 2 or 3"
+        )
+    return sizes
+
+
+def _padding(value: Any, rank: int) -> Padding:
+    if isinstance(value, str):
+        if value not in PADDING_MODES:
+            raise SpecError(
+                f"padding={value!r} is not valid: give one of {', '.join(map(repr, PADDING_MODES))}, "
+                "an int, or per-dimension (low, high) pairs"
+            )
+        return value
+    if _is_int(value):
+        if value < 0:
+            raise SpecError(f"padding={value!r} is not valid: padding must be >= 0")
+        return ((int(value), int(value)),) * rank
+    if isinstance(value, Sequence) and len(value) == rank:
+        pads = []
+        for item in value:
+            pair = (item, item) if _is_int(item) else item
+            if (
+                not isinstance(pair, Sequence)
+                or len(pair) != 2
+                or not all(_is_int(p) and p >= 0 for p in pair)
+            ):
+                raise SpecError(
+                    f"padding={value!r} is not valid: each of the {rank} entries must be an int >= 0 "
+                    "or a (low, high) pair of ints >= 0"
+                )
+            pads.append((int(pair[0]), int(pair[1])))
+        return tuple(pads)
+    raise SpecError(
+        f"padding={value!r} is not valid: give 'valid', 'same', 'same_lower', an int >= 0, "
+        f"or {rank} per-dimension (low, high) pairs"
+    )
+
+
+def _choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise SpecError(f"{field}={value!r} is not valid: give one of {', '.join(map(repr, choices))}")
+    return str(value)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Pool:
+    """Max or average pooling over 1, 2 or 3 spatial dimensions.
+
+    Args:
+      mode: ``"max"`` or ``"avg"``.
+      kernel: window size: one int per spatial dimension (the rank is taken from
+        here: ``(k,)`` is 1-D, ``(k, k, k)`` 3-D); a bare int means ``(k, k)``.
+      stride: step between windows; ``None`` means ``kernel``.
+      padding: ``"valid"`` (none), ``"same"`` (SAME_UPPER: TF/Keras/nntrainer, the
+        extra cell on the high side), ``"same_lower"`` (ONNX SAME_LOWER), an int
+        (both sides of every dimension), or per-dimension ``(low, high)`` pairs.
+      dilation: spacing between the cells of one window.
+      ceil_mode: PyTorch/ONNX ``ceil_mode``; only with explicit padding.
+      divisor: for ``"avg"``: ``"exclude_pad"`` (number of valid cells),
+        ``"include_pad"`` (PyTorch ``count_include_pad=True``: pad cells count, the
+        ceil-mode overhang does not) or a positive int (``divisor_override``).
+      layout: ``"channels_first"`` (N, C, *spatial) or ``"channels_last"``
+        (N, *spatial, C).
+
+    Raises:
+      SpecError: a field is invalid; the message names it and what is valid.
+    """
+
+    mode: str
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...] | None = dataclasses.field(default=None, kw_only=True)
+    padding: Padding = dataclasses.field(default="valid", kw_only=True)
+    dilation: tuple[int, ...] = dataclasses.field(default=1, kw_only=True)  # type: ignore[assignment]
+    ceil_mode: bool = dataclasses.field(default=False, kw_only=True)
+    divisor: str | int = dataclasses.field(default="exclude_pad", kw_only=True)
+    layout: str = dataclasses.field(default="channels_first", kw_only=True)
+
+    def __post_init__(self) -> None:
+        put = object.__setattr__
+        put(self, "mode", _choice("mode", self.mode, MODES))
+        # A bare int means a 2-D pool (as PyTorch's *Pool2d); (k,) is 1-D, (k, k, k) 3-D.
+        kernel = _rank_of("kernel", (self.kernel, self.kernel) if _is_int(self.kernel) else self.kernel)
+        rank = len(kernel)
+        put(self, "kernel", kernel)
+        put(self, "stride", kernel if self.stride is None else _ints("stride", self.stride, rank, 1))
+        put(self, "dilation", _ints("dilation", self.dilation, rank, 1))
+        put(self, "padding", _padding(self.padding, rank))
+        if not isinstance(self.ceil_mode, bool):
+            raise SpecError(f"ceil_mode={self.ceil_mode!r} is not valid: give True or False")
+        if self.ceil_mode and isinstance(self.padding, str) and self.padding != "valid":
+            raise SpecError(
+                f"ceil_mode=True has no meaning with padding={self.padding!r} (SAME fixes the output "
+                "size at ceil(L/stride)); use ceil_mode=False, or explicit padding"
+            )
+        divisor = self.divisor
+        if _is_int(divisor):
+            if divisor < 1:
+                raise SpecError(f"divisor={divisor!r} is not valid: an integer divisor must be >= 1")
+            divisor = int(divisor)
+        else:
+            divisor = _choice("divisor", divisor, DIVISOR_RULES)
+        if self.mode == "max" and divisor != "exclude_pad":
+            raise SpecError(f"divisor={self.divisor!r} is only meaningful for mode='avg'; leave it unset for max pooling")
+        put(self, "divisor", divisor)
+        put(self, "layout", _choice("layout", self.layout, LAYOUTS))
+
+    @property
+    def rank(self) -> int:
+        """Number of spatial dimensions."""
+        return len(self.kernel)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AdaptivePool:
+    """PyTorch adaptive pooling: window i spans [floor(i·L/o), ceil((i+1)·L/o)).
+
+    Args:
+      mode: ``"max"`` or ``"avg"`` (the divisor is the window's cell count).
+      output_size: an int or one int per spatial dimension (the rank comes from
+        here; an int means rank 2, PyTorch's ``adaptive_*_pool2d``).
+      layout: as for :class:`Pool`.
+    """
+
+    mode: str
+    output_size: tuple[int, ...]
+    layout: str = dataclasses.field(default="channels_first", kw_only=True)
+
+    def __post_init__(self) -> None:
+        put = object.__setattr__
+        put(self, "mode", _choice("mode", self.mode, MODES))
+        size = self.output_size
+        put(self, "output_size", _rank_of("output_size", (size, size) if _is_int(size) else size))
+        put(self, "layout", _choice("layout", self.layout, LAYOUTS))
+
+    @property
+    def rank(self) -> int:
+        return len(self.output_size)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GlobalPool:
+    """Global pooling: one window over all spatial cells of each (N, C) slice.
+
+    Args:
+      mode: ``"max"`` or ``"avg"``.
+      rank: number of spatial dimensions (1, 2 or 3).
+      layout: as for :class:`Pool`.
+    """
+
+    mode: str
+    rank: int = dataclasses.field(default=2, kw_only=True)
+    layout: str = dataclasses.field(default="channels_first", kw_only=True)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", _choice("mode", self.mode, MODES))
+        if not _is_int(self.rank) or not 1 <= self.rank <= MAX_RANK:
+            raise SpecError(f"rank={self.rank!r} is not valid: give 1, 2 or 3")
+        object.__setattr__(self, "layout", _choice("layout", self.layout, LAYOUTS))
+
+
+PoolSpec = Union[Pool, AdaptivePool, GlobalPool]
+
+
+def check_pool_spec(spec: Any) -> PoolSpec:
+    """Return ``spec`` if it is a pooling spec, else raise :class:`SpecError`."""
+    if not isinstance(spec, (Pool, AdaptivePool, GlobalPool)):
+        raise SpecError(
+            f"spec={spec!r} is not a pooling spec: give symjac.Pool, symjac.AdaptivePool or symjac.GlobalPool"
+        )
+    return spec

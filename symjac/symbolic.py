@@ -1,0 +1,168 @@
+"""Symbolic templates: one SymPy expression per window class, differentiated once.
+
+Windows fall into few classes: the same valid slots and the same divisor up to
+translation (interior, edges, corners). For each class SymPy builds the forward
+expression over slot symbols ``s0, s1, ...`` (``(s0 + s1 + s2)/3`` or
+``Max(s0, s1, s2, s3)``) and differentiates it once; the Jacobian stage stamps the
+result over all windows of the class with NumPy. SymPy work is O(classes), array
+work O(nnz); no per-window ``diff``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import sympy
+
+from .geometry import Geometry
+
+TIE_POLICIES = ("first", "last", "split")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Template:
+    """The forward expression of one window class and its exact partial derivatives.
+
+    Attributes:
+      mode: ``"avg"`` or ``"max"``.
+      symbols: one symbol per valid slot, ``s0 .. s{n-1}``.
+      expr: the forward expression.
+      derivatives: ``diff(expr, s_i)`` for each slot, as SymPy returned it.
+      weights: avg only: the derivatives as exact fractions (they are constants).
+      tie_args: max only: for slot i, a NumPy function of the slot values returning
+        the argument of SymPy's ``Heaviside(s_i - Max(others))``: > 0 means s_i is
+        the strict maximum, == 0 that s_i ties for the maximum, < 0 that it loses.
+    """
+
+    mode: str
+    symbols: tuple[sympy.Symbol, ...]
+    expr: sympy.Expr
+    derivatives: tuple[sympy.Expr, ...]
+    weights: tuple[Fraction, ...] = ()
+    tie_args: tuple[Callable[..., Any], ...] = ()
+
+    @functools.cached_property
+    def forward_numpy(self) -> Callable[..., Any]:
+        """The forward expression lowered to NumPy with :func:`sympy.lambdify`."""
+        return sympy.lambdify(self.symbols, self.expr, modules="numpy")
+
+    @functools.cached_property
+    def derivatives_numpy(self) -> tuple[Callable[..., Any], ...]:
+        """avg: each constant derivative lowered to NumPy (a float of the dtype used)."""
+        return tuple(sympy.lambdify(self.symbols, d, modules="numpy") for d in self.derivatives)
+
+
+@functools.lru_cache(maxsize=256)
+def template(mode: str, n: int, divisor: int) -> Template:
+    """Build and differentiate the template of a class with ``n`` valid slots."""
+    symbols = tuple(sympy.symbols(f"s0:{n}", real=True)) if n > 1 else (sympy.Symbol("s0", real=True),)
+    if mode == "avg":
+        expr = sympy.Add(*symbols) / sympy.Integer(divisor)
+        derivatives = tuple(sympy.diff(expr, s) for s in symbols)
+        if not all(d.is_Rational for d in derivatives):
+            raise AssertionError(f"average template {expr} has a non-constant derivative")
+        # The template is linear: expr == sum(d_i * s_i) exactly, so y = J x.
+        if sympy.expand(expr - sum(d * s for d, s in zip(derivatives, symbols))) != 0:
+            raise AssertionError(f"average template {expr} is not linear")
+        weights = tuple(Fraction(int(d.p), int(d.q)) for d in derivatives)  # type: ignore[attr-defined]
+        return Template(mode, symbols, expr, derivatives, weights=weights)
+    expr = sympy.Max(*symbols)
+    derivatives = tuple(sympy.diff(expr, s) for s in symbols)
+    args = []
+    for s, d in zip(symbols, derivatives):
+        if n == 1:
+            if d != 1:
+                raise AssertionError(f"d Max({s})/d{s} = {d}, expected 1")
+            args.append(sympy.Integer(0))  # a lone cell always attains the max
+            continue
+        # SymPy: d Max(s_0..s_n)/d s_i = Heaviside(s_i - Max(others)).
+        if not isinstance(d, sympy.Heaviside):
+            raise AssertionError(f"d Max/d{s} = {d}: expected a Heaviside from SymPy")
+        args.append(d.args[0])
+    tie_args = tuple(sympy.lambdify(symbols, a, modules="numpy") for a in args)
+    return Template(mode, symbols, expr, derivatives, tie_args=tie_args)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class WindowClass:
+    """Windows sharing valid slots and divisor.
+
+    Attributes:
+      slots: indices of the valid slots (columns of ``geometry.cells``).
+      divisor: the averaging divisor.
+      windows: (nw,) window numbers.
+      cells: (nw, n) flat spatial input cell of each valid slot.
+      template: the class's :class:`Template`.
+    """
+
+    slots: tuple[int, ...]
+    divisor: int
+    windows: np.ndarray
+    cells: np.ndarray
+    template: Template
+
+
+def window_classes(geometry: Geometry) -> tuple[WindowClass, ...]:
+    """Group the windows of ``geometry`` into classes and attach their templates."""
+    return _classes(geometry)
+
+
+@functools.lru_cache(maxsize=64)
+def _classes(geometry: Geometry) -> tuple[WindowClass, ...]:
+    mode = geometry.spec.mode
+    keys = np.concatenate([geometry.valid.astype(np.int64), geometry.divisor[:, None]], axis=1)
+    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(len(uniq) + 1))
+    classes = []
+    for c, key in enumerate(uniq):
+        slots = tuple(int(i) for i in np.flatnonzero(key[:-1]))
+        divisor = int(key[-1])
+        windows = order[bounds[c] : bounds[c + 1]]
+        cells = geometry.cells[windows][:, slots]
+        classes.append(WindowClass(slots, divisor, windows, cells, template(mode, len(slots), divisor)))
+    return tuple(classes)
+
+
+def tie_members(tmpl: Template, values: np.ndarray) -> np.ndarray:
+    """Which slots attain the window maximum, from SymPy's derivative of ``Max``.
+
+    Args:
+      tmpl: a max template.
+      values: (..., n) slot values (exact integers, or floats: the sign of
+        ``s_i - max(others)`` is exact in floating point too).
+
+    Returns:
+      (..., n) bool: slot i is in the tie set (its Heaviside argument is >= 0).
+    """
+    n = len(tmpl.symbols)
+    cols = [values[..., i] for i in range(n)]
+    member = np.empty(values.shape, dtype=bool)
+    for i, arg in enumerate(tmpl.tie_args):
+        member[..., i] = np.asarray(arg(*cols)) >= 0
+    return member
+
+
+def policy_weights(member: np.ndarray, tie: str) -> tuple[np.ndarray, int]:
+    """Integer routing weights over a common denominator for a tie policy.
+
+    Returns (weights, q) with ``weights / q`` the Jacobian row of each window:
+    ``first``/``last`` put 1 on the first/last tied slot (row-major order), ``split``
+    puts 1/|I| on each of the |I| tied slots (the minimal-norm Clarke element).
+    """
+    if tie not in TIE_POLICIES:
+        raise ValueError(f"tie={tie!r} is not valid: give one of {', '.join(map(repr, TIE_POLICIES))}")
+    n = member.shape[-1]
+    if tie == "split":
+        count = member.sum(axis=-1, keepdims=True)
+        q = int(np.lcm.reduce(np.unique(count[count > 0]))) if (count > 0).any() else 1
+        return np.where(member, q // np.maximum(count, 1), 0).astype(np.int64), q
+    pick = member.argmax(axis=-1) if tie == "first" else n - 1 - member[..., ::-1].argmax(axis=-1)
+    weights = (np.arange(n) == pick[..., None]) & member.any(axis=-1, keepdims=True)
+    return weights.astype(np.int64), 1
