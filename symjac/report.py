@@ -1,0 +1,130 @@
+"""Reports: what a verification found, as one line, as text, and as stable JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+#: Finding categories, pooling and losses alike.
+CATEGORIES = (
+    "forward_values",
+    "missing_windows",
+    "partial_windows",
+    "wrong_cells",
+    "wrong_weights",
+    "tie_not_subgradient",
+    "tie_policy",
+    "not_fd_consistent",
+    "missing_scale",
+    "wrong_scale",
+    "wrong_values",
+    "mutates_inputs",
+    "nondeterministic",
+    "bad_output",
+)
+
+
+def jsonable(value: Any) -> Any:
+    """Exact values become strings ("3/4"), arrays lists, tuples lists."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        f = float(value)
+        return f if np.isfinite(f) else str(f)
+    if isinstance(value, Fraction):
+        return str(value)
+    if isinstance(value, np.ndarray):
+        return [jsonable(v) for v in value.tolist()] if value.dtype != object else [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return str(value)  # SymPy numbers and anything else: their exact text
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One thing an implementation got wrong.
+
+    Attributes:
+      category: one of :data:`CATEGORIES`.
+      message: a human sentence.
+      window: the output index concerned (layout order), if any.
+      cells: input indices concerned.
+      expected / observed: values (exact values as strings in JSON).
+    """
+
+    category: str
+    message: str
+    window: tuple[int, ...] | None = None
+    cells: tuple[tuple[int, ...], ...] = ()
+    expected: Any = None
+    observed: Any = None
+
+    def __post_init__(self) -> None:
+        if self.category not in CATEGORIES:
+            raise ValueError(f"category={self.category!r} is not one of {CATEGORIES}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "category": self.category,
+            "message": self.message,
+            "window": jsonable(self.window),
+            "cells": jsonable(self.cells),
+            "expected": jsonable(self.expected),
+            "observed": jsonable(self.observed),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """The outcome of a verification.
+
+    Attributes:
+      subject: what was verified (the spec's repr).
+      findings: every finding, in the order the checks ran.
+      stats: the figures behind the verdict (stable keys; see ``to_dict``).
+      headline: the one-line summary.
+    """
+
+    subject: str
+    findings: tuple[Finding, ...]
+    stats: dict[str, Any]
+    headline: str
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def summary(self) -> str:
+        """One human line."""
+        return self.headline
+
+    def categories(self) -> list[str]:
+        """The distinct finding categories, in order of first appearance."""
+        return list(dict.fromkeys(f.category for f in self.findings))
+
+    def __str__(self) -> str:
+        lines = [f"{'PASS' if self.ok else 'FAIL'} {self.subject}", self.headline]
+        for f in self.findings:
+            lines.append(f"- [{f.category}] {f.message}")
+            if f.expected is not None or f.observed is not None:
+                lines.append(f"    expected: {jsonable(f.expected)}")
+                lines.append(f"    observed: {jsonable(f.observed)}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Stable keys: ``ok``, ``subject``, ``summary``, the stats, ``findings``."""
+        out: dict[str, Any] = {"ok": self.ok, "subject": self.subject, "summary": self.headline}
+        out.update({k: jsonable(v) for k, v in self.stats.items()})
+        out["findings"] = [f.to_dict() for f in self.findings]
+        return out
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
