@@ -114,17 +114,27 @@ def window_classes(geometry: Geometry) -> tuple[WindowClass, ...]:
 
 @functools.lru_cache(maxsize=64)
 def _classes(geometry: Geometry) -> tuple[WindowClass, ...]:
+    # Windows are separable, so a window's class is the tuple of its per-axis
+    # classes (valid pattern and include-pad count of the axis window): classify
+    # each small axis, then combine the ids in mixed radix.
+    axis_ids, radix = [], []
+    for axis in geometry.axes:
+        keys = np.concatenate([axis.valid.astype(np.int64), axis.counted[:, None]], axis=1)
+        _, inverse = np.unique(keys, axis=0, return_inverse=True)
+        axis_ids.append(inverse.reshape(-1))
+        radix.append(int(inverse.max()) + 1)
+    grid = np.meshgrid(*axis_ids, indexing="ij")
+    ids = np.ravel_multi_index(tuple(g.reshape(-1) for g in grid), radix)
+    order = np.argsort(ids, kind="stable")
+    counts = np.bincount(ids)
+    bounds = np.concatenate([[0], np.cumsum(counts)])
     mode = geometry.spec.mode
-    keys = np.concatenate([geometry.valid.astype(np.int64), geometry.divisor[:, None]], axis=1)
-    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    order = np.argsort(inverse, kind="stable")
-    bounds = np.searchsorted(inverse[order], np.arange(len(uniq) + 1))
     classes = []
-    for c, key in enumerate(uniq):
-        slots = tuple(int(i) for i in np.flatnonzero(key[:-1]))
-        divisor = int(key[-1])
+    for c in np.flatnonzero(counts):
         windows = order[bounds[c] : bounds[c + 1]]
+        first = int(windows[0])
+        slots = tuple(int(i) for i in np.flatnonzero(geometry.valid[first]))
+        divisor = int(geometry.divisor[first])
         cells = geometry.cells[windows][:, slots]
         classes.append(WindowClass(slots, divisor, windows, cells, template(mode, len(slots), divisor)))
     return tuple(classes)
