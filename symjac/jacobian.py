@@ -20,7 +20,7 @@ from ._errors import InputError, SpecError
 from .exact import ExactArray, _int_array
 from .geometry import Geometry, resolve
 from .spec import PoolSpec, check_pool_spec
-from .symbolic import policy_weights, tie_members, window_classes
+from .symbolic import check_tie, policy_weights, tie_members, window_classes
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -217,6 +217,7 @@ def jacobian(spec: PoolSpec, x: Any, *, tie: str = "first") -> SparseJacobian:
       SpecError: the spec does not fit the shape.
       InputError: x is not exact-convertible, or max pooling was given only a shape.
     """
+    check_tie(tie)
     geometry, exact = _input(spec, x)
     return _sparse(routes(geometry, exact, tie))
 
@@ -226,6 +227,7 @@ def vjp(spec: PoolSpec, x: Any, dy: Any, *, tie: str = "first") -> np.ndarray:
 
     ``x`` may be an input shape (tuple of ints) for average pooling.
     """
+    check_tie(tie)
     geometry, exact = _input(spec, x)
     g = _check_dy(geometry, dy)
     return _apply(routes(geometry, exact, tie), g, transpose=True).to_sympy()

@@ -18,7 +18,7 @@ import numpy as np
 from ._errors import InputError
 from .geometry import Geometry, resolve
 from .spec import PoolSpec, check_pool_spec
-from .symbolic import policy_weights, tie_members, window_classes
+from .symbolic import check_tie, policy_weights, tie_members, window_classes
 
 FLOAT_DTYPES = (np.float16, np.float32, np.float64)
 
@@ -55,6 +55,7 @@ class Lowered:
 
     def vjp(self, x: Any, dy: Any, tie: str = "first") -> np.ndarray:
         """Input gradient ``J(x)^T dy`` in x's dtype; ``tie`` as for :func:`symjac.jacobian`."""
+        check_tie(tie)
         g = self.geometry
         x = _check_float("x", x, g.input_shape)
         dy = _check_float("dy", dy, g.output_shape).astype(x.dtype, copy=False)

@@ -53,7 +53,8 @@ def _ints(field: str, value: Any, rank: int | None, minimum: int) -> tuple[int, 
 
 
 def _rank_of(field: str, value: Any) -> tuple[int, ...]:
-    sizes = _ints(field, value, None, 1)
+    # A bare int means 2-D (as PyTorch's *Pool2d); (k,) is 1-D, (k, k, k) 3-D.
+    sizes = _ints(field, value, 2 if _is_int(value) else None, 1)
     if not 1 <= len(sizes) <= MAX_RANK:
         raise SpecError(
             f"{field}={value!r} has {len(sizes)} spatial dimensions; symjac supports 1, 2 or 3"
@@ -136,8 +137,7 @@ class Pool:
     def __post_init__(self) -> None:
         put = object.__setattr__
         put(self, "mode", _choice("mode", self.mode, MODES))
-        # A bare int means a 2-D pool (as PyTorch's *Pool2d); (k,) is 1-D, (k, k, k) 3-D.
-        kernel = _rank_of("kernel", (self.kernel, self.kernel) if _is_int(self.kernel) else self.kernel)
+        kernel = _rank_of("kernel", self.kernel)
         rank = len(kernel)
         put(self, "kernel", kernel)
         put(self, "stride", kernel if self.stride is None else _ints("stride", self.stride, rank, 1))
@@ -186,8 +186,7 @@ class AdaptivePool:
     def __post_init__(self) -> None:
         put = object.__setattr__
         put(self, "mode", _choice("mode", self.mode, MODES))
-        size = self.output_size
-        put(self, "output_size", _rank_of("output_size", (size, size) if _is_int(size) else size))
+        put(self, "output_size", _rank_of("output_size", self.output_size))
         put(self, "layout", _choice("layout", self.layout, LAYOUTS))
 
     @property

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import sympy
 
+from ._errors import InputError
 from .geometry import Geometry
 
 TIE_POLICIES = ("first", "last", "split")
@@ -159,6 +160,13 @@ def tie_members(tmpl: Template, values: np.ndarray) -> np.ndarray:
     return member
 
 
+def check_tie(tie: str) -> str:
+    """Raise :class:`InputError` unless ``tie`` names a policy."""
+    if tie not in TIE_POLICIES:
+        raise InputError(f"tie={tie!r} is not valid: give one of {', '.join(map(repr, TIE_POLICIES))}")
+    return tie
+
+
 def policy_weights(member: np.ndarray, tie: str) -> tuple[np.ndarray, int]:
     """Integer routing weights over a common denominator for a tie policy.
 
@@ -166,8 +174,7 @@ def policy_weights(member: np.ndarray, tie: str) -> tuple[np.ndarray, int]:
     ``first``/``last`` put 1 on the first/last tied slot (row-major order), ``split``
     puts 1/|I| on each of the |I| tied slots (the minimal-norm Clarke element).
     """
-    if tie not in TIE_POLICIES:
-        raise ValueError(f"tie={tie!r} is not valid: give one of {', '.join(map(repr, TIE_POLICIES))}")
+    check_tie(tie)
     n = member.shape[-1]
     if tie == "split":
         count = member.sum(axis=-1, keepdims=True)

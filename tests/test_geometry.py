@@ -1,0 +1,99 @@
+"""Geometry: pads, output sizes, windows and divisors against hand derivations."""
+
+import numpy as np
+import pytest
+
+import symjac
+from symjac import AdaptivePool, GlobalPool, Pool
+
+
+def test_seed_000_same_padding():
+    # Seed 000: kernel 2x2, stride 1, SAME on 2x2 "resolves to top=0, bottom=1,
+    # left=0, right=1. The four output windows contain 4, 2, 2 and 1 valid elements."
+    g = symjac.resolve(Pool("avg", 2, stride=1, padding="same"), (1, 1, 2, 2))
+    assert g.pads == ((0, 1), (0, 1))
+    assert g.output_shape == (1, 1, 2, 2)
+    assert g.valid.sum(axis=1).tolist() == [4, 2, 2, 1]
+    assert g.divisor.tolist() == [4, 2, 2, 1]
+
+
+@pytest.mark.parametrize(
+    "length, k, s, d, upper, lower, out",
+    [
+        # out = ceil(L/s); total = max((out-1)s + (k-1)d + 1 - L, 0)
+        (5, 2, 2, 1, (0, 1), (1, 0), 3),  # out 3, total (2*2+2-5)=1
+        (4, 3, 1, 1, (1, 1), (1, 1), 4),  # out 4, total 3+3-4=2
+        (4, 2, 1, 1, (0, 1), (1, 0), 4),  # out 4, total 3+2-4=1
+        (6, 3, 2, 1, (0, 1), (1, 0), 3),  # out 3, total 4+3-6=1
+        (7, 3, 3, 1, (1, 1), (1, 1), 3),  # out 3, total 6+3-7=2
+        (5, 3, 1, 2, (2, 2), (2, 2), 5),  # dilated extent 5: total 4+5-5=4
+        (4, 2, 1, 3, (1, 2), (2, 1), 4),  # extent 4: total 3+4-4=3
+        (3, 1, 2, 1, (0, 0), (0, 0), 2),  # out 2, total max(2+1-3,0)=0
+        (2, 3, 3, 1, (0, 1), (1, 0), 1),  # out 1, total 0+3-2=1
+    ],
+)
+def test_same_upper_and_lower(length, k, s, d, upper, lower, out):
+    for padding, pads in (("same", upper), ("same_lower", lower)):
+        g = symjac.resolve(Pool("max", (k,), stride=s, dilation=d, padding=padding), (length,))
+        assert g.pads == (pads,) and g.out_spatial == (out,)
+
+
+def test_ceil_mode_keeps_and_drops_windows():
+    # L=5, k=2, s=2, no pad: floor gives (5-2)//2+1 = 2 windows; ceil gives
+    # ceil(3/2)+1 = 3, and the third starts at 4 < L, so it stays (cells 4, 5;
+    # 5 is overhang, so include_pad counts only 1 cell).
+    floor = symjac.resolve(Pool("avg", (2,), ceil_mode=False), (5,))
+    ceil = symjac.resolve(Pool("avg", (2,), ceil_mode=True, divisor="include_pad"), (5,))
+    assert floor.out_spatial == (2,) and ceil.out_spatial == (3,)
+    assert ceil.divisor.tolist() == [2, 2, 1]
+    # L=5, k=3, s=3, pad 1: ceil((5+2-3)/3)+1 = 3 windows, but the third would start
+    # at padded position 6 >= L + pad = 6, inside the high padding: dropped.
+    g = symjac.resolve(Pool("avg", (3,), padding=1, ceil_mode=True), (5,))
+    assert g.out_spatial == (2,)
+
+
+def test_include_and_exclude_pad_divisors():
+    # L=3, k=3, s=1, pad 1: windows start at -1, 0, 1. Valid cells 2, 3, 2; with
+    # padding counted every window has 3 cells inside [-1, 4).
+    ex = symjac.resolve(Pool("avg", (3,), stride=1, padding=1), (3,))
+    inc = symjac.resolve(Pool("avg", (3,), stride=1, padding=1, divisor="include_pad"), (3,))
+    over = symjac.resolve(Pool("avg", (3,), stride=1, padding=1, divisor=7), (3,))
+    assert ex.divisor.tolist() == [2, 3, 2]
+    assert inc.divisor.tolist() == [3, 3, 3]
+    assert over.divisor.tolist() == [7, 7, 7]
+
+
+def test_adaptive_windows():
+    # L=5, o=3: [floor(0), ceil(5/3)) = [0, 2), [floor(5/3), ceil(10/3)) = [1, 4),
+    # [floor(10/3), ceil(5)) = [3, 5).
+    g = symjac.resolve(AdaptivePool("avg", (3,)), (5,))
+    cells = [sorted(c[c >= 0].tolist()) for c in g.cells]
+    assert cells == [[0, 1], [1, 2, 3], [3, 4]]
+    assert g.divisor.tolist() == [2, 3, 2]
+
+
+def test_global_pool_reads_everything():
+    g = symjac.resolve(GlobalPool("max", rank=3), (2, 3, 2, 3, 4))
+    assert g.output_shape == (2, 3, 1, 1, 1)
+    assert sorted(g.cells[0].tolist()) == list(range(24))
+
+
+def test_windows_are_the_product_of_axis_windows():
+    # 2-D stride 2, dilation 2, kernel 2 on 5x5: axis windows start at 0, 2 with
+    # cells {0,2}, {2,4}; window (1, 0) reads rows {2,4} x cols {0,2}.
+    g = symjac.resolve(Pool("max", 2, stride=2, dilation=2), (5, 5))
+    assert g.out_spatial == (2, 2)
+    cells = sorted(g.cells[2].tolist())
+    assert cells == [2 * 5 + 0, 2 * 5 + 2, 4 * 5 + 0, 4 * 5 + 2]
+
+
+@pytest.mark.parametrize("shape, lead, spatial, trail", [
+    ((4, 4), (), (4, 4), ()),
+    ((4, 4, 3), (), (4, 4), (3,)),
+    ((2, 4, 4, 3), (2,), (4, 4), (3,)),
+])
+def test_channels_last_shapes(shape, lead, spatial, trail):
+    g = symjac.resolve(Pool("avg", 2, layout="channels_last"), shape)
+    assert (g.lead, g.in_spatial, g.trail) == (lead, spatial, trail)
+    a = np.arange(int(np.prod(shape))).reshape(shape)
+    assert np.array_equal(g.from_canonical(g.to_canonical(a), spatial), a)

@@ -1,0 +1,88 @@
+"""Specs: construction, normalisation, hashing and the bad-spec table."""
+
+import dataclasses
+
+import pytest
+
+import symjac
+from symjac import AdaptivePool, GlobalPool, Pool, SpecError
+
+
+def test_normalises_ints_and_defaults():
+    p = Pool("avg", 3)
+    assert p.kernel == (3, 3) and p.stride == (3, 3) and p.dilation == (1, 1)
+    assert Pool("max", (2,)).rank == 1 and Pool("max", (2, 2, 2), stride=1).stride == (1, 1, 1)
+    assert Pool("avg", (2, 3), padding=1).padding == ((1, 1), (1, 1))
+    assert Pool("avg", (2, 3), padding=(1, (0, 2))).padding == ((1, 1), (0, 2))
+
+
+def test_specs_are_frozen_and_hashable():
+    a = Pool("avg", 2, stride=1, padding="same")
+    b = Pool("avg", (2, 2), stride=(1, 1), padding="same")
+    assert a == b and hash(a) == hash(b)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.mode = "max"  # type: ignore[misc]
+    assert dataclasses.replace(a, mode="max").mode == "max"
+
+
+def test_spec_error_is_a_value_error():
+    assert issubclass(SpecError, ValueError) and issubclass(SpecError, symjac.SymjacError)
+
+
+BAD_SPECS = [
+    (lambda: Pool("avg", 0), r"kernel=0 is not valid: 0 < 1"),
+    (lambda: Pool("avg", 2, stride=-1), r"stride=-1 is not valid: -1 < 1"),
+    (lambda: Pool("avg", (2, 2, 2, 2)), r"kernel=\(2, 2, 2, 2\) has 4 spatial dimensions; symjac supports 1, 2 or 3"),
+    (lambda: Pool("avg", 2.5), r"kernel=2.5 is not valid: give an integer >= 1"),
+    (lambda: Pool("avg", (2, 2.0)), r"kernel=\(2, 2.0\) is not valid: 2.0 is not an integer"),
+    (lambda: Pool("avg", 2, padding="full"), r"padding='full' is not valid: give one of 'valid', 'same', 'same_lower'"),
+    (lambda: Pool("avg", 2, padding=-1), r"padding=-1 is not valid: padding must be >= 0"),
+    (lambda: Pool("avg", 2, padding=((1, 2, 3), 0)), r"padding=.* each of the 2 entries must be"),
+    (lambda: Pool("avg", 2, stride=(1, 1, 1)), r"stride=\(1, 1, 1\) has 3 entries but the pool has 2 spatial"),
+    (lambda: Pool("mean", 2), r"mode='mean' is not valid: give one of 'max', 'avg'"),
+    (lambda: Pool("avg", 2, divisor=0), r"divisor=0 is not valid: an integer divisor must be >= 1"),
+    (lambda: Pool("avg", 2, divisor="valid_only"), r"divisor='valid_only' is not valid: give one of 'exclude_pad', 'include_pad'"),
+    (lambda: Pool("max", 2, divisor="include_pad"), r"divisor='include_pad' is only meaningful for mode='avg'"),
+    (lambda: Pool("avg", 2, layout="NHWC"), r"layout='NHWC' is not valid: give one of 'channels_first', 'channels_last'"),
+    (lambda: Pool("avg", 2, ceil_mode=1), r"ceil_mode=1 is not valid: give True or False"),
+    (lambda: Pool("avg", 2, padding="same", ceil_mode=True), r"ceil_mode=True has no meaning with padding='same'"),
+    (lambda: AdaptivePool("avg", 0), r"output_size=0 is not valid: 0 < 1"),
+    (lambda: GlobalPool("avg", rank=4), r"rank=4 is not valid: give 1, 2 or 3"),
+]
+
+
+@pytest.mark.parametrize("make, message", BAD_SPECS)
+def test_bad_specs_name_the_field(make, message):
+    with pytest.raises(SpecError, match=message):
+        make()
+
+
+BAD_SHAPES = [
+    # kernel 3 on L=2 with no padding: no window fits.
+    (Pool("avg", 3), (1, 1, 2, 5),
+     r"along axis 0 \(H\) the window extent 3 \(kernel 3, dilation 1\) exceeds the padded input length 2"),
+    # dilation 2 makes the extent 2*(3-1)+1 = 5 > 4.
+    (Pool("max", 3, dilation=2), (4, 4), r"window extent 5 \(kernel 3, dilation 2\) exceeds"),
+    # padding (3, 0) with kernel 2: the first window covers cells -3, -2 only.
+    (Pool("avg", (2,), stride=1, padding=((3, 0),)), (1, 1, 4),
+     r"window 0 reads only padding \(cells \[-3, -2\] all lie outside \[0, 4\)\)"),
+    (Pool("avg", 2), (1, 1, 1, 4, 4), r"input_shape=\(1, 1, 1, 4, 4\) has 5 dimensions; a 2-D channels_first"),
+    (Pool("avg", 2), (4, 2.0), r"every size must be an integer >= 1"),
+    (AdaptivePool("avg", (5, 2)), (1, 1, 4, 4), r"output size 5 is larger than the input length 4"),
+]
+
+
+@pytest.mark.parametrize("spec, shape, message", BAD_SHAPES)
+def test_shapes_that_leave_no_window_raise(spec, shape, message):
+    with pytest.raises(SpecError, match=message):
+        symjac.resolve(spec, shape)
+
+
+def test_not_a_spec():
+    with pytest.raises(SpecError, match=r"spec='avg' is not a pooling spec"):
+        symjac.forward("avg", [[1.0]])
+
+
+def test_public_api_is_importable():
+    for name in symjac.__all__:
+        assert getattr(symjac, name) is not None
