@@ -1,0 +1,143 @@
+"""Window graphs and probe plans.
+
+The **window graph** (networkx ``DiGraph``) joins input cells to the output windows
+that read them, each edge weighted by the exact ∂y/∂x; it is for inspection and
+diagnosis at small shapes.
+
+The **probe plan** colours the conflict graph of the windows (two windows conflict
+when they share an input cell): windows of one colour touch disjoint cells, so one
+backward call with dy supported on one colour recovers each of its windows' rows of
+the implementation's Jacobian. Windows are separable, so two windows conflict iff
+they overlap on every axis: the conflict graph is the strong product of the small
+per-axis conflict graphs. Each axis is coloured with networkx and a window's colour
+is the tuple of its axis colours — a valid colouring for any image size, optimal
+(``ceil(k/s)`` colours per axis) for interval-like axes. The same construction on
+the inputs (two inputs conflict when some window reads both) gives the
+Curtis–Powell–Reid groups for compressed finite differences.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import networkx as nx
+import numpy as np
+import sympy
+
+from .geometry import AxisWindows, Geometry, resolve
+from .jacobian import _input, routes
+from .spec import PoolSpec, check_pool_spec
+from .symbolic import tie_members, window_classes
+
+
+def _colour(graph: nx.Graph) -> np.ndarray:
+    # Greedy in index order: optimal for interval graphs (an axis of windows).
+    colours = nx.coloring.greedy_color(graph, strategy=lambda g, _c: sorted(g))
+    return np.array([colours[i] for i in range(graph.number_of_nodes())], dtype=np.int64)
+
+
+def _axis_window_conflicts(axis: AxisWindows) -> nx.Graph:
+    cells, valid = axis.cells, axis.valid
+    g = nx.Graph()
+    g.add_nodes_from(range(cells.shape[0]))
+    owners: dict[int, list[int]] = {}
+    for w in range(cells.shape[0]):
+        for c in cells[w][valid[w]].tolist():
+            owners.setdefault(c, []).append(w)
+    for ws in owners.values():
+        g.add_edges_from((a, b) for i, a in enumerate(ws) for b in ws[i + 1 :])
+    return g
+
+
+def _axis_input_conflicts(axis: AxisWindows) -> nx.Graph:
+    cells, valid = axis.cells, axis.valid
+    g = nx.Graph()
+    g.add_nodes_from(range(axis.length))
+    for w in range(cells.shape[0]):
+        cs = cells[w][valid[w]].tolist()
+        g.add_edges_from((a, b) for i, a in enumerate(cs) for b in cs[i + 1 :])
+    return g
+
+
+def _combine(per_axis: list[np.ndarray]) -> tuple[np.ndarray, int]:
+    radix = [int(c.max()) + 1 for c in per_axis]
+    grid = np.meshgrid(*per_axis, indexing="ij")
+    return np.ravel_multi_index(tuple(g.reshape(-1) for g in grid), radix), math.prod(radix)
+
+
+def window_colouring(geometry: Geometry) -> tuple[np.ndarray, int]:
+    """(colour of each window, number of colours); same-colour windows share no cell."""
+    return _combine([_colour(_axis_window_conflicts(a)) for a in geometry.axes])
+
+
+def input_colouring(geometry: Geometry) -> tuple[np.ndarray, int]:
+    """(colour of each spatial input cell, number of colours); no window reads two
+    cells of one colour (Curtis–Powell–Reid groups for finite differences)."""
+    return _combine([_colour(_axis_input_conflicts(a)) for a in geometry.axes])
+
+
+def window_graph(spec: PoolSpec, x: Any, *, tie: str = "first") -> nx.DiGraph:
+    """The window graph: input-cell nodes -> window nodes, edges weighted by ∂y/∂x.
+
+    Args:
+      spec: a pooling spec.
+      x: input values, or (average pooling, or max pooling's candidate edges) the
+        input shape as a tuple of ints.
+      tie: max pooling policy for edge weights at ties.
+
+    Nodes are ``("x", index)`` and ``("y", index)`` with layout indices. Every edge
+    carries ``weight`` (an exact SymPy value; for max pooling without x, None) and,
+    for max pooling with x, ``tie`` (whether the cell attains the window maximum).
+    Graph attributes: ``spec``, ``input_shape``, ``output_shape``.
+    """
+    geometry, exact = _input(check_pool_spec(spec), x)
+    g = nx.DiGraph(spec=geometry.spec, input_shape=geometry.input_shape, output_shape=geometry.output_shape)
+    for idx in np.ndindex(*geometry.input_shape):
+        g.add_node(("x", idx), kind="input")
+    for idx in np.ndindex(*geometry.output_shape):
+        g.add_node(("y", idx), kind="window")
+    weights: dict[tuple[int, int, int], int] = {}
+    q = 1
+    if geometry.spec.mode == "avg" or exact is not None:
+        r = routes(geometry, exact, tie)
+        q = r.q
+        for rt in r.routes:
+            w = np.broadcast_to(rt.weight, (geometry.batch, rt.windows.size))
+            for b in range(geometry.batch):
+                for win, cell, val in zip(rt.windows.tolist(), rt.cells.tolist(), w[b].tolist()):
+                    weights[b, win, cell] = val
+    member: dict[tuple[int, int, int], bool] = {}
+    if geometry.spec.mode == "max" and exact is not None:
+        xc = geometry.to_canonical(exact.num)
+        for c in window_classes(geometry):
+            m = tie_members(c.template, xc[:, c.cells])
+            for b in range(geometry.batch):
+                for i, win in enumerate(c.windows.tolist()):
+                    for j, cell in enumerate(c.cells[i].tolist()):
+                        member[b, win, cell] = bool(m[b, i, j])
+    in_shape, out_shape = geometry.input_shape, geometry.output_shape
+    for c in window_classes(geometry):
+        for b in range(geometry.batch):
+            rows = geometry.flat_index(np.full(c.windows.size, b), c.windows, geometry.out_spatial)
+            cols = geometry.flat_index(np.full(c.cells.shape, b), c.cells, geometry.in_spatial)
+            for i, win in enumerate(c.windows.tolist()):
+                yi = tuple(int(v) for v in np.unravel_index(int(rows[i]), out_shape))
+                for j, cell in enumerate(c.cells[i].tolist()):
+                    xi = tuple(int(v) for v in np.unravel_index(int(cols[i, j]), in_shape))
+                    attrs: dict[str, Any] = {}
+                    key = (b, win, cell)
+                    attrs["weight"] = sympy.Rational(weights[key], q) if key in weights else None
+                    if key in member:
+                        attrs["tie"] = member[key]
+                    g.add_edge(("x", xi), ("y", yi), **attrs)
+    return g
+
+
+def probe_plan(spec: PoolSpec, input_shape: tuple[int, ...]) -> dict[str, Any]:
+    """How many backward and forward calls verification needs at this shape."""
+    geometry = resolve(check_pool_spec(spec), tuple(input_shape))
+    _, n_win = window_colouring(geometry)
+    _, n_in = input_colouring(geometry)
+    return {"window_colours": n_win, "input_colours": n_in, "windows": geometry.n_out * geometry.batch}
+
