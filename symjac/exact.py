@@ -106,7 +106,6 @@ class ExactArray:
         if not nz.any():
             return cls(np.zeros(a.shape, dtype=np.int64), 1)
         # Strip trailing zero bits so the common denominator stays small.
-        tz = np.zeros_like(m)
         low = np.where(nz, m & -m, 1)
         tz = np.log2(low.astype(np.float64)).astype(np.int64)
         m = m >> np.where(nz, tz, 0)
@@ -138,6 +137,10 @@ class ExactArray:
 
     def to_numpy(self, dtype: Any = np.float64) -> np.ndarray:
         """Correctly rounded floats (round to nearest, ties to even) in ``dtype``."""
+        if (np.dtype(dtype) == np.float64 and self.num.dtype == np.int64 and self.den < 2**53
+                and (self.num.size == 0 or int(np.abs(self.num).max()) < 2**53)):
+            # Both operands are exact doubles, so IEEE division rounds once, correctly.
+            return self.num.astype(np.float64) / self.den
         return round_fractions(self.to_fractions(), dtype)
 
 
