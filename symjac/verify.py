@@ -28,6 +28,7 @@ from ._errors import InputError
 from .exact import ExactArray
 from .geometry import Geometry, resolve
 from .graph import input_colouring, window_colouring
+from .inputs import distinct_input, random_dyadic, tie_input
 from .jacobian import exact_forward, routes
 from .lowering import FLOAT_DTYPES
 from .report import Finding, Report
@@ -134,30 +135,6 @@ class _Rows:
     obs: np.ndarray  # (B, W, K) float64
     stray: dict[tuple[int, int], list[tuple[int, float]]]  # (b, w) -> [(cell, value)] outside the window
     one_hot: set[tuple[int, int]]
-
-
-def _distinct_input(g: Geometry, dtype: np.dtype, seed: int) -> np.ndarray:
-    """Small integers, distinct within every window (so max pooling has no ties).
-
-    No window reads two cells of one input colour, so an injective map from colour to
-    value makes every window's values distinct; a permutation per (N, C) slice moves
-    the maxima around. Integers below 2^11 are exact in every float dtype.
-    """
-    colours, n = input_colouring(g)
-    rng = np.random.default_rng(seed)
-    xc = np.stack([rng.permutation(n)[colours] for _ in range(g.batch)]) - n // 2
-    return g.from_canonical(xc, g.in_spatial).astype(dtype)
-
-
-def _tie_input(g: Geometry, dtype: np.dtype, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed + 1)
-    return g.from_canonical(rng.integers(0, 2, size=(g.batch, g.n_in)), g.in_spatial).astype(dtype)
-
-
-def _random_dy(g: Geometry, dtype: np.dtype, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed + 2)
-    values = rng.integers(1, 9, size=(g.batch, g.n_out)) * rng.choice([-1, 1], size=(g.batch, g.n_out)) / 4
-    return g.from_canonical(values, g.out_spatial).astype(dtype)
 
 
 class _Verifier:
@@ -541,7 +518,7 @@ class _Verifier:
             if suspects:
                 self.classify(rows, exp, suspects, "")
             dy_c = g.to_canonical(dy, g.out_spatial).astype(np.float64) if dy is not None else \
-                g.to_canonical(_random_dy(g, self.dtype, 0), g.out_spatial).astype(np.float64)
+                g.to_canonical(random_dyadic(g, g.out_spatial, self.dtype, 0), g.out_spatial).astype(np.float64)
             dx = self.confirm(x, rows, dy_c, exp)
             fd = self.finite_differences(x, rows)
             if fd is not None:
@@ -655,7 +632,7 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any], forward: Callable[..
         g = resolve(spec, x_arr.shape)
     else:
         g = resolve(spec, tuple(input_shape))  # type: ignore[arg-type]
-        x_arr = _distinct_input(g, dt, seed)
+        x_arr = distinct_input(g, dt, seed)
     dy_arr = None
     if dy is not None:
         raw = np.asarray(dy)
@@ -663,5 +640,5 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any], forward: Callable[..
         if raw.shape != g.output_shape:
             raise InputError(f"dy has shape {raw.shape}; the output shape is {g.output_shape}")
         dy_arr = raw.astype(dt)
-    tie_x = _tie_input(g, dt, seed) if spec.mode == "max" else None
+    tie_x = tie_input(g, dt, seed) if spec.mode == "max" else None
     return _Verifier(spec, g, backward, forward, dt, tie, one_hot_budget).run(x_arr, dy_arr, tie_x)
