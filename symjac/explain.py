@@ -1,0 +1,65 @@
+"""Explain: the symbolic forward of each window class and its Jacobian entries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import sympy
+
+
+def _render(expr: Any, latex: bool) -> str:
+    return sympy.latex(expr) if latex else sympy.sstr(expr)
+
+
+def _equation(lhs: Any, rhs: Any, latex: bool) -> str:
+    return f"{_render(lhs, latex)} = {_render(rhs, latex)}"
+
+
+def explain_pool(case: Any, latex: bool = False) -> str:
+    """One block per window class: how many windows, one representative window
+    written over its input cells, and each nonzero ∂y/∂x (SymPy's derivative)."""
+    from .specfile import pool_input
+    from .symbolic import window_classes
+
+    g, _, _ = pool_input(case)
+    lines = [f"{case.name}: {case.operator!r}",
+             f"input {g.input_shape} -> output {g.output_shape}; pads (low, high) per axis {list(g.pads)}; "
+             f"{g.n_out} windows per (N, C) slice"]
+    classes = window_classes(g)
+    lines.append(f"{len(classes)} window class{'es' if len(classes) != 1 else ''} "
+                 "(same valid cells and divisor up to translation):")
+    for i, c in enumerate(sorted(classes, key=lambda c: int(c.windows[0]))):
+        w = int(c.windows[0])
+        out_pos = g.window_position(w)
+        cells = [sympy.Symbol("x[" + ",".join(map(str, g.cell_position(int(k)))) + "]", real=True) for k in c.cells[0]]
+        sub = dict(zip(c.template.symbols, cells))
+        y = sympy.Symbol("y[" + ",".join(map(str, out_pos)) + "]", real=True)
+        lines.append(f"class {i + 1}: {c.windows.size} window{'s' if c.windows.size != 1 else ''}, "
+                     f"{len(c.slots)} valid cells, divisor {c.divisor}; e.g. window {out_pos}:")
+        lines.append(f"  {_equation(y, c.template.expr.xreplace(sub), latex)}")
+        for cell, d in zip(cells, c.template.derivatives):
+            lhs = sympy.Derivative(y, cell) if latex else f"d{y}/d{cell}"
+            lines.append(f"  {_equation(lhs, d.xreplace(sub), latex)}")
+    return "\n".join(lines)
+
+
+def explain_loss(case: Any, latex: bool = False) -> str:
+    """The per-element loss and its derivative, as SymPy built them."""
+    from .losses import loss_template
+
+    loss = case.operator
+    pred = case.inputs.get("pred")
+    classes = int(np.asarray(pred).shape[-1]) if loss.kind == "softmax_ce" and pred is not None else (
+        2 if loss.kind == "softmax_ce" else 1)
+    t = loss_template(loss, classes)
+    lines = [f"{case.name}: {loss!r}", "per-element loss:", f"  {_render(t.loss, latex)}", "derivatives:"]
+    for z, d in zip(t.pred, t.derivatives):
+        lhs = sympy.Derivative(sympy.Symbol("l"), z) if latex else f"dl/d{z}"
+        lines.append(f"  {_equation(lhs, d, latex)}")
+    lines.append(f"emitted derivative = S * dL/dpred with S = {loss.scale} (after the {loss.reduction!r} reduction)")
+    return "\n".join(lines)
+
+
+def explain(case: Any, latex: bool = False) -> str:
+    return explain_loss(case, latex) if case.is_loss else explain_pool(case, latex)

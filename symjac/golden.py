@@ -1,0 +1,181 @@
+"""Golden data: exact expected values, written for other test suites (C/C++ too).
+
+For each case of a spec file: inputs, outputs, the sparse Jacobian and the input
+gradient for the given upstream gradient (pooling), or value and derivative
+(losses). Formats:
+
+- ``json``: exact rationals as strings ("3/4") beside float64 values;
+- ``npz``: one array per quantity and dtype (``x.float32``, ``jac_rows``, ...);
+- ``bin``: raw little-endian arrays, one file each, with a JSON sidecar naming
+  every file's dtype, shape and order, so a C test reads them without Python.
+
+Every file carries provenance (symjac version, spec hash, generator, seed) and no
+timestamp: regenerating gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import zipfile
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .exact import round_fractions
+
+FORMATS = ("json", "npz", "bin")
+_FIXED_DATE = (1980, 1, 1, 0, 0, 0)
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "case"
+
+
+def _fractions(values: Any) -> np.ndarray:
+    arr = np.asarray(values, dtype=object)
+    out = np.empty(arr.size, dtype=object)
+    for i, v in enumerate(arr.reshape(-1)):
+        if isinstance(v, Fraction):
+            out[i] = v
+        elif hasattr(v, "man_exp"):  # mpmath mpf: an exact binary fraction
+            man, exp = v.man_exp
+            out[i] = Fraction(int(man)) * Fraction(2) ** int(exp)
+        else:
+            out[i] = Fraction(int(v.p), int(v.q)) if hasattr(v, "q") else Fraction(v)
+    return out.reshape(arr.shape)
+
+
+def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Exact quantities (object arrays of Fractions) and metadata of one case."""
+    if case.is_loss:
+        from .losses import loss_derivative
+
+        pred = case.inputs["pred"]
+        label = case.inputs.get("label")
+        upstream = case.inputs.get("upstream")
+        from .losses import loss_value
+
+        qs = {"pred": pred}
+        if label is not None:
+            qs["label"] = label
+        if upstream is not None:
+            qs["upstream"] = upstream
+        value = loss_value(case.operator, pred, label)
+        qs["value"] = _fractions(value)
+        qs["derivative"] = _fractions(loss_derivative(case.operator, pred, label, upstream))
+        meta = {"operator": repr(case.operator), "note": "value and derivative are rounded from >= 50-digit mpmath "
+                "evaluations to their exact binary fractions"}
+        return qs, meta
+    from .exact import ExactArray
+    from .jacobian import _sparse, exact_forward, exact_vjp, routes
+    from .specfile import pool_input
+
+    g, x, dy = pool_input(case)
+    ex, edy = ExactArray.from_any(x), ExactArray.from_any(dy)
+    jac = _sparse(routes(g, ex, "first"))
+    qs = {
+        "x": x,
+        "dy": dy,
+        "y": exact_forward(g, ex).to_fractions(),
+        "dx": exact_vjp(g, ex, edy, "first").to_fractions(),
+        "jac_rows": jac.rows.astype(np.int64),
+        "jac_cols": jac.cols.astype(np.int64),
+        "jac_values": _fractions(jac.values),
+    }
+    meta = {"operator": repr(case.operator), "input_shape": list(g.input_shape), "output_shape": list(g.output_shape),
+            "jacobian": "COO over flattened (C-order) output rows and input columns in the spec's layout; "
+                        "max pooling at ties routes to the first maximum"}
+    return qs, meta
+
+
+def provenance(case: Any, qs: dict[str, np.ndarray]) -> dict[str, Any]:
+    from . import __version__
+
+    h = hashlib.sha256()
+    h.update(repr(case.operator).encode())
+    for key in sorted(k for k in ("x", "dy", "pred", "label", "upstream") if k in qs):
+        h.update(key.encode() + json.dumps([str(v) for v in np.asarray(qs[key]).reshape(-1)]).encode())
+        h.update(str(np.asarray(qs[key]).shape).encode())
+    return {"symjac_version": __version__, "spec_hash": h.hexdigest(), "case": case.name,
+            "generator": case.inputs.get("generator", "explicit"), "seed": int(case.inputs.get("seed", 0))}
+
+
+def _is_int_array(a: np.ndarray) -> bool:
+    return np.asarray(a).dtype.kind in "iu"
+
+
+def _json(qs: dict[str, np.ndarray], meta: dict[str, Any], prov: dict[str, Any]) -> bytes:
+    arrays = {}
+    for name, a in qs.items():
+        arr = np.asarray(a)
+        if _is_int_array(arr):
+            arrays[name] = {"shape": list(arr.shape), "values": arr.reshape(-1).tolist()}
+        else:
+            flat = arr.reshape(-1)
+            arrays[name] = {"shape": list(arr.shape), "exact": [str(v) for v in flat],
+                            "float64": [float(v) for v in round_fractions(flat, np.float64)]}
+    doc = {"provenance": prov, **meta, "arrays": arrays}
+    return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+
+
+def _npy(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.ascontiguousarray(arr), allow_pickle=False)
+    return buf.getvalue()
+
+
+def _typed(qs: dict[str, np.ndarray], dtypes: list[str]) -> dict[str, np.ndarray]:
+    out = {}
+    for name, a in qs.items():
+        arr = np.asarray(a)
+        if _is_int_array(arr):
+            out[name] = arr.astype("<i8")
+            continue
+        for dt in dtypes:
+            out[f"{name}.{dt}"] = round_fractions(arr.reshape(-1), dt).reshape(arr.shape).astype(np.dtype(dt).newbyteorder("<"))
+    return out
+
+
+def write_golden(spec_path: str | Path, out: Path, formats: list[str], dtypes: list[str]) -> list[Path]:
+    """Write golden files for every case of a spec file; return the paths written."""
+    from .specfile import load
+
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    for case in load(spec_path).cases:
+        qs, meta = case_quantities(case)
+        prov = provenance(case, qs)
+        stem = _slug(case.name)
+        if "json" in formats:
+            p = out / f"{stem}.json"
+            p.write_bytes(_json(qs, meta, prov))
+            written.append(p)
+        typed = _typed(qs, dtypes) if ("npz" in formats or "bin" in formats) else {}
+        if "npz" in formats:
+            p = out / f"{stem}.npz"
+            with zipfile.ZipFile(p, "w", compression=zipfile.ZIP_STORED) as z:
+                for name in sorted(typed):
+                    z.writestr(zipfile.ZipInfo(f"{name}.npy", date_time=_FIXED_DATE), _npy(typed[name]))
+                z.writestr(zipfile.ZipInfo("provenance.json.npy", date_time=_FIXED_DATE),
+                           _npy(np.array(json.dumps(prov, sort_keys=True))))
+            written.append(p)
+        if "bin" in formats:
+            folder = out / stem
+            folder.mkdir(exist_ok=True)
+            sidecar: dict[str, Any] = {"provenance": prov, **meta, "byte_order": "little", "order": "C", "arrays": {}}
+            for name in sorted(typed):
+                arr = typed[name]
+                fname = f"{name}.bin"
+                (folder / fname).write_bytes(arr.tobytes(order="C"))
+                sidecar["arrays"][name] = {"file": fname, "dtype": arr.dtype.str, "shape": list(arr.shape),
+                                           "count": int(arr.size)}
+                written.append(folder / fname)
+            p = folder / "index.json"
+            p.write_text(json.dumps(sidecar, indent=1, sort_keys=True) + "\n")
+            written.append(p)
+    return written

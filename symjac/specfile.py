@@ -1,0 +1,236 @@
+"""Spec files: TOML descriptions of an operator, its inputs and expected values.
+
+A file holds one case (top-level ``[operator]``, ``[input]``, ``[expect]``) or
+several (``[[case]]`` tables with the same three keys and a ``name``)::
+
+    name = "nntrainer avg pool, SAME, 2x2"
+    [operator]
+    kind = "pool"            # pool | adaptive_pool | global_pool | loss
+    mode = "avg"
+    kernel = [2, 2]
+    stride = 1
+    padding = "same"
+    [input]
+    x = [[1, 2], [3, 4]]     # exact: ints, decimals or "3/4" strings
+    dy = [[1, 1], [1, 1]]
+    [expect]
+    forward = [["5/2", 3], ["7/2", 4]]
+    gradient = [["1/4", "3/4"], ["3/4", "9/4"]]
+
+Inputs are explicit or generated (``generator = "distinct" | "ties" | "random"``,
+``seed``, ``shape``). Strings are read as exact decimals or fractions ("0.1" is
+1/10); TOML floats are their exact binary values. Unknown keys and bad values raise
+:class:`symjac.SpecError` naming the file, the key and the nearest valid key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._errors import InputError, SpecError, SymjacError
+
+OPERATOR_KEYS = {
+    "pool": ("kind", "mode", "kernel", "stride", "padding", "dilation", "ceil_mode", "divisor", "layout"),
+    "adaptive_pool": ("kind", "mode", "output_size", "layout"),
+    "global_pool": ("kind", "mode", "rank", "layout"),
+    "loss": ("kind", "loss", "reduction", "scale", "delta", "pos_weight", "weight", "label_smoothing",
+             "ignore_index", "labels", "log_input", "log_target"),
+}
+POOL_INPUT_KEYS = ("shape", "x", "dy", "generator", "seed")
+LOSS_INPUT_KEYS = ("pred", "label", "upstream")
+EXPECT_KEYS = ("forward", "gradient", "output_shape", "pads", "nnz", "value", "derivative", "base_derivative")
+CASE_KEYS = ("name", "description", "operator", "input", "expect")
+TOP_KEYS = CASE_KEYS + ("case",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One operator with its inputs and expectations.
+
+    Attributes:
+      name: the case's name.
+      operator: a pooling spec or a :class:`symjac.Loss`.
+      inputs: the ``[input]`` table with exact values as object arrays (x, dy, pred,
+        label, upstream), ``shape`` as a tuple, and ``generator``/``seed``.
+      expect: the ``[expect]`` table, values as given.
+      source: ``path`` or ``path#case-name`` for messages.
+    """
+
+    name: str
+    operator: Any
+    inputs: dict[str, Any]
+    expect: dict[str, Any]
+    source: str
+
+    @property
+    def is_loss(self) -> bool:
+        return type(self.operator).__name__ == "Loss"
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecFile:
+    path: Path
+    cases: tuple[Case, ...]
+
+
+def _unknown(where: str, key: str, valid: tuple[str, ...]) -> SpecError:
+    near = difflib.get_close_matches(key, valid, n=1)
+    hint = f"did you mean {near[0]!r}? " if near else ""
+    return SpecError(f"{where}: unknown key {key!r}; {hint}valid keys: {', '.join(valid)}")
+
+
+def _check_keys(where: str, table: Any, valid: tuple[str, ...]) -> dict[str, Any]:
+    if not isinstance(table, dict):
+        raise SpecError(f"{where}: expected a table, got {type(table).__name__}")
+    for key in table:
+        if key not in valid:
+            raise _unknown(where, key, valid)
+    return table
+
+
+def _tuples(value: Any) -> Any:
+    """TOML arrays -> tuples (specs are hashable)."""
+    if isinstance(value, list):
+        return tuple(_tuples(v) for v in value)
+    return value
+
+
+def exact_array(value: Any, where: str) -> np.ndarray:
+    """A TOML array of exact numbers as an object array of Fractions."""
+    from .exact import ExactArray
+
+    try:
+        arr = np.array(value, dtype=object)
+        if arr.dtype != object or arr.ndim == 0 and isinstance(value, list):
+            raise ValueError
+        return ExactArray.from_any(arr, where).to_fractions()
+    except (InputError, ValueError) as exc:
+        raise SpecError(f"{where}: {exc or 'not a rectangular array of numbers'}") from None
+
+
+def _operator(table: dict[str, Any], where: str) -> Any:
+    kind = table.get("kind")
+    if kind not in OPERATOR_KEYS:
+        near = difflib.get_close_matches(str(kind), OPERATOR_KEYS, n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise SpecError(f"{where}.kind: {kind!r} is not valid{hint}; give one of {', '.join(OPERATOR_KEYS)}")
+    _check_keys(where, table, OPERATOR_KEYS[kind])
+    args = {k: _tuples(v) for k, v in table.items() if k != "kind"}
+    try:
+        if kind == "pool":
+            from .spec import Pool
+
+            if "mode" not in args or "kernel" not in args:
+                raise SpecError("a pool needs 'mode' and 'kernel'")
+            return Pool(args.pop("mode"), args.pop("kernel"), **args)
+        if kind == "adaptive_pool":
+            from .spec import AdaptivePool
+
+            return AdaptivePool(args.pop("mode", None), args.pop("output_size", None), **args)
+        if kind == "global_pool":
+            from .spec import GlobalPool
+
+            return GlobalPool(args.pop("mode", None), **args)
+        from .losses import Loss
+
+        if "loss" not in args:
+            raise SpecError("a loss needs 'loss' (its kind, e.g. 'mse')")
+        loss_kind = args.pop("loss")
+        for key in ("scale", "delta", "label_smoothing"):
+            if isinstance(args.get(key), str):
+                args[key] = exact_array(args[key], f"{where}.{key}").item()
+        return Loss(loss_kind, **args)
+    except SymjacError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    except TypeError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+
+
+def _case(table: dict[str, Any], source: str, default_name: str) -> Case:
+    _check_keys(source, table, CASE_KEYS)
+    if "operator" not in table:
+        raise SpecError(f"{source}: missing the [operator] table")
+    operator = _operator(table["operator"], f"{source} [operator]")
+    is_loss = type(operator).__name__ == "Loss"
+    valid_inputs = LOSS_INPUT_KEYS if is_loss else POOL_INPUT_KEYS
+    raw = _check_keys(f"{source} [input]", table.get("input", {}), valid_inputs)
+    inputs: dict[str, Any] = {}
+    for key, value in raw.items():
+        where = f"{source} [input].{key}"
+        if key == "shape":
+            inputs[key] = tuple(value) if isinstance(value, list) else value
+        elif key in ("generator", "seed"):
+            inputs[key] = value
+        else:
+            inputs[key] = exact_array(value, where)
+    if not is_loss and "x" not in inputs and "shape" not in inputs:
+        raise SpecError(f"{source} [input]: give x (explicit values) or shape (with a generator)")
+    if "generator" in inputs and "x" in inputs:
+        raise SpecError(f"{source} [input]: give x or a generator, not both")
+    if "generator" in inputs:
+        from .inputs import GENERATORS
+
+        if inputs["generator"] not in GENERATORS:
+            raise SpecError(f"{source} [input].generator: {inputs['generator']!r} is not valid; "
+                            f"give one of {', '.join(GENERATORS)}")
+    expect = _check_keys(f"{source} [expect]", table.get("expect", {}), EXPECT_KEYS)
+    return Case(str(table.get("name", default_name)), operator, inputs, dict(expect), source)
+
+
+def load(path: str | Path) -> SpecFile:
+    """Read and validate a spec file.
+
+    Raises:
+      SpecError: the file is missing, not TOML, or has an unknown key or bad value;
+        the message names the file and the key.
+    """
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError(f"{p}: no such spec file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{p}: not valid TOML: {exc}") from None
+    _check_keys(str(p), data, TOP_KEYS)
+    if "case" in data:
+        extra = [k for k in data if k not in ("case", "name", "description")]
+        if extra:
+            raise SpecError(f"{p}: a file with [[case]] tables takes no top-level {extra[0]!r}; put it in each case")
+        cases = tuple(_case(c, f"{p}#{c.get('name', i)}", f"case {i}") for i, c in enumerate(data["case"]))
+    else:
+        cases = (_case(data, str(p), p.stem),)
+    return SpecFile(p, cases)
+
+
+def pool_input(case: Case, dtype: Any = np.float64) -> tuple[Any, np.ndarray, np.ndarray]:
+    """(geometry, x, dy) for a pooling case; generated where not explicit.
+
+    ``x`` and ``dy`` are object arrays of exact Fractions.
+    """
+    from .exact import ExactArray
+    from .geometry import resolve
+    from .inputs import generate_input, random_dyadic
+
+    inputs = case.inputs
+    seed = int(inputs.get("seed", 0))
+    if "x" in inputs:
+        x = inputs["x"]
+        if "shape" in inputs and tuple(inputs["shape"]) != x.shape:
+            raise SpecError(f"{case.source} [input]: shape {inputs['shape']} does not match x's shape {x.shape}")
+        g = resolve(case.operator, x.shape)
+    else:
+        g = resolve(case.operator, tuple(inputs["shape"]))
+        x = ExactArray.from_any(generate_input(g, inputs.get("generator", "distinct"), np.float64, seed)).to_fractions()
+    if "dy" in inputs:
+        dy = inputs["dy"]
+        if dy.shape != g.output_shape:
+            raise SpecError(f"{case.source} [input].dy: shape {dy.shape}; the output shape is {g.output_shape}")
+    else:
+        dy = ExactArray.from_any(random_dyadic(g, g.out_spatial, np.float64, seed)).to_fractions()
+    return g, x, dy
