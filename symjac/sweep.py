@@ -1,0 +1,169 @@
+"""Sweeps: verify one implementation over a grid of configurations.
+
+A sweep file is a spec file whose ``[operator]`` and ``[input]`` values are *lists
+of candidates*; the grid is their product::
+
+    [operator]
+    kind = "pool"
+    mode = ["avg", "max"]
+    kernel = [2, 3, [2, 3]]
+    stride = [1, 2]
+    padding = ["valid", "same", 1]
+    [input]
+    shape = [[1, 1, 5, 5], [2, 3, 6, 7]]
+
+Combinations that are not a valid operator at a shape (a ``SpecError``) are skipped
+and counted. The implementation is a *factory*: ``--impl mod:make`` where
+``make(spec)`` returns an object with ``forward``/``backward`` for that spec (or
+raises ``NotImplementedError`` for a configuration it does not cover: skipped).
+
+Work runs in local worker processes (``-j N``) or on a Dask distributed cluster
+(``--scheduler ADDRESS``, optional extra ``symjac[dask]``); results are the same
+either way, in grid order. Each result is one JSON line.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import tomllib
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from ._errors import SpecError, SymjacError
+
+DASK_HINT = "Dask is not installed: pip install 'symjac[dask]' to run sweeps on a cluster"
+
+
+def load_grid(path: str | Path) -> list[dict[str, Any]]:
+    """Expand a sweep file into configurations ``{"operator": {...}, "input": {...}}``."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError(f"{p}: no such sweep file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{p}: not valid TOML: {exc}") from None
+    from .specfile import _check_keys
+
+    _check_keys(str(p), data, ("name", "description", "operator", "input"))
+    axes: list[tuple[str, str, list[Any]]] = []
+    for section in ("operator", "input"):
+        for key, values in _check_keys(f"{p} [{section}]", data.get(section, {}), tuple(data.get(section, {}))).items():
+            if not isinstance(values, list) or not values:
+                raise SpecError(f"{p} [{section}].{key}: give a non-empty list of candidate values, e.g. [{values!r}]")
+            axes.append((section, key, values))
+    if not any(k == "shape" for s, k, _ in axes if s == "input"):
+        raise SpecError(f"{p} [input]: give shape = [[...], ...], the input shapes to sweep")
+    grid = []
+    for combo in itertools.product(*(values for _, _, values in axes)):
+        config: dict[str, Any] = {"operator": {}, "input": {}}
+        for (section, key, _), value in zip(axes, combo):
+            config[section][key] = value
+        grid.append(config)
+    return grid
+
+
+_IMPL_CACHE: dict[str, Any] = {}
+
+
+def run_one(config: dict[str, Any], impl_target: str, dtype: str = "float64") -> dict[str, Any]:
+    """Verify one configuration; never raises (errors become the result)."""
+    from .cli import UsageError, load_impl
+    from .specfile import _operator
+    from .verify import verify
+
+    result: dict[str, Any] = {"config": config}
+    try:
+        spec = _operator(dict(config["operator"]), "sweep")
+        shape = tuple(config["input"]["shape"])
+        from .geometry import resolve
+
+        resolve(spec, shape)
+    except SymjacError as exc:
+        return {**result, "status": "skipped", "reason": str(exc)}
+    try:
+        if impl_target not in _IMPL_CACHE:
+            _IMPL_CACHE[impl_target] = load_impl(impl_target)
+        factory = _IMPL_CACHE[impl_target]
+        impl = factory(spec) if callable(factory) and not hasattr(factory, "backward") else factory
+    except NotImplementedError as exc:  # the implementation does not cover this configuration
+        return {**result, "status": "skipped", "reason": f"not supported by the implementation: {exc}"}
+    except (UsageError, Exception) as exc:  # noqa: BLE001 - the factory's failure is a result
+        return {**result, "status": "error", "reason": f"{type(exc).__name__}: {exc}"}
+    report = verify(spec, backward=impl.backward, forward=getattr(impl, "forward", None), input_shape=shape,
+                    dtype=dtype, seed=int(config["input"].get("seed", 0)))
+    return {**result, "status": "pass" if report.ok else "fail", "summary": report.summary(),
+            "categories": report.categories(), "backward_calls": report.stats["backward_calls"]}
+
+
+def _progress(done: int, total: int, failed: int) -> None:
+    width = 30
+    filled = width * done // max(total, 1)
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}  failures: {failed}")
+    if done == total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def execute(grid: list[dict[str, Any]], impl_target: str, *, jobs: int = 1, scheduler: str | None = None,
+            dtype: str = "float64", progress: bool = False) -> list[dict[str, Any]]:
+    """Run every configuration; results in grid order."""
+    results: list[dict[str, Any] | None] = [None] * len(grid)
+    failed = 0
+
+    def record(i: int, r: dict[str, Any]) -> None:
+        nonlocal failed
+        results[i] = r
+        failed += r["status"] in ("fail", "error")
+        if progress:
+            _progress(sum(x is not None for x in results), len(grid), failed)
+
+    if scheduler:
+        try:
+            from distributed import Client, as_completed
+        except ImportError:
+            raise SpecError(DASK_HINT) from None
+        with Client(scheduler) as client:
+            futures = client.map(run_one, grid, impl_target=impl_target, dtype=dtype, pure=False)
+            index = {f.key: i for i, f in enumerate(futures)}
+            for future in as_completed(futures):
+                record(index[future.key], future.result())
+    elif jobs > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(run_one, c, impl_target, dtype): i for i, c in enumerate(grid)}
+            from concurrent.futures import as_completed as done
+
+            for future in done(futures):
+                record(futures[future], future.result())
+    else:
+        for i, c in enumerate(grid):
+            record(i, run_one(c, impl_target, dtype))
+    return [r for r in results if r is not None]
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    """A final table: one row per verified configuration, then the totals."""
+    rows = [r for r in results if r["status"] != "skipped"]
+    lines = [f"{'status':7} {'operator':60} {'shape':16} summary"]
+    for r in rows:
+        op = ", ".join(f"{k}={v}" for k, v in r["config"]["operator"].items() if k != "kind")
+        shape = "x".join(map(str, r["config"]["input"]["shape"]))
+        lines.append(f"{r['status']:7} {op[:60]:60} {shape:16} {r.get('summary', r.get('reason', ''))[:100]}")
+    counts = {s: sum(r["status"] == s for r in results) for s in ("pass", "fail", "error", "skipped")}
+    lines.append(" ".join(f"{v} {k}" for k, v in counts.items()) + f" of {len(results)} configurations")
+    return "\n".join(lines)
+
+
+def run_sweep(path: str | Path, impl_target: str, *, jobs: int = 1, scheduler: str | None = None,
+              out: Path | None = None, dtype: str = "float64", progress: bool = True) -> int:
+    """The ``symjac sweep`` command: returns the number of failing configurations."""
+    grid = load_grid(path)
+    results = execute(grid, impl_target, jobs=jobs, scheduler=scheduler, dtype=dtype, progress=progress)
+    lines = "".join(json.dumps(r, sort_keys=True) + "\n" for r in results)
+    if out is not None:
+        out.write_text(lines)
+    print(table(results))
+    return sum(r["status"] in ("fail", "error") for r in results)
