@@ -24,7 +24,8 @@ class VerificationError(SymjacError, AssertionError):
     """An implementation disagrees with the exact derivative; ``.report`` says how."""
 
     def __init__(self, report: Any) -> None:
-        super().__init__(str(report))
+        # The one-line summary first: it is what a test runner shows on one line.
+        super().__init__(f"{report.summary()}\n{report}")
         self.report = report
 
 

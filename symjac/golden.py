@@ -42,9 +42,9 @@ def _fractions(values: Any) -> np.ndarray:
     for i, v in enumerate(arr.reshape(-1)):
         if isinstance(v, Fraction):
             out[i] = v
-        elif hasattr(v, "man_exp"):  # mpmath mpf: an exact binary fraction
-            man, exp = v.man_exp
-            out[i] = Fraction(int(man)) * Fraction(2) ** int(exp)
+        elif hasattr(v, "_mpf_"):  # mpmath mpf: (sign, mantissa, exponent, bits), an exact binary fraction
+            sign, man, exp, _ = v._mpf_
+            out[i] = (-1) ** sign * Fraction(int(man)) * Fraction(2) ** int(exp)
         else:
             out[i] = Fraction(int(v.p), int(v.q)) if hasattr(v, "q") else Fraction(v)
     return out.reshape(arr.shape)
@@ -179,3 +179,52 @@ def write_golden(spec_path: str | Path, out: Path, formats: list[str], dtypes: l
             p.write_text(json.dumps(sidecar, indent=1, sort_keys=True) + "\n")
             written.append(p)
     return written
+
+
+def check_expect(case: Any) -> list[str]:
+    """Compare a case's ``[expect]`` values with the exact ones; return mismatches.
+
+    Pooling: ``forward``, ``gradient``, ``output_shape``, ``pads``, ``nnz`` exactly.
+    Losses: ``value``, ``derivative`` (S·dL/dpred) and ``base_derivative`` (dL/dpred)
+    to within 1e-40 relative (the mpmath values carry >= 50 digits).
+    """
+    from .specfile import exact_array
+
+    qs, meta = case_quantities(case)
+    problems = []
+    exp = case.expect
+
+    def same(name: str, got: np.ndarray, want: Any) -> None:
+        want_arr = exact_array(want, f"{case.source} [expect].{name}")
+        if want_arr.shape != np.asarray(got).shape:
+            problems.append(f"{name}: shape {want_arr.shape} expected, {np.asarray(got).shape} computed")
+            return
+        tol = Fraction(1, 10**40) if case.is_loss else Fraction(0)
+        for w, g in zip(want_arr.reshape(-1), np.asarray(got).reshape(-1)):
+            if abs(Fraction(w) - Fraction(g)) > tol * max(1, abs(Fraction(w))):
+                problems.append(f"{name}: expected {want_arr.tolist()}, computed {[str(v) for v in np.asarray(got).reshape(-1)]}")
+                return
+
+    if case.is_loss:
+        for key, name in (("value", "value"), ("derivative", "derivative")):
+            if key in exp:
+                same(key, qs[name], exp[key])
+        if "base_derivative" in exp:
+            scale = Fraction(case.operator.scale)
+            same("base_derivative", np.vectorize(lambda v: v / scale, otypes=[object])(qs["derivative"]), exp["base_derivative"])
+        return problems
+    if "forward" in exp:
+        same("forward", qs["y"], exp["forward"])
+    if "gradient" in exp:
+        same("gradient", qs["dx"], exp["gradient"])
+    if "output_shape" in exp and list(exp["output_shape"]) != meta["output_shape"]:
+        problems.append(f"output_shape: expected {exp['output_shape']}, computed {meta['output_shape']}")
+    if "nnz" in exp and int(exp["nnz"]) != qs["jac_rows"].size:
+        problems.append(f"nnz: expected {exp['nnz']}, computed {qs['jac_rows'].size}")
+    if "pads" in exp:
+        from .specfile import pool_input
+
+        pads = [list(p) for p in pool_input(case)[0].pads]
+        if [list(p) for p in exp["pads"]] != pads:
+            problems.append(f"pads: expected {exp['pads']}, computed {pads}")
+    return problems
