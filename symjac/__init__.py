@@ -15,7 +15,7 @@ import sys
 import types
 from typing import Any
 
-from ._errors import InputError, SpecError, SymjacError, VerificationError
+from ._errors import InputError as InputError, SpecError as SpecError, SymjacError as SymjacError, VerificationError as VerificationError
 
 __version__ = "0.1.0"
 

@@ -34,7 +34,7 @@ def window_states(report: Any) -> dict[tuple[int, ...], str]:
 def to_dot(graph: Any, states: dict[tuple[int, ...], str]) -> str:
     """The window graph in Graphviz DOT; implicated windows filled by category."""
     lines = ["digraph symjac {", "  rankdir=LR;", "  node [shape=box, fontname=Helvetica];"]
-    for node, data in graph.nodes(data=True):
+    for node in graph.nodes:
         kind, index = node
         if kind == "x":
             lines.append(f"  {_name('x', index)} [shape=ellipse];")

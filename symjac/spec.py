@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from collections.abc import Sequence
-from typing import Any, Union
+from typing import Any
 
 from ._errors import SpecError
 
@@ -23,7 +23,7 @@ MAX_RANK = 3
 
 #: An explicit padding: per spatial dimension, (low, high).
 Pads = tuple[tuple[int, int], ...]
-Padding = Union[str, Pads]
+Padding = str | Pads
 
 
 def _is_int(value: Any) -> bool:
@@ -215,7 +215,7 @@ class GlobalPool:
         object.__setattr__(self, "layout", _choice("layout", self.layout, LAYOUTS))
 
 
-PoolSpec = Union[Pool, AdaptivePool, GlobalPool]
+PoolSpec = Pool | AdaptivePool | GlobalPool
 
 
 def check_pool_spec(spec: Any) -> PoolSpec:
