@@ -95,8 +95,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if case.is_loss:
             from .verify_loss import verify_loss
 
-            inputs = {k: np.array(v, dtype=np.float64) for k, v in case.inputs.items() if k in ("pred", "label", "upstream")}
-            report = verify_loss(case.operator, **fns, **inputs, dtype=args.dtype)
+            inputs = {k: np.array(case.inputs[k], dtype=np.float64) if k in case.inputs else None
+                      for k in ("pred", "label", "upstream")}
+            report = verify_loss(case.operator, derivative=fns["derivative"], forward=fns["forward"],
+                                 pred=inputs["pred"], label=inputs["label"], upstream=inputs["upstream"],
+                                 dtype=args.dtype)
         else:
             from .verify import verify
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from typing import Any
 
 import numpy as np
 
@@ -220,7 +221,7 @@ def _split_shape(spec: PoolSpec, input_shape: tuple[int, ...]) -> tuple[tuple[in
 
 def _check_shape(input_shape: object) -> tuple[int, ...]:
     try:
-        shape = tuple(input_shape)  # type: ignore[arg-type]
+        shape: tuple[Any, ...] = tuple(input_shape)  # type: ignore[arg-type]
     except TypeError:
         raise SpecError(f"input_shape={input_shape!r} is not valid: give a tuple of positive ints") from None
     if not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 1 for s in shape):
@@ -257,11 +258,11 @@ def _resolve(spec: PoolSpec, input_shape: tuple[int, ...]) -> Geometry:
     cells = np.zeros((1, 1), dtype=np.int64)
     valid = np.ones((1, 1), dtype=bool)
     counted = np.ones(1, dtype=np.int64)
-    for axis in axes:
-        o, k = axis.cells.shape
-        cells = (cells[:, None, :, None] * axis.length + axis.cells[None, :, None, :]).reshape(-1, cells.shape[1] * k)
-        valid = (valid[:, None, :, None] & axis.valid[None, :, None, :]).reshape(-1, valid.shape[1] * k)
-        counted = (counted[:, None] * axis.counted[None, :]).reshape(-1)
+    for ax in axes:
+        k = ax.cells.shape[1]
+        cells = (cells[:, None, :, None] * ax.length + ax.cells[None, :, None, :]).reshape(-1, cells.shape[1] * k)
+        valid = (valid[:, None, :, None] & ax.valid[None, :, None, :]).reshape(-1, valid.shape[1] * k)
+        counted = (counted[:, None] * ax.counted[None, :]).reshape(-1)
     cells = np.where(valid, cells, -1)
     n_valid = valid.sum(axis=1)
     if isinstance(spec, Pool) and spec.mode == "avg" and spec.divisor == "include_pad":

@@ -68,9 +68,9 @@ def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         value = loss_value(case.operator, pred, label)
         qs["value"] = _fractions(value)
         qs["derivative"] = _fractions(loss_derivative(case.operator, pred, label, upstream))
-        meta = {"operator": repr(case.operator), "note": "value and derivative are rounded from >= 50-digit mpmath "
+        loss_meta: dict[str, Any] = {"operator": repr(case.operator), "note": "value and derivative are rounded from >= 50-digit mpmath "
                 "evaluations to their exact binary fractions"}
-        return qs, meta
+        return qs, loss_meta
     from .exact import ExactArray
     from .jacobian import _sparse, exact_forward, exact_vjp, routes
     from .specfile import pool_input
@@ -87,7 +87,7 @@ def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         "jac_cols": jac.cols.astype(np.int64),
         "jac_values": _fractions(jac.values),
     }
-    meta = {"operator": repr(case.operator), "input_shape": list(g.input_shape), "output_shape": list(g.output_shape),
+    meta: dict[str, Any] = {"operator": repr(case.operator), "input_shape": list(g.input_shape), "output_shape": list(g.output_shape),
             "jacobian": "COO over flattened (C-order) output rows and input columns in the spec's layout; "
                         "max pooling at ties routes to the first maximum"}
     return qs, meta
@@ -201,7 +201,8 @@ def check_expect(case: Any) -> list[str]:
             return
         tol = Fraction(1, 10**40) if case.is_loss else Fraction(0)
         for w, g in zip(want_arr.reshape(-1), np.asarray(got).reshape(-1)):
-            if abs(Fraction(w) - Fraction(g)) > tol * max(1, abs(Fraction(w))):
+            want_value = Fraction(w)
+            if abs(want_value - Fraction(g)) > tol * max(Fraction(1), abs(want_value)):
                 problems.append(f"{name}: expected {want_arr.tolist()}, computed {[str(v) for v in np.asarray(got).reshape(-1)]}")
                 return
 

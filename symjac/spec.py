@@ -129,7 +129,7 @@ class Pool:
     kernel: tuple[int, ...]
     stride: tuple[int, ...] | None = dataclasses.field(default=None, kw_only=True)
     padding: Padding = dataclasses.field(default="valid", kw_only=True)
-    dilation: tuple[int, ...] = dataclasses.field(default=1, kw_only=True)  # type: ignore[assignment]
+    dilation: tuple[int, ...] = dataclasses.field(default=1, kw_only=True)  # type: ignore[arg-type]
     ceil_mode: bool = dataclasses.field(default=False, kw_only=True)
     divisor: str | int = dataclasses.field(default="exclude_pad", kw_only=True)
     layout: str = dataclasses.field(default="channels_first", kw_only=True)
@@ -151,7 +151,7 @@ class Pool:
                 "size at ceil(L/stride)); use ceil_mode=False, or explicit padding"
             )
         divisor = self.divisor
-        if _is_int(divisor):
+        if isinstance(divisor, int) and _is_int(divisor):
             if divisor < 1:
                 raise SpecError(f"divisor={divisor!r} is not valid: an integer divisor must be >= 1")
             divisor = int(divisor)

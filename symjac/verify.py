@@ -133,7 +133,7 @@ class _Rows:
     """Per window (batch, window, slot): what the backward sent to each cell of the window."""
 
     obs: np.ndarray  # (B, W, K) float64
-    stray: dict[tuple[int, int], list[tuple[int, float]]]  # (b, w) -> [(cell, value)] outside the window
+    stray: dict[tuple[int, int], list[tuple[int, int, float]]]  # (b, w) -> [(b', cell, value)] outside the window
     one_hot: set[tuple[int, int]]
 
 
