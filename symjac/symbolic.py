@@ -35,9 +35,10 @@ class Template:
       expr: the forward expression.
       derivatives: ``diff(expr, s_i)`` for each slot, as SymPy returned it.
       weights: avg only: the derivatives as exact fractions (they are constants).
-      tie_args: max only: for slot i, a NumPy function of the slot values returning
-        the argument of SymPy's ``Heaviside(s_i - Max(others))``: > 0 means s_i is
-        the strict maximum, == 0 that s_i ties for the maximum, < 0 that it loses.
+      tie_arg: max only: NumPy function ``(a, m) -> a - m``, the argument of SymPy's
+        ``diff(Max(a, m), a) = Heaviside(a - m)``. With ``a = s_i`` and ``m`` the max
+        of the other slots (max is associative), > 0 means s_i is the strict
+        maximum, == 0 that it ties for the maximum, < 0 that it loses.
     """
 
     mode: str
@@ -45,7 +46,7 @@ class Template:
     expr: sympy.Expr
     derivatives: tuple[sympy.Expr, ...]
     weights: tuple[Fraction, ...] = ()
-    tie_args: tuple[Callable[..., Any], ...] = ()
+    tie_arg: Callable[..., Any] | None = None
 
     @functools.cached_property
     def forward_numpy(self) -> Callable[..., Any]:
@@ -72,21 +73,21 @@ def template(mode: str, n: int, divisor: int) -> Template:
             raise AssertionError(f"average template {expr} is not linear")
         weights = tuple(Fraction(int(d.p), int(d.q)) for d in derivatives)  # type: ignore[attr-defined]
         return Template(mode, symbols, expr, derivatives, weights=weights)
-    expr = sympy.Max(*symbols)
-    derivatives = tuple(sympy.diff(expr, s) for s in symbols)
-    args = []
-    for s, d in zip(symbols, derivatives):
-        if n == 1:
-            if d != 1:
-                raise AssertionError(f"d Max({s})/d{s} = {d}, expected 1")
-            args.append(sympy.Integer(0))  # a lone cell always attains the max
-            continue
-        # SymPy: d Max(s_0..s_n)/d s_i = Heaviside(s_i - Max(others)).
-        if not isinstance(d, sympy.Heaviside):
-            raise AssertionError(f"d Max/d{s} = {d}: expected a Heaviside from SymPy")
-        args.append(d.args[0])
-    tie_args = tuple(sympy.lambdify(symbols, a, modules="numpy") for a in args)
-    return Template(mode, symbols, expr, derivatives, tie_args=tie_args)
+    # Max is associative: Max(s_0..s_n) = Max(s_i, m_i) with m_i the max of the other
+    # slots, which does not depend on s_i. SymPy differentiates the two-argument Max
+    # once; each slot's derivative is that result at (s_i, m_i). (Differentiating the
+    # n-argument Max directly costs O(n^2) per slot in SymPy's Max simplification.)
+    a, m = sympy.symbols("a m", real=True)
+    d2 = sympy.diff(sympy.Max(a, m), a)
+    if d2 != sympy.Heaviside(a - m):
+        raise AssertionError(f"d Max(a, m)/da = {d2}: expected Heaviside(a - m) from SymPy")
+    expr = sympy.Max(*symbols, evaluate=False) if n > 1 else symbols[0]
+    derivatives = tuple(
+        d2.xreplace({a: s, m: sympy.Max(*(o for o in symbols if o is not s), evaluate=False)}) if n > 1 else sympy.Integer(1)
+        for s in symbols
+    )
+    tie_arg = sympy.lambdify((a, m), d2.args[0], modules="numpy")
+    return Template(mode, symbols, expr, derivatives, tie_arg=tie_arg)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -152,12 +153,19 @@ def tie_members(tmpl: Template, values: np.ndarray) -> np.ndarray:
     Returns:
       (..., n) bool: slot i is in the tie set (its Heaviside argument is >= 0).
     """
-    n = len(tmpl.symbols)
-    cols = [values[..., i] for i in range(n)]
-    member = np.empty(values.shape, dtype=bool)
-    for i, arg in enumerate(tmpl.tie_args):
-        member[..., i] = np.asarray(arg(*cols)) >= 0
-    return member
+    n = values.shape[-1]
+    if n == 1:
+        return np.ones(values.shape, dtype=bool)  # a lone cell always attains the max
+    assert tmpl.tie_arg is not None
+    # m_i, the max of the other slots: the second largest value for the (first)
+    # argmax slot, the largest for every other slot.
+    top = values.max(axis=-1, keepdims=True)
+    pos = values.argmax(axis=-1)[..., None]
+    masked = values.copy()
+    np.put_along_axis(masked, pos, values.min(axis=-1, keepdims=True), axis=-1)
+    second = masked.max(axis=-1, keepdims=True)
+    others = np.where(np.arange(n) == pos, second, top)
+    return np.asarray(tmpl.tie_arg(values, others)) >= 0
 
 
 def check_tie(tie: str) -> str:
