@@ -42,6 +42,17 @@ def random_dyadic(g: Geometry, spatial: tuple[int, ...], dtype: np.dtype | type 
     return g.from_canonical(values, spatial).astype(dtype)
 
 
+def distinct_dy(g: Geometry, dtype: np.dtype | type = np.float64, seed: int = 0) -> np.ndarray:
+    """Output gradients with distinct magnitudes (as far as the dtype holds integers
+    exactly: 2^11 in float16) and random signs, in quarters: a backward that swaps the
+    gradient of two windows changes the result."""
+    rng = np.random.default_rng(seed + 3)
+    n = g.batch * g.n_out
+    limit = 2**11 if np.dtype(dtype) == np.float16 else 2**24
+    values = (rng.permutation(n) % limit + 1) * rng.choice([-1, 1], size=n) / 4
+    return g.from_canonical(values.reshape(g.batch, g.n_out), g.out_spatial).astype(dtype)
+
+
 def generate_input(g: Geometry, generator: str, dtype: np.dtype | type = np.float64, seed: int = 0) -> np.ndarray:
     """x by name: ``"distinct"``, ``"ties"`` or ``"random"``."""
     if generator == "distinct":

@@ -28,7 +28,7 @@ from ._errors import InputError
 from .exact import ExactArray
 from .geometry import Geometry, resolve
 from .graph import input_colouring, window_colouring
-from .inputs import distinct_input, random_dyadic, tie_input
+from .inputs import distinct_dy, distinct_input, tie_input
 from .jacobian import exact_forward, routes
 from .lowering import FLOAT_DTYPES
 from .report import Finding, Report
@@ -73,14 +73,17 @@ def _ratio(num: float, den: float) -> str:
 class _Caller:
     """Calls the implementation; every misbehaviour becomes a finding, never an exception."""
 
-    def __init__(self, fn: Callable[..., Any], role: str, names: tuple[str, ...], out_shape: tuple[int, ...], dtype: np.dtype, findings: list[Finding]):
+    def __init__(self, fn: Callable[..., Any], role: str, names: tuple[str, ...], out_shape: tuple[int, ...],
+                 dtype: np.dtype, findings: list[Finding]):
         self.fn, self.role, self.names, self.out_shape, self.dtype = fn, role, names, out_shape, dtype
         self.findings = findings
         self.calls = 0
         self.mutated: set[str] = set()
         self.flagged: set[str] = set()
+        self.bad = False  # this callable produced a finding of its own
 
-    def _flag(self, key: str, category: str, message: str, **kw: Any) -> None:
+    def flag(self, key: str, category: str, message: str, **kw: Any) -> None:
+        self.bad = True
         if key not in self.flagged:
             self.flagged.add(key)
             self.findings.append(Finding(category, message, **kw))
@@ -91,39 +94,37 @@ class _Caller:
         try:
             out = self.fn(*args)
         except Exception as exc:  # noqa: BLE001 - the implementation's failure is a finding
-            self._flag(f"raise:{type(exc).__name__}", "bad_output",
-                       f"{self.role} raised {type(exc).__name__}: {exc}")
+            self.flag(f"raise:{type(exc).__name__}", "bad_output", f"{self.role} raised {type(exc).__name__}: {exc}")
             return None
         for name, a, b in zip(self.names, args, before):
             if a.tobytes() != b.tobytes():
                 self.mutated.add(name)
                 changed = np.argwhere(a != b)[:MAX_LISTED]
-                self._flag(f"mutate:{name}", "mutates_inputs",
-                           f"{self.role} changed its input {name} in place "
-                           f"(first changed cells: {_listing([_fmt(tuple(int(i) for i in c)) for c in changed])})",
-                           cells=tuple(tuple(int(i) for i in c) for c in changed),
-                           expected=b[tuple(changed.T)] if changed.size else None,
-                           observed=a[tuple(changed.T)] if changed.size else None)
+                self.flag(f"mutate:{name}", "mutates_inputs",
+                          f"{self.role} changed its input {name} in place "
+                          f"(first changed cells: {_listing([_fmt(tuple(int(i) for i in c)) for c in changed])})",
+                          cells=tuple(tuple(int(i) for i in c) for c in changed),
+                          expected=b[tuple(changed.T)] if changed.size else None,
+                          observed=a[tuple(changed.T)] if changed.size else None)
                 a[...] = b  # restore, so later calls see the intended input
         try:
             arr = np.asarray(out)
         except Exception:  # noqa: BLE001
-            self._flag("type", "bad_output", f"{self.role} returned {type(out).__name__}, not an array")
+            self.flag("type", "bad_output", f"{self.role} returned {type(out).__name__}, not an array")
             return None
         if arr.shape != self.out_shape:
-            self._flag("shape", "bad_output", f"{self.role} returned shape {arr.shape}; expected {self.out_shape}")
+            self.flag("shape", "bad_output", f"{self.role} returned shape {arr.shape}; expected {self.out_shape}")
             return None
         if arr.dtype.kind not in "fiu":
-            self._flag("kind", "bad_output", f"{self.role} returned dtype {arr.dtype}; expected {self.dtype}")
+            self.flag("kind", "bad_output", f"{self.role} returned dtype {arr.dtype}; expected {self.dtype}")
             return None
         if arr.dtype != self.dtype:
-            self._flag("dtype", "bad_output", f"{self.role} returned dtype {arr.dtype}; expected {self.dtype}")
+            self.flag("dtype", "bad_output", f"{self.role} returned dtype {arr.dtype}; expected {self.dtype}")
         arr = arr.astype(np.float64)
         if not np.isfinite(arr).all():
             bad = [tuple(int(i) for i in c) for c in np.argwhere(~np.isfinite(arr))]
-            self._flag("finite", "bad_output",
-                       f"{self.role} returned NaN/Inf at {_listing([_fmt(c) for c in bad])}",
-                       cells=tuple(bad[:MAX_LISTED]))
+            self.flag("finite", "bad_output", f"{self.role} returned NaN/Inf at {_listing([_fmt(c) for c in bad])}",
+                      cells=tuple(bad[:MAX_LISTED]))
             return None
         return arr
 
@@ -135,6 +136,21 @@ class _Rows:
     obs: np.ndarray  # (B, W, K) float64
     stray: dict[tuple[int, int], list[tuple[int, int, float]]]  # (b, w) -> [(b', cell, value)] outside the window
     one_hot: set[tuple[int, int]]
+
+
+@dataclasses.dataclass
+class _Exact:
+    """The exact Jacobian rows at one x: (B, W, K) values for policy "first", and for
+    max pooling the tie sets (member) and which windows tie (|I| >= 2)."""
+
+    rows: np.ndarray
+    member: np.ndarray
+    tied: np.ndarray
+    gap: np.ndarray  # (B, W) max minus runner-up (inf for avg): finite differences need gap > 2h
+
+
+BACKWARD_CATEGORIES = ("missing_windows", "partial_windows", "wrong_cells", "wrong_weights", "tie_not_subgradient",
+                       "tie_policy")
 
 
 class _Verifier:
@@ -151,6 +167,9 @@ class _Verifier:
         self.max_ulp = 0.0
         self.window_state: dict[tuple[int, int], str] = {}
         self.counts = {"edges_missing": 0, "edges_extra": 0, "weights_wrong": 0}
+        self.one_hot_calls = 0
+        self.policies: set[str] = set()
+        self.fd_tol: np.ndarray = np.zeros((0, 0, 0))
 
     # -- helpers ------------------------------------------------------------------
     def out_index(self, b: int, w: int) -> tuple[int, ...]:
@@ -168,18 +187,40 @@ class _Verifier:
         dx = self.bwd(x, dy)
         return None if dx is None else self.g.to_canonical(dx)
 
-    def expected_rows(self, x: np.ndarray, policy: str) -> np.ndarray:
-        """(B, W, K) exact Jacobian rows as float64 (exact values correctly rounded)."""
+    def tolerance(self, exact: np.ndarray, terms: int | np.ndarray = 1) -> np.ndarray:
+        return gamma(np.asarray(terms) + 2, self.u) * np.abs(exact) + 2.0**-60 * np.abs(exact)
+
+    def scatter(self, per_window: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """sum_w per_window[b, w] * rows[b, w, k] into cells: J^T v for row arrays."""
         g = self.g
-        r = routes(g, ExactArray.from_any(x) if g.spec.mode == "max" else None, policy)
-        rows = np.zeros((g.batch, g.n_out, g.cells.shape[1]))
+        out = np.zeros((g.batch, g.n_in))
+        for k in range(g.cells.shape[1]):
+            ok = g.valid[:, k]
+            out[:, g.cells[ok, k]] += per_window[:, ok] * rows[:, ok, k]
+        return out
+
+    def exact(self, x: np.ndarray, policy: str = "first") -> _Exact:
+        g = self.g
+        ex = ExactArray.from_any(x) if g.spec.mode == "max" else None
+        r = routes(g, ex, policy)
+        K = g.cells.shape[1]
+        rows = np.zeros((g.batch, g.n_out, K))
+        member = np.zeros((g.batch, g.n_out, K), dtype=bool)
+        gap = np.full((g.batch, g.n_out), np.inf)
         i = 0
+        xc = g.to_canonical(x).astype(np.float64)
         for c in window_classes(g):
+            slots = np.array(c.slots)
             for j in range(len(c.slots)):
-                rt = r.routes[i]
+                rows[:, c.windows, c.slots[j]] = np.broadcast_to(r.routes[i].weight, (g.batch, c.windows.size)) / r.q
                 i += 1
-                rows[:, c.windows, c.slots[j]] = np.broadcast_to(rt.weight, (g.batch, c.windows.size)) / r.q
-        return rows
+            if ex is not None:
+                values = g.to_canonical(ex.num)[:, c.cells]
+                member[:, c.windows[:, None], slots[None, :]] = tie_members(c.template, values)
+                vals = np.sort(xc[:, c.cells], axis=-1)
+                gap[:, c.windows] = vals[..., -1] - vals[..., -2] if vals.shape[-1] > 1 else np.inf
+        tied = member.sum(axis=2) >= 2
+        return _Exact(rows, member, tied, gap)
 
     # -- probing --------------------------------------------------------------------
     def probe(self, x: np.ndarray) -> tuple[_Rows, list[tuple[int, int, int, float]]] | None:
@@ -189,8 +230,7 @@ class _Verifier:
         nonzero dx on cells no window of the probed colour reads.
         """
         g = self.g
-        K = g.cells.shape[1]
-        obs = np.zeros((g.batch, g.n_out, K))
+        obs = np.zeros((g.batch, g.n_out, g.cells.shape[1]))
         unexplained: list[tuple[int, int, int, float]] = []
         for colour in range(self.n_colours):
             wins = np.flatnonzero(self.colours == colour)
@@ -220,7 +260,12 @@ class _Verifier:
     def one_hot(self, x: np.ndarray, rows: _Rows, suspects: list[tuple[int, int]]) -> None:
         """Exact rows for suspect windows: one backward call each, dy = one-hot."""
         g = self.g
-        for b, w in suspects[: self.budget]:
+        for b, w in suspects:
+            if (b, w) in rows.one_hot:
+                continue
+            if self.one_hot_calls >= self.budget:
+                return
+            self.one_hot_calls += 1
             dy = np.zeros((g.batch, g.n_out))
             dy[b, w] = 1.0
             dx = self.backward(x, dy)
@@ -237,10 +282,10 @@ class _Verifier:
                 rows.stray.pop((b, w), None)
             rows.one_hot.add((b, w))
 
-    def attribute(self, x: np.ndarray, rows: _Rows, exp: np.ndarray,
+    def attribute(self, x: np.ndarray, rows: _Rows, exact: _Exact,
                   unexplained: list[tuple[int, int, int, float]]) -> list[tuple[int, int]]:
         """Find the windows behind every discrepancy, one-hot probing the suspects."""
-        suspects = self.diagnose(rows, exp)
+        suspects = self.mismatches(rows, exact)
         for colour, b, cell, _ in unexplained[: 4 * MAX_LISTED]:
             suspects += [(b, w) for w in self.nearest_windows(colour, cell, 4)]
         suspects = list(dict.fromkeys(suspects))
@@ -252,66 +297,77 @@ class _Verifier:
             if (b, cell) not in explained:  # beyond the one-hot budget: blame the nearest window
                 w = self.nearest_windows(colour, cell, 1)[0]
                 rows.stray.setdefault((b, w), []).append((b, cell, value))
-        return self.diagnose(rows, exp)
+        return self.mismatches(rows, exact)
 
     # -- diagnosis --------------------------------------------------------------------
-    def tolerance(self, exact: np.ndarray, terms: int | np.ndarray = 1) -> np.ndarray:
-        return gamma(np.asarray(terms) + 2, self.u) * np.abs(exact) + 2.0**-60 * np.abs(exact)
+    def clarke_ok(self, rows: _Rows, exact: _Exact) -> np.ndarray:
+        """(B, W): the row lies in the convex hull of the tie set's vertices."""
+        obs, member = rows.obs, exact.member
+        size = member.sum(axis=2)
+        tol = gamma(3, self.u)
+        outside = (~member & self.g.valid[None] & (obs != 0)).any(axis=2) | (member & (obs < -tol)).any(axis=2)
+        return ~outside & (np.abs(obs.sum(axis=2) - 1) <= gamma(size + 2, self.u) * size)
 
-    def diagnose(self, rows: _Rows, exp: np.ndarray, where: np.ndarray | None = None) -> list[tuple[int, int]]:
-        """Compare observed rows with expected ones; return mismatching (b, w)."""
-        g = self.g
-        valid = g.valid[None]
-        tol = self.tolerance(exp)
-        err = np.abs(rows.obs - exp) * valid
-        bad = (err > tol).any(axis=2)
-        if where is not None:
-            bad &= where
+    def mismatches(self, rows: _Rows, exact: _Exact) -> list[tuple[int, int]]:
+        """(b, w) whose observed row is not an exact row (untied) or not in the Clarke set (tied)."""
+        valid = self.g.valid[None]
+        err = np.abs(rows.obs - exact.rows) * valid
+        bad = (err > self.tolerance(exact.rows)).any(axis=2) & ~exact.tied
+        bad |= exact.tied & ~self.clarke_ok(rows, exact)
         for key in rows.stray:
-            if where is None or where[key]:
-                bad[key] = True
-        mask = valid & (exp != 0) if where is None else valid & (exp != 0) & where[..., None]
-        self.max_abs = max(self.max_abs, float(err.max(initial=0.0)))
-        if mask.any():
-            self.max_ulp = max(self.max_ulp, float(ulps(err[mask], exp[mask], self.dtype).max()))
-        return [tuple(int(i) for i in k) for k in np.argwhere(bad)]  # type: ignore[misc]
+            bad[key] = True
+        untied = valid & (exact.rows != 0) & ~exact.tied[..., None]
+        self.max_abs = max(self.max_abs, float((err * ~exact.tied[..., None]).max(initial=0.0)))
+        if untied.any():
+            self.max_ulp = max(self.max_ulp, float(ulps(err[untied], exact.rows[untied], self.dtype).max()))
+        return [(int(b), int(w)) for b, w in np.argwhere(bad)]
 
-    def classify(self, rows: _Rows, exp: np.ndarray, suspects: list[tuple[int, int]], context: str) -> None:
+    def classify(self, rows: _Rows, exact: _Exact, suspects: list[tuple[int, int]], context: str) -> None:
         g = self.g
         groups: dict[str, list[tuple[int, int]]] = {"missing_windows": [], "partial_windows": [],
-                                                    "wrong_cells": [], "wrong_weights": []}
+                                                    "wrong_cells": [], "wrong_weights": [], "tie_not_subgradient": []}
         details: dict[tuple[int, int], dict[str, Any]] = {}
         for b, w in suspects:
             valid = g.valid[w]
-            e, o = exp[b, w], rows.obs[b, w]
+            e, o = exact.rows[b, w], rows.obs[b, w]
+            stray = rows.stray.get((b, w), [])
+            cells = [self.in_index(b, int(c)) for c in g.cells[w][valid]]
+            if exact.tied[b, w]:
+                tied = [cells[i] for i in np.flatnonzero(exact.member[b, w][valid])]
+                groups["tie_not_subgradient"].append((b, w))
+                self.window_state[b, w] = "tie_not_subgradient"
+                details[b, w] = {"cells": cells + [self.in_index(bb, c) for bb, c, _ in stray],
+                                 "expected": f"a convex combination of the tied cells {_listing([_fmt(c) for c in tied])}",
+                                 "observed": [float(v) for v in o[valid]] + [v for _, _, v in stray],
+                                 "note": f"; ties at {_listing([_fmt(c) for c in tied])}"}
+                continue
             tol = self.tolerance(e)
             want = valid & (e != 0)
-            got = valid & (np.abs(o) > tol) & ~((e != 0) & (np.abs(o - e) <= tol))
-            got |= valid & (e != 0) & (np.abs(o - e) <= tol)
             missing = want & (np.abs(o) <= tol) & (np.abs(o - e) > tol)
             extra_in = valid & (e == 0) & (o != 0)
-            stray = rows.stray.get((b, w), [])
             wrong = want & ~missing & (np.abs(o - e) > tol)
             self.counts["edges_missing"] += int(missing.sum())
             self.counts["edges_extra"] += int(extra_in.sum()) + len(stray)
             self.counts["weights_wrong"] += int(wrong.sum())
-            if want.any() and missing.all() == want.all() and missing[want].all() and not extra_in.any() and not stray:
+            if extra_in.any() or stray:
+                cat = "wrong_cells"  # gradient landed where the exact derivative is 0
+            elif want.any() and missing[want].all():
                 cat = "missing_windows"
             elif missing.any():
                 cat = "partial_windows"
-            elif extra_in.any() or stray:
-                cat = "wrong_cells"
             else:
                 cat = "wrong_weights"
             groups[cat].append((b, w))
             self.window_state[b, w] = cat
-            cells = [self.in_index(b, int(c)) for c in g.cells[w][valid]]
+            note = f"; cells getting nothing: {_listing([_fmt(cells[i]) for i in np.flatnonzero(missing[valid])])}" \
+                if missing.any() else ""
+            outside = [cells[i] for i in np.flatnonzero(extra_in[valid])] + [self.in_index(bb, c) for bb, c, _ in stray]
+            note += f"; cells that should get nothing: {_listing([_fmt(c) for c in outside])}" if outside else ""
             details[b, w] = {
                 "cells": cells + [self.in_index(bb, c) for bb, c, _ in stray],
                 "expected": [Fraction(float(v)).limit_denominator(2**20) if v else 0 for v in e[valid]] + [0] * len(stray),
                 "observed": [float(v) for v in o[valid]] + [v for _, _, v in stray],
-                "missing": [cells[i] for i in np.flatnonzero(missing[valid])],
-                "extra": [cells[i] for i in np.flatnonzero(extra_in[valid])] + [self.in_index(bb, c) for bb, c, _ in stray],
+                "note": note,
             }
         total = g.batch * g.n_out
         for cat, members in groups.items():
@@ -319,20 +375,35 @@ class _Verifier:
                 continue
             names = [_fmt(self.out_index(b, w)) for b, w in members]
             what = {
-                "missing_windows": f"{len(members)} of {total} windows send no gradient{context}: {_listing(names)}",
-                "partial_windows": f"{len(members)} windows send gradient to only part of their cells{context}: {_listing(names)}",
-                "wrong_cells": f"{len(members)} windows send gradient to cells whose exact derivative is 0{context}: {_listing(names)}",
-                "wrong_weights": f"{len(members)} windows reach the right cells with wrong values{context}: {_listing(names)}",
+                "missing_windows": f"{len(members)} of {total} windows send no gradient{context}",
+                "partial_windows": f"{len(members)} windows send gradient to only part of their cells{context}",
+                "wrong_cells": f"{len(members)} windows send gradient to cells whose exact derivative is 0{context}",
+                "wrong_weights": f"{len(members)} windows reach the right cells with wrong values{context}",
+                "tie_not_subgradient": f"{len(members)} tied windows route gradient outside the convex hull of their "
+                                       f"maximal cells (rows must be >= 0, sum to 1 and touch only tied cells){context}",
             }[cat]
-            self.findings.append(Finding(cat, what))
+            self.findings.append(Finding(cat, f"{what}: {_listing(names)}"))
             for b, w in members[:MAX_LISTED]:
                 d = details[b, w]
-                extra = f"; cells getting nothing: {_listing([_fmt(c) for c in d['missing']])}" if d["missing"] else ""
-                extra += f"; cells that should get nothing: {_listing([_fmt(c) for c in d['extra']])}" if d["extra"] else ""
                 src = "one-hot probe" if (b, w) in rows.one_hot else "colour probe"
                 self.findings.append(Finding(
-                    cat, f"window {_fmt(self.out_index(b, w))} ({src}){extra}",
+                    cat, f"window {_fmt(self.out_index(b, w))} ({src}){d['note']}",
                     window=self.out_index(b, w), cells=tuple(d["cells"]), expected=d["expected"], observed=d["observed"]))
+
+    def tie_policy(self, rows: _Rows, exact: _Exact, x: np.ndarray, suspects: list[tuple[int, int]]) -> None:
+        """Name the policy the backward follows on tied windows that are in the Clarke set."""
+        ok = exact.tied.copy()
+        for key in suspects:
+            ok[key] = False
+        if not ok.any():
+            return
+        seen = []
+        for policy in TIE_POLICIES:
+            rows_p = self.exact(x, policy).rows
+            match = (np.abs(rows.obs - rows_p) <= self.tolerance(rows_p) + gamma(3, self.u) * (rows_p == 0)).all(axis=2)
+            if match[ok].all():
+                seen.append(policy)
+        self.policies.add(seen[0] if len(seen) == 1 else "other")
 
     # -- passes -----------------------------------------------------------------------
     def check_forward(self, x: np.ndarray) -> bool | None:
@@ -361,42 +432,33 @@ class _Verifier:
                 observed=[float(y_c[b, w]) for b, w in bad[:MAX_LISTED].tolist()]))
         return not bad.size
 
-    def confirm(self, x: np.ndarray, rows: _Rows, dy: np.ndarray, exact_rows: np.ndarray | None) -> np.ndarray | None:
-        """Dense call: the backward must equal the superposition of its own rows."""
-        g = self.g
+    def confirm(self, x: np.ndarray, rows: _Rows, dy: np.ndarray, repeat: bool) -> tuple[np.ndarray | None, np.ndarray]:
+        """Dense call (``repeat``: twice, for determinism): returns dx and the (b, cell)
+        pairs where dx differs from the superposition of the rows observed so far."""
         dx = self.backward(x, dy)
         if dx is None:
-            return None
-        again = self.backward(x, dy)
+            return None, np.zeros((0, 2), dtype=int)
+        again = self.backward(x, dy) if repeat else None
         if again is not None and again.tobytes() != dx.tobytes():
             diff = np.argwhere(again != dx)
-            self.findings.append(Finding(
-                "nondeterministic", f"backward gave different results for the same x and dy at {len(diff)} cells "
-                f"(first {_fmt(self.in_index(*diff[0].tolist()))})"))
-        predicted = np.zeros_like(dx)
-        bound = np.zeros_like(dx)
-        count = np.zeros_like(dx)
-        for k in range(g.cells.shape[1]):
-            ok = g.valid[:, k]
-            cells = g.cells[ok, k]
-            predicted[:, cells] += dy[:, ok] * rows.obs[:, ok, k]
-            bound[:, cells] += np.abs(dy[:, ok] * rows.obs[:, ok, k])
-            count[:, cells] += 1
+            self.bwd.flag("nondeterministic", "nondeterministic",
+                          f"backward gave different results for the same x and dy at {len(diff)} cells "
+                          f"(first {_fmt(self.in_index(*diff[0].tolist()))})")
+        predicted = self.scatter(dy, rows.obs)
+        bound = self.scatter(np.abs(dy), np.abs(rows.obs))
+        count = self.scatter(np.ones_like(dy), np.ones_like(rows.obs))
+        for (b, w), vs in rows.stray.items():
+            for bb, c, v in vs:
+                predicted[bb, c] += dy[b, w] * v
+                bound[bb, c] += abs(dy[b, w] * v)
+                count[bb, c] += 1
         tol = gamma(count + 2, self.u) * bound + 2.0**-60 * bound
-        off = np.argwhere(np.abs(dx - predicted) > tol)
-        if off.size and not any(f.category in ("missing_windows", "partial_windows", "wrong_cells", "wrong_weights",
-                                               "tie_not_subgradient") for f in self.findings):
-            cells = [self.in_index(b, c) for b, c in off.tolist()]
-            self.findings.append(Finding(
-                "partial_windows",
-                f"each window alone is right, but with a dense dy {len(off)} cells lose gradient from overlapping "
-                f"windows (accumulation is not a sum): {_listing([_fmt(c) for c in cells])}",
-                cells=tuple(cells[:MAX_LISTED]),
-                expected=[float(predicted[b, c]) for b, c in off[:MAX_LISTED].tolist()],
-                observed=[float(dx[b, c]) for b, c in off[:MAX_LISTED].tolist()]))
-        return dx
+        return dx, np.argwhere(np.abs(dx - predicted) > tol)
 
-    def finite_differences(self, x: np.ndarray, rows: _Rows) -> np.ndarray | None:
+    def windows_reading(self, b: int, cell: int) -> list[tuple[int, int]]:
+        return [(b, int(w)) for w in np.flatnonzero((self.g.cells == cell).any(axis=1))]
+
+    def finite_differences(self, x: np.ndarray) -> np.ndarray | None:
         """Compressed central differences of the implementation's own forward.
 
         Returns the FD Jacobian rows (B, W, K), or None when the forward failed.
@@ -414,6 +476,7 @@ class _Verifier:
         fd = np.zeros((g.batch, g.n_out, g.cells.shape[1]))
         tol = np.zeros_like(fd)
         n_cells = g.valid.sum(axis=1)
+        safe = np.where(g.valid, g.cells, 0)
         for colour in range(n):
             e = (in_colours == colour).astype(np.float64)
             plus = self.fwd(g.from_canonical(xc + h * e, g.in_spatial).astype(self.dtype))
@@ -422,10 +485,10 @@ class _Verifier:
                 return None
             p, m = g.to_canonical(plus, g.out_spatial), g.to_canonical(minus, g.out_spatial)
             slope = (p - m) / (2 * h)
-            hit = (in_colours[np.where(g.valid, g.cells, 0)] == colour) & g.valid  # (W, K): at most one per window
+            hit = (in_colours[safe] == colour) & g.valid  # (W, K): at most one per window
             if g.spec.mode == "avg":
-                mass_p = np.abs(np.where(g.valid, (xc + h * e)[:, np.where(g.valid, g.cells, 0)], 0)).sum(axis=2) / g.divisor
-                mass_m = np.abs(np.where(g.valid, (xc - h * e)[:, np.where(g.valid, g.cells, 0)], 0)).sum(axis=2) / g.divisor
+                mass_p = np.abs(np.where(g.valid, (xc + h * e)[:, safe], 0)).sum(axis=2) / g.divisor
+                mass_m = np.abs(np.where(g.valid, (xc - h * e)[:, safe], 0)).sum(axis=2) / g.divisor
                 err = gamma(n_cells + 1, self.u) * (mass_p + mass_m) / (2 * h)
             else:
                 err = np.zeros_like(slope)
@@ -436,13 +499,14 @@ class _Verifier:
         self.fd_tol = tol
         return fd
 
-    def check_fd(self, rows: _Rows, fd: np.ndarray) -> bool:
+    def check_fd(self, rows: _Rows, fd: np.ndarray, usable: np.ndarray) -> bool:
+        """Backward rows vs central differences, on windows where FD is exact enough."""
         g = self.g
         bwd_tol = self.tolerance(rows.obs)
         bad = ((np.abs(rows.obs - fd) > self.fd_tol + bwd_tol) & g.valid[None]).any(axis=2)
         for key in rows.stray:
             bad[key] = True
-        where = np.argwhere(bad)
+        where = np.argwhere(bad & usable)
         if where.size:
             names = [_fmt(self.out_index(b, w)) for b, w in where.tolist()]
             b, w = where[0].tolist()
@@ -454,100 +518,80 @@ class _Verifier:
                 expected=[float(v) for v in fd[b, w][valid]], observed=[float(v) for v in rows.obs[b, w][valid]]))
         return not where.size
 
-    def tie_pass(self, x: np.ndarray) -> str | None:
-        """Max pooling at tie-rich x: every row must lie in the Clarke set of its window."""
-        g = self.g
+    def backward_pass(self, x: np.ndarray, context: str,
+                      dense: list[np.ndarray]) -> tuple[_Rows, _Exact, list[np.ndarray | None]] | None:
+        """Probe, attribute, confirm with each dense dy (the first one twice), classify."""
         probed = self.probe(x)
         if probed is None:
             return None
         rows, unexplained = probed
-        for colour, b, cell, value in unexplained:
-            w = self.nearest_windows(colour, cell, 1)[0]
-            rows.stray.setdefault((b, w), []).append((b, cell, value))
-        xc = g.to_canonical(ExactArray.from_any(x).num)
-        member = np.zeros((g.batch, g.n_out, g.cells.shape[1]), dtype=bool)
-        for c in window_classes(g):
-            member[:, c.windows[:, None], np.array(c.slots)[None, :]] = tie_members(c.template, xc[:, c.cells])
-        size = member.sum(axis=2)
-        obs = rows.obs
-        tol = gamma(3, self.u)
-        total = obs.sum(axis=2)
-        inside = (~member & g.valid[None] & (obs != 0)).any(axis=2) | (member & (obs < -tol)).any(axis=2)
-        bad = inside | (np.abs(total - 1) > gamma(size + 2, self.u) * size)
-        for key in rows.stray:
-            bad[key] = True
-        # Non-tied windows were already checked at distinct inputs; here report them too.
-        where = np.argwhere(bad)
-        if where.size:
-            names = [_fmt(self.out_index(b, w)) for b, w in where.tolist()]
-            b, w = where[0].tolist()
-            valid = g.valid[w]
-            tied = [self.in_index(b, int(c)) for c, m in zip(g.cells[w][valid], member[b, w][valid]) if m]
-            self.findings.append(Finding(
-                "tie_not_subgradient",
-                f"at tied inputs, {len(where)} windows route gradient outside the convex hull of their maximal cells "
-                f"(rows must be >= 0, sum to 1, and touch only tied cells): {_listing(names)}; "
-                f"e.g. window {names[0]} ties at {_listing([_fmt(c) for c in tied])}",
-                window=self.out_index(b, w), cells=tuple(self.in_index(b, int(c)) for c in g.cells[w][valid]),
-                expected=f"any convex combination over {len(tied)} tied cells",
-                observed=[float(v) for v in obs[b, w][valid]]))
-        tied = (size >= 2) & ~bad
-        if not tied.any():
-            return None
-        seen = set()
-        for policy in TIE_POLICIES:
-            exp = self.expected_rows(x, policy)
-            match = (np.abs(obs - exp) <= self.tolerance(exp) + tol * (exp == 0)).all(axis=2)
-            if match[tied].all():
-                seen.add(policy)
-        if len(seen) == 1:
-            return seen.pop()
-        return "other"
+        exact = self.exact(x)
+        suspects = self.attribute(x, rows, exact, unexplained)
+        results: list[np.ndarray | None] = []
+        for i, dy in enumerate(dense):
+            dx, off = self.confirm(x, rows, dy, repeat=i == 0)
+            results.append(dx)
+            if not off.size:
+                continue
+            # Rows that look right alone but not together: find the windows behind the
+            # cells, one-hot, and re-diagnose (a swap between same-colour windows, or
+            # overlapping windows that do not accumulate).
+            implicated = [k for b, c in off[: 4 * MAX_LISTED].tolist() for k in self.windows_reading(b, c)]
+            self.one_hot(x, rows, list(dict.fromkeys(implicated)))
+            suspects = list(dict.fromkeys(suspects + self.mismatches(rows, exact)))
+            if not suspects and dx is not None and "superposition" not in self.window_state.values():
+                cells = [self.in_index(b, c) for b, c in off.tolist()]
+                predicted = self.scatter(dy, rows.obs)
+                self.findings.append(Finding(
+                    "partial_windows",
+                    f"each window alone is right, but with a dense dy {len(off)} cells lose gradient from "
+                    f"overlapping windows (accumulation is not a sum): {_listing([_fmt(c) for c in cells])}",
+                    cells=tuple(cells[:MAX_LISTED]),
+                    expected=[float(predicted[b, c]) for b, c in off[:MAX_LISTED].tolist()],
+                    observed=[float(dx[b, c]) for b, c in off[:MAX_LISTED].tolist()]))
+                self.window_state[(-1, -1)] = "superposition"
+        if suspects:
+            self.classify(rows, exact, suspects, context)
+        if self.g.spec.mode == "max":
+            self.tie_policy(rows, exact, x, suspects)
+        return rows, exact, results
 
     def run(self, x: np.ndarray, dy: np.ndarray | None, tie_x: np.ndarray | None) -> Report:
         g = self.g
         forward_ok = self.check_forward(x)
-        probed = self.probe(x)
+        # The dense confirmation uses distinct dy values, so gradient swapped between
+        # windows shows; a caller's dy is one more dense call, reported in the stats.
+        dense = [g.to_canonical(distinct_dy(g, self.dtype, 0), g.out_spatial).astype(np.float64)]
+        if dy is not None:
+            dense.append(g.to_canonical(dy, g.out_spatial).astype(np.float64))
+        dy_c = dense[-1]
         fd_ok: bool | None = None
-        tie_policy = None
-        backward_ok = False
-        if probed is not None:
-            rows, unexplained = probed
-            exp = self.expected_rows(x, "first")
-            suspects = self.attribute(x, rows, exp, unexplained)
-            if suspects:
-                self.classify(rows, exp, suspects, "")
-            dy_c = g.to_canonical(dy, g.out_spatial).astype(np.float64) if dy is not None else \
-                g.to_canonical(random_dyadic(g, g.out_spatial, self.dtype, 0), g.out_spatial).astype(np.float64)
-            dx = self.confirm(x, rows, dy_c, exp)
-            fd = self.finite_differences(x, rows)
+        mass_obs = mass_exp = 0.0
+        main = self.backward_pass(x, "", dense)
+        if main is not None:
+            rows, exact, results = main
+            dx = results[-1]
+            fd = self.finite_differences(x)
             if fd is not None:
-                fd_ok = self.check_fd(rows, fd)
-                if g.n_in * g.batch <= 4096:
-                    grad = np.zeros((g.batch, g.n_in))
-                    for k in range(g.cells.shape[1]):
-                        ok = g.valid[:, k]
-                        grad[:, g.cells[ok, k]] += dy_c[:, ok] * fd[:, ok, k]
-                    self.stats["fd_gradient"] = g.from_canonical(grad, g.in_spatial)
+                usable = ~exact.tied & (exact.gap > 0.5)  # FD with h = 1/4 stays on one side of every kink
+                fd_ok = self.check_fd(rows, fd, usable)
+                if g.n_in * g.batch <= 4096 and usable.all():
+                    self.stats["fd_gradient"] = g.from_canonical(self.scatter(dy_c, fd), g.in_spatial)
             if g.n_in * g.batch <= 4096 and dx is not None:
                 self.stats["observed_gradient"] = g.from_canonical(dx, g.in_spatial)
-                exact = np.zeros((g.batch, g.n_in))
-                for k in range(g.cells.shape[1]):
-                    ok = g.valid[:, k]
-                    exact[:, g.cells[ok, k]] += dy_c[:, ok] * exp[:, ok, k]
-                self.stats["expected_gradient"] = g.from_canonical(exact, g.in_spatial)
+                self.stats["expected_gradient"] = g.from_canonical(self.scatter(dy_c, exact.rows), g.in_spatial)
             mass_obs = float(rows.obs.sum()) + sum(v for vs in rows.stray.values() for _, _, v in vs)
-            mass_exp = float(exp.sum())
+            mass_exp = float(exact.rows.sum())
             if g.spec.mode == "max" and tie_x is not None:
-                tie_policy = self.tie_pass(tie_x)
-                if self.tie != "any" and tie_policy is not None and tie_policy != self.tie:
-                    self.findings.append(Finding(
-                        "tie_policy", f"at ties the backward follows policy {tie_policy!r}; {self.tie!r} was demanded"))
-            backward_ok = not any(f.category in ("missing_windows", "partial_windows", "wrong_cells", "wrong_weights",
-                                                 "tie_not_subgradient", "tie_policy", "bad_output", "nondeterministic")
-                                  for f in self.findings)
-        else:
-            mass_obs, mass_exp = 0.0, 0.0
+                self.backward_pass(tie_x, " at tied inputs", [])
+        tie_policy = None
+        if self.policies:
+            tie_policy = self.policies.pop() if len(self.policies) == 1 else "other"
+            if self.tie != "any" and tie_policy != self.tie:
+                self.findings.append(Finding(
+                    "tie_policy", f"at ties the backward follows policy {tie_policy!r}; {self.tie!r} was demanded"))
+        categories = {f.category for f in self.findings}
+        backward_ok = main is not None and not self.bwd.bad and not categories & set(BACKWARD_CATEGORIES)
         missing = [k for k, v in self.window_state.items() if v == "missing_windows"]
         partial = [k for k, v in self.window_state.items() if v == "partial_windows"]
         total = g.batch * g.n_out
@@ -573,10 +617,9 @@ class _Verifier:
                         f"(max error {self.max_ulp:.2g} ULP, {self.bwd.calls} backward calls)")
             headline += "" if fd_ok is None else "; forward and central differences agree"
             headline += f"; tie policy {tie_policy}" if tie_policy else ""
-        elif missing:
-            visited = total - len(missing)
+        elif missing and categories <= {"missing_windows", "not_fd_consistent"}:
             names = [_fmt(self.out_index(b, w)) for b, w in sorted(missing)]
-            headline = (f"backward visits {visited} of {total} output windows: {_listing(names)} "
+            headline = (f"backward visits {total - len(missing)} of {total} output windows: {_listing(names)} "
                         f"get{'s' if len(missing) == 1 else ''} nothing; {_ratio(mass_obs, mass_exp)}")
         else:
             cats = list(dict.fromkeys(f.category for f in self.findings))
@@ -596,7 +639,9 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any], forward: Callable[..
         finite-difference oracle.
       input_shape: the full input shape; or give ``x``.
       x: input values (default: small integers distinct within every window).
-      dy: the dense confirmation dy (default: random dyadic values).
+      dy: an upstream gradient for one more dense call, whose expected, observed
+        and finite-difference gradients go in ``stats`` (the confirmation call always
+        uses distinct dyadic values, so gradient swapped between windows shows).
       dtype: ``"float16"``, ``"float32"`` or ``"float64"``.
       tie: ``"any"`` accepts any routing in the Clarke set at max-pooling ties;
         ``"first"``, ``"last"`` or ``"split"`` demand that policy.
