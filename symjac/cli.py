@@ -116,7 +116,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
     else:
         for case, report in reports:
-            print(f"{'PASS' if report.ok else 'FAIL'} {case.name}: {report.summary()}")
+            summary = report.summary()
+            summary = summary[len(case.name) + 2:] if summary.startswith(f"{case.name}: ") else summary
+            print(f"{'PASS' if report.ok else 'FAIL'} {case.name}: {summary}")
             if not report.ok and args.verbose:
                 print(report)
     return EXIT_FINDING if failed else EXIT_OK
@@ -158,9 +160,10 @@ def cmd_graph(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.spec}: graph draws pooling windows; this spec is a loss")
     impl = load_impl(args.impl) if args.impl else None
     fns = _callables(impl, cases[0], args.impl) if impl is not None else None
-    for message in write_graph(cases[0], out, fns, dtype=args.dtype):
+    messages, ok = write_graph(cases[0], out, fns, dtype=args.dtype)
+    for message in messages:
         print(message)
-    return EXIT_OK
+    return EXIT_OK if ok else EXIT_FINDING
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -229,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, SymjacError) as exc:
         print(f"symjac {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # e.g. piped into head: the reader left, nothing to report
+        sys.stderr.close()
+        return EXIT_OK
     except OSError as exc:
         print(f"symjac {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -35,8 +35,10 @@ def explain_pool(case: Any, latex: bool = False) -> str:
         cells = [sympy.Symbol("x[" + ",".join(map(str, g.cell_position(int(k)))) + "]", real=True) for k in c.cells[0]]
         sub = dict(zip(c.template.symbols, cells))
         y = sympy.Symbol("y[" + ",".join(map(str, out_pos)) + "]", real=True)
+        n = len(c.slots)
+        divisor = f", divisor {c.divisor}" if g.spec.mode == "avg" else ""
         lines.append(f"class {i + 1}: {c.windows.size} window{'s' if c.windows.size != 1 else ''}, "
-                     f"{len(c.slots)} valid cells, divisor {c.divisor}; e.g. window {out_pos}:")
+                     f"{n} valid cell{'s' if n != 1 else ''}{divisor}; e.g. window {out_pos}:")
         lines.append(f"  {_equation(y, c.template.expr.xreplace(sub), latex)}")
         for cell, d in zip(cells, c.template.derivatives):
             lhs = sympy.Derivative(y, cell) if latex else f"d{y}/d{cell}"

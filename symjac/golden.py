@@ -53,23 +53,20 @@ def _fractions(values: Any) -> np.ndarray:
 def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Exact quantities (object arrays of Fractions) and metadata of one case."""
     if case.is_loss:
-        from .losses import loss_derivative
+        from .losses import complete_inputs, loss_derivative, loss_value
 
-        pred = case.inputs["pred"]
-        label = case.inputs.get("label")
-        upstream = case.inputs.get("upstream")
-        from .losses import loss_value
-
-        qs = {"pred": pred}
+        pred, label, upstream = complete_inputs(case.operator, case.inputs.get("pred"), case.inputs.get("label"),
+                                                case.inputs.get("upstream"))
+        qs: dict[str, np.ndarray] = {"pred": _fractions(pred)}
         if label is not None:
-            qs["label"] = label
+            qs["label"] = label = _fractions(label)
         if upstream is not None:
-            qs["upstream"] = upstream
-        value = loss_value(case.operator, pred, label)
-        qs["value"] = _fractions(value)
+            qs["upstream"] = upstream = _fractions(upstream)
+        pred = qs["pred"]
+        qs["value"] = _fractions(loss_value(case.operator, pred, label))
         qs["derivative"] = _fractions(loss_derivative(case.operator, pred, label, upstream))
-        loss_meta: dict[str, Any] = {"operator": repr(case.operator), "note": "value and derivative are rounded from >= 50-digit mpmath "
-                "evaluations to their exact binary fractions"}
+        loss_meta: dict[str, Any] = {"operator": repr(case.operator), "note": "value and derivative are rounded from "
+                                     ">= 50-digit mpmath evaluations to their exact binary fractions"}
         return qs, loss_meta
     from .exact import ExactArray
     from .jacobian import _sparse, exact_forward, exact_vjp, routes
@@ -101,8 +98,10 @@ def provenance(case: Any, qs: dict[str, np.ndarray]) -> dict[str, Any]:
     for key in sorted(k for k in ("x", "dy", "pred", "label", "upstream") if k in qs):
         h.update(key.encode() + json.dumps([str(v) for v in np.asarray(qs[key]).reshape(-1)]).encode())
         h.update(str(np.asarray(qs[key]).shape).encode())
+    explicit = "x" in case.inputs or "pred" in case.inputs
     return {"symjac_version": __version__, "spec_hash": h.hexdigest(), "case": case.name,
-            "generator": case.inputs.get("generator", "explicit"), "seed": int(case.inputs.get("seed", 0))}
+            "generator": case.inputs.get("generator", "explicit" if explicit else "default"),
+            "seed": int(case.inputs.get("seed", 0))}
 
 
 def _is_int_array(a: np.ndarray) -> bool:
@@ -125,7 +124,7 @@ def _json(qs: dict[str, np.ndarray], meta: dict[str, Any], prov: dict[str, Any])
 
 def _npy(arr: np.ndarray) -> bytes:
     buf = io.BytesIO()
-    np.lib.format.write_array(buf, np.ascontiguousarray(arr), allow_pickle=False)
+    np.lib.format.write_array(buf, np.require(arr, requirements="C"), allow_pickle=False)  # keeps 0-d shapes
     return buf.getvalue()
 
 

@@ -1014,6 +1014,24 @@ def to_numpy(values: Any, dtype: Any = np.float64) -> np.ndarray:
     return out.reshape(arr.shape)
 
 
+def complete_inputs(loss: Loss, pred: Any, label: Any, upstream: Any) -> tuple[Any, Any, Any]:
+    """Fill what the caller left out: :func:`default_inputs` when ``pred`` is None, and
+    for ``reduction="none"`` a varied upstream gradient (so an ignored upstream shows).
+
+    Raises:
+      InputError: a label without a prediction.
+    """
+    if pred is None:
+        if label is not None:
+            raise InputError("label is given without pred; give both (or neither, for the default inputs)")
+        pred, label, default_up = default_inputs(loss)
+        return pred, label, default_up if upstream is None else upstream
+    if loss.reduction == "none" and upstream is None:
+        shape = np.shape(pred)[:-1] if loss.kind == "softmax_ce" else np.shape(pred)
+        upstream = np.resize(np.array([0.5, -1.0, 1.5, 2.0, -0.25, 0.75]), shape)
+    return pred, label, upstream
+
+
 def default_inputs(loss: Loss) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     """Small deterministic inputs in the loss's domain: ``(pred, label, upstream)``.
 
@@ -1066,6 +1084,7 @@ __all__ = [
     "LossEvaluation",
     "LossTemplate",
     "check_loss",
+    "complete_inputs",
     "default_inputs",
     "evaluate",
     "loss_derivative",

@@ -49,8 +49,14 @@ def to_dot(graph: Any, states: dict[tuple[int, ...], str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str = "float64") -> list[str]:
-    """Write ``out`` (.dot, .png or .svg); return messages for the user."""
+def write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str = "float64") -> tuple[list[str], bool]:
+    """Write ``out`` (.dot, .png or .svg); return messages for the user and whether
+    the implementation (if any) verified."""
+    messages, report = _write_graph(case, out, fns, dtype)
+    return messages, report is None or report.ok
+
+
+def _write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str) -> tuple[list[str], Any]:
     from .exact import ExactArray
     from .graph import window_graph
     from .jacobian import exact_vjp
@@ -69,7 +75,7 @@ def write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str = "
     dot = to_dot(graph, states)
     if out.suffix == ".dot":
         out.write_text(dot)
-        return messages + [f"wrote {out}"]
+        return messages + [f"wrote {out}"], report
     try:
         import matplotlib
 
@@ -78,11 +84,11 @@ def write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str = "
     except ImportError:
         fallback = out.with_suffix(".dot")
         fallback.write_text(dot)
-        return messages + [PLOT_HINT, f"wrote {fallback} instead"]
+        return messages + [PLOT_HINT, f"wrote {fallback} instead"], report
     if len(g.in_spatial) == 3:
         fallback = out.with_suffix(".dot")
         fallback.write_text(dot)
-        return messages + ["coverage pictures show 1-D and 2-D pools; 3-D pools get the DOT graph", f"wrote {fallback}"]
+        return messages + ["coverage pictures show 1-D and 2-D pools; 3-D pools get the DOT graph", f"wrote {fallback}"], report
 
     ones = np.ones(g.output_shape)
     expected = exact_vjp(g, ExactArray.from_any(x64), ExactArray.from_any(ones)).to_numpy(np.float64)
@@ -138,4 +144,4 @@ def write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str = "
     fig.tight_layout(rect=(0, 0.06 if handles else 0, 1, 0.9))
     fig.savefig(out, dpi=120)
     plt.close(fig)
-    return messages + [f"wrote {out}"]
+    return messages + [f"wrote {out}"], report

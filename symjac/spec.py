@@ -114,7 +114,8 @@ class Pool:
         extra cell on the high side), ``"same_lower"`` (ONNX SAME_LOWER), an int
         (both sides of every dimension), or per-dimension ``(low, high)`` pairs.
       dilation: spacing between the cells of one window.
-      ceil_mode: PyTorch/ONNX ``ceil_mode``; only with explicit padding.
+      ceil_mode: PyTorch/ONNX ``ceil_mode``; with ``"valid"`` or explicit padding
+        (SAME fixes the output size itself).
       divisor: for ``"avg"``: ``"exclude_pad"`` (number of valid cells),
         ``"include_pad"`` (PyTorch ``count_include_pad=True``: pad cells count, the
         ceil-mode overhang does not) or a positive int (``divisor_override``).

@@ -111,7 +111,8 @@ def exact_array(value: Any, where: str) -> np.ndarray:
             raise ValueError
         return ExactArray.from_any(arr, where).to_fractions()
     except (InputError, ValueError) as exc:
-        raise SpecError(f"{where}: {exc or 'not a rectangular array of numbers'}") from None
+        message = str(exc) or "not a rectangular array of numbers"
+        raise SpecError(message if message.startswith(where) else f"{where}: {message}") from None
 
 
 def _operator(table: dict[str, Any], where: str) -> Any:
@@ -208,11 +209,22 @@ def load(path: str | Path) -> SpecFile:
     return SpecFile(p, cases)
 
 
-def pool_input(case: Case, dtype: Any = np.float64) -> tuple[Any, np.ndarray, np.ndarray]:
+def pool_input(case: Case) -> tuple[Any, np.ndarray, np.ndarray]:
     """(geometry, x, dy) for a pooling case; generated where not explicit.
 
     ``x`` and ``dy`` are object arrays of exact Fractions.
+
+    Raises:
+      SpecError: the inputs do not fit the operator; the message names the file.
     """
+    try:
+        return _pool_input(case)
+    except SymjacError as exc:
+        message = str(exc)
+        raise SpecError(message if message.startswith(case.source) else f"{case.source}: {message}") from None
+
+
+def _pool_input(case: Case) -> tuple[Any, np.ndarray, np.ndarray]:
     from .exact import ExactArray
     from .geometry import resolve
     from .inputs import generate_input, random_dyadic

@@ -49,9 +49,18 @@ def load_grid(path: str | Path) -> list[dict[str, Any]]:
     from .specfile import _check_keys
 
     _check_keys(str(p), data, ("name", "description", "operator", "input"))
+    from .specfile import OPERATOR_KEYS, POOL_INPUT_KEYS
+
+    kinds = data.get("operator", {}).get("kind", ["pool"])
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    for kind in kinds:
+        if kind not in ("pool", "adaptive_pool", "global_pool"):
+            raise SpecError(f"{p} [operator].kind: {kind!r} is not valid in a sweep; sweeps run pooling specs "
+                            "('pool', 'adaptive_pool', 'global_pool')")
+    valid_keys = tuple(dict.fromkeys(k for kind in kinds for k in OPERATOR_KEYS[kind]))
     axes: list[tuple[str, str, list[Any]]] = []
-    for section in ("operator", "input"):
-        for key, values in _check_keys(f"{p} [{section}]", data.get(section, {}), tuple(data.get(section, {}))).items():
+    for section, keys in (("operator", valid_keys), ("input", POOL_INPUT_KEYS)):
+        for key, values in _check_keys(f"{p} [{section}]", data.get(section, {}), keys).items():
             if not isinstance(values, list) or not values:
                 raise SpecError(f"{p} [{section}].{key}: give a non-empty list of candidate values, e.g. [{values!r}]")
             axes.append((section, key, values))

@@ -92,7 +92,7 @@ import mpmath
 import numpy as np
 
 from ._errors import InputError, SpecError
-from .losses import Loss, LossEvaluation, check_loss, default_inputs, evaluate
+from .losses import Loss, LossEvaluation, check_loss, complete_inputs, evaluate
 from .report import Finding, Report, jsonable
 
 FLOAT_DTYPES = ("float16", "float32", "float64")
@@ -377,14 +377,7 @@ def verify_loss(
 def _prepare(
     loss: Loss, pred: Any, label: Any, upstream: Any, dt: np.dtype[Any]
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, bool]:
-    if pred is None:
-        if label is not None:
-            raise InputError("label is given without pred; give both (or neither, for the default inputs)")
-        pred, label, default_up = default_inputs(loss)
-        upstream = default_up if upstream is None else upstream
-    elif loss.reduction == "none" and upstream is None:
-        shape = np.shape(pred)[:-1] if loss.kind == "softmax_ce" else np.shape(pred)
-        upstream = np.resize(np.array([0.5, -1.0, 1.5, 2.0, -0.25, 0.75]), shape)
+    pred, label, upstream = complete_inputs(loss, pred, label, upstream)
     if upstream is not None and loss.reduction != "none":
         raise InputError(
             f"upstream is given but reduction={loss.reduction!r}: the derivative of a reduced loss takes no "

@@ -122,12 +122,13 @@ def test_golden_is_byte_identical_and_exact(tmp_path):
 def test_graph_writes_dot_and_png(tmp_path):
     dot = tmp_path / "g.dot"
     r = symjac("graph", SEED000, "--impl", BUGGY, "--out", str(dot))
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr  # the picture is written, and the finding sets the exit code
     text = dot.read_text()
     assert text.startswith("digraph") and text.count('fillcolor="#d62728"') == 3  # the 3 missing windows
     png = tmp_path / "g.png"
     r = symjac("graph", SEED000, "--impl", BUGGY, "--out", str(png))
-    assert r.returncode == 0
+    assert r.returncode == 1
+    assert symjac("graph", SEED000, "--impl", FIXED, "--out", str(tmp_path / "ok.dot")).returncode == 0
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -142,3 +143,19 @@ def test_console_script_is_installed():
         pytest.skip("console script not on PATH (package not installed with pip)")
     r = subprocess.run([exe, "verify", SEED000, "--impl", FIXED], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0
+
+
+def test_golden_loss_with_default_inputs(tmp_path):
+    spec = tmp_path / "mse_none.toml"
+    spec.write_text('[operator]\nkind = "loss"\nloss = "mse"\nreduction = "none"\n')
+    r = symjac("golden", str(spec), "--out", str(tmp_path / "g"), "--format", "json,npz")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "g" / "mse_none.json").read_text())
+    assert doc["provenance"]["generator"] == "default"
+    from fractions import Fraction
+
+    pred, label, up, der = ([Fraction(v) for v in doc["arrays"][k]["exact"]] for k in ("pred", "label", "upstream", "derivative"))
+    # reduction none, S = 1: the derivative is upstream * d(z - y)^2/dz = upstream * 2 (z - y).
+    assert der == [u * 2 * (z - y) for z, y, u in zip(pred, label, up)]
+    npz = np.load(tmp_path / "g" / "mse_none.npz")
+    assert npz["provenance.json"].shape == ()  # 0-d arrays keep their shape

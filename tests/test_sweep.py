@@ -68,3 +68,13 @@ def test_dask_local_cluster_matches_local_run(sweep_file, monkeypatch):
 def test_missing_sweep_file():
     with pytest.raises(symjac.SpecError, match="no such sweep file"):
         load_grid("nope.toml")
+
+
+def test_sweep_keys_are_checked_when_read(tmp_path):
+    p = tmp_path / "typo.toml"
+    p.write_text('[operator]\nkind = ["pool"]\nmode = ["avg"]\nkernel = [2]\nstide = [1]\n[input]\nshape = [[4, 4]]\n')
+    with pytest.raises(symjac.SpecError, match=r"unknown key 'stide'; did you mean 'stride'\?"):
+        load_grid(p)
+    p.write_text('[operator]\nkind = ["loss"]\n[input]\nshape = [[4]]\n')
+    with pytest.raises(symjac.SpecError, match="sweeps run pooling specs"):
+        load_grid(p)
