@@ -184,6 +184,17 @@ def _case(table: dict[str, Any], source: str, default_name: str) -> Case:
     return Case(str(table.get("name", default_name)), operator, inputs, dict(expect), source)
 
 
+def read_toml(path: str | Path, what: str = "spec file") -> tuple[Path, dict[str, Any]]:
+    """Parse a TOML file; a missing or malformed file is a :class:`SpecError` naming it."""
+    p = Path(path)
+    try:
+        return p, tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError(f"{p}: no such {what}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{p}: not valid TOML: {exc}") from None
+
+
 def load(path: str | Path) -> SpecFile:
     """Read and validate a spec file.
 
@@ -191,13 +202,7 @@ def load(path: str | Path) -> SpecFile:
       SpecError: the file is missing, not TOML, or has an unknown key or bad value;
         the message names the file and the key.
     """
-    p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecError(f"{p}: no such spec file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{p}: not valid TOML: {exc}") from None
+    p, data = read_toml(path)
     _check_keys(str(p), data, TOP_KEYS)
     if "case" in data:
         extra = [k for k in data if k not in ("case", "name", "description")]

@@ -27,7 +27,6 @@ from __future__ import annotations
 import itertools
 import json
 import sys
-import tomllib
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -39,15 +38,9 @@ DASK_HINT = "Dask is not installed: pip install 'symjac[dask]' to run sweeps on 
 
 def load_grid(path: str | Path) -> list[dict[str, Any]]:
     """Expand a sweep file into configurations ``{"operator": {...}, "input": {...}}``."""
-    p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecError(f"{p}: no such sweep file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{p}: not valid TOML: {exc}") from None
-    from .specfile import _check_keys
+    from .specfile import _check_keys, read_toml
 
+    p, data = read_toml(path, "sweep file")
     _check_keys(str(p), data, ("name", "description", "operator", "input"))
     from .specfile import OPERATOR_KEYS, POOL_INPUT_KEYS
 
