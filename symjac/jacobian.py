@@ -80,35 +80,27 @@ def routes(geometry: Geometry, x: ExactArray | None, tie: str = "first") -> Rout
     return Routes(geometry, tuple(out), q)
 
 
-def _accumulate(target_shape: tuple[int, int], pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]], bound: int) -> np.ndarray:
-    """Scatter-add integer pieces (index, source values, weight) into a (batch, n) array."""
-    acc = np.zeros(target_shape, dtype=np.int64 if bound < 2**62 else object)
-    for index, source, weight in pieces:
-        acc[:, index] += source * weight
-    return acc
-
-
 def _apply(r: Routes, source: ExactArray, transpose: bool) -> ExactArray:
-    """y = J x (transpose=False) or dx = J^T dy (transpose=True), exactly."""
+    """y = J x (transpose=False) or dx = J^T dy (transpose=True), exactly.
+
+    Integers over the common denominator ``source.den * r.q``: int64 when no sum can
+    reach 2^62 (each target gets at most one term per route), Python ints otherwise.
+    """
     g = r.geometry
-    src_spatial = g.out_spatial if transpose else g.in_spatial
-    dst_n = g.n_in if transpose else g.n_out
+    src_spatial, dst_spatial = (g.out_spatial, g.in_spatial) if transpose else (g.in_spatial, g.out_spatial)
     s = g.to_canonical(source.num, src_spatial)
-    big = s.dtype == object
     wmax = max((int(np.abs(rt.weight).max()) for rt in r.routes if rt.weight.size), default=0)
     smax = int(np.abs(s).max()) if s.size else 0
-    bound = smax * wmax * max(len(r.routes), 1)
-    if big or bound >= 2**62:
-        s = s.astype(object)
-    pieces = []
+    small = s.dtype != object and smax * wmax * max(len(r.routes), 1) < 2**62
+    kind: Any = np.int64 if small else object
+    s = s.astype(kind)
+    acc = np.zeros((g.batch, math.prod(dst_spatial)), dtype=kind)
     for rt in r.routes:
-        weight = rt.weight.astype(object) if s.dtype == object else rt.weight
+        # Within one route every window reads a different cell: no index repeats.
         if transpose:
-            pieces.append((rt.cells, s[:, rt.windows], weight))
+            acc[:, rt.cells] += s[:, rt.windows] * rt.weight.astype(kind)
         else:
-            pieces.append((rt.windows, s[:, rt.cells], weight))
-    acc = _accumulate((g.batch, dst_n), pieces, 0 if s.dtype != object else 2**62)
-    dst_spatial = g.in_spatial if transpose else g.out_spatial
+            acc[:, rt.windows] += s[:, rt.cells] * rt.weight.astype(kind)
     return ExactArray(_int_array(g.from_canonical(acc, dst_spatial)), source.den * r.q)
 
 
