@@ -18,6 +18,7 @@ Curtis–Powell–Reid groups for compressed finite differences.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -63,14 +64,18 @@ def _axis_input_conflicts(axis: AxisWindows) -> nx.Graph:
 def _combine(per_axis: list[np.ndarray]) -> tuple[np.ndarray, int]:
     radix = [int(c.max()) + 1 for c in per_axis]
     grid = np.meshgrid(*per_axis, indexing="ij")
-    return np.ravel_multi_index(tuple(g.reshape(-1) for g in grid), radix), math.prod(radix)
+    colours = np.ravel_multi_index(tuple(g.reshape(-1) for g in grid), radix)
+    colours.setflags(write=False)  # cached and shared
+    return colours, math.prod(radix)
 
 
+@functools.lru_cache(maxsize=64)
 def window_colouring(geometry: Geometry) -> tuple[np.ndarray, int]:
     """(colour of each window, number of colours); same-colour windows share no cell."""
     return _combine([_colour(_axis_window_conflicts(a)) for a in geometry.axes])
 
 
+@functools.lru_cache(maxsize=64)
 def input_colouring(geometry: Geometry) -> tuple[np.ndarray, int]:
     """(colour of each spatial input cell, number of colours); no window reads two
     cells of one colour (Curtis–Powell–Reid groups for finite differences)."""

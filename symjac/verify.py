@@ -33,7 +33,7 @@ from .jacobian import exact_forward, routes
 from .lowering import FLOAT_DTYPES
 from .report import Finding, Report
 from .spec import PoolSpec, check_pool_spec
-from .symbolic import TIE_POLICIES, tie_members, window_classes
+from .symbolic import TIE_POLICIES, policy_weights, tie_members, window_classes
 
 UNIT_ROUNDOFF = {np.dtype(np.float16): 2.0**-11, np.dtype(np.float32): 2.0**-24, np.dtype(np.float64): 2.0**-53}
 MAX_LISTED = 8
@@ -390,7 +390,7 @@ class _Verifier:
                     cat, f"window {_fmt(self.out_index(b, w))} ({src}){d['note']}",
                     window=self.out_index(b, w), cells=tuple(d["cells"]), expected=d["expected"], observed=d["observed"]))
 
-    def tie_policy(self, rows: _Rows, exact: _Exact, x: np.ndarray, suspects: list[tuple[int, int]]) -> None:
+    def tie_policy(self, rows: _Rows, exact: _Exact, suspects: list[tuple[int, int]]) -> None:
         """Name the policy the backward follows on tied windows that are in the Clarke set."""
         ok = exact.tied.copy()
         for key in suspects:
@@ -399,7 +399,8 @@ class _Verifier:
             return
         seen = []
         for policy in TIE_POLICIES:
-            rows_p = self.exact(x, policy).rows
+            weights, q = policy_weights(exact.member, policy)
+            rows_p = weights / q
             match = (np.abs(rows.obs - rows_p) <= self.tolerance(rows_p) + gamma(3, self.u) * (rows_p == 0)).all(axis=2)
             if match[ok].all():
                 seen.append(policy)
@@ -553,7 +554,7 @@ class _Verifier:
         if suspects:
             self.classify(rows, exact, suspects, context)
         if self.g.spec.mode == "max":
-            self.tie_policy(rows, exact, x, suspects)
+            self.tie_policy(rows, exact, suspects)
         return rows, exact, results
 
     def run(self, x: np.ndarray, dy: np.ndarray | None, tie_x: np.ndarray | None) -> Report:
