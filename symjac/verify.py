@@ -147,6 +147,7 @@ class _Exact:
     member: np.ndarray
     tied: np.ndarray
     gap: np.ndarray  # (B, W) max minus runner-up (inf for avg): finite differences need gap > 2h
+    held: np.ndarray  # (B, W, K) the exact value is representable in the dtype: compared exactly
 
 
 BACKWARD_CATEGORIES = ("missing_windows", "partial_windows", "wrong_cells", "wrong_weights", "tie_not_subgradient",
@@ -190,6 +191,11 @@ class _Verifier:
     def tolerance(self, exact: np.ndarray, terms: int | np.ndarray = 1) -> np.ndarray:
         return gamma(np.asarray(terms) + 2, self.u) * np.abs(exact) + 2.0**-60 * np.abs(exact)
 
+    def row_tolerance(self, exact: _Exact) -> np.ndarray:
+        """One window's contribution in a probe: exact where the dtype holds the exact
+        value, else one rounding of the weight and one of the product (gamma_3)."""
+        return np.where(exact.held, 0.0, self.tolerance(exact.rows))
+
     def scatter(self, per_window: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """sum_w per_window[b, w] * rows[b, w, k] into cells: J^T v for row arrays."""
         g = self.g
@@ -207,12 +213,16 @@ class _Verifier:
         rows = np.zeros((g.batch, g.n_out, K))
         member = np.zeros((g.batch, g.n_out, K), dtype=bool)
         gap = np.full((g.batch, g.n_out), np.inf)
+        dyadic = np.ones((g.batch, g.n_out, K), dtype=bool)
         i = 0
         xc = g.to_canonical(x).astype(np.float64)
         for c in window_classes(g):
             slots = np.array(c.slots)
             for j in range(len(c.slots)):
-                rows[:, c.windows, c.slots[j]] = np.broadcast_to(r.routes[i].weight, (g.batch, c.windows.size)) / r.q
+                weight = np.broadcast_to(r.routes[i].weight, (g.batch, c.windows.size))
+                rows[:, c.windows, c.slots[j]] = weight / r.q
+                reduced = r.q // np.gcd(weight, r.q)  # the value's denominator in lowest terms
+                dyadic[:, c.windows, c.slots[j]] = (reduced & (reduced - 1)) == 0
                 i += 1
             if ex is not None:
                 values = g.to_canonical(ex.num)[:, c.cells]
@@ -220,7 +230,9 @@ class _Verifier:
                 vals = np.sort(xc[:, c.cells], axis=-1)
                 gap[:, c.windows] = vals[..., -1] - vals[..., -2] if vals.shape[-1] > 1 else np.inf
         tied = member.sum(axis=2) >= 2
-        return _Exact(rows, member, tied, gap)
+        with np.errstate(over="ignore", under="ignore"):
+            held = dyadic & (rows.astype(self.dtype).astype(np.float64) == rows)
+        return _Exact(rows, member, tied, gap, held)
 
     # -- probing --------------------------------------------------------------------
     def probe(self, x: np.ndarray) -> tuple[_Rows, list[tuple[int, int, int, float]]] | None:
@@ -312,7 +324,7 @@ class _Verifier:
         """(b, w) whose observed row is not an exact row (untied) or not in the Clarke set (tied)."""
         valid = self.g.valid[None]
         err = np.abs(rows.obs - exact.rows) * valid
-        bad = (err > self.tolerance(exact.rows)).any(axis=2) & ~exact.tied
+        bad = (err > self.row_tolerance(exact)).any(axis=2) & ~exact.tied
         bad |= exact.tied & ~self.clarke_ok(rows, exact)
         for key in rows.stray:
             bad[key] = True
@@ -341,7 +353,7 @@ class _Verifier:
                                  "observed": [float(v) for v in o[valid]] + [v for _, _, v in stray],
                                  "note": f"; ties at {_listing([_fmt(c) for c in tied])}"}
                 continue
-            tol = self.tolerance(e)
+            tol = self.row_tolerance(exact)[b, w]
             want = valid & (e != 0)
             missing = want & (np.abs(o) <= tol) & (np.abs(o - e) > tol)
             extra_in = valid & (e == 0) & (o != 0)
