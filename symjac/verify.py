@@ -170,6 +170,7 @@ class _Verifier:
         self.counts = {"edges_missing": 0, "edges_extra": 0, "weights_wrong": 0}
         self.one_hot_calls = 0
         self.policies: set[str] = set()
+        self.superposition_reported = False
         self.fd_tol: np.ndarray = np.zeros((0, 0, 0))
 
     # -- helpers ------------------------------------------------------------------
@@ -552,7 +553,7 @@ class _Verifier:
             implicated = [k for b, c in off[: 4 * MAX_LISTED].tolist() for k in self.windows_reading(b, c)]
             self.one_hot(x, rows, list(dict.fromkeys(implicated)))
             suspects = list(dict.fromkeys(suspects + self.mismatches(rows, exact)))
-            if not suspects and dx is not None and "superposition" not in self.window_state.values():
+            if not suspects and dx is not None and not self.superposition_reported:
                 cells = [self.in_index(b, c) for b, c in off.tolist()]
                 predicted = self.scatter(dy, rows.obs)
                 self.findings.append(Finding(
@@ -562,7 +563,7 @@ class _Verifier:
                     cells=tuple(cells[:MAX_LISTED]),
                     expected=[float(predicted[b, c]) for b, c in off[:MAX_LISTED].tolist()],
                     observed=[float(dx[b, c]) for b, c in off[:MAX_LISTED].tolist()]))
-                self.window_state[(-1, -1)] = "superposition"
+                self.superposition_reported = True
         if suspects:
             self.classify(rows, exact, suspects, context)
         if self.g.spec.mode == "max":
