@@ -686,15 +686,14 @@ def _classify(
         f"{float(out.reshape(-1)[j])!r}, error {err_ulp:.3g} ulp > bound {bound_ulp:.3g} ulp"
     )
     obs = [mpmath.mpf(float(o)) for o in out.reshape(-1)]
+    cells = tuple(tuple(_where(shape, b[0])) for b in bad)
+
+    def report(category: str, message: str) -> None:
+        findings.append(Finding(category, message, cells=cells, expected=expected, observed=out))
+
     if s != 1 and _fits(out, blo, bhi, bnd, mpmath.mpf(1), s):
-        findings.append(Finding(
-            "missing_scale",
-            f"missing loss scale: the derivative equals the unscaled dL/dpred; expected S·dL/dpred with "
-            f"S = {s} ({len(bad)} of {out.size} values off; {worst})",
-            cells=tuple(tuple(_where(shape, b[0])) for b in bad),
-            expected=expected,
-            observed=out,
-        ))
+        report("missing_scale", f"missing loss scale: the derivative equals the unscaled dL/dpred; expected "
+                                f"S·dL/dpred with S = {s} ({len(bad)} of {out.size} values off; {worst})")
         return Fraction(1)
     smooth = [(o, b) for o, b, lo_, hi_ in zip(obs, base.reshape(-1), blo.reshape(-1), bhi.reshape(-1))
               if lo_ == hi_ and b != 0]
@@ -707,24 +706,12 @@ def _classify(
                     name = str(shown) if shown is not None else mpmath.nstr(c, 10)
                     hint = (_scale_hint(shown, s, ev.denominator, int(ev.counted.sum()), ev.loss.reduction)
                             if shown is not None else "")
-                    findings.append(Finding(
-                        "wrong_scale",
-                        f"wrong loss scale: the derivative equals c·dL/dpred with c = {name}{hint}; expected "
-                        f"S·dL/dpred with S = {s} ({worst})",
-                        cells=tuple(tuple(_where(shape, b[0])) for b in bad),
-                        expected=expected,
-                        observed=out,
-                    ))
+                    report("wrong_scale", f"wrong loss scale: the derivative equals c·dL/dpred with c = {name}{hint}; "
+                                          f"expected S·dL/dpred with S = {s} ({worst})")
                     return shown if shown is not None else Fraction(float(c))
     zeros = " (all zeros)" if not np.any(out) else ""
-    findings.append(Finding(
-        "wrong_values",
-        f"{len(bad)} of {out.size} derivative values are outside the derived bound{zeros}; no single factor c "
-        f"makes them c·dL/dpred; {worst}",
-        cells=tuple(tuple(_where(shape, b[0])) for b in bad),
-        expected=expected,
-        observed=out,
-    ))
+    report("wrong_values", f"{len(bad)} of {out.size} derivative values are outside the derived bound{zeros}; "
+                           f"no single factor c makes them c·dL/dpred; {worst}")
     return None
 
 
