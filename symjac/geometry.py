@@ -190,6 +190,16 @@ class Geometry:
         c = self.trail[0]
         return (batch % max(math.prod(self.lead), 1)) * (n_sp * c) + position * c + batch // max(math.prod(self.lead), 1)
 
+    def output_index(self, batch: int, window: int) -> tuple[int, ...]:
+        """Layout multi-index of output window ``window`` of canonical slice ``batch``."""
+        flat = int(self.flat_index(np.array(batch), np.array(window), self.out_spatial))
+        return tuple(int(i) for i in np.unravel_index(flat, self.output_shape))
+
+    def input_index(self, batch: int, cell: int) -> tuple[int, ...]:
+        """Layout multi-index of spatial input cell ``cell`` of canonical slice ``batch``."""
+        flat = int(self.flat_index(np.array(batch), np.array(cell), self.in_spatial))
+        return tuple(int(i) for i in np.unravel_index(flat, self.input_shape))
+
     def window_position(self, window: int) -> tuple[int, ...]:
         """Spatial output coordinates of window number ``window``."""
         return tuple(int(i) for i in np.unravel_index(window, self.out_spatial))

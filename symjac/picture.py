@@ -123,9 +123,7 @@ def _write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str) -
         pos = np.array([g.cell_position(int(c)) for c in cells]).reshape(len(cells), -1)
         if pos.shape[1] == 1:
             pos = np.concatenate([np.zeros_like(pos), pos], axis=1)
-        flat = int(g.flat_index(np.array(0), np.array(win), g.out_spatial))
-        out_index = tuple(int(i) for i in np.unravel_index(flat, g.output_shape))
-        cat = states.get(out_index)
+        cat = states.get(g.output_index(0, win))
         colour = CATEGORY_COLOURS.get(cat or "", "#999999")
         inset = 0.46 - 0.07 * (win % 4)  # nested windows stay distinguishable
         r0, c0 = pos.min(axis=0) - inset

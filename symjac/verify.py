@@ -174,16 +174,6 @@ class _Verifier:
         self.fd_tol: np.ndarray = np.zeros((0, 0, 0))
 
     # -- helpers ------------------------------------------------------------------
-    def out_index(self, b: int, w: int) -> tuple[int, ...]:
-        g = self.g
-        flat = int(g.flat_index(np.array(b), np.array(w), g.out_spatial))
-        return tuple(int(i) for i in np.unravel_index(flat, g.output_shape))
-
-    def in_index(self, b: int, cell: int) -> tuple[int, ...]:
-        g = self.g
-        flat = int(g.flat_index(np.array(b), np.array(cell), g.in_spatial))
-        return tuple(int(i) for i in np.unravel_index(flat, g.input_shape))
-
     def backward(self, x: np.ndarray, dy_c: np.ndarray) -> np.ndarray | None:
         dy = self.g.from_canonical(dy_c.astype(self.dtype), self.g.out_spatial)
         dx = self.bwd(x, dy)
@@ -344,12 +334,12 @@ class _Verifier:
             valid = g.valid[w]
             e, o = exact.rows[b, w], rows.obs[b, w]
             stray = rows.stray.get((b, w), [])
-            cells = [self.in_index(b, int(c)) for c in g.cells[w][valid]]
+            cells = [self.g.input_index(b, int(c)) for c in g.cells[w][valid]]
             if exact.tied[b, w]:
                 tied = [cells[i] for i in np.flatnonzero(exact.member[b, w][valid])]
                 groups["tie_not_subgradient"].append((b, w))
                 self.window_state[b, w] = "tie_not_subgradient"
-                details[b, w] = {"cells": cells + [self.in_index(bb, c) for bb, c, _ in stray],
+                details[b, w] = {"cells": cells + [self.g.input_index(bb, c) for bb, c, _ in stray],
                                  "expected": f"a convex combination of the tied cells {_listing([_fmt(c) for c in tied])}",
                                  "observed": [float(v) for v in o[valid]] + [v for _, _, v in stray],
                                  "note": f"; ties at {_listing([_fmt(c) for c in tied])}"}
@@ -374,10 +364,10 @@ class _Verifier:
             self.window_state[b, w] = cat
             note = f"; cells getting nothing: {_listing([_fmt(cells[i]) for i in np.flatnonzero(missing[valid])])}" \
                 if missing.any() else ""
-            outside = [cells[i] for i in np.flatnonzero(extra_in[valid])] + [self.in_index(bb, c) for bb, c, _ in stray]
+            outside = [cells[i] for i in np.flatnonzero(extra_in[valid])] + [self.g.input_index(bb, c) for bb, c, _ in stray]
             note += f"; cells that should get nothing: {_listing([_fmt(c) for c in outside])}" if outside else ""
             details[b, w] = {
-                "cells": cells + [self.in_index(bb, c) for bb, c, _ in stray],
+                "cells": cells + [self.g.input_index(bb, c) for bb, c, _ in stray],
                 "expected": [Fraction(float(v)).limit_denominator(2**20) if v else 0 for v in e[valid]] + [0] * len(stray),
                 "observed": [float(v) for v in o[valid]] + [v for _, _, v in stray],
                 "note": note,
@@ -386,7 +376,7 @@ class _Verifier:
         for cat, members in groups.items():
             if not members:
                 continue
-            names = [_fmt(self.out_index(b, w)) for b, w in members]
+            names = [_fmt(self.g.output_index(b, w)) for b, w in members]
             what = {
                 "missing_windows": f"{len(members)} of {total} windows send no gradient{context}",
                 "partial_windows": f"{len(members)} windows send gradient to only part of their cells{context}",
@@ -400,8 +390,8 @@ class _Verifier:
                 d = details[b, w]
                 src = "one-hot probe" if (b, w) in rows.one_hot else "colour probe"
                 self.findings.append(Finding(
-                    cat, f"window {_fmt(self.out_index(b, w))} ({src}){d['note']}",
-                    window=self.out_index(b, w), cells=tuple(d["cells"]), expected=d["expected"], observed=d["observed"]))
+                    cat, f"window {_fmt(self.g.output_index(b, w))} ({src}){d['note']}",
+                    window=self.g.output_index(b, w), cells=tuple(d["cells"]), expected=d["expected"], observed=d["observed"]))
 
     def tie_policy(self, rows: _Rows, exact: _Exact, suspects: list[tuple[int, int]]) -> None:
         """Name the policy the backward follows on tied windows that are in the Clarke set."""
@@ -438,10 +428,10 @@ class _Verifier:
             tol = np.zeros_like(e_c)
         bad = np.argwhere(np.abs(y_c - e_c) > tol)
         if bad.size:
-            names = [_fmt(self.out_index(b, w)) for b, w in bad.tolist()]
+            names = [_fmt(self.g.output_index(b, w)) for b, w in bad.tolist()]
             self.findings.append(Finding(
                 "forward_values", f"forward differs from the exact forward at {len(bad)} of {y_c.size} outputs: {_listing(names)}",
-                window=self.out_index(*bad[0].tolist()),
+                window=self.g.output_index(*bad[0].tolist()),
                 expected=[Fraction(float(e_c[b, w])) for b, w in bad[:MAX_LISTED].tolist()],
                 observed=[float(y_c[b, w]) for b, w in bad[:MAX_LISTED].tolist()]))
         return not bad.size
@@ -457,7 +447,7 @@ class _Verifier:
             diff = np.argwhere(again != dx)
             self.bwd.flag("nondeterministic", "nondeterministic",
                           f"backward gave different results for the same x and dy at {len(diff)} cells "
-                          f"(first {_fmt(self.in_index(*diff[0].tolist()))})")
+                          f"(first {_fmt(self.g.input_index(*diff[0].tolist()))})")
         predicted = self.scatter(dy, rows.obs)
         bound = self.scatter(np.abs(dy), np.abs(rows.obs))
         count = self.scatter(np.ones_like(dy), np.ones_like(rows.obs))
@@ -522,13 +512,13 @@ class _Verifier:
             bad[key] = True
         where = np.argwhere(bad & usable)
         if where.size:
-            names = [_fmt(self.out_index(b, w)) for b, w in where.tolist()]
+            names = [_fmt(self.g.output_index(b, w)) for b, w in where.tolist()]
             b, w = where[0].tolist()
             valid = g.valid[w]
             self.findings.append(Finding(
                 "not_fd_consistent",
                 f"backward disagrees with central differences of its own forward at {len(where)} windows: {_listing(names)}",
-                window=self.out_index(b, w), cells=tuple(self.in_index(b, int(c)) for c in g.cells[w][valid]),
+                window=self.g.output_index(b, w), cells=tuple(self.g.input_index(b, int(c)) for c in g.cells[w][valid]),
                 expected=[float(v) for v in fd[b, w][valid]], observed=[float(v) for v in rows.obs[b, w][valid]]))
         return not where.size
 
@@ -554,7 +544,7 @@ class _Verifier:
             self.one_hot(x, rows, list(dict.fromkeys(implicated)))
             suspects = list(dict.fromkeys(suspects + self.mismatches(rows, exact)))
             if not suspects and dx is not None and not self.superposition_reported:
-                cells = [self.in_index(b, c) for b, c in off.tolist()]
+                cells = [self.g.input_index(b, c) for b, c in off.tolist()]
                 predicted = self.scatter(dy, rows.obs)
                 self.findings.append(Finding(
                     "partial_windows",
@@ -632,7 +622,7 @@ class _Verifier:
             headline += "" if fd_ok is None else "; forward and central differences agree"
             headline += f"; tie policy {tie_policy}" if tie_policy else ""
         elif missing and categories <= {"missing_windows", "not_fd_consistent"}:
-            names = [_fmt(self.out_index(b, w)) for b, w in sorted(missing)]
+            names = [_fmt(self.g.output_index(b, w)) for b, w in sorted(missing)]
             headline = (f"backward visits {total - len(missing)} of {total} output windows: {_listing(names)} "
                         f"get{'s' if len(missing) == 1 else ''} nothing; {_ratio(mass_obs, mass_exp)}")
         else:

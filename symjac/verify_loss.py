@@ -92,7 +92,7 @@ import mpmath
 import numpy as np
 
 from ._errors import InputError, SpecError
-from .losses import Loss, LossEvaluation, check_loss, complete_inputs, evaluate
+from .losses import Loss, LossEvaluation, _index, check_loss, complete_inputs, evaluate
 from .report import Finding, Report, jsonable
 
 FLOAT_DTYPES = ("float16", "float32", "float64")
@@ -155,10 +155,6 @@ def _first_diff(a: np.ndarray, b: np.ndarray) -> int:
     if fa.dtype.kind == "f":
         eq |= np.isnan(fa) & np.isnan(fb)
     return int(np.flatnonzero(~eq)[0])
-
-
-def _where(shape: tuple[int, ...], flat: int) -> list[int]:
-    return [int(i) for i in np.unravel_index(flat, shape)] if shape else []
 
 
 def _gamma(k: int, u: mpmath.mpf) -> mpmath.mpf:
@@ -410,7 +406,7 @@ def _prepare(
             if not np.all(np.isfinite(raw)) or not np.all(raw == np.round(raw)):
                 bad = int(np.flatnonzero(~(np.isfinite(raw) & (raw == np.round(raw))).reshape(-1))[0])
                 raise InputError(
-                    f"label{_where(raw.shape, bad)} = {raw.reshape(-1)[bad]!r} is not an integer class index"
+                    f"label{_index(raw.shape, bad)} = {raw.reshape(-1)[bad]!r} is not an integer class index"
                 )
         elif raw.dtype.kind not in "iu":
             raise InputError(f"label has dtype {raw.dtype}; labels='indices' takes integer class indices")
@@ -463,7 +459,7 @@ def _verify(
         if big:
             j = big[0]
             raise InputError(
-                f"the exact derivative at pred{_where(p0.shape, j)} is {mpmath.nstr(expected.reshape(-1)[j], 8)}, "
+                f"the exact derivative at pred{_index(p0.shape, j)} is {mpmath.nstr(expected.reshape(-1)[j], 8)}, "
                 f"beyond the range of {dt.name}: no {dt.name} implementation can return it; lower the scale or "
                 "use a wider dtype"
             )
@@ -489,8 +485,8 @@ def _verify(
                         "wrong_values",
                         f"called again on the same buffers, {len(bad2)} of {out2.size} derivative values are wrong "
                         f"(it read back the {' and '.join(mutated)} the first call overwrote); worst at "
-                        f"pred{_where(p0.shape, j)}: error {err_ulp:.3g} ulp > bound {bound_ulp:.3g} ulp",
-                        cells=(tuple(_where(p0.shape, j)),),
+                        f"pred{_index(p0.shape, j)}: error {err_ulp:.3g} ulp > bound {bound_ulp:.3g} ulp",
+                        cells=(tuple(_index(p0.shape, j)),),
                         expected=expected.reshape(-1)[j],
                         observed=float(out2.reshape(-1)[j]),
                     ))
@@ -573,7 +569,7 @@ def _check_output(
     elif out is not None and out.dtype.kind == "f" and not np.all(np.isfinite(out)):
         j = int(np.flatnonzero(~np.isfinite(out).reshape(-1))[0])
         problem = (f"{who} returned {int((~np.isfinite(out)).sum())} non-finite value(s); first at "
-                   f"pred{_where(shape, j)}: {out.reshape(-1)[j]}")
+                   f"pred{_index(shape, j)}: {out.reshape(-1)[j]}")
         out = None
     elif out is not None and out.dtype != dt:
         problem = f"{who} returned dtype {out.dtype}; expected {dt.name} (the dtype of pred)"
@@ -598,7 +594,7 @@ def _mutations(
         if again and any(f.category == "mutates_inputs" and f"changed {name} " in f.message for f in findings):
             continue
         j = _first_diff(b, a)
-        where = _where(b.shape, j)
+        where = _index(b.shape, j)
         findings.append(Finding(
             "mutates_inputs",
             f"{who} changed {name} in place{' on a second call' if again else ''} (sha256 {_sha(b)[:12]} -> "  # type: ignore[index]
@@ -616,8 +612,8 @@ def _nondeterministic(a: np.ndarray, b: np.ndarray, shape: tuple[int, ...], find
     findings.append(Finding(
         "nondeterministic",
         f"two calls on equal inputs returned different derivatives ({int((a != b).sum())} element(s) differ; "
-        f"first at pred{_where(shape, j)}: {a.reshape(-1)[j]!r} vs {b.reshape(-1)[j]!r})",
-        cells=(tuple(_where(shape, j)),),
+        f"first at pred{_index(shape, j)}: {a.reshape(-1)[j]!r} vs {b.reshape(-1)[j]!r})",
+        cells=(tuple(_index(shape, j)),),
         expected=float(a.reshape(-1)[j]),
         observed=float(b.reshape(-1)[j]),
     ))
@@ -680,13 +676,13 @@ def _classify(
 ) -> Fraction | None:
     """missing_scale, wrong_scale (c named) or wrong_values; returns the c found."""
     j, err_ulp, bound_ulp = bad[0]
-    where = _where(shape, j)
+    where = _index(shape, j)
     worst = (
         f"worst at pred{where}: expected {mpmath.nstr(expected.reshape(-1)[j], 10)}, observed "
         f"{float(out.reshape(-1)[j])!r}, error {err_ulp:.3g} ulp > bound {bound_ulp:.3g} ulp"
     )
     obs = [mpmath.mpf(float(o)) for o in out.reshape(-1)]
-    cells = tuple(tuple(_where(shape, b[0])) for b in bad)
+    cells = tuple(tuple(_index(shape, b[0])) for b in bad)
 
     def report(category: str, message: str) -> None:
         findings.append(Finding(category, message, cells=cells, expected=expected, observed=out))
@@ -784,10 +780,10 @@ def _check_forward(
                 ulp = _ulp(dt, abs(e))
                 findings.append(Finding(
                     "forward_values",
-                    f"forward element {_where(ev.element_shape, i)} = {float(v)!r}; exact "
+                    f"forward element {_index(ev.element_shape, i)} = {float(v)!r}; exact "
                     f"{mpmath.nstr(e, 10)}, error {float(abs(mpmath.mpf(float(v)) - e) / ulp):.3g} ulp > bound "
                     f"{float(b / ulp):.3g} ulp",
-                    window=tuple(_where(ev.element_shape, i)),
+                    window=tuple(_index(ev.element_shape, i)),
                     expected=e,
                     observed=float(v),
                 ))
@@ -823,7 +819,7 @@ def _check_forward(
     h_flat = ev.h.reshape(-1)
     factor_full = ev.expand(ev.factor).reshape(-1)
     for j in probes:
-        where = _where(pred.shape, j)
+        where = _index(pred.shape, j)
         i_where = tuple(where[:-1]) if ev.loss.kind == "softmax_ce" else tuple(where)
         slot = where[-1] if ev.loss.kind == "softmax_ce" else 0
         i_flat = int(np.ravel_multi_index(i_where, ev.element_shape)) if ev.element_shape else 0
@@ -913,10 +909,10 @@ def _check_forward(
         findings.append(Finding(
             "not_fd_consistent",
             f"the derivative is not S times the derivative of the implementation's own forward at {len(fd_bad)} of "
-            f"{checked} probed elements{why}; worst at pred{_where(pred.shape, j)}: S·(F(z+h) - F(z-h))/2h = "
+            f"{checked} probed elements{why}; worst at pred{_index(pred.shape, j)}: S·(F(z+h) - F(z-h))/2h = "
             f"{mpmath.nstr(fd, 10)}, derivative {float(o1)!r}, tolerance {mpmath.nstr(tol, 3)} (truncation + "
             "forward rounding + derivative bound)",
-            cells=tuple(tuple(_where(pred.shape, b[0])) for b in fd_bad),
+            cells=tuple(tuple(_index(pred.shape, b[0])) for b in fd_bad),
             expected=fd,
             observed=float(o1),
         ))
