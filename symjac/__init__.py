@@ -11,8 +11,6 @@ plugin stay light: SymPy loads only when an engine function is first used.
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import Any
 
 from ._errors import InputError as InputError, SpecError as SpecError, SymjacError as SymjacError, VerificationError as VerificationError
@@ -20,62 +18,51 @@ from ._errors import InputError as InputError, SpecError as SpecError, SymjacErr
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "Pool": "spec",
-    "AdaptivePool": "spec",
-    "GlobalPool": "spec",
-    "Geometry": "geometry",
-    "resolve": "geometry",
-    "SparseJacobian": "jacobian",
-    "expressions": "jacobian",
-    "forward": "jacobian",
-    "jacobian": "jacobian",
-    "tie_sets": "jacobian",
-    "vjp": "jacobian",
-    "Lowered": "lowering",
-    "lower": "lowering",
-    "probe_plan": "graph",
-    "window_graph": "graph",
-    "Finding": "report",
-    "Report": "report",
-    "verify": "verify",
-    "Loss": "losses",
-    "loss_value": "losses",
-    "loss_derivative": "losses",
-    "loss_derivative_set": "losses",
-    "verify_loss": "verify_loss",
-    "check_loss_family": "verify_loss",
-    "LossImpl": "verify_loss",
-    "FamilyTable": "verify_loss",
-    "load_spec_file": "specfile",
+    # pooling: specs and the exact engine
+    "Pool": "pool._spec",
+    "AdaptivePool": "pool._spec",
+    "GlobalPool": "pool._spec",
+    "Geometry": "pool._geometry",
+    "resolve": "pool._geometry",
+    "SparseJacobian": "pool._jacobian",
+    "expressions": "pool._jacobian",
+    "forward": "pool._jacobian",
+    "jacobian": "pool._jacobian",
+    "tie_sets": "pool._jacobian",
+    "vjp": "pool._jacobian",
+    "Lowered": "pool._lowering",
+    "lower": "pool._lowering",
+    "probe_plan": "pool._graph",
+    "window_graph": "pool._graph",
+    # losses
+    "Loss": "loss._spec",
+    "loss_value": "loss._evaluate",
+    "loss_derivative": "loss._evaluate",
+    "loss_derivative_set": "loss._evaluate",
+    "default_loss_inputs": "loss._evaluate",
+    # verification
+    "Finding": "check._report",
+    "Report": "check._report",
+    "verify": "verifiers._pool",
+    "verify_loss": "verifiers._loss",
+    "check_loss_family": "verifiers._loss",
+    "LossImpl": "verifiers._loss",
+    "FamilyTable": "verifiers._loss",
+    # files
+    "load_spec_file": "io._specfile",
+    "check_expect": "io._golden",
 }
-_SUBMODULES = ("cli", "exact", "explain", "geometry", "golden", "graph", "inputs", "jacobian", "losses", "lowering",
-               "picture", "report", "spec", "specfile", "sweep", "symbolic", "testing", "verify", "verify_loss")
+_ALIASES = {"load_spec_file": "load", "default_loss_inputs": "default_inputs"}
+_SUBMODULES = ("testing",)
 
-__all__ = sorted(["InputError", "SpecError", "SymjacError", "VerificationError", "testing", *_EXPORTS])
-
-
-class _Package(types.ModuleType):
-    """Keep ``symjac.verify`` and ``symjac.verify_loss`` the functions once their submodules load.
-
-    After loading a submodule the import system sets ``symjac.<name> = <module>``; where
-    the submodule shares its name with its main export, that would shadow the function
-    for every later ``from symjac import ...``. Bind the function instead
-    (``from symjac.verify_loss import ...`` still reaches the module via sys.modules).
-    """
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, types.ModuleType) and _EXPORTS.get(name) == name:
-            value = getattr(value, name)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
+__all__ = sorted(["InputError", "SpecError", "SymjacError", "VerificationError", "__version__", *_SUBMODULES,
+                  *_EXPORTS])
 
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         module = importlib.import_module(f".{_EXPORTS[name]}", __name__)
-        value = getattr(module, "load" if name == "load_spec_file" else name)
+        value = getattr(module, _ALIASES.get(name, name))
         globals()[name] = value
         return value
     if name in _SUBMODULES:
@@ -84,4 +71,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__) | set(_SUBMODULES))
+    return list(__all__)

@@ -1,3 +1,3 @@
-from .cli import main
+from symjac.cli._main import main
 
 raise SystemExit(main())

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ._errors import VerificationError
-from .report import Report
-from .spec import PoolSpec
+from symjac._errors import VerificationError
+from symjac.check._report import Report
+from symjac.pool._spec import PoolSpec
 
 
 def assert_backward_matches(spec: PoolSpec, backward: Callable[..., Any], forward: Callable[..., Any] | None = None,
@@ -24,7 +24,7 @@ def assert_backward_matches(spec: PoolSpec, backward: Callable[..., Any], forwar
       VerificationError: an ``AssertionError`` whose message is the report and
         whose ``.report`` holds it.
     """
-    from .verify import verify
+    from symjac.verifiers._pool import verify
 
     report = verify(spec, backward=backward, forward=forward, **kw)
     if not report.ok:

@@ -17,8 +17,8 @@ Fence info strings: the language, then optional tags.
   lines). A trailing ``# exit N`` on the command line sets the expected exit code
   (default 0).
 - ``toml``: parsed with tomllib. A spec file (``[operator]`` or ``[[case]]``) is
-  loaded with ``symjac.specfile.load`` and its ``[expect]`` tables are checked
-  against the exact values; tag ``sweep`` loads it with ``symjac.sweep.load_grid``
+  loaded with ``symjac.load_spec_file`` and its ``[expect]`` tables are checked
+  against the exact values; tag ``sweep`` loads it with ``symjac.cli._sweep.load_grid``
   instead. A comment ``# error: TEXT`` means loading must raise ``SpecError``
   with TEXT in its message.
 - ``c``: compiled with ``gcc -std=c99 -Wall -Wextra -pedantic -Werror`` (skipped
@@ -235,17 +235,17 @@ def run_toml(block: Block, workdir: Path) -> str:
 
         try:
             if "sweep" in block.tags:
-                from symjac.sweep import load_grid
+                from symjac.cli._sweep import load_grid
 
                 grid = load_grid(path)
                 result = f"sweep file: {len(grid)} configurations"
             else:
-                from symjac.specfile import load
+                from symjac.io._specfile import load
 
                 spec = load(path)
                 problems = []
                 try:
-                    from symjac.golden import check_expect
+                    from symjac.io._golden import check_expect
                 except ImportError:  # pragma: no cover - older symjac
                     check_expect = None
                 for case in spec.cases:

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import symjac
 from symjac import InputError, Loss, SpecError, loss_derivative, loss_derivative_set, loss_value
-from symjac import losses as L
+from symjac.loss import _evaluate as L, _templates as LT, _spec as LS
 
 TIGHT = mpmath.mpf("1e-50")  # ">= 50 digits": agreement demanded of exact values
 
@@ -220,31 +220,31 @@ def test_sigmoid_ce_matches_mpmath_diff_of_independent_formula(k, y, pw):
 
 
 def test_template_is_sympy_and_differentiated_once():
-    t = L.loss_template(Loss("mse"))
+    t = LT.loss_template(Loss("mse"))
     z, y = t.pred[0], t.label[0]
     assert sympy.expand(t.loss - (z - y) ** 2) == 0
     assert sympy.expand(t.derivatives[0] - 2 * (z - y)) == 0  # by hand: d/dz (z - y)² = 2(z - y)
-    c3 = L.loss_template(Loss("softmax_ce"), classes=3)
+    c3 = LT.loss_template(Loss("softmax_ce"), classes=3)
     assert len(c3.pred) == 3 and len(c3.derivatives) == 3
-    assert L.loss_template(Loss("softmax_ce"), classes=3) is c3  # cached: built once per class count
+    assert LT.loss_template(Loss("softmax_ce"), classes=3) is c3  # cached: built once per class count
 
 
 def test_rounding_depth_counts_by_hand():
     z, y = sympy.symbols("z y", real=True)
-    assert L.rounding_depth(z - y) == 1          # one subtraction
-    assert L.rounding_depth((z - y) ** 2) == 2   # subtraction, square
-    assert L.rounding_depth(2 * (z - y)) == 1    # ×2 is exact
-    assert L.rounding_depth(sympy.exp(z)) == 2   # libm: 1 ulp = 2u
-    assert L.rounding_depth(z + y + 1) == 2      # a 3-term sum: 2 additions
+    assert LT.rounding_depth(z - y) == 1          # one subtraction
+    assert LT.rounding_depth((z - y) ** 2) == 2   # subtraction, square
+    assert LT.rounding_depth(2 * (z - y)) == 1    # ×2 is exact
+    assert LT.rounding_depth(sympy.exp(z)) == 2   # libm: 1 ulp = 2u
+    assert LT.rounding_depth(z + y + 1) == 2      # a 3-term sum: 2 additions
 
 
 def test_running_error_by_hand():
     a, b = sympy.symbols("a b", real=True)
     # fl(a + b): error <= u·(|a| + |b|) -> in units of u: |a| + |b|.
-    e = L.running_error(a + b)
+    e = LT.running_error(a + b)
     assert e.subs({a: 3, b: -2}) == 5
     # fl(exp(a)): 2u·|exp a| (libm within 1 ulp).
-    assert sympy.simplify(L.running_error(sympy.exp(a)) - 2 * sympy.exp(a)) == 0
+    assert sympy.simplify(LT.running_error(sympy.exp(a)) - 2 * sympy.exp(a)) == 0
 
 
 def test_to_numpy_rounds_to_nearest():
@@ -255,8 +255,8 @@ def test_to_numpy_rounds_to_nearest():
 
 
 def test_default_inputs_are_in_domain_and_dyadic():
-    for kind in L.KINDS:
-        for red in L.REDUCTIONS:
+    for kind in LS.KINDS:
+        for red in LS.REDUCTIONS:
             loss = Loss(kind, reduction=red)
             pred, label, up = L.default_inputs(loss)
             assert np.array_equal(pred.astype(np.float16).astype(np.float64), pred)  # exact in float16

@@ -9,7 +9,7 @@ pytest_plugins = ["pytester"]
 
 
 def test_loading_the_plugin_imports_no_sympy():
-    code = "import sys, symjac.pytest_plugin; print(sorted(m for m in ('sympy', 'numpy', 'networkx') if m in sys.modules))"
+    code = "import sys, symjac._pytest_plugin; print(sorted(m for m in ('sympy', 'numpy', 'networkx') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -23,7 +23,7 @@ def test_plugin_is_registered_by_entry_point():
     from importlib.metadata import entry_points
 
     eps = entry_points(group="pytest11")
-    assert any(ep.name == "symjac" and ep.value == "symjac.pytest_plugin" for ep in eps)
+    assert any(ep.name == "symjac" and ep.value == "symjac._pytest_plugin" for ep in eps)
 
 
 def test_marker_parametrises_over_cases(pytester):

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 import symjac
-from symjac.golden import check_expect
-from symjac.specfile import load
+from symjac.io._golden import check_expect
+from symjac.io._specfile import load
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC_FILES = sorted((ROOT / "specs").rglob("*.toml"))

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import symjac
-from symjac.sweep import execute, load_grid, run_sweep
+from symjac.cli._sweep import execute, load_grid, run_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 LOWERED = "tests/sweep_impl.py:make"

@@ -61,7 +61,7 @@ def pytest_generate_tests(metafunc: Any) -> None:
     if marker is None or not marker.args:
         raise pytest.UsageError(f"{metafunc.definition.nodeid} uses the {FIXTURE} fixture: "
                                 f"mark it @pytest.mark.{MARKER}('path/or/*.toml')")
-    from .specfile import load  # lazy: only when a test asks for spec files
+    from symjac.io._specfile import load  # lazy: only when a test asks for spec files
 
     cases, ids = [], []
     for path in _spec_paths(metafunc, tuple(marker.args)):

@@ -31,18 +31,18 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ._errors import SpecError, SymjacError
+from symjac._errors import SpecError, SymjacError
 
 DASK_HINT = "Dask is not installed: pip install 'symjac[dask]' to run sweeps on a cluster"
 
 
 def load_grid(path: str | Path) -> list[dict[str, Any]]:
     """Expand a sweep file into configurations ``{"operator": {...}, "input": {...}}``."""
-    from .specfile import _check_keys, read_toml
+    from symjac.io._specfile import _check_keys, read_toml
 
     p, data = read_toml(path, "sweep file")
     _check_keys(str(p), data, ("name", "description", "operator", "input"))
-    from .specfile import OPERATOR_KEYS, POOL_INPUT_KEYS
+    from symjac.io._specfile import OPERATOR_KEYS, POOL_INPUT_KEYS
 
     kinds = data.get("operator", {}).get("kind", ["pool"])
     kinds = kinds if isinstance(kinds, list) else [kinds]
@@ -73,15 +73,15 @@ _IMPL_CACHE: dict[str, Any] = {}
 
 def run_one(config: dict[str, Any], impl_target: str, dtype: str = "float64") -> dict[str, Any]:
     """Verify one configuration; never raises (errors become the result)."""
-    from .cli import UsageError, load_impl
-    from .specfile import _operator
-    from .verify import verify
+    from symjac.cli._main import UsageError, load_impl
+    from symjac.io._specfile import _operator
+    from symjac.verifiers._pool import verify
 
     result: dict[str, Any] = {"config": config}
     try:
         spec = _operator(dict(config["operator"]), "sweep")
         shape = tuple(config["input"]["shape"])
-        from .geometry import resolve
+        from symjac.pool._geometry import resolve
 
         resolve(spec, shape)
     except SymjacError as exc:

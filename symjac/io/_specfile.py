@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import InputError, SpecError, SymjacError
+from symjac._errors import InputError, SpecError, SymjacError
 
 OPERATOR_KEYS = {
     "pool": ("kind", "mode", "kernel", "stride", "padding", "dilation", "ceil_mode", "divisor", "layout"),
@@ -103,7 +103,7 @@ def _tuples(value: Any) -> Any:
 
 def exact_array(value: Any, where: str) -> np.ndarray:
     """A TOML array of exact numbers as an object array of Fractions."""
-    from .exact import ExactArray
+    from symjac._exact import ExactArray
 
     try:
         arr = np.array(value, dtype=object)
@@ -125,20 +125,20 @@ def _operator(table: dict[str, Any], where: str) -> Any:
     args = {k: _tuples(v) for k, v in table.items() if k != "kind"}
     try:
         if kind == "pool":
-            from .spec import Pool
+            from symjac.pool._spec import Pool
 
             if "mode" not in args or "kernel" not in args:
                 raise SpecError("a pool needs 'mode' and 'kernel'")
             return Pool(args.pop("mode"), args.pop("kernel"), **args)
         if kind == "adaptive_pool":
-            from .spec import AdaptivePool
+            from symjac.pool._spec import AdaptivePool
 
             return AdaptivePool(args.pop("mode", None), args.pop("output_size", None), **args)
         if kind == "global_pool":
-            from .spec import GlobalPool
+            from symjac.pool._spec import GlobalPool
 
             return GlobalPool(args.pop("mode", None), **args)
-        from .losses import Loss
+        from symjac.loss._spec import Loss
 
         if "loss" not in args:
             raise SpecError("a loss needs 'loss' (its kind, e.g. 'mse')")
@@ -175,7 +175,7 @@ def _case(table: dict[str, Any], source: str, default_name: str) -> Case:
     if "generator" in inputs and "x" in inputs:
         raise SpecError(f"{source} [input]: give x or a generator, not both")
     if "generator" in inputs:
-        from .inputs import GENERATORS
+        from symjac.check._inputs import GENERATORS
 
         if inputs["generator"] not in GENERATORS:
             raise SpecError(f"{source} [input].generator: {inputs['generator']!r} is not valid; "
@@ -230,9 +230,9 @@ def pool_input(case: Case) -> tuple[Any, np.ndarray, np.ndarray]:
 
 
 def _pool_input(case: Case) -> tuple[Any, np.ndarray, np.ndarray]:
-    from .exact import ExactArray
-    from .geometry import resolve
-    from .inputs import generate_input, random_dyadic
+    from symjac._exact import ExactArray
+    from symjac.pool._geometry import resolve
+    from symjac.check._inputs import generate_input, random_dyadic
 
     inputs = case.inputs
     seed = int(inputs.get("seed", 0))

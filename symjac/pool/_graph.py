@@ -26,10 +26,10 @@ import networkx as nx
 import numpy as np
 import sympy
 
-from .geometry import AxisWindows, Geometry, resolve
-from .jacobian import _input, routes
-from .spec import PoolSpec, check_pool_spec
-from .symbolic import tie_members, window_classes
+from symjac.pool._geometry import AxisWindows, Geometry, resolve
+from symjac.pool._jacobian import _input, routes
+from symjac.pool._spec import PoolSpec, check_pool_spec
+from symjac.pool._symbolic import tie_members, window_classes
 
 
 def _colour(graph: nx.Graph) -> np.ndarray:

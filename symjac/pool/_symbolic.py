@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import sympy
 
-from ._errors import InputError
-from .geometry import Geometry
+from symjac._errors import InputError
+from symjac.pool._geometry import Geometry
 
 TIE_POLICIES = ("first", "last", "split")
 

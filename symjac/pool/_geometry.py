@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import SpecError
-from .spec import AdaptivePool, GlobalPool, Pool, PoolSpec, check_pool_spec
+from symjac._errors import SpecError
+from symjac.pool._spec import AdaptivePool, GlobalPool, Pool, PoolSpec, check_pool_spec
 
 AXIS_NAMES = {1: ("L",), 2: ("H", "W"), 3: ("D", "H", "W")}
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._errors import InputError
-from .geometry import Geometry
-from .graph import input_colouring
+from symjac._errors import InputError
+from symjac.pool._geometry import Geometry
+from symjac.pool._graph import input_colouring
 
 GENERATORS = ("distinct", "ties", "random")
 

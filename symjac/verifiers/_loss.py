@@ -91,9 +91,10 @@ from typing import Any
 import mpmath
 import numpy as np
 
-from ._errors import InputError, SpecError
-from .losses import Loss, LossEvaluation, _index, check_loss, complete_inputs, evaluate
-from .report import Finding, Report, jsonable
+from symjac._errors import InputError, SpecError
+from symjac.loss._evaluate import LossEvaluation, _index, complete_inputs, evaluate
+from symjac.loss._spec import Loss, check_loss
+from symjac.check._report import Finding, Report, jsonable
 
 FLOAT_DTYPES = ("float16", "float32", "float64")
 MAX_FD_PROBES = 32  # FD costs 2 forward calls per probed element; larger preds are sampled evenly

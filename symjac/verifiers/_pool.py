@@ -24,16 +24,16 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import InputError
-from .exact import ExactArray
-from .geometry import Geometry, resolve
-from .graph import input_colouring, window_colouring
-from .inputs import distinct_dy, distinct_input, tie_input
-from .jacobian import exact_forward, routes
-from .lowering import FLOAT_DTYPES
-from .report import Finding, Report
-from .spec import PoolSpec, check_pool_spec
-from .symbolic import TIE_POLICIES, policy_weights, tie_members, window_classes
+from symjac._errors import InputError
+from symjac._exact import ExactArray
+from symjac.pool._geometry import Geometry, resolve
+from symjac.pool._graph import input_colouring, window_colouring
+from symjac.check._inputs import distinct_dy, distinct_input, tie_input
+from symjac.pool._jacobian import exact_forward, routes
+from symjac.pool._lowering import FLOAT_DTYPES
+from symjac.check._report import Finding, Report
+from symjac.pool._spec import PoolSpec, check_pool_spec
+from symjac.pool._symbolic import TIE_POLICIES, policy_weights, tie_members, window_classes
 
 UNIT_ROUNDOFF = {np.dtype(np.float16): 2.0**-11, np.dtype(np.float32): 2.0**-24, np.dtype(np.float64): 2.0**-53}
 MAX_LISTED = 8

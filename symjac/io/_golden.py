@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .exact import round_fractions
+from symjac._exact import round_fractions
 
 FORMATS = ("json", "npz", "bin")
 _FIXED_DATE = (1980, 1, 1, 0, 0, 0)
@@ -53,7 +53,7 @@ def _fractions(values: Any) -> np.ndarray:
 def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Exact quantities (object arrays of Fractions) and metadata of one case."""
     if case.is_loss:
-        from .losses import complete_inputs, loss_derivative, loss_value
+        from symjac.loss._evaluate import complete_inputs, loss_derivative, loss_value
 
         pred, label, upstream = complete_inputs(case.operator, case.inputs.get("pred"), case.inputs.get("label"),
                                                 case.inputs.get("upstream"))
@@ -68,9 +68,9 @@ def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         loss_meta: dict[str, Any] = {"operator": repr(case.operator), "note": "value and derivative are rounded from "
                                      ">= 50-digit mpmath evaluations to their exact binary fractions"}
         return qs, loss_meta
-    from .exact import ExactArray
-    from .jacobian import _sparse, exact_forward, exact_vjp, routes
-    from .specfile import pool_input
+    from symjac._exact import ExactArray
+    from symjac.pool._jacobian import _sparse, exact_forward, exact_vjp, routes
+    from symjac.io._specfile import pool_input
 
     g, x, dy = pool_input(case)
     ex, edy = ExactArray.from_any(x), ExactArray.from_any(dy)
@@ -91,7 +91,7 @@ def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
 
 
 def provenance(case: Any, qs: dict[str, np.ndarray]) -> dict[str, Any]:
-    from . import __version__
+    from symjac import __version__
 
     h = hashlib.sha256()
     h.update(repr(case.operator).encode())
@@ -142,7 +142,7 @@ def _typed(qs: dict[str, np.ndarray], dtypes: list[str]) -> dict[str, np.ndarray
 
 def write_golden(spec_path: str | Path, out: Path, formats: list[str], dtypes: list[str]) -> list[Path]:
     """Write golden files for every case of a spec file; return the paths written."""
-    from .specfile import load
+    from symjac.io._specfile import load
 
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -187,7 +187,7 @@ def check_expect(case: Any) -> list[str]:
     Losses: ``value``, ``derivative`` (S·dL/dpred) and ``base_derivative`` (dL/dpred)
     to within 1e-40 relative (the mpmath values carry >= 50 digits).
     """
-    from .specfile import exact_array
+    from symjac.io._specfile import exact_array
 
     qs, meta = case_quantities(case)
     problems = []
@@ -222,7 +222,7 @@ def check_expect(case: Any) -> list[str]:
     if "nnz" in exp and int(exp["nnz"]) != qs["jac_rows"].size:
         problems.append(f"nnz: expected {exp['nnz']}, computed {qs['jac_rows'].size}")
     if "pads" in exp:
-        from .specfile import pool_input
+        from symjac.io._specfile import pool_input
 
         pads = [list(p) for p in pool_input(case)[0].pads]
         if [list(p) for p in exp["pads"]] != pads:

@@ -19,8 +19,8 @@ def _equation(lhs: Any, rhs: Any, latex: bool) -> str:
 def explain_pool(case: Any, latex: bool = False) -> str:
     """One block per window class: how many windows, one representative window
     written over its input cells, and each nonzero ∂y/∂x (SymPy's derivative)."""
-    from .specfile import pool_input
-    from .symbolic import window_classes
+    from symjac.io._specfile import pool_input
+    from symjac.pool._symbolic import window_classes
 
     g, _, _ = pool_input(case)
     lines = [f"{case.name}: {case.operator!r}",
@@ -48,7 +48,7 @@ def explain_pool(case: Any, latex: bool = False) -> str:
 
 def explain_loss(case: Any, latex: bool = False) -> str:
     """The per-element loss and its derivative, as SymPy built them."""
-    from .losses import loss_template
+    from symjac.loss._templates import loss_template
 
     loss = case.operator
     pred = case.inputs.get("pred")

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import sympy
 
-from ._errors import InputError
+from symjac._errors import InputError
 
 _INT64_SAFE = 2**62
 

@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 import sympy
 
-from ._errors import InputError, SpecError
-from .exact import ExactArray, _int_array
-from .geometry import Geometry, resolve
-from .spec import PoolSpec, check_pool_spec
-from .symbolic import check_tie, policy_weights, tie_members, window_classes
+from symjac._errors import InputError, SpecError
+from symjac._exact import ExactArray, _int_array
+from symjac.pool._geometry import Geometry, resolve
+from symjac.pool._spec import PoolSpec, check_pool_spec
+from symjac.pool._symbolic import check_tie, policy_weights, tie_members, window_classes
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -164,7 +164,7 @@ class SparseJacobian:
 
     def to_numpy(self, dtype: Any = np.float64) -> np.ndarray:
         """The dense matrix with each exact value correctly rounded into ``dtype``."""
-        from .exact import round_fractions
+        from symjac._exact import round_fractions
 
         table = np.empty(len(self.table), dtype=object)
         table[:] = [Fraction(int(v.p), int(v.q)) for v in self.table]

@@ -76,7 +76,7 @@ def _callables(impl: Any, case: Any, target: str) -> dict[str, Any]:
 
 
 def _cases(path: str) -> Any:
-    from .specfile import load
+    from symjac.io._specfile import load
 
     return load(path).cases
 
@@ -84,7 +84,7 @@ def _cases(path: str) -> Any:
 def cmd_verify(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from .specfile import pool_input
+    from symjac.io._specfile import pool_input
 
     cases = _cases(args.spec)
     impl = load_impl(args.impl)
@@ -93,7 +93,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     for case in cases:
         fns = _callables(impl, case, args.impl)
         if case.is_loss:
-            from .verify_loss import verify_loss
+            from symjac.verifiers._loss import verify_loss
 
             inputs = {k: np.array(case.inputs[k], dtype=np.float64) if k in case.inputs else None
                       for k in ("pred", "label", "upstream")}
@@ -101,7 +101,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                                  pred=inputs["pred"], label=inputs["label"], upstream=inputs["upstream"],
                                  dtype=args.dtype)
         else:
-            from .verify import verify
+            from symjac.verifiers._pool import verify
 
             _, x, dy = pool_input(case)
             explicit = "x" in case.inputs
@@ -125,7 +125,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_golden(args: argparse.Namespace) -> int:
-    from .golden import FORMATS, write_golden
+    from symjac.io._golden import FORMATS, write_golden
 
     formats = [f for f in args.format.split(",") if f]
     for f in formats:
@@ -142,7 +142,7 @@ def cmd_golden(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from .explain import explain
+    from symjac.io._explain import explain
 
     for case in _cases(args.spec):
         print(explain(case, latex=args.latex))
@@ -150,7 +150,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
-    from .picture import write_graph
+    from symjac.io._picture import write_graph
 
     out = Path(args.out)
     if out.suffix not in (".dot", ".png", ".svg"):
@@ -167,7 +167,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .sweep import run_sweep
+    from symjac.cli._sweep import run_sweep
 
     impl_target = args.impl
     load_impl(impl_target)  # fail early, in this process, on a bad --impl
@@ -220,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ._errors import SymjacError
+    from symjac._errors import SymjacError
 
     parser = build_parser()
     try:

@@ -13,7 +13,7 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
-from ._errors import SpecError
+from symjac._errors import SpecError
 
 MODES = ("max", "avg")
 PADDING_MODES = ("valid", "same", "same_lower")

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import InputError
-from .geometry import Geometry, resolve
-from .spec import PoolSpec, check_pool_spec
-from .symbolic import check_tie, policy_weights, tie_members, window_classes
+from symjac._errors import InputError
+from symjac.pool._geometry import Geometry, resolve
+from symjac.pool._spec import PoolSpec, check_pool_spec
+from symjac.pool._symbolic import check_tie, policy_weights, tie_members, window_classes
 
 FLOAT_DTYPES = (np.float16, np.float32, np.float64)
 

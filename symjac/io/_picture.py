@@ -57,11 +57,11 @@ def write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str = "
 
 
 def _write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str) -> tuple[list[str], Any]:
-    from .exact import ExactArray
-    from .graph import window_graph
-    from .jacobian import exact_vjp
-    from .specfile import pool_input
-    from .verify import verify
+    from symjac._exact import ExactArray
+    from symjac.pool._graph import window_graph
+    from symjac.pool._jacobian import exact_vjp
+    from symjac.io._specfile import pool_input
+    from symjac.verifiers._pool import verify
 
     g, x, _ = pool_input(case)
     x64 = x.astype(np.float64)

@@ -1,0 +1,1 @@
+"""What every verifier shares: the guarded call, rounding bounds, input generators, Report/Finding."""

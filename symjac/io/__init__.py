@@ -1,0 +1,1 @@
+"""Files and views: spec files (TOML), golden data, explanations, pictures."""

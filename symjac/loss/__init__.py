@@ -1,0 +1,1 @@
+"""Losses: spec → SymPy templates (loss, derivative, rounding depth) → exact evaluation."""

@@ -1,0 +1,548 @@
+"""Losses: a validated spec, exact SymPy expressions and derivatives, mpmath values.
+
+A :class:`Loss` says *which* loss is meant (kind, reduction, loss scale S, options).
+For every kind SymPy builds the per-element loss ``ℓ`` once (per number of classes
+for ``softmax_ce``) over symbols for the prediction, the label and the options, and
+differentiates it with :func:`sympy.diff`; nothing is differentiated by hand. The
+expressions are lowered with :func:`sympy.lambdify` to mpmath and evaluated at
+``DPS`` >= 50 significant digits (inside a local :func:`mpmath.workdps`), on the
+exact rational values of the inputs (:class:`symjac.exact.ExactArray`). The
+reduction is exact (rational factors).
+
+Values returned by :func:`loss_value`, :func:`loss_derivative` and
+:func:`loss_derivative_set` are ``mpmath.mpf`` numbers (a scalar, or an ``object``
+ndarray of them) carrying at least ``DPS`` digits; ``float(v)`` or
+:func:`to_numpy` rounds them to a dtype.
+
+The loss-scale contract: the derivative a layer emits is ``d(S·L)/dpred = S·dL/dpred``.
+
+Example (seed 003, S = 8, sigmoid cross-entropy, logit 0, label 1)::
+
+    >>> import symjac
+    >>> loss = symjac.Loss("sigmoid_ce", scale=8)
+    >>> [float(v) for v in symjac.loss_derivative(loss, [0.0], [1.0])]
+    [-4.0]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any
+
+import mpmath
+import numpy as np
+
+from symjac._errors import InputError, SpecError
+from symjac._exact import ExactArray
+
+from symjac.loss._spec import DPS, Loss, check_loss
+from symjac.loss._templates import LossTemplate, loss_template
+
+# -------------------------------------------------------------------- evaluation
+
+
+def _mpf(f: Fraction) -> mpmath.mpf:
+    return mpmath.mpf(f.numerator) / f.denominator
+
+
+def _index(shape: tuple[int, ...], flat: int) -> list[int]:
+    return [int(i) for i in np.unravel_index(flat, shape)] if shape else []
+
+
+def _exact(data: Any, name: str) -> np.ndarray:
+    if isinstance(data, np.ndarray) and data.dtype.kind == "c" or np.iscomplexobj(data):
+        raise InputError(f"{name} is complex; give real numbers")
+    try:
+        return ExactArray.from_any(data, name).to_fractions()
+    except InputError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{name} could not be read as an array of numbers: {exc}") from None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LossEvaluation:
+    """Everything exact about one loss at one input, at :data:`DPS`-digit precision.
+
+    Shapes: ``pred_shape``; the element shape is ``pred_shape`` (element-wise kinds)
+    or ``pred_shape[:-1]`` (``softmax_ce``: one element per row).
+
+    Attributes:
+      loss: the spec.
+      template: the SymPy template used.
+      pred: exact prediction (object array of Fraction).
+      args: per element, the exact mpmath argument tuple of the template.
+      counted: per element, False for rows equal to ``ignore_index``.
+      elements: ``ℓ_i`` (mpf; 0 for ignored rows).
+      element_cond: ``Σ_m |∂ℓ_i/∂x_m|·|x_m|`` (None unless ``bounds``).
+      element_run: :func:`running_error` of ``ℓ_i`` in units of u (None unless ``bounds``).
+      h: per prediction entry, the unreduced unscaled ``dℓ_i/dz_j`` (mpf).
+      h_cond: ``Σ_m |∂h_j/∂x_m|·|x_m|`` (None unless ``bounds``).
+      h_run: :func:`running_error` of ``h_j`` in units of u (None unless ``bounds``).
+      h_lo / h_hi: the Clarke set of ``dℓ_i/dz_j`` (equal to ``h`` where smooth).
+      factor: per element, the exact reduction factor ``r_i`` (1/D, 1/B, 1, or the
+        upstream ``u_i`` for ``"none"``; 0 for ignored rows).
+      denominator: D (or B, or 1).
+      denominator_ops: roundings an implementation needs to form D in floats
+        (0 if D is an integer count, else the terms of the weight sum).
+      dps: digits used.
+    """
+
+    loss: Loss
+    template: LossTemplate
+    pred: np.ndarray
+    args: np.ndarray
+    counted: np.ndarray
+    elements: np.ndarray
+    element_cond: np.ndarray | None
+    element_run: np.ndarray | None
+    h: np.ndarray
+    h_cond: np.ndarray | None
+    h_run: np.ndarray | None
+    h_lo: np.ndarray
+    h_hi: np.ndarray
+    factor: np.ndarray
+    denominator: Fraction
+    denominator_ops: int
+    dps: int
+
+    @property
+    def pred_shape(self) -> tuple[int, ...]:
+        return tuple(self.pred.shape)
+
+    @property
+    def element_shape(self) -> tuple[int, ...]:
+        return tuple(self.elements.shape)
+
+    def expand(self, per_element: np.ndarray) -> np.ndarray:
+        """Broadcast a per-element array to pred's shape (repeat over the class axis)."""
+        if self.loss.kind != "softmax_ce":
+            return per_element
+        return np.repeat(per_element[..., None], self.template.classes, axis=-1)
+
+    def value(self) -> Any:
+        """``L``: an mpf for reduced losses, an object array of ``ℓ_i`` for ``"none"``."""
+        with mpmath.workdps(self.dps):
+            if self.loss.reduction == "none":
+                return self.elements.copy()
+            total = mpmath.fsum(self.elements.reshape(-1).tolist())
+            return total / _mpf(self.denominator)
+
+    def derivative(self, scale: Fraction | None = None) -> np.ndarray:
+        """``S·r_i·dℓ_i/dz_j`` in pred's shape (S = the spec's scale unless given)."""
+        s = self.loss.scale if scale is None else scale
+        return self._scaled(self.h, s)
+
+    def derivative_set(self, scale: Fraction | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The Clarke set of the scaled derivative, elementwise ``[lo, hi]``."""
+        s = self.loss.scale if scale is None else scale
+        a, b = self._scaled(self.h_lo, s), self._scaled(self.h_hi, s)
+        with mpmath.workdps(self.dps):
+            lo = np.array([min(x, y) for x, y in zip(a.reshape(-1), b.reshape(-1))] + [None], dtype=object)[:-1]
+            hi = np.array([max(x, y) for x, y in zip(a.reshape(-1), b.reshape(-1))] + [None], dtype=object)[:-1]
+        return lo.reshape(a.shape), hi.reshape(a.shape)
+
+    def _scaled(self, h: np.ndarray, s: Fraction) -> np.ndarray:
+        factor = self.expand(self.factor)
+        out = np.empty(h.size, dtype=object)
+        with mpmath.workdps(self.dps):
+            for i, (hv, r) in enumerate(zip(h.reshape(-1), factor.reshape(-1))):
+                out[i] = _mpf(s * r) * hv
+        return out.reshape(h.shape)
+
+
+def _working_dps(loss: Loss, pred: np.ndarray) -> int:
+    # exp(|z|) next to 1 cancels ~|z|·log10(e) digits (σ(z) - y, softmax - t at large
+    # logits): add them so DPS significant digits survive.
+    if loss.kind not in ("sigmoid_ce", "softmax_ce"):
+        return DPS
+    big = max((abs(v) for v in pred.reshape(-1)), default=Fraction(0))
+    return DPS + int(float(big) * 0.4343) + 1
+
+
+def _per_class(name: str, values: tuple[Fraction, ...] | None, classes: int, default: Fraction) -> list[Fraction]:
+    if values is None:
+        return [default] * classes
+    if len(values) == 1:
+        return list(values) * classes
+    if len(values) != classes:
+        raise SpecError(
+            f"{name} has {len(values)} entries but pred has {classes} classes along its last axis: "
+            f"give one number or {classes}"
+        )
+    return list(values)
+
+
+def _check_range(name: str, values: np.ndarray, ok: Callable[[Fraction], bool], what: str, why: str) -> None:
+    for i, v in enumerate(values.reshape(-1)):
+        if not ok(v):
+            where = _index(values.shape, i)
+            raise InputError(f"{name}{where} = {float(v)!r} is outside {what}: {why}")
+
+
+def evaluate(
+    loss: Loss,
+    pred: Any,
+    label: Any = None,
+    upstream: Any = None,
+    *,
+    values: bool = True,
+    derivatives: bool = True,
+    bounds: bool = False,
+) -> LossEvaluation:
+    """Validate the inputs and evaluate the loss exactly (mpmath, >= DPS digits).
+
+    Args:
+      loss: the spec.
+      pred: predictions (logits, probabilities, ... per kind), at least 1-D.
+      label: labels (see :class:`Loss`); ignored (may be None) for ``constant_derivative``.
+      upstream: ``"none"``: the per-element upstream gradient (default all ones);
+        other reductions: None or one number multiplying the derivative.
+      values / derivatives / bounds: what to compute (bounds: the condition sums
+        the verifier's error bounds need).
+
+    Raises:
+      SpecError: the spec does not fit the input (e.g. weight length vs classes).
+      InputError: an input is malformed or outside the loss's domain; the message
+        names the argument and the first offending index.
+    """
+    check_loss(loss)
+    z = _exact(pred, "pred")
+    if z.ndim == 0:
+        raise InputError("pred is a scalar; give an array with at least one axis (e.g. [0.0])")
+    if z.size == 0:
+        raise InputError(f"pred has shape {z.shape} with no elements; give at least one")
+    kind = loss.kind
+    classes = int(z.shape[-1]) if kind == "softmax_ce" else 1
+    tpl = loss_template(loss, classes)
+    element_shape = tuple(z.shape[:-1]) if kind == "softmax_ce" else tuple(z.shape)
+
+    # ---- labels
+    counted = np.ones(element_shape, dtype=bool)
+    t: np.ndarray | None = None
+    if kind == "constant_derivative":
+        pass
+    elif label is None:
+        raise InputError(f"label is None; kind={kind!r} needs a label")
+    elif kind == "softmax_ce" and loss.labels == "indices":
+        raw = np.asarray(label)
+        if raw.shape != element_shape:
+            raise InputError(
+                f"label has shape {raw.shape} but pred has shape {z.shape}: labels='indices' needs one class "
+                f"index per row, shape {element_shape}"
+            )
+        idx = _exact(raw, "label")
+        t = np.zeros(z.shape, dtype=object)
+        t[...] = Fraction(0)
+        for i, v in enumerate(idx.reshape(-1)):
+            where = _index(element_shape, i)
+            if v.denominator != 1:
+                raise InputError(f"label{where} = {float(v)!r} is not an integer class index")
+            k = int(v)
+            if loss.ignore_index is not None and k == loss.ignore_index:
+                counted[tuple(where)] = False
+                continue
+            if not 0 <= k < classes:
+                ign = "" if loss.ignore_index is None else f" or ignore_index={loss.ignore_index}"
+                raise InputError(f"label{where} = {k} is out of range: class indices must be in [0, {classes}){ign}")
+            t[tuple(where) + (k,)] = Fraction(1)
+    else:
+        t = _exact(label, "label")
+        if t.shape != z.shape:
+            raise InputError(f"label has shape {t.shape} but pred has shape {z.shape}: kind={kind!r} needs "
+                             f"label of pred's shape")
+
+    # ---- domains (exact comparisons on the rational inputs)
+    unit = "[0, 1]"
+    if kind in ("sigmoid_ce", "bce") or (kind == "softmax_ce" and loss.labels == "probabilities") or (
+        kind == "kld" and not loss.log_target
+    ):
+        assert t is not None
+        _check_range("label", t, lambda v: 0 <= v <= 1, unit, f"kind={kind!r} takes probability labels")
+    if kind == "kld" and loss.log_target:
+        assert t is not None
+        _check_range("label", t, lambda v: v <= 0, "(-inf, 0]", "with log_target=True the label is log P, P <= 1")
+    if kind == "bce":
+        _check_range("pred", z, lambda v: 0 < v < 1, "(0, 1)",
+                     "bce takes probabilities, and its derivative (p - y)/(p(1 - p)) is infinite at 0 and 1")
+    if kind == "kld" and not loss.log_input:
+        _check_range("pred", z, lambda v: 0 < v <= 1, "(0, 1]",
+                     "kld takes the probability Q (log Q and -P/Q need Q > 0); use log_input=True for log Q")
+
+    # ---- options per class
+    params_per_class: list[list[Fraction]]
+    if kind == "softmax_ce":
+        params_per_class = [_per_class("weight", loss.weight, classes, Fraction(1)) + [loss.label_smoothing or Fraction(0)]]
+    elif kind in ("smooth_l1", "huber"):
+        assert loss.delta is not None
+        params_per_class = [[loss.delta]]
+    elif kind in ("sigmoid_ce", "bce"):
+        c_last = int(z.shape[-1])
+        w = _per_class("weight", loss.weight, c_last, Fraction(1))
+        if kind == "bce":
+            params_per_class = [[wc] for wc in w]
+        else:
+            pw = _per_class("pos_weight", loss.pos_weight, c_last, Fraction(1))
+            params_per_class = [[wc, pc] for wc, pc in zip(w, pw)]
+    else:
+        params_per_class = [[]]
+
+    # ---- reduction
+    n_el = int(np.prod(element_shape)) if element_shape else 1
+    factor = np.empty(element_shape, dtype=object)
+    denominator_ops = 0
+    if loss.reduction == "none":
+        u = np.ones(element_shape, dtype=object) * Fraction(1) if upstream is None else _exact(upstream, "upstream")
+        if u.shape != element_shape:
+            raise InputError(
+                f"upstream has shape {u.shape}; reduction='none' needs one upstream gradient per loss element, "
+                f"shape {element_shape}"
+            )
+        factor[...] = u
+        den = Fraction(1)
+    else:
+        scalar = Fraction(1)
+        if upstream is not None:
+            ua = _exact(upstream, "upstream")
+            if ua.size != 1:
+                raise InputError(
+                    f"upstream has shape {ua.shape}; reduction={loss.reduction!r} gives one number, so the upstream "
+                    "gradient is one number (or None)"
+                )
+            scalar = ua.reshape(-1)[0]
+        if loss.reduction == "sum":
+            den = Fraction(1)
+        elif loss.reduction == "batch_mean":
+            den = Fraction(element_shape[0] if element_shape else 1)
+        elif kind == "softmax_ce" and loss.labels == "indices":
+            w = _per_class("weight", loss.weight, classes, Fraction(1))
+            assert t is not None
+            den = Fraction(0)
+            for i in range(n_el):
+                row = tuple(_index(element_shape, i))
+                if counted[row]:
+                    den += w[int(np.argmax([bool(v) for v in t[row]]))]
+            n_counted = int(counted.sum())
+            if n_counted == 0:
+                raise InputError(
+                    f"ignore_index={loss.ignore_index} matches every row of label: reduction='mean' would divide by "
+                    "zero (PyTorch returns NaN); use reduction='sum' or keep at least one row"
+                )
+            if den == 0:
+                raise InputError(
+                    f"weight={tuple(map(float, w))} gives the labelled rows a total weight of 0: reduction='mean' "
+                    "would divide by zero"
+                )
+            if loss.weight is not None:
+                denominator_ops = n_counted  # n - 1 additions + the weights' own rounding
+        else:
+            den = Fraction(n_el)
+        factor[...] = scalar / den
+    factor[~counted] = Fraction(0)
+
+    # ---- exact evaluation, element by element
+    dps = _working_dps(loss, z)
+    elements = np.empty(element_shape, dtype=object)
+    element_cond = np.empty(element_shape, dtype=object) if bounds else None
+    element_run = np.empty(element_shape, dtype=object) if bounds else None
+    h = np.empty(z.shape, dtype=object)
+    h_cond = np.empty(z.shape, dtype=object) if bounds else None
+    h_run = np.empty(z.shape, dtype=object) if bounds else None
+    h_lo = np.empty(z.shape, dtype=object)
+    h_hi = np.empty(z.shape, dtype=object)
+    args = np.empty(element_shape, dtype=object)
+    with mpmath.workdps(dps):
+        zero = mpmath.mpf(0)
+        for i in range(n_el):
+            key = tuple(_index(element_shape, i))
+            if kind == "softmax_ce":
+                zs = list(z[key])
+                ts = list(t[key]) if t is not None else []
+                ps = params_per_class[0]
+                hw = [key + (c,) for c in range(classes)]
+            else:
+                zs = [z[key]]
+                ts = [] if t is None else [t[key]]
+                ps = params_per_class[key[-1] % len(params_per_class)] if len(params_per_class) > 1 else (
+                    params_per_class[0])
+                hw = [key]
+            a = tuple(_mpf(v) for v in zs + ts + list(ps))
+            args[key] = a
+            if not counted[key]:
+                elements[key] = zero
+                if element_cond is not None and element_run is not None:
+                    element_cond[key] = element_run[key] = zero
+                for pos in hw:
+                    h[pos] = h_lo[pos] = h_hi[pos] = zero
+                    if h_cond is not None and h_run is not None:
+                        h_cond[pos] = h_run[pos] = zero
+                continue
+            if bounds:
+                v, c, run = tpl.loss_cond_fn(*a)
+                elements[key] = v
+                assert element_cond is not None and element_run is not None
+                element_cond[key], element_run[key] = c, run
+            elif values:
+                elements[key] = tpl.value_fn(*a)[0]
+            else:
+                elements[key] = zero
+            if derivatives or bounds:
+                hv = tpl.derivative_fn(*a)
+                lo, hi = list(hv), list(hv)
+                if tpl.kink_fn is not None and any(k == 0 for k in tpl.kink_fn(*a)):
+                    both = tpl.clarke_fn(*a)
+                    lo = [min(p, q) for p, q in zip(both[: len(hv)], both[len(hv):])]
+                    hi = [max(p, q) for p, q in zip(both[: len(hv)], both[len(hv):])]
+                hc = tpl.derivative_cond_fn(*a) if bounds else [None] * (2 * len(hv))
+                for pos, v_, l_, u_, c_, r_ in zip(hw, hv, lo, hi, hc[: len(hv)], hc[len(hv):]):
+                    h[pos], h_lo[pos], h_hi[pos] = v_, l_, u_
+                    if h_cond is not None and h_run is not None:
+                        h_cond[pos], h_run[pos] = c_, r_
+            else:
+                for pos in hw:
+                    h[pos] = h_lo[pos] = h_hi[pos] = zero
+    return LossEvaluation(
+        loss=loss,
+        template=tpl,
+        pred=z,
+        args=args,
+        counted=counted,
+        elements=elements,
+        element_cond=element_cond,
+        element_run=element_run,
+        h=h,
+        h_cond=h_cond,
+        h_run=h_run,
+        h_lo=h_lo,
+        h_hi=h_hi,
+        factor=factor,
+        denominator=den,
+        denominator_ops=denominator_ops,
+        dps=dps,
+    )
+
+
+def loss_value(loss: Loss, pred: Any, label: Any = None) -> Any:
+    """The exact loss ``L`` (unscaled), at >= :data:`DPS` significant digits.
+
+    Returns:
+      ``mpmath.mpf`` for ``"mean"``, ``"batch_mean"``, ``"sum"``; for ``"none"`` an
+      ``object`` ndarray of ``mpf``, one per loss element.
+
+    Raises:
+      SpecError, InputError: as :func:`evaluate`.
+
+    Example::
+
+        >>> import symjac, mpmath
+        >>> v = symjac.loss_value(symjac.Loss("softmax_ce"), [[0.0, 0.0]], [[1.0, 0.0]])
+        >>> mpmath.nstr(v, 50)   # -log softmax([0, 0])_0 = log 2
+        '0.69314718055994530941723212145817656807550013436026'
+    """
+    return evaluate(loss, pred, label, values=True, derivatives=False).value()
+
+
+def loss_derivative(loss: Loss, pred: Any, label: Any = None, upstream: Any = None) -> np.ndarray:
+    """The exact emitted derivative ``S·dL/dpred`` (``S·Σ_i u_i·dℓ_i/dpred`` for ``"none"``).
+
+    At a kink (``mae`` at ``pred == label``) the minimal-norm element of the Clarke
+    set (0) is returned; :func:`loss_derivative_set` gives the whole set.
+
+    Returns:
+      An ``object`` ndarray of ``mpmath.mpf`` of pred's shape.
+
+    Raises:
+      SpecError, InputError: as :func:`evaluate`.
+    """
+    return evaluate(loss, pred, label, upstream, values=False, derivatives=True).derivative()
+
+
+def loss_derivative_set(
+    loss: Loss, pred: Any, label: Any = None, upstream: Any = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The Clarke set of ``S·dL/dpred`` as elementwise intervals ``(lo, hi)``.
+
+    ``lo == hi`` wherever the loss is differentiable. (Every loss here is separable
+    across elements, so the Clarke set is the product of these intervals.)
+    """
+    return evaluate(loss, pred, label, upstream, values=False, derivatives=True).derivative_set()
+
+
+def to_numpy(values: Any, dtype: Any = np.float64) -> np.ndarray:
+    """Round mpf values (scalar or object array) to ``dtype``, to nearest.
+
+    Rounds through an exact binary fraction of the mpf, so there is no double
+    rounding through float64.
+    """
+    from symjac._exact import round_fraction
+
+    arr = np.asarray(values, dtype=object)
+    out = np.empty(arr.size, dtype=np.dtype(dtype))
+    for i, v in enumerate(arr.reshape(-1)):
+        sign, man, exp, _bc = mpmath.mpf(v)._mpf_  # exact binary value; man_exp would drop the sign
+        f = (-1 if sign else 1) * Fraction(int(man)) * (Fraction(2) ** int(exp))
+        out[i] = round_fraction(f, dtype)
+    return out.reshape(arr.shape)
+
+
+def complete_inputs(loss: Loss, pred: Any, label: Any, upstream: Any) -> tuple[Any, Any, Any]:
+    """Fill what the caller left out: :func:`default_inputs` when ``pred`` is None, and
+    for ``reduction="none"`` a varied upstream gradient (so an ignored upstream shows).
+
+    Raises:
+      InputError: a label without a prediction.
+    """
+    if pred is None:
+        if label is not None:
+            raise InputError("label is given without pred; give both (or neither, for the default inputs)")
+        pred, label, default_up = default_inputs(loss)
+        return pred, label, default_up if upstream is None else upstream
+    if loss.reduction == "none" and upstream is None:
+        shape = np.shape(pred)[:-1] if loss.kind == "softmax_ce" else np.shape(pred)
+        upstream = np.resize(np.array([0.5, -1.0, 1.5, 2.0, -0.25, 0.75]), shape)
+    return pred, label, upstream
+
+
+def default_inputs(loss: Loss) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """Small deterministic inputs in the loss's domain: ``(pred, label, upstream)``.
+
+    Every value is a short dyadic fraction, exact in float16/32/64, so the exact
+    analysis and the implementation see the same numbers in every dtype; no element
+    sits on a kink; huber/smooth_l1 (δ = 1) get both branches. ``upstream`` is set
+    (and varied, so an ignored upstream shows) only for ``reduction="none"``.
+    """
+    check_loss(loss)
+    kind = loss.kind
+    pred: np.ndarray
+    label: np.ndarray | None
+    if kind in ("mse", "mae", "smooth_l1", "huber"):
+        pred = np.array([[0.5, -1.25, 2.0], [0.75, 0.0, -0.5]])
+        label = np.array([[0.25, -1.0, -0.5], [1.5, -0.125, 1.5]])
+    elif kind == "sigmoid_ce":
+        pred = np.array([[0.5, -1.0, 2.0], [-0.25, 1.5, -2.0]])
+        label = np.array([[1.0, 0.0, 0.25], [0.0, 1.0, 0.75]])
+    elif kind == "bce":
+        pred = np.array([[0.25, 0.5, 0.75], [0.125, 0.625, 0.875]])
+        label = np.array([[0.0, 1.0, 0.5], [1.0, 0.0, 0.25]])
+    elif kind == "softmax_ce":
+        pred = np.array([[0.5, -1.0, 2.0], [-0.25, 1.5, -2.0]])
+        if loss.labels == "indices":
+            label = np.array([2, 0])
+        else:
+            label = np.array([[0.0, 0.0, 1.0], [0.75, 0.25, 0.0]])
+    elif kind == "kld":
+        q = np.array([[0.25, 0.5, 0.25], [0.125, 0.375, 0.5]])
+        pred = np.array([[-1.5, -0.75, -1.25], [-2.0, -1.0, -0.625]]) if loss.log_input else q
+        p = np.array([[0.5, 0.25, 0.25], [0.25, 0.25, 0.5]])
+        label = np.array([[-0.75, -1.5, -1.25], [-1.5, -1.0, -0.625]]) if loss.log_target else p
+    else:  # constant_derivative
+        pred = np.array([[0.5, -1.0, 2.0], [-0.25, 1.5, -2.0]])
+        label = None
+    upstream = None
+    if loss.reduction == "none":
+        shape = pred.shape[:-1] if kind == "softmax_ce" else pred.shape
+        cycle = np.array([0.5, -1.0, 1.5, 2.0, -0.25, 0.75])
+        upstream = np.resize(cycle, shape)
+    return pred, label, upstream

@@ -1,0 +1,314 @@
+"""Loss templates: the per-element SymPy loss, its derivative, and their rounding depth and running-error bounds."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import sympy
+
+from symjac._errors import SpecError
+
+from symjac.loss._spec import Loss, check_loss, _is_int
+
+# --------------------------------------------------------------------- templates
+
+_OP_COST_TRANSCENDENTAL = 2  # libm exp/log are faithful (< 1 ulp = 2u), not correctly rounded
+
+
+def rounding_depth(expr: sympy.Basic) -> int:
+    """The most roundings on any path from an input to the value of ``expr``.
+
+    Counted on the SymPy tree: an n-term sum or product is n - 1 roundings (any
+    summation order; recursive summation is the worst case); a division, square
+    or reciprocal 1; exp, log and other functions 2 (libm is within 1 ulp = 2u);
+    negation, multiplication by a power of two, ``Abs`` and ``sign`` 0 (exact).
+    A rational constant that is not dyadic costs 1 (its own rounding).
+    Piecewise takes its costliest branch.
+    """
+    return _depth(expr)
+
+
+def _dyadic(q: sympy.Rational) -> bool:
+    den = int(q.q)
+    return den & (den - 1) == 0
+
+
+def _power_of_two(q: sympy.Basic) -> bool:
+    if not q.is_Rational:
+        return False
+    p, d = abs(int(q.p)), int(q.q)
+    return p & (p - 1) == 0 and d & (d - 1) == 0
+
+
+@functools.lru_cache(maxsize=4096)
+def _depth(e: sympy.Basic) -> int:
+    if e.is_Symbol or e.is_Integer:
+        return 0
+    if e.is_Rational:
+        return 0 if _dyadic(e) else 1
+    if e.is_Number or e.is_NumberSymbol:
+        return 1
+    if isinstance(e, sympy.Add):
+        return len(e.args) - 1 + max(_depth(a) for a in e.args)
+    if isinstance(e, sympy.Mul):
+        inexact = [a for a in e.args if not _power_of_two(a)]
+        ops = max(len(inexact) - 1, 0)
+        return ops + max(_depth(a) for a in e.args)
+    if isinstance(e, sympy.Pow):
+        base, ex = e.args
+        if ex.is_Integer:
+            k = abs(int(ex))
+            ops = max(k.bit_length() - 1 + k.bit_count() - 1, 0) + (1 if int(ex) < 0 else 0)
+            return max(ops, 1) + _depth(base)
+        return _OP_COST_TRANSCENDENTAL + max(_depth(base), _depth(ex))
+    if isinstance(e, (sympy.Abs, sympy.sign)):
+        return _depth(e.args[0])
+    if isinstance(e, sympy.Piecewise):
+        return max(_depth(branch) for branch, _cond in e.args)
+    if isinstance(e, (sympy.core.relational.Relational, sympy.logic.boolalg.Boolean)):
+        return 0
+    return _OP_COST_TRANSCENDENTAL + max((_depth(a) for a in e.args), default=0)
+
+
+@functools.lru_cache(maxsize=4096)
+def running_error(e: sympy.Basic) -> sympy.Expr:
+    """First-order rounding error of evaluating ``e`` as written, in units of u.
+
+    The running error bound (Wilkinson; Higham, *Accuracy and Stability*, §3.3),
+    built symbolically node by node with ``E(input) = 0`` and:
+
+    - n-term sum: ``Σ E(a_i) + (n-1)·Σ|a_i|`` (recursive summation, γ_{n-1}Σ|a_i|);
+    - product: ``Σ_i E(a_i)·Π_{j≠i}|a_j| + m·|Π a_i|``, m the inexact multiplications;
+    - ``b^k`` (integer k): ``|k·b^(k-1)|·E(b) + ops·|b^k|``;
+    - ``exp(a)``: ``|exp a|·E(a) + 2|exp a|``; ``log(a)``: ``E(a)/|a| + 2|log a|``
+      (libm within 1 ulp = 2u); other functions ``|f'(a)|·E(a) + 2|f(a)|``;
+    - ``Abs``: ``E(a)``; ``sign``: 0; Piecewise: per branch; a non-dyadic constant: ``|c|``.
+
+    Unlike the condition number, this charges cancellation between large
+    intermediates (``1 - softmax`` near 1, ``(1-y)z + softplus(-z)`` at a loss
+    minimum), which every algorithm that forms those intermediates pays.
+    """
+    return _running_error(e)
+
+
+def _running_error(e: sympy.Basic) -> sympy.Expr:
+    zero = sympy.S.Zero
+    if e.is_Symbol or e.is_Integer:
+        return zero
+    if e.is_Rational:
+        return zero if _dyadic(e) else sympy.Abs(e)
+    if e.is_Number or e.is_NumberSymbol:
+        return sympy.Abs(e)
+    if isinstance(e, sympy.Add):
+        return sympy.Add(*(running_error(a) for a in e.args)) + (len(e.args) - 1) * sympy.Add(
+            *(sympy.Abs(a) for a in e.args)
+        )
+    if isinstance(e, sympy.Mul):
+        args = e.args
+        terms = []
+        for i, a in enumerate(args):
+            ea = running_error(a)
+            if ea != 0:
+                terms.append(ea * sympy.Mul(*(sympy.Abs(b) for j, b in enumerate(args) if j != i)))
+        ops = max(len([a for a in args if not _power_of_two(a)]) - 1, 0)
+        return sympy.Add(*terms) + ops * sympy.Abs(e)
+    if isinstance(e, sympy.Pow):
+        base, ex = e.args
+        if ex.is_Integer:
+            k = int(ex)
+            ops = max(abs(k).bit_length() - 1 + abs(k).bit_count() - 1, 0) + (1 if k < 0 else 0)
+            return sympy.Abs(k * base ** (k - 1)) * running_error(base) + max(ops, 1) * sympy.Abs(e)
+        return (sympy.Abs(sympy.diff(e, base)) * running_error(base) + sympy.Abs(sympy.diff(e, ex)) * running_error(ex)
+                + _OP_COST_TRANSCENDENTAL * sympy.Abs(e))
+    if isinstance(e, sympy.exp):
+        return sympy.Abs(e) * running_error(e.args[0]) + _OP_COST_TRANSCENDENTAL * sympy.Abs(e)
+    if isinstance(e, sympy.log):
+        a = e.args[0]
+        return running_error(a) / sympy.Abs(a) + _OP_COST_TRANSCENDENTAL * sympy.Abs(e)
+    if isinstance(e, sympy.Abs):
+        return running_error(e.args[0])
+    if isinstance(e, sympy.sign):
+        return zero
+    if isinstance(e, sympy.Piecewise):
+        return sympy.Piecewise(*((running_error(b), c) for b, c in e.args))
+    if len(e.args) == 1:
+        a = e.args[0]
+        return sympy.Abs(sympy.diff(e, a)) * running_error(a) + _OP_COST_TRANSCENDENTAL * sympy.Abs(e)
+    raise SpecError(f"no rounding model for {e!r}")  # pragma: no cover - every template is covered
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LossTemplate:
+    """One loss element as SymPy expressions, differentiated once, lowered to mpmath.
+
+    Attributes:
+      kind: the loss kind.
+      classes: number of prediction entries per element (C for ``softmax_ce``, else 1).
+      pred: prediction symbols of one element.
+      label: label symbols of one element (empty for ``constant_derivative``).
+      params: option symbols (weights, pos_weight, ε, δ), in the order the
+        evaluator passes them.
+      loss: the element loss ``ℓ``.
+      derivatives: ``sympy.diff(loss, z)`` for each prediction symbol.
+      loss_depth / derivative_depth: :func:`rounding_depth` of ``loss`` and of the
+        deepest derivative.
+      kink_args: arguments of ``sign`` in the derivatives: where one is exactly 0
+        the derivative is a Clarke set (the hull of its values with sign = ±1).
+    """
+
+    kind: str
+    classes: int
+    pred: tuple[sympy.Symbol, ...]
+    label: tuple[sympy.Symbol, ...]
+    params: tuple[sympy.Symbol, ...]
+    loss: sympy.Expr
+    derivatives: tuple[sympy.Expr, ...]
+    loss_depth: int
+    derivative_depth: int
+    kink_args: tuple[sympy.Expr, ...]
+
+    @property
+    def symbols(self) -> tuple[sympy.Symbol, ...]:
+        """Every argument of the lowered functions: pred, label, params."""
+        return self.pred + self.label + self.params
+
+    def _lower(self, exprs: Sequence[sympy.Expr]) -> Callable[..., Any]:
+        return sympy.lambdify(self.symbols, list(exprs), modules="mpmath", cse=True)  # type: ignore[no-any-return]
+
+    @functools.cached_property
+    def value_fn(self) -> Callable[..., Any]:
+        """mpmath: args -> [ℓ]."""
+        return self._lower([self.loss])
+
+    @functools.cached_property
+    def derivative_fn(self) -> Callable[..., Any]:
+        """mpmath: args -> [dℓ/dz_0, ...]."""
+        return self._lower(self.derivatives)
+
+    def _cond(self, expr: sympy.Expr) -> sympy.Expr:
+        # Σ_m |∂e/∂x_m|·|x_m|: the first-order effect of perturbing every input by one
+        # relative unit. DiracDelta (from d sign) is zero off the kinks; at a kink the
+        # Clarke set is accepted instead.
+        terms = []
+        for s in self.symbols:
+            g = sympy.diff(expr, s).replace(sympy.DiracDelta, lambda *a: sympy.S.Zero)
+            if g != 0:
+                terms.append(sympy.Abs(g) * sympy.Abs(s))
+        return sympy.Add(*terms)
+
+    @functools.cached_property
+    def loss_cond_fn(self) -> Callable[..., Any]:
+        """mpmath: args -> [ℓ, Σ_m |∂ℓ/∂x_m|·|x_m|, running_error(ℓ)]."""
+        return self._lower([self.loss, self._cond(self.loss), running_error(self.loss)])
+
+    @functools.cached_property
+    def derivative_cond_fn(self) -> Callable[..., Any]:
+        """mpmath: args -> [Σ_m |∂h_c/∂x_m|·|x_m| for each h_c] + [running_error(h_c) for each h_c]."""
+        return self._lower([self._cond(h) for h in self.derivatives] + [running_error(h) for h in self.derivatives])
+
+    @functools.cached_property
+    def kink_fn(self) -> Callable[..., Any] | None:
+        """mpmath: args -> the sign arguments (None if the loss has no kink)."""
+        return self._lower(self.kink_args) if self.kink_args else None
+
+    @functools.cached_property
+    def clarke_fn(self) -> Callable[..., Any]:
+        """mpmath: args -> derivatives with every sign() = -1, then with every sign() = +1."""
+        lo = [h.replace(sympy.sign, lambda *a: sympy.S.NegativeOne) for h in self.derivatives]
+        hi = [h.replace(sympy.sign, lambda *a: sympy.S.One) for h in self.derivatives]
+        return self._lower(lo + hi)
+
+
+def _real(name: str) -> sympy.Symbol:
+    return sympy.Symbol(name, real=True)
+
+
+@functools.lru_cache(maxsize=64)
+def _template(kind: str, classes: int, log_input: bool, log_target: bool) -> LossTemplate:
+    half = sympy.Rational(1, 2)
+    label: tuple[sympy.Symbol, ...]
+    params: tuple[sympy.Symbol, ...] = ()
+    if kind == "softmax_ce":
+        z = tuple(_real(f"z{c}") for c in range(classes))
+        t = tuple(_real(f"t{c}") for c in range(classes))
+        w = tuple(_real(f"w{c}") for c in range(classes))
+        eps = _real("epsilon")
+        lse = sympy.log(sympy.Add(*(sympy.exp(zc) for zc in z)))
+        loss = -sympy.Add(
+            *(((1 - eps) * t[c] + eps / classes) * w[c] * (z[c] - lse) for c in range(classes))
+        )
+        pred, label, params = z, t, w + (eps,)
+    else:
+        zz, y = _real("z"), _real("y")
+        pred, label = (zz,), (y,)
+        d = zz - y
+        if kind == "mse":
+            loss = d**2
+        elif kind == "mae":
+            loss = sympy.Abs(d)
+        elif kind in ("smooth_l1", "huber"):
+            delta = sympy.Symbol("delta", positive=True)
+            params = (delta,)
+            if kind == "smooth_l1":
+                loss = sympy.Piecewise((half * d**2 / delta, sympy.Abs(d) < delta), (sympy.Abs(d) - half * delta, True))
+            else:
+                loss = sympy.Piecewise((half * d**2, sympy.Abs(d) < delta), (delta * (sympy.Abs(d) - half * delta), True))
+        elif kind == "sigmoid_ce":
+            w, p = _real("w"), _real("pos_weight")
+            params = (w, p)
+            # -log σ(z) = log(1 + e^-z) and -log(1 - σ(z)) = z + log(1 + e^-z): the same
+            # function, written without 1 - σ so mpmath need not cancel.
+            softplus = sympy.log(1 + sympy.exp(-zz))
+            loss = w * (p * y * softplus + (1 - y) * (zz + softplus))
+        elif kind == "bce":
+            w = _real("w")
+            params = (w,)
+            loss = -w * (y * sympy.log(zz) + (1 - y) * sympy.log(1 - zz))
+        elif kind == "kld":
+            logq = zz if log_input else sympy.log(zz)
+            if log_target:
+                loss = sympy.exp(y) * (y - logq)
+            else:  # 0·log 0 = 0 (xlogy), as PyTorch
+                loss = sympy.Piecewise((sympy.S.Zero, sympy.Eq(y, 0)), (y * sympy.log(y) - y * logq, True))
+        elif kind == "constant_derivative":
+            loss = zz
+            label = ()
+        else:  # pragma: no cover - KINDS is closed
+            raise SpecError(f"kind={kind!r} is not valid")
+    derivatives = tuple(sympy.diff(loss, s) for s in pred)
+    kinks = tuple(dict.fromkeys(a.args[0] for h in derivatives for a in h.atoms(sympy.sign)))
+    return LossTemplate(
+        kind=kind,
+        classes=classes,
+        pred=pred,
+        label=label,
+        params=params,
+        loss=loss,
+        derivatives=derivatives,
+        loss_depth=_depth(loss),
+        derivative_depth=max(_depth(h) for h in derivatives),
+        kink_args=kinks,
+    )
+
+
+def loss_template(loss: Loss, classes: int = 1) -> LossTemplate:
+    """The SymPy template of one element of ``loss`` (``classes`` = C for softmax_ce).
+
+    Example::
+
+        >>> import symjac
+        >>> t = symjac.losses.loss_template(symjac.Loss("mse"))
+        >>> t.loss, t.derivatives
+        ((-y + z)**2, (-2*y + 2*z,))
+    """
+    check_loss(loss)
+    if loss.kind == "softmax_ce":
+        if not _is_int(classes) or classes < 1:
+            raise SpecError(f"classes={classes!r} is not valid: give the number of classes, an integer >= 1")
+    else:
+        classes = 1
+    return _template(loss.kind, int(classes), bool(loss.log_input), bool(loss.log_target))
+

@@ -1,0 +1,1 @@
+"""Pooling: spec → geometry → SymPy window templates → exact Jacobian → NumPy lowering → window graph."""

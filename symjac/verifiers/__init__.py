@@ -1,0 +1,1 @@
+"""Verifiers built on :mod:`symjac.check`: pools, losses, loss families."""

@@ -1,0 +1,58 @@
+"""The public surface: names in ``symjac.__all__`` and the package layout (private stage modules)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import subprocess
+import sys
+import types
+
+import symjac
+
+PUBLIC_MODULES = {"symjac.testing"}
+
+
+def _modules() -> list[str]:
+    return sorted(m.name for m in pkgutil.walk_packages(symjac.__path__, "symjac.") if m.name != "symjac.__main__")
+
+
+def test_every_public_name_resolves_and_is_not_a_module():
+    for name in symjac.__all__:
+        value = getattr(symjac, name)
+        if f"symjac.{name}" in PUBLIC_MODULES:
+            assert isinstance(value, types.ModuleType), name
+        else:
+            assert not isinstance(value, types.ModuleType), (name, value)
+
+
+def test_public_functions_are_functions_after_every_module_is_imported():
+    # Import every module first (as the CLI or a debugger would): no import path may
+    # shadow a public function, so symjac.verify stays the function.
+    for name in _modules():
+        importlib.import_module(name)
+    for name in symjac.__all__:
+        value = getattr(symjac, name)
+        if f"symjac.{name}" not in PUBLIC_MODULES:
+            assert inspect.isfunction(value) or inspect.isclass(value) or isinstance(value, str), (name, value)
+
+
+def test_no_module_path_equals_a_public_name():
+    # Every module path's last part is private (_x) or a package/public module whose name is no public function.
+    public = set(symjac.__all__)
+    for name in _modules():
+        last = name.rsplit(".", 1)[-1]
+        assert name in PUBLIC_MODULES or last.startswith("_") or last not in public, name
+        assert isinstance(importlib.import_module(name), types.ModuleType)
+
+
+def test_dir_lists_only_the_public_api():
+    assert dir(symjac) == sorted(symjac.__all__)
+
+
+def test_import_is_light():
+    # import symjac loads neither SymPy nor NumPy (the pytest plugin is loaded by every pytest run).
+    code = "import sys, symjac; print(sorted(m for m in ('sympy', 'numpy', 'networkx') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]"
