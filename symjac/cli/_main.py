@@ -7,52 +7,15 @@ Exit codes: 0 verified (or the command did its job), 1 a verification finding,
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from symjac.cli._impl import UsageError, load_impl
+
 EXIT_OK, EXIT_FINDING, EXIT_USAGE = 0, 1, 2
 DTYPES = ("float16", "float32", "float64")
-
-
-class UsageError(Exception):
-    """A command-line mistake: printed as one line, exit code 2."""
-
-
-def load_impl(target: str) -> Any:
-    """``MODULE_OR_PATH[:ATTR]`` -> the object (or module) holding the callables."""
-    module_part, _, attr = target.partition(":")
-    if not module_part:
-        raise UsageError(f"--impl {target!r}: give MODULE_OR_PATH:ATTR, e.g. mypkg.pool:impl or impls.py:impl")
-    path = Path(module_part)
-    try:
-        if module_part.endswith(".py") or path.exists():
-            if not path.is_file():
-                raise UsageError(f"--impl {target!r}: no such file {module_part}")
-            name = f"_symjac_impl_{abs(hash(str(path.resolve())))}"
-            spec = importlib.util.spec_from_file_location(name, path)
-            if spec is None or spec.loader is None:
-                raise UsageError(f"--impl {target!r}: cannot load {module_part} as Python")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(module_part)
-    except UsageError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the user's module failed to import
-        raise UsageError(f"--impl {target!r}: importing {module_part} failed: {type(exc).__name__}: {exc}") from None
-    if not attr:
-        return module
-    obj = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise UsageError(f"--impl {target!r}: {module_part} has no attribute {attr!r}")
-        obj = getattr(obj, part)
-    return obj
 
 
 def _callables(impl: Any, case: Any, target: str) -> dict[str, Any]:

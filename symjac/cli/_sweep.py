@@ -73,7 +73,7 @@ _IMPL_CACHE: dict[str, Any] = {}
 
 def run_one(config: dict[str, Any], impl_target: str, dtype: str = "float64") -> dict[str, Any]:
     """Verify one configuration; never raises (errors become the result)."""
-    from symjac.cli._main import UsageError, load_impl
+    from symjac.cli._impl import UsageError, load_impl
     from symjac.io._specfile import _operator
     from symjac.verifiers._pool import verify
 

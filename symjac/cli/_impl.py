@@ -1,0 +1,49 @@
+"""Loading the implementation a command checks: ``--impl MODULE_OR_PATH[:ATTR]``.
+
+Shared by every subcommand and by sweep workers (which load it in their own process).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+
+class UsageError(Exception):
+    """A command-line mistake: printed as one line, exit code 2."""
+
+
+def load_impl(target: str) -> Any:
+    """``MODULE_OR_PATH[:ATTR]`` -> the object (or module) holding the callables."""
+    module_part, _, attr = target.partition(":")
+    if not module_part:
+        raise UsageError(f"--impl {target!r}: give MODULE_OR_PATH:ATTR, e.g. mypkg.pool:impl or impls.py:impl")
+    path = Path(module_part)
+    try:
+        if module_part.endswith(".py") or path.exists():
+            if not path.is_file():
+                raise UsageError(f"--impl {target!r}: no such file {module_part}")
+            name = f"_symjac_impl_{abs(hash(str(path.resolve())))}"
+            spec = importlib.util.spec_from_file_location(name, path)
+            if spec is None or spec.loader is None:
+                raise UsageError(f"--impl {target!r}: cannot load {module_part} as Python")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_part)
+    except UsageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's module failed to import
+        raise UsageError(f"--impl {target!r}: importing {module_part} failed: {type(exc).__name__}: {exc}") from None
+    if not attr:
+        return module
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise UsageError(f"--impl {target!r}: {module_part} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj
