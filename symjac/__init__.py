@@ -45,9 +45,9 @@ _EXPORTS = {
     "Report": "check._report",
     "verify": "verifiers._pool",
     "verify_loss": "verifiers._loss",
-    "check_loss_family": "verifiers._loss",
-    "LossImpl": "verifiers._loss",
-    "FamilyTable": "verifiers._loss",
+    "check_loss_family": "verifiers._family",
+    "LossImpl": "verifiers._family",
+    "FamilyTable": "verifiers._family",
     # files
     "load_spec_file": "io._specfile",
     "check_expect": "io._golden",

@@ -25,7 +25,24 @@ CATEGORIES = (
     "mutates_inputs",
     "nondeterministic",
     "bad_output",
+    "timeout",
+    "crashed",
 )
+
+
+#: At most this many items are named in one message ("... and 12 more").
+MAX_LISTED = 8
+
+
+def fmt_index(index: tuple[int, ...]) -> str:
+    """``(0,1)``: a cell or window index as messages print it."""
+    return "(" + ",".join(map(str, index)) + ")"
+
+
+def listing(items: list[str]) -> str:
+    """The first :data:`MAX_LISTED` items, comma-separated, and how many more."""
+    shown = ", ".join(items[:MAX_LISTED])
+    return shown + (f" and {len(items) - MAX_LISTED} more" if len(items) > MAX_LISTED else "")
 
 
 def jsonable(value: Any) -> Any:
@@ -58,6 +75,8 @@ class Finding:
       window: the output index concerned (layout order), if any.
       cells: input indices concerned.
       expected / observed: values (exact values as strings in JSON).
+      detail: further facts, e.g. an exception's ``traceback`` and the ``arguments``
+        (shapes and dtypes) the implementation was called with.
     """
 
     category: str
@@ -66,6 +85,7 @@ class Finding:
     cells: tuple[tuple[int, ...], ...] = ()
     expected: Any = None
     observed: Any = None
+    detail: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.category not in CATEGORIES:
@@ -79,6 +99,7 @@ class Finding:
             "cells": jsonable(self.cells),
             "expected": jsonable(self.expected),
             "observed": jsonable(self.observed),
+            "detail": jsonable(self.detail),
         }
 
 
@@ -117,6 +138,9 @@ class Report:
             if f.expected is not None or f.observed is not None:
                 lines.append(f"    expected: {jsonable(f.expected)}")
                 lines.append(f"    observed: {jsonable(f.observed)}")
+            if f.detail and f.detail.get("traceback"):
+                lines.append(f"    called with: {jsonable(f.detail.get('arguments'))}")
+                lines.extend("    | " + line for line in str(f.detail["traceback"]).rstrip().splitlines())
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:

@@ -7,8 +7,9 @@ inputs in place and nondeterminism are findings. Bad *inputs* (a label of the
 wrong shape, a probability outside [0, 1], ...) are the caller's mistake and raise
 :class:`symjac.InputError` / :class:`symjac.SpecError`.
 
-:func:`check_loss_family` checks sibling losses that share one loss scale S (seed
-003: four of five nntrainer loss derivatives forgot S) and returns a table.
+Implementations are called only through the guarded-call core
+(:mod:`symjac.check._call`); :mod:`symjac.verifiers._family` checks sibling losses
+that share one loss scale S as a table.
 
 Error bounds
 ------------
@@ -83,100 +84,24 @@ Errors are reported in ULPs of the dtype at ``max(|expected|, |observed|)``.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
 import mpmath
 import numpy as np
 
-from symjac._errors import InputError, SpecError
-from symjac.loss._evaluate import LossEvaluation, _index, complete_inputs, evaluate
+from symjac._errors import InputError
+from symjac.check._report import Finding, Report
+from symjac.check._call import DEFAULT_TIMEOUT, Guard, same, sha256
+from symjac.check._rounding import float_dtype, gamma_mp, ulp_mp, unit_roundoff_mp
+from symjac.loss._evaluate import LossEvaluation, _index, _mpf, complete_inputs, evaluate
 from symjac.loss._spec import Loss, check_loss
-from symjac.check._report import Finding, Report, jsonable
 
-FLOAT_DTYPES = ("float16", "float32", "float64")
 MAX_FD_PROBES = 32  # FD costs 2 forward calls per probed element; larger preds are sampled evenly
-
-#: Verdict precedence in a family table: the most specific finding names the row.
-VERDICT_ORDER = (
-    "bad_output",
-    "mutates_inputs",
-    "missing_scale",
-    "wrong_scale",
-    "wrong_values",
-    "nondeterministic",
-    "forward_values",
-    "not_fd_consistent",
-)
-
-
-def _dtype(dtype: Any) -> np.dtype[Any]:
-    try:
-        dt: np.dtype[Any] | None = np.dtype(dtype)
-    except TypeError:
-        dt = None
-    if dt is None or dt.name not in FLOAT_DTYPES:
-        raise InputError(f"dtype={dtype!r} is not valid: give one of {', '.join(map(repr, FLOAT_DTYPES))}")
-    return dt
-
-
-def _unit_roundoff(dt: np.dtype[Any]) -> mpmath.mpf:
-    return mpmath.ldexp(1, -int(np.finfo(dt).nmant) - 1)
-
 
 def _frac(x: Any) -> Fraction:
     return Fraction(float(x))
-
-
-def _mpf(f: Fraction) -> mpmath.mpf:
-    return mpmath.mpf(f.numerator) / f.denominator
-
-
-def _ulp(dt: np.dtype[Any], magnitude: mpmath.mpf) -> mpmath.mpf:
-    with np.errstate(over="ignore"):
-        v = dt.type(float(abs(magnitude)))
-    if not np.isfinite(v):
-        v = np.finfo(dt).max
-    return mpmath.mpf(float(np.spacing(v)))
-
-
-def _sha(a: np.ndarray | None) -> str | None:
-    return None if a is None else hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
-
-
-def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
-
-
-def _first_diff(a: np.ndarray, b: np.ndarray) -> int:
-    fa, fb = a.reshape(-1), b.reshape(-1)
-    eq = fa == fb
-    if fa.dtype.kind == "f":
-        eq |= np.isnan(fa) & np.isnan(fb)
-    return int(np.flatnonzero(~eq)[0])
-
-
-def _gamma(k: int, u: mpmath.mpf) -> mpmath.mpf:
-    ku = k * u
-    return ku / (1 - ku) if ku < 1 else mpmath.inf
-
-
-def _show(values: Any, limit: int = 4) -> str:
-    """Compact text: -4.0, [-4.0, 4.0]; floats and mpf alike."""
-    if values is None:
-        return "—"
-    arr = np.asarray(values, dtype=object).reshape(-1)
-    items = []
-    for v in arr[:limit]:
-        s = f"{float(v):.6g}"
-        if s.lstrip("-").isdigit():
-            s += ".0"
-        items.append(s)
-    more = ", …" if arr.size > limit else ""
-    body = ", ".join(items) + more
-    return body if arr.size == 1 and np.asarray(values, dtype=object).ndim == 0 else f"[{body}]"
 
 
 # ------------------------------------------------------------------------ bounds
@@ -196,7 +121,7 @@ class _Bounds:
 
     @classmethod
     def of(cls, ev: LossEvaluation, dt: np.dtype[Any]) -> _Bounds:
-        u = _unit_roundoff(dt)
+        u = unit_roundoff_mp(dt)
         p = int(np.finfo(dt).nmant) + 1
         den = ev.denominator
         representable = den.denominator == 1 and den.numerator <= 2**p
@@ -224,7 +149,7 @@ class _Bounds:
         ev = self.ev
         assert ev.h_cond is not None and ev.h_run is not None
         factor = ev.expand(ev.factor)
-        g = _gamma(self.k_deriv, self.u)
+        g = gamma_mp(self.k_deriv, self.u)
         run_u = self.u / (1 - self.k_deriv * self.u)  # first order, with the usual γ-style headroom
         out = np.empty(ev.h.size, dtype=object)
         for j, (lo, hi, c, run, r) in enumerate(zip(
@@ -238,7 +163,7 @@ class _Bounds:
     def element(self, ell: mpmath.mpf, cond: mpmath.mpf, run: mpmath.mpf) -> mpmath.mpf:
         """e_i: one element's forward bound."""
         k = self.k_loss
-        return (self.u / (1 - k * self.u) * run + _gamma(k, self.u) * (abs(ell) + cond)
+        return (self.u / (1 - k * self.u) * run + gamma_mp(k, self.u) * (abs(ell) + cond)
                 + max(k, 1) * self.eta * self.amp)
 
     def forward(self, ells: list[Any], conds: list[Any], runs: list[Any], factors: list[Fraction]) -> mpmath.mpf:
@@ -250,32 +175,12 @@ class _Bounds:
         n = int(ev.counted.sum())
         total = mpmath.fsum(e for e, f in zip(ells, factors) if f != 0)
         per = mpmath.fsum(self.element(e, c, q) for e, c, q, f in zip(ells, conds, runs, factors) if f != 0)
-        summ = _gamma(max(n - 1, 0), self.u) * mpmath.fsum(abs(e) for e, f in zip(ells, factors) if f != 0)
+        summ = gamma_mp(max(n - 1, 0), self.u) * mpmath.fsum(abs(e) for e, f in zip(ells, factors) if f != 0)
         k_d = ev.denominator_ops + 1
-        return r * (per + summ) + _gamma(k_d, self.u) * abs(total * r) + (n + k_d) * self.eta
+        return r * (per + summ) + gamma_mp(k_d, self.u) * abs(total * r) + (n + k_d) * self.eta
 
 
 # -------------------------------------------------------------------- the checks
-
-
-@dataclasses.dataclass
-class _Call:
-    out: np.ndarray | None
-    error: str | None
-
-
-def _call(fn: Callable[..., Any], args: tuple[Any, ...]) -> _Call:
-    try:
-        result = fn(*args)
-    except Exception as exc:  # noqa: BLE001 - a misbehaving implementation is a finding, not a crash
-        return _Call(None, f"{type(exc).__name__}: {exc}")
-    try:
-        out = np.array(result, copy=True)
-    except Exception as exc:  # noqa: BLE001 - whatever it returned, report it
-        return _Call(None, f"returned {type(result).__name__}, not an array: {type(exc).__name__}: {exc}")
-    if out.dtype == object or out.dtype.kind not in "fiu":
-        return _Call(None, f"returned an array of dtype {out.dtype}; expected real floats")
-    return _Call(out, None)
 
 
 def _nice_scale(c: mpmath.mpf) -> Fraction:
@@ -316,6 +221,7 @@ def verify_loss(
     label: Any = None,
     upstream: Any = None,
     dtype: Any = "float32",
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> Report:
     """Check a loss derivative against the exact ``S·dL/dpred``; every fault a finding.
 
@@ -351,6 +257,8 @@ def verify_loss(
         They are rounded to ``dtype`` first and the exact analysis uses the rounded
         values. ``upstream`` only for ``reduction="none"``.
       dtype: ``"float16"``, ``"float32"`` or ``"float64"``.
+      timeout: seconds each call of the implementation may take (None: no limit);
+        a call that takes longer is a ``timeout`` finding.
 
     Returns:
       The :class:`symjac.report.Report`; ``report.ok`` when there is no finding.
@@ -368,7 +276,7 @@ def verify_loss(
         >>> r.categories()
         ['missing_scale']
     """
-    return _verify(loss, derivative, forward, pred, label, upstream, dtype).report
+    return _verify(loss, derivative, forward, pred, label, upstream, dtype, timeout).report
 
 
 def _prepare(
@@ -418,6 +326,36 @@ def _prepare(
     return p, lab, up, rounded
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Expected:
+    """The exact derivative at the inputs: S·dL/dpred, the unscaled base, their Clarke
+    intervals [lo, hi] (equal off kinks), and the derived bound B per element."""
+
+    value: np.ndarray
+    base: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    base_lo: np.ndarray
+    base_hi: np.ndarray
+    bound: np.ndarray
+
+    @classmethod
+    def of(cls, ev: LossEvaluation, bounds: _Bounds, dt: np.dtype[Any], shape: tuple[int, ...]) -> _Expected:
+        value = ev.derivative()
+        fmax = mpmath.mpf(float(np.finfo(dt).max))
+        big = [j for j, v in enumerate(value.reshape(-1)) if abs(v) > fmax]
+        if big:
+            j = big[0]
+            raise InputError(
+                f"the exact derivative at pred{_index(shape, j)} is {mpmath.nstr(value.reshape(-1)[j], 8)}, "
+                f"beyond the range of {dt.name}: no {dt.name} implementation can return it; lower the scale or "
+                "use a wider dtype"
+            )
+        lo, hi = ev.derivative_set()
+        blo, bhi = ev.derivative_set(Fraction(1))
+        return cls(value, ev.derivative(Fraction(1)), lo, hi, blo, bhi, bounds.derivative(ev.loss.scale))
+
+
 def _verify(
     loss: Loss,
     derivative: Callable[..., Any],
@@ -426,21 +364,21 @@ def _verify(
     label: Any,
     upstream: Any,
     dtype: Any,
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> _Outcome:
     check_loss(loss)
     if not callable(derivative):
         raise InputError(f"derivative={derivative!r} is not callable")
     if forward is not None and not callable(forward):
         raise InputError(f"forward={forward!r} is not callable")
-    dt = _dtype(dtype)
+    dt = float_dtype(dtype)
     p0, l0, u0, rounded = _prepare(loss, pred, label, upstream, dt)
     ev = evaluate(loss, p0, l0, u0, values=True, derivatives=True, bounds=True)
-    s = loss.scale
     findings: list[Finding] = []
     stats: dict[str, Any] = {
         "kind": loss.kind,
         "reduction": loss.reduction,
-        "scale": s,
+        "scale": loss.scale,
         "dtype": dt.name,
         "unit_roundoff": f"2^-{int(np.finfo(dt).nmant) + 1}",
         "elements": int(p0.size),
@@ -448,89 +386,80 @@ def _verify(
         "dps": ev.dps,
     }
     bounds = _Bounds.of(ev, dt)
-
+    args_of = _ArgFactory(loss, p0, l0, u0)
     with mpmath.workdps(ev.dps):
-        expected = ev.derivative()
-        base = ev.derivative(Fraction(1))
-        lo, hi = ev.derivative_set()
-        blo, bhi = ev.derivative_set(Fraction(1))
-        bnd = bounds.derivative(s)
-        fmax = mpmath.mpf(float(np.finfo(dt).max))
-        big = [j for j, v in enumerate(expected.reshape(-1)) if abs(v) > fmax]
-        if big:
-            j = big[0]
-            raise InputError(
-                f"the exact derivative at pred{_index(p0.shape, j)} is {mpmath.nstr(expected.reshape(-1)[j], 8)}, "
-                f"beyond the range of {dt.name}: no {dt.name} implementation can return it; lower the scale or "
-                "use a wider dtype"
-            )
-
-        args_of = _ArgFactory(loss, p0, l0, u0)
-        d_call = _call(derivative, args_of.fresh())
-        # ---- first call, on buffers we keep to check for mutation and to call again
-        bufs = args_of.fresh()
-        first = _call(derivative, bufs)
-        after_first = tuple(None if b is None else b.copy() for b in bufs)
-        out1 = _check_output(first, "derivative", p0.shape, dt, findings)
-        mutated = _mutations(args_of, args_of.originals(), after_first, "derivative", findings)
-        second = _call(derivative, bufs)
-        out2 = _check_output(second, "derivative", p0.shape, dt, None)
-        _mutations(args_of, after_first, tuple(None if b is None else b.copy() for b in bufs), "derivative",
-                   findings, again=True)
-        if out1 is not None and out2 is not None:
-            if mutated and not _same(out1, out2):
-                bad2 = _outside(out2, lo, hi, bnd, dt)
-                if bad2:
-                    j, err_ulp, bound_ulp = bad2[0]
-                    findings.append(Finding(
-                        "wrong_values",
-                        f"called again on the same buffers, {len(bad2)} of {out2.size} derivative values are wrong "
-                        f"(it read back the {' and '.join(mutated)} the first call overwrote); worst at "
-                        f"pred{_index(p0.shape, j)}: error {err_ulp:.3g} ulp > bound {bound_ulp:.3g} ulp",
-                        cells=(tuple(_index(p0.shape, j)),),
-                        expected=expected.reshape(-1)[j],
-                        observed=float(out2.reshape(-1)[j]),
-                    ))
-            elif not mutated and not _same(out1, out2):
-                _nondeterministic(out1, out2, p0.shape, findings)
-        # ---- nondeterminism on equal fresh inputs
-        out3 = _check_output(d_call, "derivative", p0.shape, dt, None)
-        if out1 is not None and out3 is not None and not _same(out1, out3) and not any(
-            f.category == "nondeterministic" for f in findings
-        ):
-            _nondeterministic(out3, out1, p0.shape, findings)
-
-        # ---- values against the exact derivative
-        scale_found: Fraction | None = None
-        if out1 is not None:
-            bad = _outside(out1, lo, hi, bnd, dt)
-            errs = _errors_ulp(out1, lo, hi, bnd, dt)
-            stats["max_error_ulps"] = max(e for e, _ in errs)
-            stats["bound_ulps_at_worst"] = max(errs, key=lambda eb: eb[0])[1]
-            if bad:
-                scale_found = _classify(out1, expected, base, blo, bhi, bnd, s, ev, dt, p0.shape, bad, findings)
-            stats["values_within_bound"] = not bad
-
-        # ---- forward and FD on the implementation's own forward
+        ex = _Expected.of(ev, bounds, dt, p0.shape)
+        deriv = Guard(derivative, "derivative", args_of.names, findings, timeout=timeout, restore=False)
+        out1 = _purity_calls(deriv, args_of, ex, dt, findings)
+        scale_found = _check_values(out1, ex, ev, dt, stats, findings)
         if forward is not None:
-            _check_forward(forward, ev, bounds, args_of, out1, bnd, s, scale_found, dt, stats, findings)
-
+            fwd = Guard(forward, "forward", args_of.names[:2], findings, timeout=timeout)
+            _ForwardCheck(fwd, ev, bounds, args_of, dt, stats, findings).run(out1, ex.bound, scale_found)
     stats["checksums"] = {
-        name: _sha(a) for name, a in zip(("pred", "label", "upstream"), args_of.originals()) if a is not None
+        name: sha256(a) for name, a in zip(("pred", "label", "upstream"), args_of.originals()) if a is not None
     }
-    subject = f"{loss!r} in {dt.name}"
+    return _Outcome(Report(f"{loss!r} in {dt.name}", tuple(findings), stats,
+                           _headline(loss, p0.size, forward is not None, stats, findings)), out1, ex.value, ex.base)
+
+
+def _purity_calls(deriv: Guard, args_of: _ArgFactory, ex: _Expected, dt: np.dtype[Any],
+                  findings: list[Finding]) -> np.ndarray | None:
+    """Three derivative calls: on buffers kept to check for mutation, again on the same
+    buffers (what a mutation does to the next call), and on equal fresh inputs
+    (determinism). Returns the first call's output (None if unusable)."""
+    shape = args_of.pred.shape
+    bufs = args_of.fresh()
+    out1 = deriv.array(*bufs, shape=shape, dtype=dt, index_name="pred")
+    mutated = sorted(deriv.mutated)
+    out2 = deriv.array(*bufs, shape=shape, dtype=dt, index_name="pred", again=True)
+    if out1 is not None and out2 is not None and not same(out1, out2):
+        if not mutated:
+            deriv.compare(out1, out2, "pred")
+        elif bad2 := _outside(out2, ex.lo, ex.hi, ex.bound, dt):
+            j, err_ulp, bound_ulp = bad2[0]
+            findings.append(Finding(
+                "wrong_values",
+                f"called again on the same buffers, {len(bad2)} of {out2.size} derivative values are wrong "
+                f"(it read back the {' and '.join(mutated)} the first call overwrote); worst at "
+                f"pred{_index(shape, j)}: error {err_ulp:.3g} ulp > bound {bound_ulp:.3g} ulp",
+                cells=(tuple(_index(shape, j)),),
+                expected=ex.value.reshape(-1)[j],
+                observed=float(out2.reshape(-1)[j]),
+            ))
+    out3 = deriv.array(*args_of.fresh(), shape=shape, dtype=dt, index_name="pred")
+    if out1 is not None and out3 is not None:
+        deriv.compare(out3, out1, "pred")
+    return out1
+
+
+def _check_values(out: np.ndarray | None, ex: _Expected, ev: LossEvaluation, dt: np.dtype[Any],
+                  stats: dict[str, Any], findings: list[Finding]) -> Fraction | None:
+    """The derivative against the exact one; a scale finding names c. Returns the c found."""
+    if out is None:
+        return None
+    bad = _outside(out, ex.lo, ex.hi, ex.bound, dt)
+    errs = _errors_ulp(out, ex.lo, ex.hi, ex.bound, dt)
+    stats["max_error_ulps"] = max(e for e, _ in errs)
+    stats["bound_ulps_at_worst"] = max(errs, key=lambda eb: eb[0])[1]
+    stats["values_within_bound"] = not bad
+    if not bad:
+        return None
+    return _classify(out, ex.value, ex.base, ex.base_lo, ex.base_hi, ex.bound, ev.loss.scale, ev, dt,
+                     out.shape, bad, findings)
+
+
+def _headline(loss: Loss, n: int, with_forward: bool, stats: dict[str, Any], findings: list[Finding]) -> str:
     if findings:
         cats = list(dict.fromkeys(f.category for f in findings))
-        headline = f"{loss.kind}: {len(findings)} finding(s) [{', '.join(cats)}]: {findings[0].message}"
-    else:
-        headline = (
-            f"{loss.kind}: {p0.size} derivative values within the derived bound "
-            f"(worst {float(stats.get('max_error_ulps', 0)):.3g} ulp, bound there "
-            f"{float(stats.get('bound_ulps_at_worst', 0)):.3g} ulp)"
-        )
-        if forward is not None:
-            headline += f"; forward within bound; FD-consistent at {stats.get('fd_checked', 0)} points"
-    return _Outcome(Report(subject, tuple(findings), stats, headline), out1, expected, base)
+        return f"{loss.kind}: {len(findings)} finding(s) [{', '.join(cats)}]: {findings[0].message}"
+    headline = (
+        f"{loss.kind}: {n} derivative values within the derived bound "
+        f"(worst {float(stats.get('max_error_ulps', 0)):.3g} ulp, bound there "
+        f"{float(stats.get('bound_ulps_at_worst', 0)):.3g} ulp)"
+    )
+    if with_forward:
+        headline += f"; forward within bound; FD-consistent at {stats.get('fd_checked', 0)} points"
+    return headline
 
 
 class _ArgFactory:
@@ -556,70 +485,6 @@ class _ArgFactory:
         return self.fresh(pred)[:2]
 
 
-def _check_output(
-    call: _Call, who: str, shape: tuple[int, ...], dt: np.dtype[Any], findings: list[Finding] | None
-) -> np.ndarray | None:
-    problem = None
-    out = call.out
-    if call.error is not None:
-        problem = f"{who} raised or returned no array: {call.error}"
-        out = None
-    elif out is not None and out.shape != shape:
-        problem = f"{who} returned shape {out.shape}; expected {shape} (the shape of pred)"
-        out = None
-    elif out is not None and out.dtype.kind == "f" and not np.all(np.isfinite(out)):
-        j = int(np.flatnonzero(~np.isfinite(out).reshape(-1))[0])
-        problem = (f"{who} returned {int((~np.isfinite(out)).sum())} non-finite value(s); first at "
-                   f"pred{_index(shape, j)}: {out.reshape(-1)[j]}")
-        out = None
-    elif out is not None and out.dtype != dt:
-        problem = f"{who} returned dtype {out.dtype}; expected {dt.name} (the dtype of pred)"
-    if problem and findings is not None:
-        findings.append(Finding("bad_output", problem))
-    return out
-
-
-def _mutations(
-    args: _ArgFactory,
-    before: tuple[np.ndarray | None, ...],
-    after: tuple[np.ndarray | None, ...],
-    who: str,
-    findings: list[Finding],
-    again: bool = False,
-) -> list[str]:
-    changed = []
-    for name, b, a in zip(args.names, before, after):
-        if b is None or a is None or _same(b, a):
-            continue
-        changed.append(name)
-        if again and any(f.category == "mutates_inputs" and f"changed {name} " in f.message for f in findings):
-            continue
-        j = _first_diff(b, a)
-        where = _index(b.shape, j)
-        findings.append(Finding(
-            "mutates_inputs",
-            f"{who} changed {name} in place{' on a second call' if again else ''} (sha256 {_sha(b)[:12]} -> "  # type: ignore[index]
-            f"{_sha(a)[:12]}); first change at {name}{where}: {b.reshape(-1)[j].item()!r} -> {a.reshape(-1)[j].item()!r}, "  # type: ignore[index]
-            f"{int((b != a).sum())} element(s) changed. The caller's {name} is corrupted for every later use.",
-            cells=(tuple(where),),
-            expected=b.reshape(-1)[j].item(),
-            observed=a.reshape(-1)[j].item(),
-        ))
-    return changed
-
-
-def _nondeterministic(a: np.ndarray, b: np.ndarray, shape: tuple[int, ...], findings: list[Finding]) -> None:
-    j = _first_diff(a, b)
-    findings.append(Finding(
-        "nondeterministic",
-        f"two calls on equal inputs returned different derivatives ({int((a != b).sum())} element(s) differ; "
-        f"first at pred{_index(shape, j)}: {a.reshape(-1)[j]!r} vs {b.reshape(-1)[j]!r})",
-        cells=(tuple(_index(shape, j)),),
-        expected=float(a.reshape(-1)[j]),
-        observed=float(b.reshape(-1)[j]),
-    ))
-
-
 def _dist(o: mpmath.mpf, lo: mpmath.mpf, hi: mpmath.mpf) -> mpmath.mpf:
     return lo - o if o < lo else (o - hi if o > hi else mpmath.mpf(0))
 
@@ -630,7 +495,7 @@ def _errors_ulp(
     res = []
     for o, a, b, e in zip(out.reshape(-1), lo.reshape(-1), hi.reshape(-1), bnd.reshape(-1)):
         om = mpmath.mpf(float(o))
-        ulp = _ulp(dt, max(abs(om), abs(a), abs(b)))
+        ulp = ulp_mp(dt, max(abs(om), abs(a), abs(b)))
         res.append((float(_dist(om, a, b) / ulp), float(e / ulp)))
     return res
 
@@ -644,7 +509,7 @@ def _outside(
         om = mpmath.mpf(float(o))
         d = _dist(om, a, b)
         if d > e:
-            ulp = _ulp(dt, max(abs(om), abs(a), abs(b)))
+            ulp = ulp_mp(dt, max(abs(om), abs(a), abs(b)))
             bad.append((j, float(d / ulp), float(e / ulp)))
     bad.sort(key=lambda t: -t[1])
     return bad
@@ -712,21 +577,6 @@ def _classify(
     return None
 
 
-def _forward_value(call: _Call, ev: LossEvaluation, who: str) -> tuple[np.ndarray | None, str | None]:
-    if call.error is not None:
-        return None, f"{who} raised or returned no array: {call.error}"
-    out = call.out
-    assert out is not None
-    if ev.loss.reduction == "none":
-        if out.shape != ev.element_shape:
-            return None, f"{who} returned shape {out.shape}; reduction='none' expects {ev.element_shape}"
-    elif out.size != 1:
-        return None, f"{who} returned shape {out.shape}; reduction={ev.loss.reduction!r} expects one number"
-    if out.dtype.kind == "f" and not np.all(np.isfinite(out)):
-        return None, f"{who} returned non-finite value(s): {out.reshape(-1)[:4]}"
-    return out.astype(np.float64), None
-
-
 def _phi_obs(out: np.ndarray, ev: LossEvaluation) -> mpmath.mpf:
     if ev.loss.reduction == "none":
         return mpmath.fsum(_mpf(r) * mpmath.mpf(float(v)) for v, r in zip(out.reshape(-1), ev.factor.reshape(-1)))
@@ -746,334 +596,177 @@ def _fd_step(loss: Loss, z: float, dt: np.dtype[Any], u: mpmath.mpf) -> float | 
     return h
 
 
-def _check_forward(
-    forward: Callable[..., Any],
-    ev: LossEvaluation,
-    bounds: _Bounds,
-    args_of: _ArgFactory,
-    out1: np.ndarray | None,
-    bnd: np.ndarray,
-    s: Fraction,
-    scale_found: Fraction | None,
-    dt: np.dtype[Any],
-    stats: dict[str, Any],
-    findings: list[Finding],
-) -> None:
-    fargs = args_of.forward_args()
-    f0_out, problem = _forward_value(_call(forward, fargs), ev, "forward")
-    _mutations(args_of, args_of.originals()[:2], fargs, "forward", findings)
-    if problem:
-        findings.append(Finding("bad_output", problem))
-        stats["fd"] = "skipped: the forward gave no usable value"
-        return
-    assert f0_out is not None
-    assert ev.element_cond is not None and ev.element_run is not None
-    ells = list(ev.elements.reshape(-1))
-    conds = list(ev.element_cond.reshape(-1))
-    runs = list(ev.element_run.reshape(-1))
-    factors = list(ev.factor.reshape(-1))
-    # -- forward values at the base point
-    forward_ok = True
-    if ev.loss.reduction == "none":
-        for i, (v, e, c, q) in enumerate(zip(f0_out.reshape(-1), ells, conds, runs)):
-            b = bounds.element(e, c, q)
-            if abs(mpmath.mpf(float(v)) - e) > b:
-                ulp = _ulp(dt, abs(e))
-                findings.append(Finding(
-                    "forward_values",
-                    f"forward element {_index(ev.element_shape, i)} = {float(v)!r}; exact "
-                    f"{mpmath.nstr(e, 10)}, error {float(abs(mpmath.mpf(float(v)) - e) / ulp):.3g} ulp > bound "
-                    f"{float(b / ulp):.3g} ulp",
-                    window=tuple(_index(ev.element_shape, i)),
-                    expected=e,
-                    observed=float(v),
-                ))
-                forward_ok = False
-                break
-    else:
+@dataclasses.dataclass
+class _Probe:
+    """One finite-difference probe at pred element j: S·(F(z+) - F(z-))/(z+ - z-), the
+    derivative there, and the tolerance (derivative bound + truncation + forward noise)."""
+
+    j: int
+    fd: mpmath.mpf
+    observed: mpmath.mpf
+    tol: mpmath.mpf
+
+
+class _ForwardCheck:
+    """The forward against the exact loss, then the derivative against central
+    differences of that forward (bounds in the module docstring)."""
+
+    def __init__(self, fwd: Guard, ev: LossEvaluation, bounds: _Bounds, args_of: _ArgFactory, dt: np.dtype[Any],
+                 stats: dict[str, Any], findings: list[Finding]):
+        self.fwd, self.ev, self.bounds, self.args_of, self.dt = fwd, ev, bounds, args_of, dt
+        self.stats, self.findings = stats, findings
+        assert ev.element_cond is not None and ev.element_run is not None
+        self.ells = list(ev.elements.reshape(-1))
+        self.conds = list(ev.element_cond.reshape(-1))
+        self.runs = list(ev.element_run.reshape(-1))
+        self.factors = list(ev.factor.reshape(-1))
+        self.forward_ok = True
+        self.stencil_value: str | None = None  # the forward at a stencil point beyond its bound
+
+    def value(self, pred: np.ndarray | None = None) -> np.ndarray | None:
+        """The implementation's forward at pred (default: the base point), float64, or None."""
+        none = self.ev.loss.reduction == "none"
+        out = self.fwd.array(*self.args_of.forward_args(pred), shape=self.ev.element_shape if none else (),
+                             dtype=None, index_name="loss",
+                             shape_note=" (reduction='none': one loss per element)" if none else "")
+        return None if out is None else out.astype(np.float64)
+
+    def run(self, out1: np.ndarray | None, bnd: np.ndarray, scale_found: Fraction | None) -> None:
+        f0 = self.value()
+        if f0 is None:
+            self.stats["fd"] = "skipped: the forward gave no usable value"
+            return
+        self.forward_ok = self.check_base(f0)
+        if out1 is None:
+            self.stats["fd"] = "skipped: the derivative gave no usable value"
+            return
+        self.finite_differences(out1, bnd, scale_found)
+
+    def check_base(self, f0: np.ndarray) -> bool:
+        """Forward values at the given inputs: per element ("none"), or the reduced L."""
+        ev, bounds, dt = self.ev, self.bounds, self.dt
+        if ev.loss.reduction == "none":
+            for i, (v, e, c, q) in enumerate(zip(f0.reshape(-1), self.ells, self.conds, self.runs)):
+                b = bounds.element(e, c, q)
+                if abs(mpmath.mpf(float(v)) - e) > b:
+                    ulp = ulp_mp(dt, abs(e))
+                    self.findings.append(Finding(
+                        "forward_values",
+                        f"forward element {_index(ev.element_shape, i)} = {float(v)!r}; exact "
+                        f"{mpmath.nstr(e, 10)}, error {float(abs(mpmath.mpf(float(v)) - e) / ulp):.3g} ulp > bound "
+                        f"{float(b / ulp):.3g} ulp",
+                        window=tuple(_index(ev.element_shape, i)), expected=e, observed=float(v)))
+                    return False
+            return True
         exact = ev.value()
-        b = bounds.forward(ells, conds, runs, factors)
-        v = mpmath.mpf(float(f0_out.reshape(-1)[0]))
-        if abs(v - exact) > b:
-            ulp = _ulp(dt, abs(exact))
-            findings.append(Finding(
-                "forward_values",
-                f"forward returned {float(v)!r}; exact L = {mpmath.nstr(exact, 10)}, error "
-                f"{float(abs(v - exact) / ulp):.3g} ulp > bound {float(b / ulp):.3g} ulp",
-                expected=exact,
-                observed=float(v),
-            ))
-            forward_ok = False
-    # -- central differences of the implementation's own forward
-    if out1 is None:
-        stats["fd"] = "skipped: the derivative gave no usable value"
-        return
-    tpl = ev.template
-    pred = args_of.pred
-    n = pred.size
-    probes = sorted(set(np.linspace(0, n - 1, min(n, MAX_FD_PROBES)).round().astype(int).tolist()))
-    checked = skipped = 0
-    worst_ratio = mpmath.mpf(0)
-    fd_bad: list[tuple[int, mpmath.mpf, mpmath.mpf, mpmath.mpf]] = []
-    stencil_output: str | None = None  # the forward gave no usable value at a stencil point
-    stencil_value: str | None = None  # ... or one beyond its bound
-    h_flat = ev.h.reshape(-1)
-    factor_full = ev.expand(ev.factor).reshape(-1)
-    for j in probes:
+        b = bounds.forward(self.ells, self.conds, self.runs, self.factors)
+        v = mpmath.mpf(float(f0.reshape(-1)[0]))
+        if abs(v - exact) <= b:
+            return True
+        ulp = ulp_mp(dt, abs(exact))
+        self.findings.append(Finding(
+            "forward_values",
+            f"forward returned {float(v)!r}; exact L = {mpmath.nstr(exact, 10)}, error "
+            f"{float(abs(v - exact) / ulp):.3g} ulp > bound {float(b / ulp):.3g} ulp",
+            expected=exact, observed=float(v)))
+        return False
+
+    def finite_differences(self, out1: np.ndarray, bnd: np.ndarray, scale_found: Fraction | None) -> None:
+        """Probe up to :data:`MAX_FD_PROBES` elements, evenly spread; report the worst misfit."""
+        pred = self.args_of.pred
+        n = pred.size
+        probes = sorted(set(np.linspace(0, n - 1, min(n, MAX_FD_PROBES)).round().astype(int).tolist()))
+        found = [self.probe(j, out1, bnd) for j in probes]
+        checked = [p for p in found if p is not None]
+        worst = max((abs(p.observed - p.fd) / p.tol if p.tol > 0 else
+                     (mpmath.inf if p.observed != p.fd else mpmath.mpf(0)) for p in checked), default=mpmath.mpf(0))
+        fd_bad = [p for p in checked if abs(p.observed - p.fd) > p.tol]
+        if self.stencil_value is not None:
+            self.findings.append(Finding("forward_values", self.stencil_value))
+        self.stats["fd_checked"] = len(checked)
+        self.stats["fd_skipped"] = len(found) - len(checked)
+        self.stats["fd_worst_error_over_tolerance"] = float(worst)
+        self.stats["fd_consistent"] = not fd_bad
+        if not fd_bad or scale_found is not None:
+            return
+        p = max(fd_bad, key=lambda t: abs(t.observed - t.fd) / t.tol)
+        why = "" if self.forward_ok else " (the forward itself disagrees with the exact loss: see forward_values)"
+        self.findings.append(Finding(
+            "not_fd_consistent",
+            f"the derivative is not S times the derivative of the implementation's own forward at {len(fd_bad)} of "
+            f"{len(checked)} probed elements{why}; worst at pred{_index(pred.shape, p.j)}: S·(F(z+h) - F(z-h))/2h = "
+            f"{mpmath.nstr(p.fd, 10)}, derivative {float(p.observed)!r}, tolerance {mpmath.nstr(p.tol, 3)} "
+            "(truncation + forward rounding + derivative bound)",
+            cells=tuple(tuple(_index(pred.shape, b.j)) for b in fd_bad), expected=p.fd, observed=float(p.observed)))
+
+    def stencil(self, j: int) -> tuple[Any, Any, Fraction, list[tuple[Any, ...]], int] | None:
+        """The representable points z± around pred element j, or None where no centred
+        stencil fits (a kink inside it, outside the domain, an element that does not count)."""
+        ev, pred = self.ev, self.args_of.pred
         where = _index(pred.shape, j)
-        i_where = tuple(where[:-1]) if ev.loss.kind == "softmax_ce" else tuple(where)
-        slot = where[-1] if ev.loss.kind == "softmax_ce" else 0
-        i_flat = int(np.ravel_multi_index(i_where, ev.element_shape)) if ev.element_shape else 0
-        if not ev.counted.reshape(-1)[i_flat] or factor_full[j] == 0:
-            skipped += 1
-            continue
+        softmax = ev.loss.kind == "softmax_ce"
+        i_flat = int(np.ravel_multi_index(tuple(where[:-1]) if softmax else tuple(where), ev.element_shape)) \
+            if ev.element_shape else 0
+        if not ev.counted.reshape(-1)[i_flat] or ev.expand(ev.factor).reshape(-1)[j] == 0:
+            return None
         z = float(pred.reshape(-1)[j])
-        h = _fd_step(ev.loss, z, dt, bounds.u)
+        h = _fd_step(ev.loss, z, self.dt, self.bounds.u)
         if h is None:
-            skipped += 1
-            continue
-        zp, zm = dt.type(z + h), dt.type(z - h)
+            return None
+        zp, zm = self.dt.type(z + h), self.dt.type(z - h)
         step = _frac(zp) - _frac(zm)
         if step <= 0:
-            skipped += 1
-            continue
+            return None
+        if ev.loss.kind == "bce" and not (0 < zm and zp < 1) or (
+            ev.loss.kind == "kld" and not ev.loss.log_input and not (0 < zm and zp <= 1)
+        ):
+            return None
         base_args = ev.args.reshape(-1)[i_flat]
+        slot = where[-1] if softmax else 0
         pts = []
         for zz in (zp, zm):
             a = list(base_args)
             a[slot] = _mpf(_frac(zz))
             pts.append(tuple(a))
-        if ev.loss.kind == "bce" and not (0 < zm and zp < 1) or (
-            ev.loss.kind == "kld" and not ev.loss.log_input and not (0 < zm and zp <= 1)
-        ):
-            skipped += 1
-            continue
-        if tpl.kink_fn is not None:
-            signs = [[mpmath.sign(k) for k in tpl.kink_fn(*a)] for a in (pts[0], base_args, pts[1])]
+        kink = ev.template.kink_fn
+        if kink is not None:
+            signs = [[mpmath.sign(k) for k in kink(*a)] for a in (pts[0], base_args, pts[1])]
             if any(0 in sg for sg in signs) or signs[0] != signs[2]:
-                skipped += 1
-                continue
-        vals = [tpl.loss_cond_fn(*a) for a in pts]
-        r = factors[i_flat]
-        phi = []
-        errs = []
-        for ell, cond, run in vals:
-            e2, c2, q2 = list(ells), list(conds), list(runs)
+                return None
+        return zp, zm, step, pts, i_flat
+
+    def probe(self, j: int, out1: np.ndarray, bnd: np.ndarray) -> _Probe | None:
+        """One central difference of the implementation's forward at pred element j."""
+        st = self.stencil(j)
+        if st is None:
+            return None
+        zp, zm, step, pts, i_flat = st
+        ev = self.ev
+        phi, errs = [], []
+        for ell, cond, run in (ev.template.loss_cond_fn(*a) for a in pts):
+            e2, c2, q2 = list(self.ells), list(self.conds), list(self.runs)
             e2[i_flat], c2[i_flat], q2[i_flat] = ell, cond, run
             if ev.loss.reduction == "none":
-                phi.append(mpmath.fsum(_mpf(f) * e for f, e in zip(factors, e2)))
+                phi.append(mpmath.fsum(_mpf(f) * e for f, e in zip(self.factors, e2)))
             else:
-                phi.append(mpmath.fsum(e for e, f in zip(e2, factors) if f != 0) / _mpf(ev.denominator))
-            errs.append(bounds.forward(e2, c2, q2, factors))
+                phi.append(mpmath.fsum(e for e, f in zip(e2, self.factors) if f != 0) / _mpf(ev.denominator))
+            errs.append(self.bounds.forward(e2, c2, q2, self.factors))
         dstep = _mpf(step)
-        trunc = (phi[0] - phi[1]) / dstep - _mpf(r) * h_flat[j]
-        noise = (errs[0] + errs[1]) / dstep
-        # forward at the stencil points
-        obs: list[mpmath.mpf] = []
+        trunc = (phi[0] - phi[1]) / dstep - _mpf(self.factors[i_flat]) * ev.h.reshape(-1)[j]
+        obs = []
         for zz in (zp, zm):
-            pz = pred.copy()
+            pz = self.args_of.pred.copy()
             pz.reshape(-1)[j] = zz
-            val, prob = _forward_value(_call(forward, args_of.forward_args(pz)), ev, "forward")
-            if prob:
-                obs = []
-                stencil_output = stencil_output or f"at a finite-difference point: {prob}"
-                break
-            assert val is not None
+            val = self.value(pz)
+            if val is None:
+                return None
             obs.append(_phi_obs(val, ev))
-        if len(obs) != 2:
-            skipped += 1
-            continue
         for o, p_, e_, zz in zip(obs, phi, errs, (zp, zm)):
-            if forward_ok and abs(o - p_) > e_ and stencil_value is None:
-                stencil_value = (f"forward at pred{where} = {float(zz)!r} (a finite-difference point) gives "
-                               f"{mpmath.nstr(o, 10)}; exact {mpmath.nstr(p_, 10)}, beyond the bound "
-                               f"{mpmath.nstr(e_, 3)}")
-        fd = _mpf(s) * (obs[0] - obs[1]) / dstep
-        tol = bnd.reshape(-1)[j] + _mpf(s) * (abs(trunc) + noise)
-        o1 = mpmath.mpf(float(out1.reshape(-1)[j]))
-        checked += 1
-        ratio = abs(o1 - fd) / tol if tol > 0 else (mpmath.inf if o1 != fd else mpmath.mpf(0))
-        worst_ratio = max(worst_ratio, ratio)
-        if abs(o1 - fd) > tol:
-            fd_bad.append((j, fd, o1, tol))
-    if stencil_output is not None:
-        findings.append(Finding("bad_output", stencil_output))
-    if stencil_value is not None:
-        findings.append(Finding("forward_values", stencil_value))
-    stats["fd_checked"] = checked
-    stats["fd_skipped"] = skipped
-    stats["fd_worst_error_over_tolerance"] = float(worst_ratio)
-    stats["fd_consistent"] = not fd_bad
-    if fd_bad and scale_found is None:
-        j, fd, o1, tol = max(fd_bad, key=lambda t: abs(t[2] - t[1]) / t[3])
-        why = "" if forward_ok else " (the forward itself disagrees with the exact loss: see forward_values)"
-        findings.append(Finding(
-            "not_fd_consistent",
-            f"the derivative is not S times the derivative of the implementation's own forward at {len(fd_bad)} of "
-            f"{checked} probed elements{why}; worst at pred{_index(pred.shape, j)}: S·(F(z+h) - F(z-h))/2h = "
-            f"{mpmath.nstr(fd, 10)}, derivative {float(o1)!r}, tolerance {mpmath.nstr(tol, 3)} (truncation + "
-            "forward rounding + derivative bound)",
-            cells=tuple(tuple(_index(pred.shape, b[0])) for b in fd_bad),
-            expected=fd,
-            observed=float(o1),
-        ))
-
-
-# ------------------------------------------------------------------------ family
-
-
-@dataclasses.dataclass(frozen=True)
-class LossImpl:
-    """One sibling implementation for :func:`check_loss_family`.
-
-    Attributes:
-      loss: a :class:`Loss` or a kind name (its scale is replaced by the family's S).
-      derivative: as for :func:`verify_loss`.
-      forward: optional, as for :func:`verify_loss`.
-      pred, label, upstream: inputs (default :func:`symjac.losses.default_inputs`).
-    """
-
-    loss: Loss | str
-    derivative: Callable[..., Any]
-    forward: Callable[..., Any] | None = None
-    pred: Any = None
-    label: Any = None
-    upstream: Any = None
-
-
-@dataclasses.dataclass(frozen=True)
-class FamilyRow:
-    """One row of a :class:`FamilyTable`.
-
-    Attributes:
-      name: the implementation's name.
-      loss: the spec checked (with the family's scale).
-      base: the exact unscaled derivative dL/dpred (mpf object array).
-      expected: the exact S·dL/dpred.
-      observed: what the implementation returned (None if it returned nothing usable).
-      verdict: ``"pass"`` or the leading finding category (:data:`VERDICT_ORDER`).
-      report: the full :class:`symjac.report.Report`.
-    """
-
-    name: str
-    loss: Loss
-    base: np.ndarray
-    expected: np.ndarray
-    observed: np.ndarray | None
-    verdict: str
-    report: Report
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "loss": repr(self.loss),
-            "base": [mpmath.nstr(v, 20) for v in self.base.reshape(-1)],
-            "expected": [mpmath.nstr(v, 20) for v in self.expected.reshape(-1)],
-            "observed": None if self.observed is None else jsonable(self.observed.reshape(-1)),
-            "verdict": self.verdict,
-            "categories": self.report.categories(),
-        }
-
-
-@dataclasses.dataclass(frozen=True)
-class FamilyTable:
-    """Sibling losses under one loss scale: loss, base derivative, expected, observed, verdict."""
-
-    scale: Fraction
-    dtype: str
-    rows: tuple[FamilyRow, ...]
-
-    @property
-    def ok(self) -> bool:
-        return all(r.verdict == "pass" for r in self.rows)
-
-    def counts(self) -> dict[str, int]:
-        """Rows per verdict, in order of first appearance."""
-        out: dict[str, int] = {}
-        for r in self.rows:
-            out[r.verdict] = out.get(r.verdict, 0) + 1
-        return out
-
-    def __str__(self) -> str:
-        head = ("loss", "base derivative", f"expected (S = {self.scale})", "observed", "verdict")
-        body = [(r.name, _show(r.base), _show(r.expected), _show(r.observed), r.verdict) for r in self.rows]
-        widths = [max(len(row[i]) for row in [head, *body]) for i in range(5)]
-        lines = [f"loss-scale family check: S = {self.scale}, {self.dtype}"]
-        for row in [head, *body]:
-            lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
-        counts = ", ".join(f"{n} {v}" for v, n in self.counts().items())
-        lines.append(f"{len(self.rows)} losses: {counts}")
-        return "\n".join(lines)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Stable keys: ``ok``, ``scale``, ``dtype``, ``counts``, ``rows``."""
-        return {
-            "ok": self.ok,
-            "scale": str(self.scale),
-            "dtype": self.dtype,
-            "counts": self.counts(),
-            "rows": [r.to_dict() for r in self.rows],
-        }
-
-
-_IMPL_KEYS = {f.name for f in dataclasses.fields(LossImpl)}
-
-
-def _impl(name: str, value: Any) -> LossImpl:
-    if isinstance(value, LossImpl):
-        return value
-    if isinstance(value, Mapping):
-        extra = set(value) - _IMPL_KEYS
-        if extra:
-            raise SpecError(f"impls[{name!r}] has unknown key(s) {sorted(extra)}; valid keys: {sorted(_IMPL_KEYS)}")
-        if "loss" not in value or "derivative" not in value:
-            raise SpecError(f"impls[{name!r}] needs 'loss' and 'derivative'")
-        return LossImpl(**value)
-    raise SpecError(f"impls[{name!r}]={value!r} is not valid: give a symjac.LossImpl or a dict with 'loss' and "
-                    "'derivative'")
-
-
-def check_loss_family(
-    impls: Mapping[str, Any], scale: Any = 8, *, dtype: Any = "float32"
-) -> FamilyTable:
-    """Verify sibling loss implementations that share one loss scale S, as a table.
-
-    Seed 003's point: the loss scale is a contract across a family of code paths,
-    so compare siblings, not one function. Each implementation is checked with
-    :func:`verify_loss` under the family's S; the table lists, per loss, the exact
-    base derivative ``dL/dpred``, the expected ``S·dL/dpred``, what it returned and
-    a verdict (``"pass"`` or the leading finding category).
-
-    Args:
-      impls: name -> :class:`LossImpl` (or a dict with its fields).
-      scale: the shared loss scale S > 0; it replaces each spec's scale.
-      dtype: as for :func:`verify_loss`.
-
-    Returns:
-      A :class:`FamilyTable` (``str`` renders it; ``to_dict`` for JSON).
-
-    Raises:
-      SpecError: an entry is malformed, or ``scale`` is not > 0.
-      InputError: an entry's inputs are invalid (the message names the entry).
-    """
-    if not isinstance(impls, Mapping) or not impls:
-        raise SpecError(f"impls={impls!r} is not valid: give a non-empty mapping name -> LossImpl")
-    s = Loss("mse", scale=scale).scale  # validates S once, with Loss's message
-    rows = []
-    for name, value in impls.items():
-        impl = _impl(str(name), value)
-        try:
-            spec = impl.loss if isinstance(impl.loss, Loss) else Loss(impl.loss)
-            spec = dataclasses.replace(spec, scale=s)
-            outcome = _verify(spec, impl.derivative, impl.forward, impl.pred, impl.label, impl.upstream, dtype)
-        except (SpecError, InputError) as exc:
-            raise type(exc)(f"impls[{name!r}]: {exc}") from None
-        cats = outcome.report.categories()
-        verdict = "pass" if not cats else min(cats, key=lambda c: VERDICT_ORDER.index(c)
-                                              if c in VERDICT_ORDER else len(VERDICT_ORDER))
-        rows.append(FamilyRow(str(name), spec, outcome.base, outcome.expected, outcome.observed, verdict,
-                              outcome.report))
-    return FamilyTable(s, _dtype(dtype).name, tuple(rows))
-
-
-__all__ = ["FamilyRow", "FamilyTable", "LossImpl", "check_loss_family", "verify_loss"]
+            if self.forward_ok and abs(o - p_) > e_ and self.stencil_value is None:
+                self.stencil_value = (
+                    f"forward at pred{_index(self.args_of.pred.shape, j)} = {float(zz)!r} (a finite-difference "
+                    f"point) gives {mpmath.nstr(o, 10)}; exact {mpmath.nstr(p_, 10)}, beyond the bound "
+                    f"{mpmath.nstr(e_, 3)}")
+        s = _mpf(ev.loss.scale)
+        tol = bnd.reshape(-1)[j] + s * (abs(trunc) + (errs[0] + errs[1]) / dstep)
+        return _Probe(j, s * (obs[0] - obs[1]) / dstep, mpmath.mpf(float(out1.reshape(-1)[j])), tol)

@@ -1,0 +1,250 @@
+"""The one way symjac calls code under test: every misbehaviour becomes a Finding.
+
+Both verifiers (pools and losses) call an implementation only through a
+:class:`Guard`. For each call it
+
+- copies the array arguments first and compares them afterwards (bytes, with sha256
+  checksums in the message): an argument changed in place is ``mutates_inputs``;
+- runs the call under a per-call ``timeout`` (a call that does not return is a
+  ``timeout`` finding and the verification goes on);
+- turns an exception, ``SystemExit`` included, into ``bad_output`` keeping the last
+  frames of its traceback and the shapes and dtypes of the arguments passed
+  (``KeyboardInterrupt`` propagates: the user asked to stop);
+- says what came back when it is no array (None, a generator, a scalar, text), and
+  checks shape, dtype and finiteness.
+
+:meth:`Guard.compare` is the repeat-call check for nondeterminism. Each kind of
+misbehaviour is reported once per callable (``flag`` keys), however many calls hit it.
+
+A timed-out call keeps running in a daemon thread (Python cannot stop a thread); the
+verification continues without it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from symjac.check._report import Finding
+
+#: Seconds one call of the implementation may take before it is a ``timeout`` finding.
+DEFAULT_TIMEOUT = 60.0
+#: Traceback frames kept for an exception raised by the implementation.
+TRACEBACK_FRAMES = 5
+
+
+def sha256(a: np.ndarray) -> str:
+    """Checksum of an array's bytes (what a mutation finding quotes)."""
+    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+
+
+def same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Bitwise equal, shape and dtype included."""
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def first_difference(a: np.ndarray, b: np.ndarray) -> int:
+    """Flat index of the first element where ``a`` and ``b`` differ (NaN equals NaN)."""
+    fa, fb = a.reshape(-1), b.reshape(-1)
+    eq = fa == fb
+    if fa.dtype.kind == "f":
+        eq |= np.isnan(fa) & np.isnan(fb)
+    return int(np.flatnonzero(~eq)[0])
+
+
+def index_text(name: str, shape: tuple[int, ...], flat: int) -> str:
+    """``name[i, j]`` for a flat index into ``shape``."""
+    idx = [int(i) for i in np.unravel_index(flat, shape)] if shape else []
+    return f"{name}[{', '.join(map(str, idx))}]"
+
+
+def describe_arguments(names: tuple[str, ...], args: tuple[Any, ...]) -> dict[str, str]:
+    """``{"x": "float32 (1, 1, 4, 4)", ...}``: what the implementation was given."""
+    out = {}
+    for name, a in zip(names, args):
+        out[name] = "None" if a is None else f"{a.dtype} {tuple(a.shape)}" if isinstance(a, np.ndarray) \
+            else type(a).__name__
+    return out
+
+
+def _what_came_back(value: Any) -> str | None:
+    """Why ``value`` is no array of numbers, or None when it may be one."""
+    if value is None:
+        return "None"
+    if inspect.isgenerator(value) or inspect.isawaitable(value):
+        return f"a {type(value).__name__}"
+    if isinstance(value, (str, bytes)):
+        return f"text ({type(value).__name__})"
+    if np.isscalar(value) or (isinstance(value, np.ndarray) and value.ndim == 0):
+        return f"a scalar ({type(value).__name__} {value!r})"
+    return None
+
+
+def _invoke(fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None) -> tuple[str, Any]:
+    """Run ``fn(*args)``: ``("ok", value)``, ``("raised", exc)`` or ``("timeout", None)``."""
+    if timeout is None:
+        try:
+            return "ok", fn(*args)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - SystemExit too: the implementation's failure is a finding
+            return "raised", exc
+    box: list[tuple[str, Any]] = []
+
+    def run() -> None:
+        try:
+            box.append(("ok", fn(*args)))
+        except BaseException as exc:  # noqa: BLE001
+            box.append(("raised", exc))
+
+    worker = threading.Thread(target=run, name="symjac-call", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if not box:
+        return "timeout", None
+    status, value = box[0]
+    if status == "raised" and isinstance(value, KeyboardInterrupt):
+        raise value
+    return status, value
+
+
+class Guard:
+    """Calls one callable of the implementation under test; never raises its errors.
+
+    Args:
+      fn: the callable.
+      role: its name in messages (``"backward"``, ``"derivative"``, ``"forward"``).
+      names: the names of its positional arguments (``("x", "dy")``).
+      findings: the list findings are appended to (shared by a verification's guards).
+      timeout: seconds per call, or None to call in the caller's thread without a limit.
+      restore: after a call that changed an argument in place, put the original back
+        (so later calls see the intended input); False leaves it, so a second call
+        on the same buffers shows what the mutation does.
+    """
+
+    def __init__(self, fn: Callable[..., Any], role: str, names: tuple[str, ...], findings: list[Finding], *,
+                 timeout: float | None = DEFAULT_TIMEOUT, restore: bool = True):
+        self.fn, self.role, self.names, self.findings = fn, role, names, findings
+        self.timeout, self.restore = timeout, restore
+        self.calls = 0
+        self.mutated: set[str] = set()
+        self.flagged: set[str] = set()
+        self.bad = False  # this callable produced a finding of its own
+
+    def flag(self, key: str, category: str, message: str, **kw: Any) -> None:
+        """Record a finding about this callable, once per ``key``."""
+        self.bad = True
+        if key not in self.flagged:
+            self.flagged.add(key)
+            self.findings.append(Finding(category, message, **kw))
+
+    def call(self, *args: Any, again: bool = False) -> tuple[bool, Any]:
+        """One call: ``(True, returned value)``, or ``(False, None)`` once the failure is flagged.
+
+        ``again`` marks a second call on the same buffers (in mutation messages).
+        """
+        self.calls += 1
+        before = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args]
+        status, value = _invoke(self.fn, args, self.timeout)
+        self._check_mutation(args, before, again)
+        if status == "timeout":
+            self.flag("timeout", "timeout", f"{self.role} did not return within {self.timeout:g} s "
+                      f"(call {self.calls}; it may still be running); later calls go on without it",
+                      detail={"arguments": describe_arguments(self.names, args), "timeout_seconds": self.timeout})
+            return False, None
+        if status == "raised":
+            exc = value
+            frames = traceback.format_exception(exc)[-(TRACEBACK_FRAMES + 1):]
+            self.flag(f"raise:{type(exc).__name__}", "bad_output", f"{self.role} raised {type(exc).__name__}: {exc}",
+                      detail={"exception": type(exc).__name__, "traceback": "".join(frames),
+                              "arguments": describe_arguments(self.names, args)})
+            return False, None
+        return True, value
+
+    def array(self, *args: Any, shape: tuple[int, ...] | None, dtype: np.dtype[Any] | None, index_name: str = "",
+              shape_note: str = "", again: bool = False) -> np.ndarray | None:
+        """One call whose result must be an array of ``shape`` and ``dtype``, all finite.
+
+        ``shape=()`` asks for one number (a scalar or any one-element array); None
+        accepts any shape, and ``dtype=None`` any real dtype.
+
+        Returns the result (a copy), or None when it is unusable (the reason flagged).
+        A wrong float dtype is flagged but the values are still returned for checking.
+        """
+        ok, value = self.call(*args, again=again)
+        return self.check_output(value, shape, dtype, index_name, shape_note) if ok else None
+
+    def check_output(self, value: Any, shape: tuple[int, ...] | None, dtype: np.dtype[Any] | None, index_name: str = "",
+                     shape_note: str = "") -> np.ndarray | None:
+        """See :meth:`array`; for a value obtained by :meth:`call`."""
+        role = self.role
+        what = _what_came_back(value) if shape != () else None
+        if what is not None:
+            self.flag("type", "bad_output", f"{role} returned {what}, not an array"
+                      + (f" of shape {shape}" if shape is not None else ""))
+            return None
+        try:
+            arr = np.array(value, copy=True)
+        except Exception as exc:  # noqa: BLE001 - whatever it returned, report it
+            self.flag("type", "bad_output", f"{role} returned {type(value).__name__}, not an array: {exc}")
+            return None
+        if shape == () and arr.size == 1:
+            arr = arr.reshape(())  # one number: a scalar or any one-element array
+        elif shape is not None and arr.shape != shape:
+            expected = "one number" if shape == () else str(shape)
+            self.flag("shape", "bad_output", f"{role} returned shape {arr.shape}; expected {expected}{shape_note}")
+            return None
+        if arr.dtype.kind not in "fiu":
+            self.flag("kind", "bad_output", f"{role} returned an array of dtype {arr.dtype}; expected "
+                      f"{dtype or 'real numbers'}")
+            return None
+        if dtype is not None and arr.dtype != dtype:
+            self.flag("dtype", "bad_output", f"{role} returned dtype {arr.dtype}; expected {dtype}")
+        finite = np.isfinite(arr)
+        if not finite.all():
+            j = int(np.flatnonzero(~finite.reshape(-1))[0])
+            self.flag("finite", "bad_output",
+                      f"{role} returned {int((~finite).sum())} non-finite value(s) (NaN/Inf); first at "
+                      f"{index_text(index_name or 'output', arr.shape, j)}: {arr.reshape(-1)[j]}")
+            return None
+        return arr
+
+    def compare(self, first: np.ndarray, second: np.ndarray, index_name: str = "output") -> bool:
+        """The repeat-call check: two results for equal inputs must agree bitwise.
+
+        Flags ``nondeterministic`` and returns False when they do not.
+        """
+        if same(first, second):
+            return True
+        j = first_difference(first, second)
+        differ = int((first != second).sum())
+        self.flag("nondeterministic", "nondeterministic",
+                  f"{self.role} gave different results for equal inputs at {differ} of {first.size} elements "
+                  f"(first at {index_text(index_name, first.shape, j)}: {first.reshape(-1)[j].item()!r} vs "
+                  f"{second.reshape(-1)[j].item()!r})",
+                  cells=(tuple(int(i) for i in np.unravel_index(j, first.shape)),),
+                  expected=first.reshape(-1)[j].item(), observed=second.reshape(-1)[j].item())
+        return False
+
+    def _check_mutation(self, args: tuple[Any, ...], before: list[Any], again: bool) -> None:
+        for name, a, b in zip(self.names, args, before):
+            if not isinstance(a, np.ndarray) or same(a, b):
+                continue
+            self.mutated.add(name)
+            j = first_difference(b, a)
+            where = index_text(name, b.shape, j)
+            self.flag(f"mutate:{name}", "mutates_inputs",
+                      f"{self.role} changed {name} in place{' on a second call' if again else ''} "
+                      f"(sha256 {sha256(b)[:12]} -> {sha256(a)[:12]}); first change at {where}: "
+                      f"{b.reshape(-1)[j].item()!r} -> {a.reshape(-1)[j].item()!r}, {int((b != a).sum())} "
+                      f"element(s) changed. The caller's {name} is corrupted for every later use.",
+                      cells=(tuple(int(i) for i in np.unravel_index(j, b.shape)),),
+                      expected=b.reshape(-1)[j].item(), observed=a.reshape(-1)[j].item())
+            if self.restore:
+                a[...] = b

@@ -1,0 +1,79 @@
+"""Rounding bounds, once for every verifier: floating dtypes, unit roundoff, γ and ULPs.
+
+With ``u`` the unit roundoff of a dtype (half the distance from 1 to the next float:
+2^-11 for float16, 2^-24 for float32, 2^-53 for float64), Higham's
+``γ_n = n·u / (1 - n·u)`` bounds the relative error of n rounded operations
+(*Accuracy and Stability of Numerical Algorithms*, §3.1); errors are reported in
+units in the last place (ULPs) of the exact value in the dtype.
+
+The NumPy forms (:func:`gamma`, :func:`ulps`) serve the pooling verifier's vectorised
+rows; the mpmath forms (:func:`gamma_mp`, :func:`ulp_mp`) serve the loss verifier,
+whose exact values are mpmath numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mpmath
+import numpy as np
+
+from symjac._errors import InputError
+
+#: The floating dtypes symjac verifies in, by name.
+FLOAT_DTYPES = ("float16", "float32", "float64")
+
+
+def float_dtype(dtype: Any) -> np.dtype[Any]:
+    """``dtype`` as a NumPy dtype, if it is one symjac verifies in.
+
+    Raises:
+      InputError: anything else, naming the valid dtypes.
+    """
+    try:
+        dt: np.dtype[Any] | None = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt is None or dt.name not in FLOAT_DTYPES:
+        raise InputError(f"dtype={dtype!r} is not valid: give one of {', '.join(map(repr, FLOAT_DTYPES))}")
+    return dt
+
+
+def unit_roundoff(dtype: Any) -> float:
+    """u = 2^-p for a dtype with p significand bits (an exact power of two)."""
+    return 2.0 ** -(int(np.finfo(dtype).nmant) + 1)
+
+
+def gamma(n: Any, u: float) -> np.ndarray:
+    """Higham's γ_n = n·u / (1 - n·u), elementwise over ``n``."""
+    n = np.asarray(n, dtype=np.float64)
+    return n * u / (1 - n * u)
+
+
+def ulps(error: np.ndarray, exact: np.ndarray, dtype: Any) -> np.ndarray:
+    """``error`` in units in the last place of ``exact`` rounded to ``dtype``."""
+    with np.errstate(over="ignore"):
+        spacing = np.spacing(np.abs(exact).astype(dtype)).astype(np.float64)
+    tiny = float(np.finfo(dtype).smallest_subnormal)
+    return error / np.maximum(spacing, tiny)
+
+
+def unit_roundoff_mp(dtype: Any) -> mpmath.mpf:
+    """:func:`unit_roundoff` as an mpmath number."""
+    return mpmath.ldexp(1, -int(np.finfo(dtype).nmant) - 1)
+
+
+def gamma_mp(k: int, u: mpmath.mpf) -> mpmath.mpf:
+    """γ_k in mpmath; infinite once k·u >= 1 (no bound left)."""
+    ku = k * u
+    return ku / (1 - ku) if ku < 1 else mpmath.inf
+
+
+def ulp_mp(dtype: Any, magnitude: Any) -> mpmath.mpf:
+    """The spacing of ``dtype`` at ``|magnitude|`` (at the largest finite value beyond the range)."""
+    dt = np.dtype(dtype)
+    with np.errstate(over="ignore"):
+        v = dt.type(float(abs(magnitude)))
+    if not np.isfinite(v):
+        v = np.finfo(dt).max
+    return mpmath.mpf(float(np.spacing(v)))

@@ -1,0 +1,141 @@
+"""Diagnosis: compare observed Jacobian rows with the exact ones and name what is wrong.
+
+Untied windows must match their exact row (exactly where the dtype holds the value,
+else within γ_3); tied max-pooling windows must lie in the Clarke set (rows >= 0,
+summing to 1, touching only tied cells). A window that fails is classified as
+``missing_windows`` (no gradient at all), ``partial_windows`` (some cells get none),
+``wrong_cells`` (gradient where the exact derivative is 0) or ``wrong_weights``.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from symjac.check._report import MAX_LISTED, Finding, fmt_index, listing
+from symjac.check._rounding import gamma, ulps
+from symjac.pool._geometry import Geometry
+from symjac.pool._symbolic import TIE_POLICIES, policy_weights
+from symjac.verifiers._pool_rows import ExactRows, Rows, row_tolerance, tolerance
+
+_WHAT = {
+    "missing_windows": "{n} of {total} windows send no gradient",
+    "partial_windows": "{n} windows send gradient to only part of their cells",
+    "wrong_cells": "{n} windows send gradient to cells whose exact derivative is 0",
+    "wrong_weights": "{n} windows reach the right cells with wrong values",
+    "tie_not_subgradient": "{n} tied windows route gradient outside the convex hull of their maximal cells "
+                           "(rows must be >= 0, sum to 1 and touch only tied cells)",
+}
+
+
+class Diagnosis:
+    """Running verdict over the windows of one verification: findings, error figures, tie policies."""
+
+    def __init__(self, g: Geometry, dtype: np.dtype[Any], u: float, findings: list[Finding]):
+        self.g, self.dtype, self.u, self.findings = g, dtype, u, findings
+        self.max_abs = 0.0
+        self.max_ulp = 0.0
+        self.window_state: dict[tuple[int, int], str] = {}
+        self.counts = {"edges_missing": 0, "edges_extra": 0, "weights_wrong": 0}
+        self.policies: set[str] = set()
+
+    def clarke_ok(self, rows: Rows, exact: ExactRows) -> np.ndarray:
+        """(B, W): the row lies in the convex hull of the tie set's vertices."""
+        obs, member = rows.obs, exact.member
+        size = member.sum(axis=2)
+        tol = gamma(3, self.u)
+        outside = (~member & self.g.valid[None] & (obs != 0)).any(axis=2) | (member & (obs < -tol)).any(axis=2)
+        return ~outside & (np.abs(obs.sum(axis=2) - 1) <= gamma(size + 2, self.u) * size)
+
+    def mismatches(self, rows: Rows, exact: ExactRows) -> list[tuple[int, int]]:
+        """(b, w) whose observed row is not an exact row (untied) or not in the Clarke set (tied)."""
+        valid = self.g.valid[None]
+        err = np.abs(rows.obs - exact.rows) * valid
+        bad = (err > row_tolerance(exact, self.u)).any(axis=2) & ~exact.tied
+        bad |= exact.tied & ~self.clarke_ok(rows, exact)
+        for key in rows.stray:
+            bad[key] = True
+        untied = valid & (exact.rows != 0) & ~exact.tied[..., None]
+        self.max_abs = max(self.max_abs, float((err * ~exact.tied[..., None]).max(initial=0.0)))
+        if untied.any():
+            self.max_ulp = max(self.max_ulp, float(ulps(err[untied], exact.rows[untied], self.dtype).max()))
+        return [(int(b), int(w)) for b, w in np.argwhere(bad)]
+
+    def classify(self, rows: Rows, exact: ExactRows, suspects: list[tuple[int, int]], context: str) -> None:
+        """One finding per category, then one per window (up to :data:`MAX_LISTED`) with its cells."""
+        groups: dict[str, list[tuple[int, int]]] = {cat: [] for cat in _WHAT}
+        details: dict[tuple[int, int], dict[str, Any]] = {}
+        for b, w in suspects:
+            cat, details[b, w] = self._window(rows, exact, b, w)
+            groups[cat].append((b, w))
+            self.window_state[b, w] = cat
+        total = self.g.batch * self.g.n_out
+        for cat, members in groups.items():
+            if not members:
+                continue
+            names = [fmt_index(self.g.output_index(b, w)) for b, w in members]
+            what = _WHAT[cat].format(n=len(members), total=total)
+            self.findings.append(Finding(cat, f"{what}{context}: {listing(names)}"))
+            for b, w in members[:MAX_LISTED]:
+                d = details[b, w]
+                src = "one-hot probe" if (b, w) in rows.one_hot else "colour probe"
+                self.findings.append(Finding(
+                    cat, f"window {fmt_index(self.g.output_index(b, w))} ({src}){d['note']}",
+                    window=self.g.output_index(b, w), cells=tuple(d["cells"]), expected=d["expected"],
+                    observed=d["observed"]))
+
+    def _window(self, rows: Rows, exact: ExactRows, b: int, w: int) -> tuple[str, dict[str, Any]]:
+        """The category of one failing window and the cells and values its finding shows."""
+        g = self.g
+        valid = g.valid[w]
+        e, o = exact.rows[b, w], rows.obs[b, w]
+        stray = rows.stray.get((b, w), [])
+        cells = [g.input_index(b, int(c)) for c in g.cells[w][valid]]
+        stray_cells = [g.input_index(bb, c) for bb, c, _ in stray]
+        observed = [float(v) for v in o[valid]] + [v for _, _, v in stray]
+        if exact.tied[b, w]:
+            tied = [fmt_index(cells[i]) for i in np.flatnonzero(exact.member[b, w][valid])]
+            return "tie_not_subgradient", {
+                "cells": cells + stray_cells, "observed": observed, "note": f"; ties at {listing(tied)}",
+                "expected": f"a convex combination of the tied cells {listing(tied)}"}
+        tol = row_tolerance(exact, self.u)[b, w]
+        want = valid & (e != 0)
+        missing = want & (np.abs(o) <= tol) & (np.abs(o - e) > tol)
+        extra_in = valid & (e == 0) & (o != 0)
+        wrong = want & ~missing & (np.abs(o - e) > tol)
+        self.counts["edges_missing"] += int(missing.sum())
+        self.counts["edges_extra"] += int(extra_in.sum()) + len(stray)
+        self.counts["weights_wrong"] += int(wrong.sum())
+        if extra_in.any() or stray:
+            cat = "wrong_cells"  # gradient landed where the exact derivative is 0
+        elif want.any() and missing[want].all():
+            cat = "missing_windows"
+        elif missing.any():
+            cat = "partial_windows"
+        else:
+            cat = "wrong_weights"
+        note = f"; cells getting nothing: {listing([fmt_index(cells[i]) for i in np.flatnonzero(missing[valid])])}" \
+            if missing.any() else ""
+        outside = [cells[i] for i in np.flatnonzero(extra_in[valid])] + stray_cells
+        note += f"; cells that should get nothing: {listing([fmt_index(c) for c in outside])}" if outside else ""
+        expected = [Fraction(float(v)).limit_denominator(2**20) if v else 0 for v in e[valid]] + [0] * len(stray)
+        return cat, {"cells": cells + stray_cells, "expected": expected, "observed": observed, "note": note}
+
+    def tie_policy(self, rows: Rows, exact: ExactRows, suspects: list[tuple[int, int]]) -> None:
+        """Name the policy the backward follows on tied windows that are in the Clarke set."""
+        ok = exact.tied.copy()
+        for key in suspects:
+            ok[key] = False
+        if not ok.any():
+            return
+        seen = []
+        for policy in TIE_POLICIES:
+            weights, q = policy_weights(exact.member, policy)
+            rows_p = weights / q
+            match = (np.abs(rows.obs - rows_p) <= tolerance(rows_p, self.u) + gamma(3, self.u) * (rows_p == 0)).all(
+                axis=2)
+            if match[ok].all():
+                seen.append(policy)
+        self.policies.add(seen[0] if len(seen) == 1 else "other")

@@ -1,0 +1,112 @@
+"""Probing: recover a backward's Jacobian rows with few calls.
+
+Windows of one colour of the conflict graph (:mod:`symjac.pool._graph`) read disjoint
+cells, so one backward call with ``dy`` = the colour's indicator yields every row of
+that colour at once. Gradient that lands outside the probed windows, and rows that
+look wrong, are pinned down with one-hot calls (``dy`` = one window), within a budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from symjac.check._report import MAX_LISTED
+from symjac.pool._geometry import Geometry
+from symjac.pool._graph import window_colouring
+from symjac.verifiers._pool_rows import Rows
+
+#: backward(x, dy) in canonical (B, n_out) -> dx in canonical (B, n_in), or None when unusable.
+Backward = Callable[[np.ndarray, np.ndarray], "np.ndarray | None"]
+#: (b, cell, value) of gradient a colour probe found outside the windows it probed, with the colour.
+Unexplained = list[tuple[int, int, int, float]]
+
+
+class Prober:
+    """Colour probes, then one-hot probes of suspect windows (at most ``budget`` calls)."""
+
+    def __init__(self, g: Geometry, backward: Backward, budget: int):
+        self.g, self.backward, self.budget = g, backward, budget
+        self.colours, self.n_colours = window_colouring(g)
+        self.one_hot_calls = 0
+
+    def probe(self, x: np.ndarray) -> tuple[Rows, Unexplained] | None:
+        """One backward call per window colour with dy = indicator of the colour.
+
+        Returns the rows and the unexplained gradient: (colour, b, cell, value) for
+        nonzero dx on cells no window of the probed colour reads; None when the
+        backward gave no usable result.
+        """
+        g = self.g
+        obs = np.zeros((g.batch, g.n_out, g.cells.shape[1]))
+        unexplained: Unexplained = []
+        for colour in range(self.n_colours):
+            wins = np.flatnonzero(self.colours == colour)
+            if wins.size == 0:
+                continue
+            dy = np.zeros((g.batch, g.n_out))
+            dy[:, wins] = 1.0
+            dx = self.backward(x, dy)
+            if dx is None:
+                return None
+            cells, valid = g.cells[wins], g.valid[wins]
+            obs[:, wins, :] = np.where(valid[None], dx[:, np.where(valid, cells, 0)], 0.0)
+            covered = np.zeros(g.n_in, dtype=bool)
+            covered[cells[valid]] = True
+            for b, cell in np.argwhere((dx != 0) & ~covered[None, :]).tolist():
+                unexplained.append((colour, b, cell, float(dx[b, cell])))
+        return Rows(obs, {}, set()), unexplained
+
+    def nearest_windows(self, colour: int, cell: int, count: int) -> list[int]:
+        """Windows of ``colour`` whose start is nearest (Chebyshev) to ``cell``."""
+        wins = np.flatnonzero(self.colours == colour)
+        pos = np.array(self.g.cell_position(cell))
+        starts = np.stack(np.meshgrid(*[a.starts for a in self.g.axes], indexing="ij"), axis=-1).reshape(-1, len(pos))
+        d = np.abs(starts[wins] - pos).max(axis=1)
+        return [int(w) for w in wins[np.argsort(d, kind="stable")[:count]]]
+
+    def one_hot(self, x: np.ndarray, rows: Rows, suspects: list[tuple[int, int]]) -> None:
+        """Exact rows for suspect windows: one backward call each, dy = one-hot."""
+        g = self.g
+        for b, w in suspects:
+            if (b, w) in rows.one_hot:
+                continue
+            if self.one_hot_calls >= self.budget:
+                return
+            self.one_hot_calls += 1
+            dy = np.zeros((g.batch, g.n_out))
+            dy[b, w] = 1.0
+            dx = self.backward(x, dy)
+            if dx is None:
+                return
+            valid = g.valid[w]
+            rows.obs[b, w] = np.where(valid, dx[b, np.where(valid, g.cells[w], 0)], 0.0)
+            inside = np.zeros((g.batch, g.n_in), dtype=bool)
+            inside[b, g.cells[w][valid]] = True
+            found = [(int(bb), int(c), float(dx[bb, c])) for bb, c in np.argwhere((dx != 0) & ~inside).tolist()]
+            if found:
+                rows.stray[b, w] = found
+            else:
+                rows.stray.pop((b, w), None)
+            rows.one_hot.add((b, w))
+
+    def attribute(self, x: np.ndarray, rows: Rows, unexplained: Unexplained,
+                  mismatches: Callable[[Rows], list[tuple[int, int]]]) -> list[tuple[int, int]]:
+        """Find the windows behind every discrepancy, one-hot probing the suspects.
+
+        ``mismatches(rows)`` names the windows whose rows are wrong; returns it after probing.
+        """
+        suspects = mismatches(rows)
+        for colour, b, cell, _ in unexplained[: 4 * MAX_LISTED]:
+            suspects += [(b, w) for w in self.nearest_windows(colour, cell, 4)]
+        suspects = list(dict.fromkeys(suspects))
+        if not suspects:
+            return []
+        self.one_hot(x, rows, suspects)
+        explained = {(bb, c) for vs in rows.stray.values() for bb, c, _ in vs}
+        for colour, b, cell, value in unexplained:
+            if (b, cell) not in explained:  # beyond the one-hot budget: blame the nearest window
+                w = self.nearest_windows(colour, cell, 1)[0]
+                rows.stray.setdefault((b, w), []).append((b, cell, value))
+        return mismatches(rows)

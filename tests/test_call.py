@@ -1,0 +1,145 @@
+"""The guarded-call core: every misbehaviour of an implementation is a finding, for pools and losses alike."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+
+import symjac
+from symjac.check._call import Guard
+from symjac.check._report import Finding
+
+SPEC = symjac.Pool("avg", 2)  # 2x2 windows, stride 2: (1, 1, 4, 4) -> (1, 1, 2, 2)
+SHAPE = (1, 1, 4, 4)
+
+
+def _guard(fn, **kw):
+    findings: list[Finding] = []
+    return Guard(fn, "backward", ("x", "dy"), findings, **kw), findings
+
+
+def test_exception_keeps_traceback_and_argument_shapes():
+    def deep(x, dy):
+        return inner(x)
+
+    def inner(x):
+        raise RuntimeError("kernel not implemented for this layout")
+
+    report = symjac.verify(SPEC, backward=deep, input_shape=SHAPE, dtype="float32")
+    f = report.findings[0]
+    assert f.category == "bad_output"
+    assert f.message == "backward raised RuntimeError: kernel not implemented for this layout"
+    assert "in inner" in f.detail["traceback"] and "in deep" in f.detail["traceback"]
+    assert f.detail["arguments"] == {"x": "float32 (1, 1, 4, 4)", "dy": "float32 (1, 1, 2, 2)"}
+    doc = json.loads(report.to_json())
+    assert doc["findings"][0]["detail"]["arguments"]["dy"] == "float32 (1, 1, 2, 2)"
+    assert "RuntimeError: kernel not implemented" in doc["findings"][0]["detail"]["traceback"]
+    assert "in inner" in str(report)  # the text rendering shows the frames too
+
+
+def test_system_exit_is_a_finding_keyboard_interrupt_propagates():
+    def exits(x, dy):
+        raise SystemExit(3)
+
+    report = symjac.verify(SPEC, backward=exits, input_shape=SHAPE)
+    assert report.categories() == ["bad_output"] and "SystemExit: 3" in report.findings[0].message
+
+    def interrupted(x, dy):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        symjac.verify(SPEC, backward=interrupted, input_shape=SHAPE)
+    with pytest.raises(KeyboardInterrupt):
+        symjac.verify(SPEC, backward=interrupted, input_shape=SHAPE, timeout=None)
+
+
+def test_hanging_call_is_a_timeout_and_the_report_still_comes_back():
+    release = threading.Event()
+
+    def hangs(x, dy):
+        release.wait(30)
+        return np.zeros_like(x)
+
+    try:
+        report = symjac.verify(SPEC, backward=hangs, input_shape=SHAPE, timeout=0.2)
+    finally:
+        release.set()
+    assert report.categories() == ["timeout"]
+    assert "did not return within 0.2 s" in report.findings[0].message
+    assert not report.ok and report.stats["backward_ok"] is False
+
+
+def test_loss_derivative_timeout():
+    release = threading.Event()
+
+    def hangs(z, y):
+        release.wait(30)
+        return z
+
+    try:
+        report = symjac.verify_loss(symjac.Loss("mse"), derivative=hangs, timeout=0.2)
+    finally:
+        release.set()
+    assert report.categories() == ["timeout"]
+
+
+@pytest.mark.parametrize("value, said", [
+    (None, "returned None, not an array of shape (1, 1, 4, 4)"),
+    ((v for v in range(3)), "returned a generator, not an array"),
+    (2.5, "returned a scalar (float 2.5), not an array"),
+    ("dx", "returned text (str), not an array"),
+])
+def test_non_arrays_say_what_came_back(value, said):
+    report = symjac.verify(SPEC, backward=lambda x, dy: value, input_shape=SHAPE)
+    assert report.categories() == ["bad_output"]
+    assert said in report.findings[0].message
+
+
+def test_mutation_is_reported_once_with_checksums_and_restored():
+    seen = []
+
+    def scribbles(x, dy):
+        seen.append(float(x.reshape(-1)[0]))
+        x[...] = 7
+        return np.zeros_like(x)
+
+    g, findings = _guard(scribbles)
+    x = np.arange(4.0).reshape(2, 2)
+    for _ in range(3):
+        g.call(x, np.ones(1))
+    assert seen == [0.0, 0.0, 0.0]  # restored after every call
+    assert [f.category for f in findings] == ["mutates_inputs"]
+    assert "changed x in place (sha256" in findings[0].message and "first change at x[0, 0]: 0.0 -> 7.0" in findings[0].message
+    assert g.mutated == {"x"} and g.calls == 3
+
+    g2, _ = _guard(scribbles, restore=False)
+    x2 = np.arange(4.0).reshape(2, 2)
+    g2.call(x2, np.ones(1))
+    g2.call(x2, np.ones(1), again=True)
+    assert seen[-1] == 7.0  # without restore the second call reads what the first wrote
+
+
+def test_compare_flags_nondeterminism_once():
+    g, findings = _guard(lambda x, dy: x)
+    a = np.array([1.0, 2.0, 3.0])
+    assert g.compare(a, a.copy())
+    assert not g.compare(a, np.array([1.0, 2.5, 3.0]), "dx")
+    assert not g.compare(a, np.array([0.0, 2.0, 3.0]), "dx")
+    assert [f.category for f in findings] == ["nondeterministic"]
+    assert "at 1 of 3 elements (first at dx[1]: 2.0 vs 2.5)" in findings[0].message
+
+
+def test_one_number_accepts_scalars_and_one_element_arrays():
+    g, findings = _guard(lambda x, dy: x)
+    assert g.check_output(np.float32(1.5), (), None) == 1.5
+    assert g.check_output(np.array([[1.5]]), (), None).shape == ()
+    assert g.check_output(np.array([1.0, 2.0]), (), None) is None
+    assert "expected one number" in findings[0].message
+
+
+def test_timeout_must_be_positive():
+    with pytest.raises(symjac.InputError, match="timeout=0 is not valid"):
+        symjac.verify(SPEC, backward=lambda x, dy: x, input_shape=SHAPE, timeout=0)
