@@ -39,7 +39,7 @@ def to_fraction(value: Any, name: str = "value") -> Fraction:
         return Fraction(float(value))
     if isinstance(value, sympy.Basic):
         if value.is_Rational:
-            return Fraction(int(value.p), int(value.q))  # type: ignore[attr-defined]
+            return Fraction(int(value.p), int(value.q))
         raise InputError(f"{name}={value!r} is not a rational number")
     if isinstance(value, str):
         try:

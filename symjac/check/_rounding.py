@@ -47,7 +47,7 @@ def unit_roundoff(dtype: Any) -> float:
 def gamma(n: Any, u: float) -> np.ndarray:
     """Higham's γ_n = n·u / (1 - n·u), elementwise over ``n``."""
     n = np.asarray(n, dtype=np.float64)
-    return n * u / (1 - n * u)
+    return np.asarray(n * u / (1 - n * u))
 
 
 def ulps(error: np.ndarray, exact: np.ndarray, dtype: Any) -> np.ndarray:
@@ -55,7 +55,7 @@ def ulps(error: np.ndarray, exact: np.ndarray, dtype: Any) -> np.ndarray:
     with np.errstate(over="ignore"):
         spacing = np.spacing(np.abs(exact).astype(dtype)).astype(np.float64)
     tiny = float(np.finfo(dtype).smallest_subnormal)
-    return error / np.maximum(spacing, tiny)
+    return np.asarray(error / np.maximum(spacing, tiny))
 
 
 def unit_roundoff_mp(dtype: Any) -> mpmath.mpf:

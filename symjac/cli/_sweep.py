@@ -128,10 +128,10 @@ def execute(grid: list[dict[str, Any]], impl_target: str, *, jobs: int = 1, sche
             from distributed import Client, as_completed
         except ImportError:
             raise SpecError(DASK_HINT) from None
-        with Client(scheduler) as client:
+        with Client(scheduler) as client:  # type: ignore[no-untyped-call]
             futures = client.map(run_one, grid, impl_target=impl_target, dtype=dtype, pure=False)
             index = {f.key: i for i, f in enumerate(futures)}
-            for future in as_completed(futures):
+            for future in as_completed(futures):  # type: ignore[no-untyped-call]
                 record(index[future.key], future.result())
     elif jobs > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:

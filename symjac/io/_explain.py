@@ -9,7 +9,7 @@ import sympy
 
 
 def _render(expr: Any, latex: bool) -> str:
-    return sympy.latex(expr) if latex else sympy.sstr(expr)
+    return str(sympy.latex(expr) if latex else sympy.sstr(expr))
 
 
 def _equation(lhs: Any, rhs: Any, latex: bool) -> str:

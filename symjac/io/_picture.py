@@ -82,6 +82,8 @@ def _write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str) -
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.lines import Line2D
+        from matplotlib.patches import Rectangle
     except ImportError:
         fallback = out.with_suffix(".dot")
         fallback.write_text(dot)
@@ -96,7 +98,10 @@ def _write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str) -
     # The verifier already called the backward at dy = ones, guarded (None if it failed,
     # or for inputs of more than 4096 cells, which no picture shows legibly).
     observed = report.stats.get("observed_gradient") if report is not None else None
-    grid = lambda a: g.to_canonical(a)[0].reshape(g.in_spatial if len(g.in_spatial) == 2 else (1,) + g.in_spatial)  # noqa: E731
+
+    def grid(a: np.ndarray) -> np.ndarray:
+        return np.asarray(g.to_canonical(a)[0].reshape(g.in_spatial if len(g.in_spatial) == 2 else (1,) + g.in_spatial))
+
     panels = [("exact gradient at dy = 1", grid(expected))]
     if observed is not None:
         panels.append(("implementation's gradient", grid(observed)))
@@ -124,14 +129,14 @@ def _write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str) -
         inset = 0.46 - 0.07 * (win % 4)  # nested windows stay distinguishable
         r0, c0 = pos.min(axis=0) - inset
         r1, c1 = pos.max(axis=0) + inset
-        ax.add_patch(plt.Rectangle((c0, r0), c1 - c0, r1 - r0, fill=False, edgecolor=colour,
+        ax.add_patch(Rectangle((c0, r0), c1 - c0, r1 - r0, fill=False, edgecolor=colour,
                                    linewidth=2.5 if cat else 0.6, linestyle="-" if cat else ":"))
         if cat:
             ax.text(c0 + 0.05, r0 + 0.05, "y" + ",".join(map(str, g.window_position(win))), color=colour,
                     fontsize=7, va="top", ha="left")
     title = report.summary() if report is not None else repr(case.operator)
     fig.suptitle(textwrap.fill(title, 90), fontsize=9)
-    handles = [plt.Line2D([], [], color=c, linewidth=2.5, label=k.replace("_", " ")) for k, c in CATEGORY_COLOURS.items()
+    handles = [Line2D([], [], color=c, linewidth=2.5, label=k.replace("_", " ")) for k, c in CATEGORY_COLOURS.items()
                if k in states.values()]
     if handles:
         fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)

@@ -47,7 +47,7 @@ class AxisWindows:
     @property
     def cells(self) -> np.ndarray:
         """(o, k) input coordinate of every slot (may lie in the padding)."""
-        return self.starts[:, None] + self.offsets[None, :]
+        return np.asarray(self.starts[:, None] + self.offsets[None, :])
 
     @property
     def valid(self) -> np.ndarray:
@@ -186,9 +186,10 @@ class Geometry:
         """Flat index in the layout's order of canonical (batch, spatial position)."""
         n_sp = math.prod(spatial)
         if not self.trail:
-            return batch * n_sp + position
+            return np.asarray(batch * n_sp + position)
         c = self.trail[0]
-        return (batch % max(math.prod(self.lead), 1)) * (n_sp * c) + position * c + batch // max(math.prod(self.lead), 1)
+        return np.asarray((batch % max(math.prod(self.lead), 1)) * (n_sp * c) + position * c
+                          + batch // max(math.prod(self.lead), 1))
 
     def output_index(self, batch: int, window: int) -> tuple[int, ...]:
         """Layout multi-index of output window ``window`` of canonical slice ``batch``."""

@@ -138,7 +138,7 @@ class SparseJacobian:
         """(nnz,) object array of exact SymPy values."""
         table = np.empty(len(self.table), dtype=object)
         table[:] = list(self.table)
-        return table[self.value_ids]
+        return np.asarray(table[self.value_ids])
 
     def entry(self, out_index: Any, in_index: Any) -> sympy.Rational:
         """Exact ∂y[out_index]/∂x[in_index] (multi-indices in the layout); 0 if absent."""
@@ -272,7 +272,7 @@ def tie_sets(spec: PoolSpec, x: Any) -> np.ndarray:
         rows = geometry.flat_index(b, c.windows[w], geometry.out_spatial)
         cols = geometry.flat_index(b, cells, geometry.in_spatial)
         for r, col in zip(rows.tolist(), cols.tolist()):
-            found.setdefault(r, []).append(col)  # type: ignore[arg-type]
+            found.setdefault(r, []).append(col)
     out = np.empty(math.prod(geometry.output_shape), dtype=object)
     for r in range(out.size):
         out[r] = tuple(tuple(int(i) for i in np.unravel_index(col, geometry.input_shape)) for col in sorted(found[r]))  # type: ignore[index]

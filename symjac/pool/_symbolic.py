@@ -51,7 +51,8 @@ class Template:
     @functools.cached_property
     def forward_numpy(self) -> Callable[..., Any]:
         """The forward expression lowered to NumPy with :func:`sympy.lambdify`."""
-        return sympy.lambdify(self.symbols, self.expr, modules="numpy")
+        fn: Callable[..., Any] = sympy.lambdify(self.symbols, self.expr, modules="numpy")
+        return fn
 
     @functools.cached_property
     def derivatives_numpy(self) -> tuple[Callable[..., Any], ...]:
@@ -71,7 +72,7 @@ def template(mode: str, n: int, divisor: int) -> Template:
         # The template is linear: expr == sum(d_i * s_i) exactly, so y = J x.
         if sympy.expand(expr - sum(d * s for d, s in zip(derivatives, symbols))) != 0:
             raise AssertionError(f"average template {expr} is not linear")
-        weights = tuple(Fraction(int(d.p), int(d.q)) for d in derivatives)  # type: ignore[attr-defined]
+        weights = tuple(Fraction(int(d.p), int(d.q)) for d in derivatives)
         return Template(mode, symbols, expr, derivatives, weights=weights)
     # Max is associative: Max(s_0..s_n) = Max(s_i, m_i) with m_i the max of the other
     # slots, which does not depend on s_i. SymPy differentiates the two-argument Max

@@ -47,7 +47,7 @@ class Diagnosis:
         size = member.sum(axis=2)
         tol = gamma(3, self.u)
         outside = (~member & self.g.valid[None] & (obs != 0)).any(axis=2) | (member & (obs < -tol)).any(axis=2)
-        return ~outside & (np.abs(obs.sum(axis=2) - 1) <= gamma(size + 2, self.u) * size)
+        return np.asarray(~outside & (np.abs(obs.sum(axis=2) - 1) <= gamma(size + 2, self.u) * size))
 
     def mismatches(self, rows: Rows, exact: ExactRows) -> list[tuple[int, int]]:
         """(b, w) whose observed row is not an exact row (untied) or not in the Clarke set (tied)."""

@@ -83,7 +83,7 @@ def scatter(g: Geometry, per_window: np.ndarray, rows: np.ndarray) -> np.ndarray
 def tolerance(exact: np.ndarray, u: float, terms: int | np.ndarray = 1) -> np.ndarray:
     """An entry from ``terms`` rounded products, one rounded weight and one rounded output:
     ``γ_{terms+2}·|e|`` (plus a 2^-60 relative guard for float64 noise in the bound itself)."""
-    return gamma(np.asarray(terms) + 2, u) * np.abs(exact) + 2.0**-60 * np.abs(exact)
+    return np.asarray(gamma(np.asarray(terms) + 2, u) * np.abs(exact) + 2.0**-60 * np.abs(exact))
 
 
 def row_tolerance(exact: ExactRows, u: float) -> np.ndarray:
