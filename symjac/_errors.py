@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 
@@ -24,9 +26,27 @@ class VerificationError(SymjacError, AssertionError):
     """An implementation disagrees with the exact derivative; ``.report`` says how."""
 
     def __init__(self, report: Any) -> None:
-        # The one-line summary first: it is what a test runner shows on one line.
-        super().__init__(f"{report.summary()}\n{report}")
+        # The one-line summary first (what a test runner shows on one line), then the
+        # details, without repeating it.
+        super().__init__(f"{report.summary()}\n{report.details()}")
         self.report = report
+
+
+def did_you_mean(value: Any, choices: Iterable[str], synonyms: Mapping[str, str] | None = None) -> str:
+    """``" (did you mean 'avg'?)"`` for the choice nearest ``value``, or ``""``.
+
+    ``synonyms`` maps other libraries' words to ours (``"average"`` -> ``"avg"``,
+    ``"cross_entropy"`` -> ``"softmax_ce"``), which spelling distance would not find.
+    """
+    if not isinstance(value, str):
+        return ""
+    choices = list(choices)
+    key = value.lower().replace("-", "_")
+    near = (synonyms or {}).get(key)
+    if near not in choices:
+        matches = difflib.get_close_matches(key, choices, n=1)
+        near = matches[0] if matches else None
+    return f" (did you mean {near!r}?)" if near else ""
 
 
 for _cls in (SymjacError, SpecError, InputError, VerificationError):

@@ -39,16 +39,29 @@ BAD_SPECS = [
     (lambda: Pool("avg", 2, padding=-1), r"padding=-1 is not valid: padding must be >= 0"),
     (lambda: Pool("avg", 2, padding=((1, 2, 3), 0)), r"padding=.* each of the 2 entries must be"),
     (lambda: Pool("avg", 2, stride=(1, 1, 1)), r"stride=\(1, 1, 1\) has 3 entries but the pool has 2 spatial"),
-    (lambda: Pool("mean", 2), r"mode='mean' is not valid: give one of 'max', 'avg'"),
+    (lambda: Pool("mean", 2), r"mode='mean' is not valid \(did you mean 'avg'\?\): give one of 'max', 'avg'"),
+    (lambda: Pool("average", 2), r"mode='average' is not valid \(did you mean 'avg'\?\)"),
+    (lambda: Pool("avg", 2, padding="sane"), r"padding='sane' is not valid \(did you mean 'same'\?\)"),
     (lambda: Pool("avg", 2, divisor=0), r"divisor=0 is not valid: an integer divisor must be >= 1"),
     (lambda: Pool("avg", 2, divisor="valid_only"), r"divisor='valid_only' is not valid: give one of 'exclude_pad', 'include_pad'"),
     (lambda: Pool("max", 2, divisor="include_pad"), r"divisor='include_pad' is only meaningful for mode='avg'"),
-    (lambda: Pool("avg", 2, layout="NHWC"), r"layout='NHWC' is not valid: give one of 'channels_first', 'channels_last'"),
+    (lambda: Pool("avg", 2, layout="NHWC"),
+     r"layout='NHWC' is not valid \(did you mean 'channels_last'\?\): give one of 'channels_first', 'channels_last'"),
+    (lambda: symjac.Loss("cross_entropy"), r"kind='cross_entropy' is not valid \(did you mean 'softmax_ce'\?\)"),
+    (lambda: symjac.Loss("mse", reduction="batchmean"), r"reduction='batchmean' is not valid \(did you mean 'batch_mean'\?\)"),
     (lambda: Pool("avg", 2, ceil_mode=1), r"ceil_mode=1 is not valid: give True or False"),
     (lambda: Pool("avg", 2, padding="same", ceil_mode=True), r"ceil_mode=True has no meaning with padding='same'"),
     (lambda: AdaptivePool("avg", 0), r"output_size=0 is not valid: 0 < 1"),
     (lambda: GlobalPool("avg", rank=4), r"rank=4 is not valid: give 1, 2 or 3"),
 ]
+
+
+@pytest.mark.parametrize("tf, ours", [("SAME", "same"), ("VALID", "valid"), ("SAME_UPPER", "same"),
+                                      ("SAME_LOWER", "same_lower")])
+def test_tf_and_onnx_padding_spellings_are_aliases(tf, ours):
+    # TF/Keras write padding="SAME"/"VALID", ONNX auto_pad="SAME_UPPER"/"SAME_LOWER": the same specs as ours.
+    assert Pool("avg", 2, stride=1, padding=tf) == Pool("avg", 2, stride=1, padding=ours)
+    assert Pool("avg", 2, stride=1, padding=tf).padding == ours
 
 
 @pytest.mark.parametrize("make, message", BAD_SPECS)

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from symjac._errors import InputError, SpecError, SymjacError
+from symjac._errors import InputError, SpecError, SymjacError, did_you_mean
 
 OPERATOR_KEYS = {
     "pool": ("kind", "mode", "kernel", "stride", "padding", "dilation", "ceil_mode", "divisor", "layout"),
@@ -143,6 +143,11 @@ def _operator(table: dict[str, Any], where: str) -> Any:
         if "loss" not in args:
             raise SpecError("a loss needs 'loss' (its kind, e.g. 'mse')")
         loss_kind = args.pop("loss")
+        from symjac.loss._spec import KINDS, SYNONYMS
+
+        if loss_kind not in KINDS:  # the file's key is 'loss' (its 'kind' is "loss"): name that key
+            raise SpecError(f"loss={loss_kind!r} is not valid{did_you_mean(loss_kind, KINDS, SYNONYMS)}: "
+                            f"give one of {', '.join(map(repr, KINDS))}")
         for key in ("scale", "delta", "label_smoothing"):
             if isinstance(args.get(key), str):
                 args[key] = exact_array(args[key], f"{where}.{key}").item()

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from symjac._errors import InputError, SpecError
+from symjac._errors import InputError, SpecError, did_you_mean
 from symjac._exact import to_fraction
 
 KINDS = (
@@ -28,6 +28,17 @@ KINDS = (
     "constant_derivative",
 )
 REDUCTIONS = ("mean", "batch_mean", "sum", "none")
+#: Other libraries' names of our kinds and reductions, for "did you mean".
+SYNONYMS = {
+    "cross_entropy": "softmax_ce", "crossentropy": "softmax_ce", "ce": "softmax_ce",
+    "categorical_crossentropy": "softmax_ce", "sparse_categorical_crossentropy": "softmax_ce",
+    "softmax_cross_entropy": "softmax_ce", "nll": "softmax_ce",
+    "binary_cross_entropy_with_logits": "sigmoid_ce", "bce_with_logits": "sigmoid_ce",
+    "sigmoid_cross_entropy": "sigmoid_ce", "binary_cross_entropy": "bce", "binary_crossentropy": "bce",
+    "kl_div": "kld", "kl_divergence": "kld", "kullback_leibler": "kld", "l1": "mae", "l2": "mse",
+    "mean_squared_error": "mse", "mean_absolute_error": "mae", "smoothl1": "smooth_l1",
+    "batchmean": "batch_mean", "average": "mean", "avg": "mean", "total": "sum",
+}
 LABEL_FORMS = ("probabilities", "indices")
 
 #: Significant decimal digits of every mpmath evaluation (at least; more when
@@ -161,10 +172,12 @@ class Loss:
     def __post_init__(self) -> None:
         put = object.__setattr__
         if self.kind not in KINDS:
-            raise SpecError(f"kind={self.kind!r} is not valid: give one of {', '.join(map(repr, KINDS))}")
+            raise SpecError(f"kind={self.kind!r} is not valid{did_you_mean(self.kind, KINDS, SYNONYMS)}: "
+                            f"give one of {', '.join(map(repr, KINDS))}")
         if self.reduction not in REDUCTIONS:
             raise SpecError(
-                f"reduction={self.reduction!r} is not valid: give one of {', '.join(map(repr, REDUCTIONS))}"
+                f"reduction={self.reduction!r} is not valid{did_you_mean(self.reduction, REDUCTIONS, SYNONYMS)}: "
+                f"give one of {', '.join(map(repr, REDUCTIONS))}"
             )
         scale = _number("scale", self.scale, "a finite number > 0 (the loss scale S)")
         if scale <= 0:
@@ -197,7 +210,8 @@ class Loss:
             labels = "probabilities" if self.labels is None else self.labels
             if labels not in LABEL_FORMS:
                 raise SpecError(
-                    f"labels={self.labels!r} is not valid: give one of {', '.join(map(repr, LABEL_FORMS))}"
+                    f"labels={self.labels!r} is not valid{did_you_mean(labels, LABEL_FORMS)}: give one of "
+                    f"{', '.join(map(repr, LABEL_FORMS))}"
                 )
             put(self, "labels", labels)
             if self.ignore_index is not None:

@@ -13,13 +13,19 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
-from symjac._errors import SpecError
+from symjac._errors import SpecError, did_you_mean
 
 MODES = ("max", "avg")
 PADDING_MODES = ("valid", "same", "same_lower")
 DIVISOR_RULES = ("exclude_pad", "include_pad")
 LAYOUTS = ("channels_first", "channels_last")
 MAX_RANK = 3
+
+#: Other libraries' spellings, accepted as ours (TF/Keras "SAME"/"VALID", ONNX auto_pad).
+PADDING_ALIASES = {"SAME": "same", "VALID": "valid", "SAME_UPPER": "same", "SAME_LOWER": "same_lower"}
+#: Words users write for a value, for "did you mean" (not accepted silently).
+SYNONYMS = {"average": "avg", "mean": "avg", "maximum": "max", "include": "include_pad", "exclude": "exclude_pad",
+            "nhwc": "channels_last", "nchw": "channels_first", "ndhwc": "channels_last", "ncdhw": "channels_first"}
 
 #: An explicit padding: per spatial dimension, (low, high).
 Pads = tuple[tuple[int, int], ...]
@@ -64,10 +70,11 @@ def _rank_of(field: str, value: Any) -> tuple[int, ...]:
 
 def _padding(value: Any, rank: int) -> Padding:
     if isinstance(value, str):
+        value = PADDING_ALIASES.get(value.upper(), value)  # any case: users write "Same" too
         if value not in PADDING_MODES:
             raise SpecError(
-                f"padding={value!r} is not valid: give one of {', '.join(map(repr, PADDING_MODES))}, "
-                "an int, or per-dimension (low, high) pairs"
+                f"padding={value!r} is not valid{did_you_mean(value, PADDING_MODES)}: give one of "
+                f"{', '.join(map(repr, PADDING_MODES))}, an int, or per-dimension (low, high) pairs"
             )
         return value
     if _is_int(value):
@@ -97,7 +104,8 @@ def _padding(value: Any, rank: int) -> Padding:
 
 def _choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
     if value not in choices:
-        raise SpecError(f"{field}={value!r} is not valid: give one of {', '.join(map(repr, choices))}")
+        hint = did_you_mean(value, choices, SYNONYMS)
+        raise SpecError(f"{field}={value!r} is not valid{hint}: give one of {', '.join(map(repr, choices))}")
     return str(value)
 
 
@@ -113,6 +121,8 @@ class Pool:
       padding: ``"valid"`` (none), ``"same"`` (SAME_UPPER: TF/Keras/nntrainer, the
         extra cell on the high side), ``"same_lower"`` (ONNX SAME_LOWER), an int
         (both sides of every dimension), or per-dimension ``(low, high)`` pairs.
+        TF/ONNX spellings (``"SAME"``, ``"VALID"``, ``"SAME_UPPER"``,
+        ``"SAME_LOWER"``, any case) are accepted as these.
       dilation: spacing between the cells of one window.
       ceil_mode: PyTorch/ONNX ``ceil_mode``; with ``"valid"`` or explicit padding
         (SAME fixes the output size itself).
