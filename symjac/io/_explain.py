@@ -55,12 +55,43 @@ def explain_loss(case: Any, latex: bool = False) -> str:
     classes = int(np.asarray(pred).shape[-1]) if loss.kind == "softmax_ce" and pred is not None else (
         2 if loss.kind == "softmax_ce" else 1)
     t = loss_template(loss, classes)
-    lines = [f"{case.name}: {loss!r}", "per-element loss:", f"  {_render(t.loss, latex)}", "derivatives:"]
+    unset, given = _parameters(loss, t)
+    lines = [f"{case.name}: {loss!r}", "per-element loss:", f"  {_render(t.loss.xreplace(unset), latex)}"]
+    if given:
+        lines.append("where " + ", ".join(_equation(k, v, latex) for k, v in given.items()))
+    lines.append("derivatives:")
     for z, d in zip(t.pred, t.derivatives):
         lhs = sympy.Derivative(sympy.Symbol("l"), z) if latex else f"dl/d{z}"
-        lines.append(f"  {_equation(lhs, d, latex)}")
+        lines.append(f"  {_equation(lhs, d.xreplace(unset), latex)}")
     lines.append(f"emitted derivative = S * dL/dpred with S = {loss.scale} (after the {loss.reduction!r} reduction)")
     return "\n".join(lines)
+
+
+def _parameters(loss: Any, t: Any) -> tuple[dict[Any, Any], dict[Any, Any]]:
+    """The template's option symbols split into those the spec leaves at their neutral
+    value (substituted away: no ``w0``, ``epsilon`` when there are no weights or
+    smoothing) and those it sets (kept as symbols, their values listed)."""
+    unset: dict[Any, Any] = {}
+    given: dict[Any, Any] = {}
+    for symbol in t.params:
+        name = symbol.name
+        if name.startswith("w"):
+            values = loss.weight
+            index = int(name[1:]) if name[1:].isdigit() else 0
+        elif name == "pos_weight":
+            values, index = loss.pos_weight, 0
+        elif name == "epsilon":
+            values, index = (loss.label_smoothing,) if loss.label_smoothing else None, 0
+        else:  # delta: always shown, with its value
+            values, index = (loss.delta,), 0
+        if values is None:
+            unset[symbol] = sympy.S.Zero if name == "epsilon" else sympy.S.One
+        elif len(values) > 1 and not name[1:].isdigit():  # per class along the last axis
+            given[symbol] = sympy.Tuple(*(sympy.Rational(v.numerator, v.denominator) for v in values))
+        else:
+            value = values[index] if len(values) > 1 else values[0]
+            given[symbol] = sympy.Rational(value.numerator, value.denominator)
+    return unset, given
 
 
 def explain(case: Any, latex: bool = False) -> str:
