@@ -46,7 +46,7 @@ def listing(items: list[str]) -> str:
 
 
 def jsonable(value: Any) -> Any:
-    """Exact values become strings ("3/4"), arrays lists, tuples lists."""
+    """Exact integers become ints, other exact values strings ("3/4"), arrays and tuples lists."""
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, (int, np.integer)):
@@ -55,14 +55,27 @@ def jsonable(value: Any) -> Any:
         f = float(value)
         return f if np.isfinite(f) else str(f)
     if isinstance(value, Fraction):
-        return str(value)
+        return value.numerator if value.denominator == 1 else str(value)
     if isinstance(value, np.ndarray):
         return [jsonable(v) for v in value.tolist()] if value.dtype != object else [jsonable(v) for v in value]
     if isinstance(value, dict):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
+    if getattr(value, "is_Integer", False):  # SymPy integers, as Fractions
+        return int(value)
     return str(value)  # SymPy numbers and anything else: their exact text
+
+
+def readable(value: Any) -> str:
+    """A value as a person reads it: exact values bare (``1/2``, ``1``), floats as
+    Python prints them, lists in brackets; no quotes."""
+    value = jsonable(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(readable(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {readable(v)}" for k, v in value.items()) + "}"
+    return str(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,17 +144,23 @@ class Report:
         """The distinct finding categories, in order of first appearance."""
         return list(dict.fromkeys(f.category for f in self.findings))
 
-    def __str__(self) -> str:
-        lines = [f"{'PASS' if self.ok else 'FAIL'} {self.subject}", self.headline]
+    def details(self) -> str:
+        """What follows the one-line summary: the subject, then every finding with
+        its window, cells, and exact expected beside observed values."""
+        lines = [f"subject: {self.subject}"]
         for f in self.findings:
             lines.append(f"- [{f.category}] {f.message}")
             if f.expected is not None or f.observed is not None:
-                lines.append(f"    expected: {jsonable(f.expected)}")
-                lines.append(f"    observed: {jsonable(f.observed)}")
+                lines.append(f"    expected: {readable(f.expected)}")
+                lines.append(f"    observed: {readable(f.observed)}")
             if f.detail and f.detail.get("traceback"):
-                lines.append(f"    called with: {jsonable(f.detail.get('arguments'))}")
+                lines.append(f"    called with: {readable(f.detail.get('arguments'))}")
                 lines.extend("    | " + line for line in str(f.detail["traceback"]).rstrip().splitlines())
         return "\n".join(lines)
+
+    def __str__(self) -> str:
+        """``PASS``/``FAIL`` and the summary on the first line, then :meth:`details`."""
+        return f"{'PASS' if self.ok else 'FAIL'}: {self.headline}\n{self.details()}"
 
     def to_dict(self) -> dict[str, Any]:
         """Stable keys: ``ok``, ``subject``, ``summary``, the stats, ``findings``."""
