@@ -1,13 +1,21 @@
 """Golden data: exact expected values, written for other test suites (C/C++ too).
 
-For each case of a spec file: inputs, outputs, the sparse Jacobian and the input
-gradient for the given upstream gradient (pooling), or value and derivative
-(losses). Formats:
+For each case: inputs, outputs, the sparse Jacobian and the input gradient for
+the given upstream gradient (pooling), or value and derivative (losses). Every
+float quantity carries, per element, its exact value, its correctly rounded value
+in each requested dtype, and the rounding bound a correct implementation in that
+dtype stays within (``max_abs_error``, and the same in ULPs, ``max_ulp``), so a
+consumer compares ``|got - golden| <= max_abs_error`` with no threshold of its own.
 
-- ``json``: exact rationals as strings ("3/4") beside float64 values;
-- ``npz``: one array per quantity and dtype (``x.float32``, ``jac_rows``, ...);
-- ``bin``: raw little-endian arrays, one file each, with a JSON sidecar naming
-  every file's dtype, shape and order, so a C test reads them without Python.
+Formats:
+
+- ``json``: exact values as strings ("3/4", or decimal digits for a loss value
+  that is no exact binary fraction) beside the rounded value per dtype;
+- ``npz``: one array per quantity and dtype (``x.float32``, ``jac_rows``, ...) and
+  its bound (``dx.float32.max_abs_error``);
+- ``bin``: raw little-endian arrays, one file each, with an ``index.json`` naming
+  every file's dtype, shape and order, so a C test reads them without Python
+  (``contrib/symjac_golden.h``).
 
 Every file carries provenance (symjac version, spec hash, generator, seed) and no
 timestamp: regenerating gives byte-identical files.
@@ -20,6 +28,7 @@ import io
 import json
 import re
 import zipfile
+from collections.abc import Iterable
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -30,28 +39,52 @@ from symjac._exact import round_fractions
 
 FORMATS = ("json", "npz", "bin")
 _FIXED_DATE = (1980, 1, 1, 0, 0, 0)
+#: Significant digits of a loss value that is no exact binary fraction (evaluated at >= 60).
+DECIMAL_DIGITS = 40
+#: Largest denominator written as an exact fraction; beyond it a loss value is shown in decimal.
+_DYADIC_DENOMINATOR = 2**64
+_UNIT_ROUNDOFF = {"float16": 2.0**-11, "float32": 2.0**-24, "float64": 2.0**-53}
 
 
 def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "case"
 
 
+def _fraction(v: Any) -> Fraction:
+    if isinstance(v, Fraction):
+        return v
+    if hasattr(v, "_mpf_"):  # mpmath mpf: (sign, mantissa, exponent, bits), an exact binary fraction
+        sign, man, exp, _ = v._mpf_
+        return (-1) ** sign * Fraction(int(man)) * Fraction(2) ** int(exp)
+    return Fraction(int(v.p), int(v.q)) if hasattr(v, "q") else Fraction(v)
+
+
 def _fractions(values: Any) -> np.ndarray:
     arr = np.asarray(values, dtype=object)
     out = np.empty(arr.size, dtype=object)
     for i, v in enumerate(arr.reshape(-1)):
-        if isinstance(v, Fraction):
-            out[i] = v
-        elif hasattr(v, "_mpf_"):  # mpmath mpf: (sign, mantissa, exponent, bits), an exact binary fraction
-            sign, man, exp, _ = v._mpf_
-            out[i] = (-1) ** sign * Fraction(int(man)) * Fraction(2) ** int(exp)
-        else:
-            out[i] = Fraction(int(v.p), int(v.q)) if hasattr(v, "q") else Fraction(v)
+        out[i] = _fraction(v)
     return out.reshape(arr.shape)
 
 
+def _exact_text(v: Any) -> str:
+    """A rational as ``p/q``; an mpmath value that is no short binary fraction as
+    its leading decimal digits (it is transcendental, or rational but not dyadic)."""
+    f = _fraction(v)
+    if not hasattr(v, "_mpf_") or f.denominator <= _DYADIC_DENOMINATOR:
+        return str(f)
+    import mpmath
+
+    return str(mpmath.nstr(v, DECIMAL_DIGITS, strip_zeros=False))
+
+
 def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """Exact quantities (object arrays of Fractions) and metadata of one case."""
+    """Exact quantities and metadata of one case.
+
+    Values are object arrays of Fractions, except a loss's ``value`` and
+    ``derivative``: mpmath numbers (>= 60 digits), exact only where they are
+    binary fractions.
+    """
     if case.is_loss:
         from symjac.loss._evaluate import complete_inputs, loss_derivative, loss_value
 
@@ -63,14 +96,16 @@ def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         if upstream is not None:
             qs["upstream"] = upstream = _fractions(upstream)
         pred = qs["pred"]
-        qs["value"] = _fractions(loss_value(case.operator, pred, label))
-        qs["derivative"] = _fractions(loss_derivative(case.operator, pred, label, upstream))
-        loss_meta: dict[str, Any] = {"operator": repr(case.operator), "note": "value and derivative are rounded from "
-                                     ">= 50-digit mpmath evaluations to their exact binary fractions"}
+        qs["value"] = np.asarray(loss_value(case.operator, pred, label), dtype=object)
+        qs["derivative"] = np.asarray(loss_derivative(case.operator, pred, label, upstream), dtype=object)
+        loss_meta: dict[str, Any] = {
+            "operator": repr(case.operator),
+            "note": f"value and derivative are mpmath evaluations at >= 60 significant digits; 'exact' gives p/q "
+                    f"where the result is a binary fraction, else its first {DECIMAL_DIGITS} significant digits"}
         return qs, loss_meta
     from symjac._exact import ExactArray
-    from symjac.pool._jacobian import _sparse, exact_forward, exact_vjp, routes
     from symjac.io._specfile import pool_input
+    from symjac.pool._jacobian import _sparse, exact_forward, exact_vjp, routes
 
     g, x, dy = pool_input(case)
     ex, edy = ExactArray.from_any(x), ExactArray.from_any(dy)
@@ -84,10 +119,56 @@ def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         "jac_cols": jac.cols.astype(np.int64),
         "jac_values": _fractions(jac.values),
     }
-    meta: dict[str, Any] = {"operator": repr(case.operator), "input_shape": list(g.input_shape), "output_shape": list(g.output_shape),
-            "jacobian": "COO over flattened (C-order) output rows and input columns in the spec's layout; "
-                        "max pooling at ties routes to the first maximum"}
+    meta: dict[str, Any] = {"operator": repr(case.operator), "input_shape": list(g.input_shape),
+                            "output_shape": list(g.output_shape),
+                            "jacobian": "COO over flattened (C-order) output rows and input columns in the spec's "
+                                        "layout; max pooling at ties routes to the first maximum",
+                            "bounds": BOUND_NOTE}
     return qs, meta
+
+
+BOUND_NOTE = ("max_abs_error[dtype] bounds |implementation - golden[dtype]| for a correct implementation computing in "
+              "dtype from the golden inputs: gamma(k) * M (Higham), gamma(k) = k*u/(1 - k*u), u the unit roundoff, "
+              "M the sum of |terms| of the entry and k = (number of terms) + 3 (input rounding, weight and product, "
+              "the golden value's own rounding); inputs have k = 1; max_ulp is max_abs_error in ULPs of golden[dtype]")
+
+
+def _pool_magnitudes(qs: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per float quantity of a pooling case: (M, k), the sum of |terms| of each entry
+    and its number of rounded operations (see :data:`BOUND_NOTE`)."""
+    rows, cols = qs["jac_rows"], qs["jac_cols"]
+    weights = np.abs(qs["jac_values"].astype(np.float64))
+    x, dy = (np.abs(qs[k].astype(np.float64)).reshape(-1) for k in ("x", "dy"))
+
+    def gather(n: int, at: np.ndarray, terms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        mass, count = np.zeros(n), np.zeros(n)
+        np.add.at(mass, at, terms)
+        np.add.at(count, at, 1)
+        return mass, count + 3
+
+    out = {k: (np.abs(qs[k].astype(np.float64)).reshape(-1), np.ones(qs[k].size)) for k in ("x", "dy")}
+    out["y"] = gather(qs["y"].size, rows, weights * x[cols])
+    out["dx"] = gather(qs["dx"].size, cols, weights * dy[rows])
+    out["jac_values"] = (weights, np.full(weights.size, 3.0))
+    return out
+
+
+def _bounds(case: Any, qs: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
+    """``max_abs_error`` per element of each float quantity, in ``dtype`` (float64 arrays)."""
+    if case.is_loss:
+        return {}
+    u = _UNIT_ROUNDOFF[dtype]
+    out = {}
+    for name, (mass, k) in _pool_magnitudes(qs).items():
+        # float64 evaluation of an exact bound: the factor covers its own rounding errors.
+        out[name] = (k * u / (1 - k * u) * mass * (1 + 2.0**-30)).reshape(qs[name].shape)
+    return out
+
+
+def _ulp_bound(bound: np.ndarray, rounded: np.ndarray) -> np.ndarray:
+    spacing = np.spacing(np.abs(rounded)).astype(np.float64)
+    tiny = float(np.finfo(rounded.dtype).smallest_subnormal)
+    return bound / np.maximum(spacing, tiny)
 
 
 def provenance(case: Any, qs: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -108,17 +189,35 @@ def _is_int_array(a: np.ndarray) -> bool:
     return np.asarray(a).dtype.kind in "iu"
 
 
-def _json(qs: dict[str, np.ndarray], meta: dict[str, Any], prov: dict[str, Any]) -> bytes:
-    arrays = {}
+def _rounded(a: np.ndarray, dtype: str) -> np.ndarray:
+    arr = np.asarray(a, dtype=object)
+    return round_fractions(_fractions(arr).reshape(-1), dtype).reshape(arr.shape)
+
+
+def _shaped(values: list[Any], shape: tuple[int, ...]) -> Any:
+    """A flat list as JSON: a scalar for shape (), else the flat list (C order)."""
+    return values[0] if shape == () else values
+
+
+def _json(case: Any, qs: dict[str, np.ndarray], meta: dict[str, Any], prov: dict[str, Any], dtypes: list[str]) -> bytes:
+    arrays: dict[str, Any] = {}
+    bounds = {dt: _bounds(case, qs, dt) for dt in dtypes}
     for name, a in qs.items():
         arr = np.asarray(a)
         if _is_int_array(arr):
             arrays[name] = {"shape": list(arr.shape), "values": arr.reshape(-1).tolist()}
-        else:
-            flat = arr.reshape(-1)
-            arrays[name] = {"shape": list(arr.shape), "exact": [str(v) for v in flat],
-                            "float64": [float(v) for v in round_fractions(flat, np.float64)]}
-    doc = {"provenance": prov, **meta, "arrays": arrays}
+            continue
+        entry: dict[str, Any] = {"shape": list(arr.shape),
+                                 "exact": _shaped([_exact_text(v) for v in arr.reshape(-1)], arr.shape)}
+        for dt in dtypes:
+            rounded = _rounded(arr, dt)
+            entry[dt] = _shaped([float(v) for v in rounded.reshape(-1)], arr.shape)
+            if name in bounds[dt]:
+                b = bounds[dt][name]
+                entry.setdefault("max_abs_error", {})[dt] = _shaped(b.reshape(-1).tolist(), arr.shape)
+                entry.setdefault("max_ulp", {})[dt] = _shaped(_ulp_bound(b, rounded).reshape(-1).tolist(), arr.shape)
+        arrays[name] = entry
+    doc = {"provenance": prov, **meta, "dtypes": dtypes, "arrays": arrays}
     return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
 
 
@@ -128,33 +227,36 @@ def _npy(arr: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def _typed(qs: dict[str, np.ndarray], dtypes: list[str]) -> dict[str, np.ndarray]:
+def _typed(case: Any, qs: dict[str, np.ndarray], dtypes: list[str]) -> dict[str, np.ndarray]:
+    """Every array of the ``npz``/``bin`` formats, by name: ``NAME.DTYPE`` (little-endian),
+    ``NAME.DTYPE.max_abs_error`` (float64) and ``NAME`` for integer arrays."""
     out = {}
+    bounds = {dt: _bounds(case, qs, dt) for dt in dtypes}
     for name, a in qs.items():
         arr = np.asarray(a)
         if _is_int_array(arr):
             out[name] = arr.astype("<i8")
             continue
         for dt in dtypes:
-            out[f"{name}.{dt}"] = round_fractions(arr.reshape(-1), dt).reshape(arr.shape).astype(np.dtype(dt).newbyteorder("<"))
+            out[f"{name}.{dt}"] = _rounded(arr, dt).astype(np.dtype(dt).newbyteorder("<"))
+            if name in bounds[dt]:
+                out[f"{name}.{dt}.max_abs_error"] = bounds[dt][name].astype("<f8")
     return out
 
 
-def write_golden(spec_path: str | Path, out: Path, formats: list[str], dtypes: list[str]) -> list[Path]:
-    """Write golden files for every case of a spec file; return the paths written."""
-    from symjac.io._specfile import load
-
+def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: list[str]) -> list[Path]:
+    """Write golden files for ``cases`` (spec-file cases); return the paths written."""
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    for case in load(spec_path).cases:
+    for case in cases:
         qs, meta = case_quantities(case)
         prov = provenance(case, qs)
         stem = _slug(case.name)
         if "json" in formats:
             p = out / f"{stem}.json"
-            p.write_bytes(_json(qs, meta, prov))
+            p.write_bytes(_json(case, qs, meta, prov, dtypes))
             written.append(p)
-        typed = _typed(qs, dtypes) if ("npz" in formats or "bin" in formats) else {}
+        typed = _typed(case, qs, dtypes) if ("npz" in formats or "bin" in formats) else {}
         if "npz" in formats:
             p = out / f"{stem}.npz"
             with zipfile.ZipFile(p, "w", compression=zipfile.ZIP_STORED) as z:
@@ -164,19 +266,27 @@ def write_golden(spec_path: str | Path, out: Path, formats: list[str], dtypes: l
                            _npy(np.array(json.dumps(prov, sort_keys=True))))
             written.append(p)
         if "bin" in formats:
-            folder = out / stem
-            folder.mkdir(exist_ok=True)
-            sidecar: dict[str, Any] = {"provenance": prov, **meta, "byte_order": "little", "order": "C", "arrays": {}}
-            for name in sorted(typed):
-                arr = typed[name]
-                fname = f"{name}.bin"
-                (folder / fname).write_bytes(arr.tobytes(order="C"))
-                sidecar["arrays"][name] = {"file": fname, "dtype": arr.dtype.str, "shape": list(arr.shape),
-                                           "count": int(arr.size)}
-                written.append(folder / fname)
-            p = folder / "index.json"
-            p.write_text(json.dumps(sidecar, indent=1, sort_keys=True) + "\n")
-            written.append(p)
+            written += _write_bin(out / stem, typed, meta, prov)
+    return written
+
+
+def _write_bin(folder: Path, typed: dict[str, np.ndarray], meta: dict[str, Any], prov: dict[str, Any]) -> list[Path]:
+    folder.mkdir(exist_ok=True)
+    written = []
+    sidecar: dict[str, Any] = {"provenance": prov, **meta, "byte_order": "little", "order": "C", "arrays": {}}
+    for name in sorted(typed):
+        arr = typed[name]
+        fname = f"{name}.bin"
+        (folder / fname).write_bytes(arr.tobytes(order="C"))
+        entry = {"file": fname, "dtype": arr.dtype.str, "shape": list(arr.shape), "count": int(arr.size)}
+        if f"{name}.max_abs_error" in typed:
+            entry["max_abs_error_file"] = f"{name}.max_abs_error.bin"
+            entry["max_ulp"] = float(_ulp_bound(typed[f"{name}.max_abs_error"], arr).max(initial=0.0))
+        sidecar["arrays"][name] = entry
+        written.append(folder / fname)
+    p = folder / "index.json"
+    p.write_text(json.dumps(sidecar, indent=1, sort_keys=True) + "\n")
+    written.append(p)
     return written
 
 
@@ -190,6 +300,7 @@ def check_expect(case: Any) -> list[str]:
     from symjac.io._specfile import exact_array
 
     qs, meta = case_quantities(case)
+    qs = {k: v if _is_int_array(v) else _fractions(v) for k, v in qs.items()}
     problems = []
     exp = case.expect
 

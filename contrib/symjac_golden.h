@@ -1,0 +1,292 @@
+/* symjac_golden.h: read symjac golden data (`symjac golden --format bin`) from C or C++.
+
+   One header, no library beyond the C standard library; C99 or C++11 and later.
+   A case folder holds index.json and one raw little-endian, C-order file per array
+   ("dx.float32", "jac_rows", ...). Each float array has a per-element rounding bound
+   ("dx.float32.max_abs_error"): a correct implementation computing in that dtype
+   stays within it, so a test needs no threshold of its own.
+
+       symjac_golden_array dx;
+       char err[256];
+       size_t first;
+       if (symjac_golden_load("golden/mycase", "dx.float32", &dx, err, sizeof err)) { puts(err); return 1; }
+       if (symjac_golden_check_float(&dx, my_dx, &first))          // number of elements out of bounds
+           printf("dx[%zu] = %g, golden %g +- %g\n", first, my_dx[first], dx.values[first], dx.max_abs_error[first]);
+       symjac_golden_free(&dx);
+
+   Byte order is handled here (the files are little-endian on any host); float16
+   ("<f2") is converted exactly. The JSON reader understands exactly what symjac
+   writes into index.json; it is not a general JSON parser. */
+#ifndef SYMJAC_GOLDEN_H
+#define SYMJAC_GOLDEN_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SYMJAC_GOLDEN_MAX_DIMS 8
+
+typedef struct {
+    char dtype[8];          /* "<f2", "<f4", "<f8" or "<i8", as index.json says */
+    size_t count;           /* number of elements */
+    int ndim;               /* 0 for a scalar */
+    size_t shape[SYMJAC_GOLDEN_MAX_DIMS];
+    double *values;         /* every element as a double: exact for f2/f4/f8, and for i8 below 2^53 */
+    double *max_abs_error;  /* per-element bound, or NULL (integer arrays) */
+    double max_ulp;         /* the worst bound in ULPs of the golden value, or -1 without a bound */
+} symjac_golden_array;
+
+/* ---------------------------------------------------------------- index.json */
+
+static inline const char *symjac_golden__ws(const char *p) {
+    while (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t') p++;
+    return p;
+}
+
+/* The end of the JSON value starting at p (after whitespace), or NULL if malformed. */
+static inline const char *symjac_golden__skip(const char *p) {
+    int depth = 0;
+    p = symjac_golden__ws(p);
+    do {
+        if (*p == '\0') return NULL;
+        if (*p == '"') {
+            for (p++; *p != '"'; p++) {
+                if (*p == '\0') return NULL;
+                if (*p == '\\' && p[1] != '\0') p++;
+            }
+            p++;
+        } else if (*p == '{' || *p == '[') {
+            depth++;
+            p++;
+        } else if (*p == '}' || *p == ']') {
+            depth--;
+            p++;
+        } else if (depth == 0) {
+            while (*p != '\0' && *p != ',' && *p != '}' && *p != ']' && *p != ' ' && *p != '\n') p++;
+        } else {
+            p++;
+        }
+    } while (depth > 0);
+    return p;
+}
+
+/* The value of key in the object starting at obj ('{'), or NULL. */
+static inline const char *symjac_golden__get(const char *obj, const char *key) {
+    size_t n = strlen(key);
+    const char *p = symjac_golden__ws(obj);
+    if (*p != '{') return NULL;
+    p = symjac_golden__ws(p + 1);
+    while (*p == '"') {
+        const char *k = p + 1, *end = symjac_golden__skip(p);
+        if (end == NULL) return NULL;
+        p = symjac_golden__ws(end);
+        if (*p != ':') return NULL;
+        p = symjac_golden__ws(p + 1);
+        if ((size_t)(end - 1 - k) == n && strncmp(k, key, n) == 0) return p;
+        p = symjac_golden__skip(p);
+        if (p == NULL) return NULL;
+        p = symjac_golden__ws(p);
+        if (*p == ',') p = symjac_golden__ws(p + 1);
+    }
+    return NULL;
+}
+
+/* Copy the JSON string at p (no escapes expected) into out; 0 on success. */
+static inline int symjac_golden__string(const char *p, char *out, size_t size) {
+    size_t i = 0;
+    if (p == NULL || *p != '"') return 1;
+    for (p++; *p != '"'; p++) {
+        if (*p == '\0' || *p == '\\' || i + 1 >= size) return 1;
+        out[i++] = *p;
+    }
+    out[i] = '\0';
+    return 0;
+}
+
+static inline char *symjac_golden__read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    char *buf;
+    long size;
+    if (f == NULL) return NULL;
+    if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return NULL;
+    }
+    buf = (char *)malloc((size_t)size + 1);
+    if (buf != NULL && fread(buf, 1, (size_t)size, f) != (size_t)size) {
+        free(buf);
+        buf = NULL;
+    }
+    if (buf != NULL) buf[size] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* ---------------------------------------------------------------- the .bin files */
+
+/* float16 bits -> double, exactly (no libm needed). */
+static inline double symjac_golden_half(uint16_t h) {
+    int exponent = (h >> 10) & 0x1f;
+    double mantissa = (double)(h & 0x3ff), value, scale = 1.0;
+    int e;
+    if (exponent == 31) {
+        value = (h & 0x3ff) ? NAN : HUGE_VAL;
+    } else {
+        if (exponent == 0) {
+            e = -24; /* subnormal: mantissa * 2^-24 */
+        } else {
+            mantissa += 1024.0;
+            e = exponent - 25; /* (1024 + mantissa) * 2^(exponent - 25) */
+        }
+        for (; e < 0; e++) scale *= 0.5;
+        for (; e > 0; e--) scale *= 2.0;
+        value = mantissa * scale;
+    }
+    return (h & 0x8000) ? -value : value;
+}
+
+/* Read count little-endian elements of dtype from path into doubles; 0 on success. */
+static inline int symjac_golden__read_bin(const char *path, const char *dtype, size_t count, double *out, char *err,
+                                   size_t errlen) {
+    size_t size = strcmp(dtype, "<f2") == 0 ? 2 : strcmp(dtype, "<f4") == 0 ? 4 : 8, i;
+    unsigned char b[8];
+    FILE *f = fopen(path, "rb");
+    if (strcmp(dtype, "<f2") && strcmp(dtype, "<f4") && strcmp(dtype, "<f8") && strcmp(dtype, "<i8")) {
+        snprintf(err, errlen, "%s: dtype %s is not one of <f2, <f4, <f8, <i8", path, dtype);
+        if (f != NULL) fclose(f);
+        return 1;
+    }
+    if (f == NULL) {
+        snprintf(err, errlen, "%s: cannot open", path);
+        return 1;
+    }
+    for (i = 0; i < count; i++) {
+        uint64_t bits = 0;
+        int k;
+        if (fread(b, size, 1, f) != 1) {
+            snprintf(err, errlen, "%s: holds fewer than the %lu elements index.json lists", path, (unsigned long)count);
+            fclose(f);
+            return 1;
+        }
+        for (k = (int)size - 1; k >= 0; k--) bits = (bits << 8) | b[k];
+        if (size == 2) {
+            out[i] = symjac_golden_half((uint16_t)bits);
+        } else if (size == 4) {
+            uint32_t u = (uint32_t)bits;
+            float v;
+            memcpy(&v, &u, 4);
+            out[i] = v;
+        } else if (dtype[1] == 'i') {
+            int64_t v;
+            memcpy(&v, &bits, 8);
+            out[i] = (double)v;
+        } else {
+            double v;
+            memcpy(&v, &bits, 8);
+            out[i] = v;
+        }
+    }
+    if (fgetc(f) != EOF) {
+        snprintf(err, errlen, "%s: holds more than the %lu elements index.json lists", path, (unsigned long)count);
+        fclose(f);
+        return 1;
+    }
+    fclose(f);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the API */
+
+static inline void symjac_golden_free(symjac_golden_array *a) {
+    free(a->values);
+    free(a->max_abs_error);
+    a->values = a->max_abs_error = NULL;
+}
+
+/* Load array `name` of the case folder (where index.json is). Returns 0 on success;
+   otherwise writes a one-line reason into err and leaves *a empty. */
+static inline int symjac_golden_load(const char *folder, const char *name, symjac_golden_array *a, char *err, size_t errlen) {
+    char path[4096], file[512], bound_file[512];
+    char *index;
+    const char *entry, *p;
+    int status = 1;
+    memset(a, 0, sizeof *a);
+    a->max_ulp = -1;
+    snprintf(path, sizeof path, "%s/index.json", folder);
+    index = symjac_golden__read_text(path);
+    if (index == NULL) {
+        snprintf(err, errlen, "%s: cannot read", path);
+        return 1;
+    }
+    entry = symjac_golden__get(index, "arrays");
+    entry = entry ? symjac_golden__get(entry, name) : NULL;
+    if (entry == NULL) {
+        snprintf(err, errlen, "%s: no array \"%s\" (see its \"arrays\")", path, name);
+        goto done;
+    }
+    if (symjac_golden__string(symjac_golden__get(entry, "file"), file, sizeof file) ||
+        symjac_golden__string(symjac_golden__get(entry, "dtype"), a->dtype, sizeof a->dtype) ||
+        (p = symjac_golden__get(entry, "count")) == NULL) {
+        snprintf(err, errlen, "%s: array \"%s\" lacks file, dtype or count", path, name);
+        goto done;
+    }
+    a->count = (size_t)strtoul(p, NULL, 10);
+    p = symjac_golden__get(entry, "shape");
+    for (p = p ? symjac_golden__ws(p + 1) : ""; *p != ']' && *p != '\0'; p = symjac_golden__ws(p)) {
+        char *end;
+        if (a->ndim == SYMJAC_GOLDEN_MAX_DIMS) break;
+        a->shape[a->ndim++] = (size_t)strtoul(p, &end, 10);
+        p = symjac_golden__ws(end);
+        if (*p == ',') p++;
+    }
+    if ((p = symjac_golden__get(entry, "max_ulp")) != NULL) a->max_ulp = strtod(p, NULL);
+    a->values = (double *)malloc((a->count ? a->count : 1) * sizeof(double));
+    if (a->values == NULL) {
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    snprintf(path, sizeof path, "%s/%s", folder, file);
+    if (symjac_golden__read_bin(path, a->dtype, a->count, a->values, err, errlen)) goto done;
+    if (symjac_golden__string(symjac_golden__get(entry, "max_abs_error_file"), bound_file, sizeof bound_file) == 0) {
+        a->max_abs_error = (double *)malloc((a->count ? a->count : 1) * sizeof(double));
+        snprintf(path, sizeof path, "%s/%s", folder, bound_file);
+        if (a->max_abs_error == NULL || symjac_golden__read_bin(path, "<f8", a->count, a->max_abs_error, err, errlen))
+            goto done;
+    }
+    status = 0;
+done:
+    free(index);
+    if (status) symjac_golden_free(a);
+    return status;
+}
+
+/* How many got[i] differ from the golden values by more than their bound (exactly,
+   for arrays without one); NaN counts. *first_bad (if not NULL) gets the first index. */
+static inline size_t symjac_golden_check(const symjac_golden_array *a, const double *got, size_t *first_bad) {
+    size_t i, bad = 0;
+    for (i = 0; i < a->count; i++) {
+        double bound = a->max_abs_error ? a->max_abs_error[i] : 0.0, d = got[i] - a->values[i];
+        if (!((d < 0 ? -d : d) <= bound)) {
+            if (bad == 0 && first_bad != NULL) *first_bad = i;
+            bad++;
+        }
+    }
+    return bad;
+}
+
+/* The same for float results (each widened to double exactly). */
+static inline size_t symjac_golden_check_float(const symjac_golden_array *a, const float *got, size_t *first_bad) {
+    size_t i, bad = 0;
+    for (i = 0; i < a->count; i++) {
+        double bound = a->max_abs_error ? a->max_abs_error[i] : 0.0, d = (double)got[i] - a->values[i];
+        if (!((d < 0 ? -d : d) <= bound)) {
+            if (bad == 0 && first_bad != NULL) *first_bad = i;
+            bad++;
+        }
+    }
+    return bad;
+}
+
+#endif /* SYMJAC_GOLDEN_H */
