@@ -1,13 +1,18 @@
 """Pictures of the window graph: DOT always, PNG/SVG coverage pictures with matplotlib.
 
-The coverage picture shows, for each input cell of the first (N, C) slice, the exact
-input gradient at dy = ones beside what the implementation returned, with every
-window outlined and the windows the verifier found wrong highlighted.
+The coverage picture shows, for each input cell of one (N, C) slice (the first, or
+the one ``--slice n,c`` names), the exact input gradient at dy = ones (as short
+fractions where it has them) beside what the implementation returned, with a
+colour bar, every window outlined, the windows the verifier found wrong in their
+category's colour and the cells that differ from the exact gradient in red, dashed. The title names the case, the spec (short form, wrapped, never clipped) and
+the slice. SVG files carry no date and fixed ids: regenerating gives the same bytes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -49,21 +54,72 @@ def to_dot(graph: Any, states: dict[tuple[int, ...], str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str = "float64") -> tuple[list[str], bool]:
+def short_spec(spec: Any) -> str:
+    """A spec as a short title: the mode, then only the fields that differ from their
+    defaults (a full repr runs to 150 characters and would not fit a picture)."""
+    fields = []
+    for f in dataclasses.fields(spec):
+        if f.name == "mode":
+            continue
+        value = getattr(spec, f.name)
+        default = f.default if f.default is not dataclasses.MISSING else None
+        if f.name == "stride" and value == getattr(spec, "kernel", None):
+            continue
+        if f.name == "dilation" and set(value) == {1}:
+            continue
+        if value == default and f.default is not dataclasses.MISSING:
+            continue
+        if isinstance(value, tuple) and value and all(isinstance(v, int) for v in value):
+            value = "x".join(map(str, value))
+        fields.append(f"{f.name}={value}")
+    return f"{type(spec).__name__}({spec.mode!r}{', ' if fields else ''}{', '.join(fields)})"
+
+
+def slice_batch(g: Any, slice_nc: tuple[int, int] | None) -> tuple[int, str]:
+    """The canonical batch index of the (N, C) slice ``slice_nc`` and a label naming it.
+
+    Raises:
+      InputError: the slice is outside the input's batch and channel dimensions.
+    """
+    from symjac._errors import InputError
+
+    n, c = slice_nc or (0, 0)
+    batch_dims = g.lead + g.trail
+    if g.trail:  # channels_last: lead = (N,) or (), trail = (C,)
+        sizes = (g.lead[0] if g.lead else 1, g.trail[0])
+    else:  # channels_first: lead = (N, C), (C,) or ()
+        sizes = ((g.lead[0] if len(g.lead) == 2 else 1), (g.lead[-1] if g.lead else 1))
+    if not (0 <= n < sizes[0] and 0 <= c < sizes[1]):
+        raise InputError(f"--slice {n},{c} is outside the input {g.input_shape}: N has {sizes[0]} and C "
+                         f"{sizes[1]} entries ({g.spec.layout})")
+    b = c * sizes[0] + n if g.trail else n * sizes[1] + c
+    label = f"slice N={n}, C={c} of input {g.input_shape}" if batch_dims else f"input {g.input_shape}"
+    return b, label
+
+
+def _cell_text(exact: Any, value: float) -> str:
+    """A short exact fraction where there is one (``3/4``), else 4 significant digits."""
+    text = str(exact) if exact is not None else ""
+    return text if exact is not None and len(text) <= 5 else f"{value:.4g}"
+
+
+def write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str = "float64",
+                slice_nc: tuple[int, int] | None = None) -> tuple[list[str], bool]:
     """Write ``out`` (.dot, .png or .svg); return messages for the user and whether
-    the implementation (if any) verified."""
-    messages, report = _write_graph(case, out, fns, dtype)
+    the implementation (if any) verified. ``slice_nc`` picks the (N, C) slice a
+    picture shows (default (0, 0))."""
+    messages, report = _write_graph(case, out, fns, dtype, slice_nc)
     return messages, report is None or report.ok
 
 
-def _write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str) -> tuple[list[str], Any]:
-    from symjac._exact import ExactArray
-    from symjac.pool._graph import window_graph
-    from symjac.pool._jacobian import exact_vjp
+def _write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str,
+                 slice_nc: tuple[int, int] | None) -> tuple[list[str], Any]:
     from symjac.io._specfile import pool_input
+    from symjac.pool._graph import window_graph
     from symjac.verifiers._pool import verify
 
     g, x, _ = pool_input(case)
+    b, slice_label = slice_batch(g, slice_nc)
     x64 = x.astype(np.float64)
     report = None
     messages = []
@@ -81,9 +137,6 @@ def _write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str) -
         import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.lines import Line2D
-        from matplotlib.patches import Rectangle
     except ImportError:
         fallback = out.with_suffix(".dot")
         fallback.write_text(dot)
@@ -92,39 +145,100 @@ def _write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str) -
         fallback = out.with_suffix(".dot")
         fallback.write_text(dot)
         return messages + ["coverage pictures show 1-D and 2-D pools; 3-D pools get the DOT graph", f"wrote {fallback}"], report
+    _draw(case, g, x, b, slice_label, report, states, out, dtype)
+    return messages + [f"drew {slice_label}", f"wrote {out}"], report
 
-    ones = np.ones(g.output_shape)
-    expected = exact_vjp(g, ExactArray.from_any(x64), ExactArray.from_any(ones)).to_numpy(np.float64)
+
+def _draw(case: Any, g: Any, x: np.ndarray, b: int, slice_label: str, report: Any,
+          states: dict[tuple[int, ...], str], out: Path, dtype: str) -> None:
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Rectangle
+
+    from symjac._exact import ExactArray
+    from symjac.pool._jacobian import exact_vjp
+
+    exact = exact_vjp(g, ExactArray.from_any(x), ExactArray.from_any(np.ones(g.output_shape, dtype=np.int64))).to_fractions()
+    shape2d = g.in_spatial if len(g.in_spatial) == 2 else (1,) + g.in_spatial
+
+    def grid(a: np.ndarray) -> np.ndarray:
+        return np.asarray(g.to_canonical(a)[b].reshape(shape2d))
+
+    exact_grid = grid(exact)
+    expected = exact_grid.astype(np.float64)
     # The verifier already called the backward at dy = ones, guarded (None if it failed,
     # or for inputs of more than 4096 cells, which no picture shows legibly).
     observed = report.stats.get("observed_gradient") if report is not None else None
-
-    def grid(a: np.ndarray) -> np.ndarray:
-        return np.asarray(g.to_canonical(a)[0].reshape(g.in_spatial if len(g.in_spatial) == 2 else (1,) + g.in_spatial))
-
-    panels = [("exact gradient at dy = 1", grid(expected))]
+    panels = [("exact gradient at dy = 1", expected, exact_grid)]
+    wrong = np.zeros(shape2d, dtype=bool)
     if observed is not None:
-        panels.append(("implementation's gradient", grid(observed)))
-    vmax = max(float(np.abs(p).max()) for _, p in panels) or 1.0
-    h, w = panels[0][1].shape
-    fig, axes = plt.subplots(1, len(panels), figsize=(max(4.5, 1.1 * w + 1.5) * len(panels), max(3.5, 1.0 * h + 1.8)),
-                             squeeze=False)
-    for ax, (title, data) in zip(axes[0], panels):
-        ax.imshow(data, cmap="Blues", vmin=0, vmax=vmax)
+        obs = grid(observed).astype(np.float64)
+        eps = float(np.finfo(np.dtype(dtype)).eps)
+        scale = max(float(np.abs(expected).max()), 1.0)
+        wrong = ~(np.abs(obs - expected) <= 8 * eps * scale) | ~np.isfinite(obs)
+        panels.append(("implementation's gradient", obs, None))
+    finite = [np.abs(p[np.isfinite(p)]).max(initial=0.0) for _, p, _ in panels]
+    vmax = float(max(finite)) or 1.0
+    h, w = shape2d
+    width = max(5.0, 1.1 * w + 2.2) * len(panels)
+    # Constrained layout places the wrapped title, the colour bar and the legend outside the panels.
+    fig, axes = plt.subplots(1, len(panels), figsize=(width, max(3.8, 1.0 * h + 2.4)), squeeze=False,
+                             layout="constrained")
+    image = None
+    for ax, (title, data, exact_values) in zip(axes[0], panels):
+        image = ax.imshow(np.where(np.isfinite(data), data, 0.0), cmap="Blues", vmin=min(0.0, float(np.nanmin(data))),
+                          vmax=vmax)
         for (i, j), v in np.ndenumerate(data):
-            ax.text(j, i, f"{v:.4g}", ha="center", va="center", fontsize=9,
-                    color="white" if v > 0.6 * vmax else "black")
+            bad = exact_values is None and wrong[i, j]
+            text = _cell_text(exact_values[i, j] if exact_values is not None else _short_fraction(v), v)
+            ax.text(j, i, text, ha="center", va="center", fontsize=9, fontweight="bold" if bad else "normal",
+                    color="#d62728" if bad else ("white" if v > 0.6 * vmax else "black"))
+            if bad:
+                ax.add_patch(Rectangle((j - 0.42, i - 0.42), 0.84, 0.84, fill=False, edgecolor="#d62728",
+                                           linewidth=1.5, linestyle="--"))
         ax.set_title(title, fontsize=10)
         ax.set_xticks(range(w))
         ax.set_yticks(range(h))
-    # Outline each window of the first slice; implicated windows in their category's colour.
-    ax = axes[0][-1]
+    _outline_windows(axes[0][-1], g, b, states)
+    assert image is not None
+    fig.colorbar(image, ax=list(axes[0]), shrink=0.8, label="input gradient")
+    chars = int(width * 72 / (0.6 * 9))  # characters per line at 9 pt: the title wraps, never clips
+    lines = [f"{case.name}: {short_spec(g.spec)}; {slice_label}"]
+    if report is not None:
+        lines.append(f"{'PASS' if report.ok else 'FAIL'} ({dtype}): {report.summary()}")
+    fig.suptitle("\n".join(textwrap.fill(line, chars) for line in lines), fontsize=9)
+    handles: list[Any] = [Line2D([], [], color=c, linewidth=2.5, label=k.replace("_", " ")) for k, c in CATEGORY_COLOURS.items()
+               if k in states.values()]
+    if wrong.any():
+        handles.append(Rectangle((0, 0), 1, 1, fill=False, edgecolor="#d62728", linestyle="--",
+                                     label="cell differs from the exact gradient (red value)"))
+    if handles:
+        fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 3), fontsize=8, frameon=False)
+    import matplotlib as mpl
+
+    with mpl.rc_context({"svg.hashsalt": "symjac"}):  # SVG ids from a fixed salt: reproducible files
+        fig.savefig(out, dpi=120, metadata={"Date": None} if out.suffix == ".svg" else None)
+    plt.close(fig)
+
+
+def _short_fraction(v: float) -> Any:
+    """A float's exact value when it is a short fraction (halves, quarters, ...)."""
+    if not np.isfinite(v):
+        return None
+    f = Fraction(float(v))
+    return f if f.denominator <= 64 else None
+
+
+def _outline_windows(ax: Any, g: Any, b: int, states: dict[tuple[int, ...], str]) -> None:
+    """Outline each window of the slice; implicated windows in their category's colour."""
+    from matplotlib.patches import Rectangle
+
     for win in range(g.n_out):
         cells = g.cells[win][g.valid[win]]
         pos = np.array([g.cell_position(int(c)) for c in cells]).reshape(len(cells), -1)
         if pos.shape[1] == 1:
             pos = np.concatenate([np.zeros_like(pos), pos], axis=1)
-        cat = states.get(g.output_index(0, win))
+        cat = states.get(g.output_index(b, win))
         colour = CATEGORY_COLOURS.get(cat or "", "#999999")
         inset = 0.46 - 0.07 * (win % 4)  # nested windows stay distinguishable
         r0, c0 = pos.min(axis=0) - inset
@@ -134,13 +248,3 @@ def _write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str) -
         if cat:
             ax.text(c0 + 0.05, r0 + 0.05, "y" + ",".join(map(str, g.window_position(win))), color=colour,
                     fontsize=7, va="top", ha="left")
-    title = report.summary() if report is not None else repr(case.operator)
-    fig.suptitle(textwrap.fill(title, 90), fontsize=9)
-    handles = [Line2D([], [], color=c, linewidth=2.5, label=k.replace("_", " ")) for k, c in CATEGORY_COLOURS.items()
-               if k in states.values()]
-    if handles:
-        fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.06 if handles else 0, 1, 0.9))
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return messages + [f"wrote {out}"], report
