@@ -1,6 +1,7 @@
 """The symjac command line, run as a user would (a subprocess), and its exit codes."""
 
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -159,3 +160,172 @@ def test_golden_loss_with_default_inputs(tmp_path):
     assert der == [u * 2 * (z - y) for z, y, u in zip(pred, label, up)]
     npz = np.load(tmp_path / "g" / "mse_none.npz")
     assert npz["provenance.json"].shape == ()  # 0-d arrays keep their shape
+
+
+# ------------------------------------------------------------ several files, case selection
+
+def _status_lines(stdout):
+    return [line for line in stdout.splitlines() if line.startswith(("PASS", "FAIL", "SKIP"))]
+
+
+def test_verify_takes_a_directory_a_quoted_glob_and_several_files():
+    # specs/seeds holds 6 files: 5 pooling cases and the 5-case loss family (seed 003).
+    by_dir = symjac("verify", "specs/seeds", "--impl", FIXED, "-k", "nntrainer")
+    by_glob = symjac("verify", "specs/seeds/nntrainer_*.toml", "--impl", FIXED)
+    by_files = symjac("verify", SEED000, "--impl", FIXED, "specs/seeds/nntrainer_avgpool_same_2x2_mixed_dy.toml")
+    for r in (by_dir, by_glob, by_files):
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert [line.split(":")[0] for line in _status_lines(r.stdout)] == [
+            "PASS nntrainer_avgpool_same_2x2", "PASS nntrainer_avgpool_same_2x2_mixed_dy"]
+        assert "2 cases in float64: 2 passed, 0 failed, 0 skipped" in r.stdout
+
+
+def test_glob_or_directory_matching_nothing_is_a_usage_error(tmp_path):
+    r = symjac("verify", "specs/seeds/*.tomx", "--impl", FIXED)
+    assert r.returncode == 2 and "'specs/seeds/*.tomx': no spec file matches this pattern" in r.stderr
+    r = symjac("verify", str(tmp_path), "--impl", FIXED)
+    assert r.returncode == 2 and "the directory holds no *.toml spec file" in r.stderr
+    assert "Is a directory" not in r.stderr
+
+
+def test_case_and_keyword_select_cases():
+    r = symjac("verify", "specs/seeds", "--impl", FIXED, "--case", "nntrainer_avgpool_same_2x2")
+    assert r.returncode == 0 and len(_status_lines(r.stdout)) == 1, r.stdout
+    r = symjac("verify", "specs/seeds", "--impl", FIXED, "-k", "nntrainer and not mixed")
+    assert [line.split(":")[0] for line in _status_lines(r.stdout)] == ["PASS nntrainer_avgpool_same_2x2"]
+    r = symjac("verify", "specs/seeds", "--impl", FIXED, "--case", "nntrainer_avgpool_same2x2")
+    assert r.returncode == 2 and "no such case; did you mean 'nntrainer_avgpool_same_2x2'?" in r.stderr
+    r = symjac("verify", "specs/seeds", "--impl", FIXED, "-k", "conv")
+    assert r.returncode == 2 and "-k 'conv' selects no case; cases: sigmoid_ce" in r.stderr
+
+
+def test_keyword_expressions():
+    from symjac.cli._select import SelectionError, keyword_matcher
+
+    match = keyword_matcher("(avg or MAX) and not ties")
+    assert [match(n) for n in ("textbook_4x4_avg", "textbook_4x4_max", "maxpool_ties_3x3", "mse")] == [
+        True, True, False, False]
+    for bad in ("avg and", "(avg", "and avg", ""):
+        with pytest.raises(SelectionError, match="-k"):
+            keyword_matcher(bad)
+
+
+def test_multi_case_file_reports_each_case_and_skips_kinds_the_impl_lacks(tmp_path):
+    # A file mixing a pooling case and a loss case, verified against a pooling implementation:
+    # the pooling case runs and is reported; the loss case is skipped with a reason.
+    mixed = tmp_path / "mixed.toml"
+    mixed.write_text((ROOT / SEED000).read_text().replace("name =", "[[case]]\nname =", 1)
+                     .replace("[operator]", "[case.operator]").replace("[input]", "[case.input]")
+                     .replace("[expect]", "[case.expect]")
+                     + '\n[[case]]\nname = "mse"\n[case.operator]\nkind = "loss"\nloss = "mse"\n')
+    r = symjac("verify", str(mixed), "--impl", FIXED)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = _status_lines(r.stdout)
+    assert lines[0].startswith("PASS nntrainer_avgpool_same_2x2: ")
+    assert lines[1].startswith("SKIP mse: the implementation has no callable 'derivative' for the loss case 'mse'")
+    assert "2 cases in float64: 1 passed, 0 failed, 1 skipped" in r.stdout
+    # Selecting only the loss case leaves nothing this implementation can run: a usage error.
+    r = symjac("verify", str(mixed), "--impl", FIXED, "--case", "mse")
+    assert r.returncode == 2 and "no callable 'derivative'" in r.stderr
+
+
+def test_verify_verbose_prints_the_headline_once():
+    r = symjac("verify", SEED000, "--impl", BUGGY, "-v")
+    assert r.returncode == 1
+    headline = "backward visits 1 of 4 output windows"
+    assert r.stdout.count(headline) == 1, r.stdout
+    # Exact values are bare numbers: 1/2 and 1, not '1/2' and '1'.
+    assert "    expected: [1/2, 1/2]" in r.stdout and "    expected: [1]" in r.stdout and "'" not in r.stdout.split(
+        "subject:")[1].split("\n", 1)[1]
+
+
+# ------------------------------------------------------------ help, version, usage
+
+def test_every_argument_has_help_and_every_command_examples_and_docs():
+    from symjac.cli._main import COMMANDS, build_parser
+
+    parser, parsers = build_parser()
+    assert set(parsers) >= {"verify", "golden", "explain", "graph", "sweep"}
+    for command in COMMANDS:
+        p = parsers[command.name]
+        for action in p._actions:
+            assert action.help, f"symjac {command.name}: {action.dest} has no help"
+        text = p.format_help()
+        assert "examples:\n  symjac " + command.name in text and f"docs: {command.docs}" in text
+        assert (ROOT / command.docs.split("#")[0]).is_file()
+        for example in command.examples:  # every example parses as its command
+            assert parser.parse_args(shlex.split(example)[1:]).command == command.name
+
+
+def test_help_and_version_from_the_command_line():
+    r = symjac("verify", "--help")
+    assert r.returncode == 0 and "examples:" in r.stdout and "docs: docs/cli.md#symjac-verify" in r.stdout
+    from symjac import __version__
+
+    r = symjac("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"symjac {__version__}"
+
+
+def test_unknown_argument_prints_the_subcommands_usage():
+    r = symjac("verify", SEED000, "--impl", FIXED, "--bogus")
+    assert r.returncode == 2
+    assert r.stderr.startswith("usage: symjac verify ") and "unrecognized arguments: --bogus" in r.stderr
+
+
+def test_impl_did_you_mean_and_candidates():
+    r = symjac("verify", SEED000, "--impl", "examples/nntrainer_pool.py:fixd")
+    assert r.returncode == 2 and "has no attribute 'fixd'; did you mean examples/nntrainer_pool.py:fixed?" in r.stderr
+    r = symjac("verify", SEED000, "--impl", "examples/nntrainer_pool.py")
+    assert r.returncode == 2
+    assert "candidates in examples/nntrainer_pool.py: buggy, fixed (e.g. --impl examples/nntrainer_pool.py:buggy)" in r.stderr
+
+
+def test_loss_key_names_the_file_key_and_suggests(tmp_path):
+    spec = tmp_path / "ce.toml"
+    spec.write_text('[operator]\nkind = "loss"\nloss = "cross_entropy"\n')
+    r = symjac("explain", str(spec))
+    assert r.returncode == 2
+    assert "[operator]: loss='cross_entropy' is not valid (did you mean 'softmax_ce'?)" in r.stderr
+    spec.write_text('[operator]\nkind = "pool"\nmode = "average"\nkernel = 2\npadding = "SAME"\n[input]\nshape = [2, 2]\n')
+    r = symjac("explain", str(spec))
+    assert r.returncode == 2 and "mode='average' is not valid (did you mean 'avg'?)" in r.stderr
+    spec.write_text('[operator]\nkind = "pool"\nmode = "avg"\nkernel = 2\nstride = 1\npadding = "SAME"\n[input]\nshape = [2, 2]\n')
+    assert symjac("explain", str(spec)).returncode == 0  # TF's "SAME" is our "same"
+
+
+def test_explain_softmax_ce_omits_unset_weights_and_smoothing(tmp_path):
+    spec = tmp_path / "sce.toml"
+    spec.write_text('[operator]\nkind = "loss"\nloss = "softmax_ce"\n[input]\npred = [[1, 2, 3]]\nlabel = [[0, 1, 0]]\n')
+    r = symjac("explain", str(spec))
+    assert r.returncode == 0, r.stderr
+    assert "w0" not in r.stdout and "epsilon" not in r.stdout
+    # l = -sum_c t_c (z_c - log sum exp z): SymPy prints the first term as below.
+    assert "-t0*(z0 - log(exp(z0) + exp(z1) + exp(z2)))" in r.stdout
+    spec.write_text('[operator]\nkind = "loss"\nloss = "softmax_ce"\nweight = [1, 2]\nlabel_smoothing = "0.1"\n')
+    r = symjac("explain", str(spec))
+    assert "where w0 = 1, w1 = 2, epsilon = 1/10" in r.stdout
+
+
+# ------------------------------------------------------------ graph
+
+def test_graph_says_which_case_it_drew_and_takes_case(tmp_path):
+    r = symjac("graph", "specs/seeds", "-k", "nntrainer", "--out", str(tmp_path / "g.dot"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == ("case 'nntrainer_avgpool_same_2x2' from specs/seeds/nntrainer_avgpool_same_2x2.toml "
+                                        "(first of 2 selected; pick another with --case: nntrainer_avgpool_same_2x2_mixed_dy)")
+    r = symjac("graph", "specs/seeds", "--case", "textbook_4x4_max", "--out", str(tmp_path / "g.dot"))
+    assert r.stdout.splitlines()[0] == "case 'textbook_4x4_max' from specs/seeds/textbook_4x4_max.toml"
+    r = symjac("graph", "specs/seeds/loss_scale_family.toml", "--out", str(tmp_path / "g.dot"))
+    assert r.returncode == 2 and "graph draws pooling windows" in r.stderr
+
+
+def test_graph_slice_of_a_batched_input(tmp_path):
+    pytest.importorskip("matplotlib")
+    # specs/conventions/channels_last.toml: input (1, 4, 4, 3), NHWC.
+    r = symjac("graph", "specs/conventions/channels_last.toml", "--out", str(tmp_path / "g.png"), "--slice", "0,2")
+    assert r.returncode == 0, r.stderr
+    assert "drew slice N=0, C=2 of input (1, 4, 4, 3)" in r.stdout
+    r = symjac("graph", "specs/conventions/channels_last.toml", "--out", str(tmp_path / "g.png"), "--slice", "1,0")
+    assert r.returncode == 2 and "--slice 1,0 is outside the input (1, 4, 4, 3): N has 1 and C 3 entries" in r.stderr
+    r = symjac("graph", "specs/conventions/channels_last.toml", "--out", str(tmp_path / "g.png"), "--slice", "x")
+    assert r.returncode == 2 and "give two indices n,c" in r.stderr

@@ -5,6 +5,7 @@ Shared by every subcommand and by sweep workers (which load it in their own proc
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import sys
@@ -44,6 +45,8 @@ def load_impl(target: str) -> Any:
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise UsageError(f"--impl {target!r}: {module_part} has no attribute {attr!r}")
+            near = difflib.get_close_matches(part, [n for n in dir(obj) if not n.startswith("_")], n=1)
+            hint = f"; did you mean {module_part}:{attr.replace(part, near[0], 1)}?" if near else ""
+            raise UsageError(f"--impl {target!r}: {module_part} has no attribute {attr!r}{hint}")
         obj = getattr(obj, part)
     return obj

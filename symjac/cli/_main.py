@@ -7,8 +7,11 @@ Exit codes: 0 verified (or the command did its job), 1 a verification finding,
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import difflib
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,7 @@ from symjac.cli._impl import UsageError, load_impl
 
 EXIT_OK, EXIT_FINDING, EXIT_USAGE = 0, 1, 2
 DTYPES = ("float16", "float32", "float64")
+DEFAULT_DTYPE = "float64"
 
 
 def _callables(impl: Any, case: Any, target: str) -> dict[str, Any]:
@@ -32,74 +36,110 @@ def _callables(impl: Any, case: Any, target: str) -> dict[str, Any]:
 
     fn = get(needed)
     if not callable(fn):
+        signature = f"{needed}{'(pred, label)' if case.is_loss else '(x, dy)'}"
+        found = _impl_candidates(holder, (needed,)) if isinstance(holder, type(sys)) else []
+        hint = (f"; candidates in {target}: {', '.join(found)} (e.g. --impl {target}:{found[0]})" if found else
+                f" (it needs {signature} and optionally forward)")
         raise UsageError(f"--impl {target!r}: the implementation has no callable {needed!r} "
-                         f"(it needs {needed}{'(pred, label)' if case.is_loss else '(x, dy)'} and optionally forward)")
+                         f"for the {'loss' if case.is_loss else 'pooling'} case {case.name!r}{hint}")
     fwd = get("forward")
     return {needed: fn, "forward": fwd if callable(fwd) else None}
 
 
-def _cases(path: str) -> Any:
-    from symjac.io._specfile import load
+def _impl_candidates(module: Any, needed: tuple[str, ...] = ("backward", "derivative")) -> list[str]:
+    """Attributes of ``module`` that look like implementations (have one of ``needed``)."""
+    names = []
+    for name in sorted(vars(module)) if hasattr(module, "__dict__") else ():
+        obj = getattr(module, name)
+        if name.startswith("_") or isinstance(obj, type(sys)):
+            continue
+        if any((k in obj) if isinstance(obj, dict) else hasattr(obj, k) for k in needed):
+            names.append(name)
+    return names
 
-    return load(path).cases
+
+def _selected(args: argparse.Namespace) -> list[Any]:
+    from symjac.cli._select import select_cases
+
+    return select_cases(args.spec, args.case or (), args.keyword)
 
 
-def cmd_verify(args: argparse.Namespace) -> int:
+def _verify_case(case: Any, fns: dict[str, Any], dtype: str) -> Any:
     import numpy as np
 
     from symjac.io._specfile import pool_input
 
-    cases = _cases(args.spec)
+    if case.is_loss:
+        from symjac.verifiers._loss import verify_loss
+
+        inputs = {k: np.array(case.inputs[k], dtype=np.float64) if k in case.inputs else None
+                  for k in ("pred", "label", "upstream")}
+        return verify_loss(case.operator, derivative=fns["derivative"], forward=fns["forward"],
+                           pred=inputs["pred"], label=inputs["label"], upstream=inputs["upstream"], dtype=dtype)
+    from symjac.verifiers._pool import verify
+
+    _, x, dy = pool_input(case)
+    explicit = "x" in case.inputs
+    return verify(case.operator, **fns, x=x.astype(np.float64) if explicit else None,
+                  input_shape=None if explicit else x.shape,
+                  dy=dy.astype(np.float64) if "dy" in case.inputs else None, dtype=dtype,
+                  seed=int(case.inputs.get("seed", 0)))
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Each selected case runs against the implementation (or its attribute named
+    after the case) and is reported on its own line; a case whose kind the
+    implementation does not provide (a loss case for a pooling implementation) is
+    skipped with a line saying so, unless that leaves nothing to verify."""
+    cases = _selected(args)
     impl = load_impl(args.impl)
-    failed = False
-    reports = []
+    runnable, skipped = [], []
     for case in cases:
-        fns = _callables(impl, case, args.impl)
-        if case.is_loss:
-            from symjac.verifiers._loss import verify_loss
-
-            inputs = {k: np.array(case.inputs[k], dtype=np.float64) if k in case.inputs else None
-                      for k in ("pred", "label", "upstream")}
-            report = verify_loss(case.operator, derivative=fns["derivative"], forward=fns["forward"],
-                                 pred=inputs["pred"], label=inputs["label"], upstream=inputs["upstream"],
-                                 dtype=args.dtype)
-        else:
-            from symjac.verifiers._pool import verify
-
-            _, x, dy = pool_input(case)
-            explicit = "x" in case.inputs
-            report = verify(case.operator, **fns, x=x.astype(np.float64) if explicit else None,
-                            input_shape=None if explicit else x.shape,
-                            dy=dy.astype(np.float64) if "dy" in case.inputs else None, dtype=args.dtype,
-                            seed=int(case.inputs.get("seed", 0)))
-        failed |= not report.ok
-        reports.append((case, report))
+        try:
+            runnable.append((case, _callables(impl, case, args.impl)))
+        except UsageError as exc:
+            skipped.append((case, exc))
+    if not runnable:
+        raise skipped[0][1]
+    reports = [(case, _verify_case(case, fns, args.dtype)) for case, fns in runnable]
+    failed = any(not r.ok for _, r in reports)
     if args.json:
-        out = [dict(case=c.name, **r.to_dict()) for c, r in reports]
+        out = [{"case": c.name, "file": c.source.split("#")[0], **r.to_dict()} for c, r in reports]
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
-    else:
-        for case, report in reports:
-            summary = report.summary()
-            summary = summary[len(case.name) + 2:] if summary.startswith(f"{case.name}: ") else summary
-            print(f"{'PASS' if report.ok else 'FAIL'} {case.name}: {summary}")
-            if not report.ok and args.verbose:
-                print(report)
+        return EXIT_FINDING if failed else EXIT_OK
+    for case, report in reports:
+        summary = report.summary()
+        summary = summary[len(case.name) + 2:] if summary.startswith(f"{case.name}: ") else summary
+        print(f"{'PASS' if report.ok else 'FAIL'} {case.name}: {summary}")
+        if not report.ok and args.verbose:
+            print(report.details())
+    for case, reason in skipped:
+        print(f"SKIP {case.name}: {str(reason).split(': ', 1)[-1]}")
+    if len(cases) > 1:
+        passed = sum(r.ok for _, r in reports)
+        print(f"{len(cases)} cases in {args.dtype}: {passed} passed, {len(reports) - passed} failed, "
+              f"{len(skipped)} skipped")
     return EXIT_FINDING if failed else EXIT_OK
+
+
+def _comma_list(option: str, value: str, valid: tuple[str, ...]) -> list[str]:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    for item in items:
+        if item not in valid:
+            near = difflib.get_close_matches(item, valid, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise UsageError(f"{option} {item!r} is not valid{hint}: give a comma-separated subset of {','.join(valid)}")
+    if not items:
+        raise UsageError(f"{option}: give a comma-separated subset of {','.join(valid)}")
+    return items
 
 
 def cmd_golden(args: argparse.Namespace) -> int:
     from symjac.io._golden import FORMATS, write_golden
 
-    formats = [f for f in args.format.split(",") if f]
-    for f in formats:
-        if f not in FORMATS:
-            raise UsageError(f"--format {f!r} is not valid: give a comma-separated subset of {','.join(FORMATS)}")
-    dtypes = [d for d in args.dtype.split(",") if d]
-    for d in dtypes:
-        if d not in DTYPES:
-            raise UsageError(f"--dtype {d!r} is not valid: give a comma-separated subset of {','.join(DTYPES)}")
-    written = write_golden(args.spec, Path(args.out), formats, dtypes)
-    for path in written:
+    formats = _comma_list("--format", args.format, FORMATS)
+    dtypes = _comma_list("--dtype", args.dtype, DTYPES)
+    for path in write_golden(_selected(args), Path(args.out), formats, dtypes):
         print(path)
     return EXIT_OK
 
@@ -107,9 +147,17 @@ def cmd_golden(args: argparse.Namespace) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     from symjac.io._explain import explain
 
-    for case in _cases(args.spec):
-        print(explain(case, latex=args.latex))
+    print("\n\n".join(explain(case, latex=args.latex) for case in _selected(args)))
     return EXIT_OK
+
+
+def _slice(value: str | None) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    parts = value.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise UsageError(f"--slice {value!r}: give two indices n,c (batch and channel), e.g. --slice 0,1")
+    return int(parts[0]), int(parts[1])
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
@@ -118,12 +166,18 @@ def cmd_graph(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix not in (".dot", ".png", ".svg"):
         raise UsageError(f"--out {args.out!r}: give a .dot, .png or .svg file")
-    cases = _cases(args.spec)
-    if cases[0].is_loss:
-        raise UsageError(f"{args.spec}: graph draws pooling windows; this spec is a loss")
+    selected = _selected(args)
+    cases = [c for c in selected if not c.is_loss]
+    if not cases:
+        raise UsageError(f"{selected[0].source}: graph draws pooling windows; "
+                         f"{'this case is a loss' if len(selected) == 1 else 'the selected cases are losses'}")
+    case = cases[0]
+    others = [c.name for c in cases[1:]]
+    note = f" (first of {len(cases)} selected; pick another with --case: {', '.join(others)})" if others else ""
+    print(f"case {case.name!r} from {case.source.split('#')[0]}{note}")
     impl = load_impl(args.impl) if args.impl else None
-    fns = _callables(impl, cases[0], args.impl) if impl is not None else None
-    messages, ok = write_graph(cases[0], out, fns, dtype=args.dtype)
+    fns = _callables(impl, case, args.impl) if impl is not None else None
+    messages, ok = write_graph(case, out, fns, dtype=args.dtype, slice_nc=_slice(args.slice))
     for message in messages:
         print(message)
     return EXIT_OK if ok else EXIT_FINDING
@@ -139,55 +193,142 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return EXIT_FINDING if failures else EXIT_OK
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="symjac", description="Prove a layer's backward is the exact derivative of its forward.")
-    sub = parser.add_subparsers(dest="command", required=True)
+# ------------------------------------------------------------------ the parser
 
-    p = sub.add_parser("verify", help="verify an implementation against a spec file")
-    p.add_argument("spec")
-    p.add_argument("--impl", required=True, help="MODULE_OR_PATH:ATTR with forward/backward (pool) or forward/derivative (loss)")
-    p.add_argument("--dtype", default="float64", choices=DTYPES)
-    p.add_argument("--json", action="store_true", help="print the full report as JSON")
-    p.add_argument("-v", "--verbose", action="store_true", help="print every finding")
-    p.set_defaults(run=cmd_verify)
+IMPL_HELP = ("the implementation: a .py path or an importable module, then :ATTR (e.g. mypool.py:fixed); "
+             "pooling needs backward(x, dy), losses derivative(pred, label); forward is optional")
+DTYPE_HELP = f"dtype of the arrays the implementation receives (default {DEFAULT_DTYPE})"
 
-    p = sub.add_parser("golden", help="write exact expected values for other test suites")
-    p.add_argument("spec")
-    p.add_argument("--out", required=True)
-    p.add_argument("--format", default="json", help="comma-separated: json,npz,bin")
-    p.add_argument("--dtype", default="float32,float64", help="comma-separated float dtypes for npz/bin")
-    p.set_defaults(run=cmd_golden)
 
-    p = sub.add_parser("explain", help="print the symbolic forward and Jacobian of each window class")
-    p.add_argument("spec")
-    p.add_argument("--latex", action="store_true")
-    p.set_defaults(run=cmd_explain)
+def add_spec_arguments(p: argparse.ArgumentParser) -> None:
+    """SPEC... plus --case/-k: the selection every spec-reading command shares."""
+    p.add_argument("spec", nargs="+", metavar="SPEC",
+                   help="spec files, directories (their *.toml, recursively) or globs (quote them: 'specs/*.toml')")
+    p.add_argument("--case", action="append", metavar="NAME",
+                   help="run only the case with this name (repeat for several)")
+    p.add_argument("-k", dest="keyword", metavar="EXPR",
+                   help="run only cases whose name matches EXPR: words (substrings), and / or / not, parentheses")
 
-    p = sub.add_parser("graph", help="write the window graph (DOT) or a coverage picture (PNG/SVG)")
-    p.add_argument("spec")
-    p.add_argument("--impl", default=None)
-    p.add_argument("--out", required=True)
-    p.add_argument("--dtype", default="float64", choices=DTYPES)
-    p.set_defaults(run=cmd_graph)
 
-    p = sub.add_parser("sweep", help="verify an implementation over a grid of configurations")
-    p.add_argument("sweep")
-    p.add_argument("--impl", required=True)
-    p.add_argument("-j", "--jobs", type=int, default=1)
-    p.add_argument("--scheduler", default=None, help="address of a Dask distributed scheduler (symjac[dask])")
-    p.add_argument("--out", default=None, help="JSON-lines results file (default: stdout table only)")
-    p.add_argument("--dtype", default="float64", choices=DTYPES)
+def _verify_args(p: argparse.ArgumentParser) -> None:
+    add_spec_arguments(p)
+    p.add_argument("--impl", required=True, metavar="MODULE_OR_PATH[:ATTR]", help=IMPL_HELP)
+    p.add_argument("--dtype", default=DEFAULT_DTYPE, choices=DTYPES, help=DTYPE_HELP)
+    p.add_argument("--json", action="store_true", help="print the full report as JSON (a list for several cases)")
+    p.add_argument("-v", "--verbose", action="store_true", help="after a FAIL line, print every finding")
+
+
+def _golden_args(p: argparse.ArgumentParser) -> None:
+    add_spec_arguments(p)
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory (created if missing)")
+    p.add_argument("--format", default="json", metavar="FORMATS", help="comma-separated subset of json,npz,bin "
+                   "(default json)")
+    p.add_argument("--dtype", default="float32,float64", metavar="DTYPES",
+                   help="comma-separated float dtypes, for every format (default float32,float64)")
+
+
+def _explain_args(p: argparse.ArgumentParser) -> None:
+    add_spec_arguments(p)
+    p.add_argument("--latex", action="store_true", help="render the expressions as LaTeX")
+
+
+def _graph_args(p: argparse.ArgumentParser) -> None:
+    add_spec_arguments(p)
+    p.add_argument("--impl", default=None, metavar="MODULE_OR_PATH[:ATTR]",
+                   help="also verify this implementation and mark the windows it gets wrong; " + IMPL_HELP)
+    p.add_argument("--out", required=True, metavar="FILE", help="a .dot (window graph), .png or .svg (picture) file")
+    p.add_argument("--dtype", default=DEFAULT_DTYPE, choices=DTYPES, help=DTYPE_HELP)
+    p.add_argument("--slice", default=None, metavar="N,C",
+                   help="the (batch, channel) slice a picture shows for a batched input (default 0,0)")
+
+
+def _sweep_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sweep", metavar="SWEEP", help="a sweep file: a TOML grid of configurations")
+    p.add_argument("--impl", required=True, metavar="MODULE_OR_PATH:FACTORY",
+                   help="a factory called with each configuration's spec, returning the implementation")
+    p.add_argument("-j", "--jobs", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="address of a Dask distributed scheduler (pip install 'symjac[dask]')")
+    p.add_argument("--out", default=None, metavar="FILE.jsonl", help="JSON-lines results file (default: table only)")
+    p.add_argument("--dtype", default=DEFAULT_DTYPE, choices=DTYPES, help=DTYPE_HELP)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(run=cmd_sweep)
-    return parser
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """One subcommand: its arguments, its handler, and what ``--help`` shows.
+
+    Another module adds a subcommand by appending a ``Command`` to :data:`COMMANDS`
+    (keep its module import light: heavy imports belong in ``run``).
+    """
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    examples: tuple[str, ...] = ()
+    docs: str = "docs/cli.md"
+
+
+SEED000 = "specs/seeds/nntrainer_avgpool_same_2x2.toml"
+COMMANDS: list[Command] = [
+    Command("verify", "verify an implementation against spec files", _verify_args, cmd_verify, (
+        f"symjac verify {SEED000} --impl examples/nntrainer_pool.py:fixed",
+        "symjac verify specs/ 'specs/seeds/*.toml' --impl mypool.py:impl -k 'avg and not ties'",
+        "symjac verify specs/seeds/loss_scale_family.toml --impl mylosses.py --case mse --dtype float32 -v",
+    ), "docs/cli.md#symjac-verify"),
+    Command("golden", "write exact expected values for other test suites (C/C++ too)", _golden_args, cmd_golden, (
+        f"symjac golden {SEED000} --out golden --format json,npz,bin --dtype float16,float32,float64",
+    ), "docs/golden-data.md"),
+    Command("explain", "print the symbolic forward and Jacobian of each window class (or loss)", _explain_args,
+            cmd_explain, (f"symjac explain {SEED000}", "symjac explain specs/seeds/loss_scale_family.toml --case mse --latex"),
+            "docs/cli.md#symjac-explain"),
+    Command("graph", "write the window graph (DOT) or a coverage picture (PNG/SVG)", _graph_args, cmd_graph, (
+        f"symjac graph {SEED000} --impl examples/nntrainer_pool.py:buggy --out seed000.png",
+        "symjac graph specs/seeds/maxpool_ties.toml --out ties.svg --slice 0,0",
+    ), "docs/cli.md#symjac-graph"),
+    Command("sweep", "verify an implementation over a grid of configurations", _sweep_args, cmd_sweep, (
+        "symjac sweep examples/sweep_small.toml --impl examples/torch_pool.py:make -j 2 --out results.jsonl",
+    ), "docs/cli.md#symjac-sweep"),
+]
+
+
+def _epilog(command: Command) -> str:
+    lines = ["examples:", *(f"  {e}" for e in command.examples), "", f"docs: {command.docs}"]
+    return "\n".join(lines)
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The top-level parser and each subcommand's parser (for its own usage line)."""
+    from symjac import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="symjac", description="Prove a layer's backward is the exact derivative of its forward.",
+        epilog="run 'symjac COMMAND --help' for a command's options and examples; docs: docs/cli.md",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"symjac {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parsers = {}
+    for command in COMMANDS:
+        p = sub.add_parser(command.name, help=command.help, description=command.help, epilog=_epilog(command),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        command.add_arguments(p)
+        p.set_defaults(run=command.run)
+        parsers[command.name] = p
+    return parser, parsers
 
 
 def main(argv: list[str] | None = None) -> int:
     from symjac._errors import SymjacError
 
-    parser = build_parser()
+    parser, parsers = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if isinstance(getattr(args, "spec", None), list):  # spec paths after an option: a b --impl X c
+            args.spec += [e for e in extra if not e.startswith("-")]
+            extra = [e for e in extra if e.startswith("-")]
+        if extra:  # the subcommand's usage, not the top level's
+            parsers[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:  # argparse already printed its usage line
         return EXIT_USAGE if exc.code else EXIT_OK
     try:

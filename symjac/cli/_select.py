@@ -1,0 +1,148 @@
+"""Which cases a command runs: spec paths (files, directories, globs) and case selection.
+
+``symjac verify specs/ 'specs/seeds/*.toml' --case NAME -k 'avg and not ties'``:
+every path is a file, a directory (its ``*.toml`` files, recursively, sorted) or a
+glob (expanded by symjac, so a quoted pattern works as well as the shell's); the
+cases of all files are then narrowed by ``--case`` (exact names) and ``-k`` (a
+pytest-style keyword expression over case names).
+"""
+
+from __future__ import annotations
+
+import difflib
+import glob
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from symjac._errors import SpecError
+
+GLOB_CHARS = re.compile(r"[*?\[]")
+Predicate = Callable[[str], bool]
+
+
+class SelectionError(SpecError):
+    """A spec path that matches no file, or a selection that matches no case."""
+
+
+def expand_paths(paths: Sequence[str]) -> list[Path]:
+    """Spec files named by ``paths``, in order, each once.
+
+    Raises:
+      SelectionError: a glob matches nothing, or a directory holds no ``*.toml``.
+    """
+    files: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found = sorted(q for q in p.rglob("*.toml") if q.is_file())
+            if not found:
+                raise SelectionError(f"{raw}: the directory holds no *.toml spec file")
+        elif not p.exists() and GLOB_CHARS.search(raw):
+            found = sorted(Path(q) for q in glob.glob(raw, recursive=True) if Path(q).is_file())
+            if not found:
+                raise SelectionError(f"{raw!r}: no spec file matches this pattern (relative to {Path.cwd()})")
+        else:
+            found = [p]  # a missing file is reported by the reader, naming it
+        files.extend(q for q in found if q not in files)
+    return files
+
+
+_TOKEN = re.compile(r"\s*(\(|\)|[^\s()]+)")
+
+
+def keyword_matcher(expr: str) -> Callable[[str], bool]:
+    """A pytest-style ``-k`` expression as a predicate on a case name.
+
+    Words match as case-insensitive substrings of the name; ``and``, ``or``,
+    ``not`` and parentheses combine them (``not`` binds tightest, then ``and``).
+
+    Raises:
+      SelectionError: the expression does not parse.
+    """
+    tokens = _TOKEN.findall(expr)
+    if not tokens:
+        raise SelectionError(f"-k {expr!r}: give a word, or words joined by and / or / not")
+    pos = 0
+
+    def fail(why: str) -> SelectionError:
+        return SelectionError(f"-k {expr!r}: {why} (write e.g. -k 'avg and not ties')")
+
+    def peek() -> str | None:
+        return tokens[pos] if pos < len(tokens) else None
+
+    def take() -> str:
+        nonlocal pos
+        if pos >= len(tokens):
+            raise fail("the expression ends too early")
+        pos += 1
+        return tokens[pos - 1]
+
+    def either(a: Predicate, b: Predicate) -> Predicate:
+        return lambda s: a(s) or b(s)
+
+    def both(a: Predicate, b: Predicate) -> Predicate:
+        return lambda s: a(s) and b(s)
+
+    def parse_or() -> Predicate:
+        left = parse_and()
+        while peek() == "or":
+            take()
+            left = either(left, parse_and())
+        return left
+
+    def parse_and() -> Predicate:
+        left = parse_not()
+        while peek() == "and":
+            take()
+            left = both(left, parse_not())
+        return left
+
+    def parse_not() -> Predicate:
+        token = take()
+        if token == "not":
+            inner = parse_not()
+            return lambda s: not inner(s)
+        if token == "(":
+            inner = parse_or()
+            if take() != ")":
+                raise fail("a '(' is not closed")
+            return inner
+        if token in ("and", "or", ")"):
+            raise fail(f"{token!r} where a word was expected")
+        word = token.lower()
+        return lambda s: word in s.lower()
+
+    matcher = parse_or()
+    if pos != len(tokens):
+        raise fail(f"unexpected {tokens[pos]!r}")
+    return matcher
+
+
+def select_cases(paths: Sequence[str], names: Sequence[str] = (), keyword: str | None = None) -> list[Any]:
+    """The cases of the spec files ``paths`` selected by ``--case`` names and ``-k``.
+
+    Raises:
+      SpecError: a file is missing or invalid.
+      SelectionError: a name is no case of the files, or nothing is selected; the
+        message lists the case names there are.
+    """
+    from symjac.io._specfile import load
+
+    cases = [case for path in expand_paths(paths) for case in load(path).cases]
+    available = list(dict.fromkeys(c.name for c in cases))
+    listing = ", ".join(available)
+    for name in names:
+        if name not in available:
+            near = difflib.get_close_matches(name, available, n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            raise SelectionError(f"--case {name!r}: no such case; {hint}cases: {listing}")
+    if names:
+        cases = [c for c in cases if c.name in names]
+    if keyword is not None:
+        match = keyword_matcher(keyword)
+        cases = [c for c in cases if match(c.name)]
+        if not cases:
+            raise SelectionError(f"-k {keyword!r} selects no case; cases: {listing}")
+    return cases
