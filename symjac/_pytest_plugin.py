@@ -6,12 +6,14 @@ no NumPy; spec files are read only when a test asks for them::
     import pytest
 
     @pytest.mark.symjac_spec("specs/seeds/*.toml")
-    def test_my_pool(symjac_spec):          # one test per case of every file
-        case = symjac_spec                  # a symjac.specfile.Case
-        ...
+    def test_my_layer(symjac_case):         # one test per case of every file, id = the case's name
+        symjac_case.verify(my_impl)         # pool or loss case: raises VerificationError on a finding
 
-Paths and globs are relative to the test file's folder, else to pytest's rootdir.
-``--symjac-dtype`` sets the ``symjac_dtype`` fixture (default float64).
+``symjac_spec`` gives the raw case (``name``, ``operator``, ``inputs``, ``expect``)
+instead. Paths and globs are relative to the test file's folder, else to pytest's
+rootdir; a pattern matching no file is a collection error naming it.
+``--symjac-dtype`` sets the ``symjac_dtype`` fixture and the dtype of
+``symjac_case.verify`` (default float64).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pytest
 
 MARKER = "symjac_spec"
 FIXTURE = "symjac_spec"
+CASE_FIXTURE = "symjac_case"
 DTYPE_OPTION = "--symjac-dtype"
 
 
@@ -43,32 +46,34 @@ def _spec_paths(metafunc: Any, patterns: tuple[str, ...]) -> list[Path]:
     root = Path(str(metafunc.config.rootpath))
     paths: list[Path] = []
     for pattern in patterns:
-        for base in (here, root):
+        bases = list(dict.fromkeys((here, root)))
+        for base in bases:
             found = sorted(glob.glob(str(base / pattern), recursive=True))
             if found:
                 paths.extend(Path(p) for p in found)
                 break
         else:
-            raise pytest.UsageError(f"@pytest.mark.{MARKER}({pattern!r}): no spec file matches "
-                                    f"(looked in {here} and {root})")
+            where = " or ".join(str(b) for b in bases)
+            raise pytest.Collector.CollectError(  # shown as this one line, without a traceback
+                f"{metafunc.definition.nodeid}: @pytest.mark.{MARKER}({pattern!r}) matches no spec file in {where}")
     return paths
 
 
 def pytest_generate_tests(metafunc: Any) -> None:
-    if FIXTURE not in metafunc.fixturenames:
+    wanted = [name for name in (FIXTURE, CASE_FIXTURE) if name in metafunc.fixturenames]
+    if not wanted:
         return
     marker = metafunc.definition.get_closest_marker(MARKER)
     if marker is None or not marker.args:
-        raise pytest.UsageError(f"{metafunc.definition.nodeid} uses the {FIXTURE} fixture: "
-                                f"mark it @pytest.mark.{MARKER}('path/or/*.toml')")
+        raise pytest.Collector.CollectError(f"{metafunc.definition.nodeid} uses the {wanted[0]} fixture: "
+                                            f"mark it @pytest.mark.{MARKER}('path/or/*.toml')")
     from symjac.io._specfile import load  # lazy: only when a test asks for spec files
+    from symjac.testing import SpecCase
 
-    cases, ids = [], []
-    for path in _spec_paths(metafunc, tuple(marker.args)):
-        for case in load(path).cases:
-            cases.append(case)
-            ids.append(f"{path.stem}:{case.name}" if len(load(path).cases) > 1 else path.stem)
-    metafunc.parametrize(FIXTURE, cases, ids=ids)
+    cases = [case for path in _spec_paths(metafunc, tuple(marker.args)) for case in load(path).cases]
+    dtype = str(metafunc.config.getoption(DTYPE_OPTION))
+    values = [tuple(SpecCase(c, dtype) if name == CASE_FIXTURE else c for name in wanted) for c in cases]
+    metafunc.parametrize(",".join(wanted), [v if len(v) > 1 else v[0] for v in values], ids=[c.name for c in cases])
 
 
 @pytest.fixture

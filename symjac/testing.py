@@ -1,13 +1,27 @@
-"""Assertion helpers for test suites: fail with the verification report as the message."""
+"""Assertion helpers for test suites: fail with the verification report as the message.
+
+A failed check raises :class:`symjac.VerificationError`, an ``AssertionError`` whose
+first line is the report's one-line summary, followed by the details, and whose
+``.report`` holds the :class:`symjac.Report`.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 from symjac._errors import VerificationError
 from symjac.check._report import Report
 from symjac.pool._spec import PoolSpec
+
+__all__ = ["SpecCase", "assert_backward_matches", "assert_loss_matches"]
+
+
+def _passing(report: Report) -> Report:
+    if not report.ok:
+        raise VerificationError(report)
+    return report
 
 
 def assert_backward_matches(spec: PoolSpec, backward: Callable[..., Any], forward: Callable[..., Any] | None = None,
@@ -26,7 +40,65 @@ def assert_backward_matches(spec: PoolSpec, backward: Callable[..., Any], forwar
     """
     from symjac.verifiers._pool import verify
 
-    report = verify(spec, backward=backward, forward=forward, **kw)
-    if not report.ok:
-        raise VerificationError(report)
-    return report
+    return _passing(verify(spec, backward=backward, forward=forward, **kw))
+
+
+def assert_loss_matches(loss: Any, derivative: Callable[..., Any], forward: Callable[..., Any] | None = None,
+                        **kw: Any) -> Report:
+    """Assert that ``derivative`` (and ``forward``) implement ``loss`` exactly,
+    loss scale included.
+
+    Keyword arguments go to :func:`symjac.verify_loss` (``pred``, ``label``,
+    ``upstream``, ``dtype``).
+
+    Returns:
+      The passing report.
+
+    Raises:
+      VerificationError: an ``AssertionError`` whose message is the report and
+        whose ``.report`` holds it.
+    """
+    from symjac.verifiers._loss import verify_loss
+
+    return _passing(verify_loss(loss, derivative=derivative, forward=forward, **kw))
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecCase:
+    """One case of a spec file, ready to verify: what the ``symjac_case`` fixture gives.
+
+    Attributes:
+      case: the spec-file case (``name``, ``operator``, ``inputs``, ``expect``).
+      dtype: the default dtype of :meth:`verify` (``--symjac-dtype``).
+    """
+
+    case: Any
+    dtype: str = "float64"
+
+    @property
+    def name(self) -> str:
+        return str(self.case.name)
+
+    @property
+    def operator(self) -> Any:
+        return self.case.operator
+
+    def verify(self, impl: Any, dtype: str | None = None) -> Report:
+        """Verify ``impl`` on this case (pooling or loss alike) and assert it passed.
+
+        Args:
+          impl: an object or dict with ``backward(x, dy)`` (pooling) or
+            ``derivative(pred, label)`` (loss), and optionally ``forward``; or one
+            holding an attribute named after the case.
+          dtype: overrides ``--symjac-dtype``.
+
+        Returns:
+          The passing report.
+
+        Raises:
+          VerificationError: a finding; the message starts with the one-line summary.
+          InputError: ``impl`` lacks the callable this case needs.
+        """
+        from symjac.verifiers._case import verify_case
+
+        return _passing(verify_case(self.case, impl, dtype or self.dtype))

@@ -40,7 +40,8 @@ def test_marker_parametrises_over_cases(pytester):
     result = pytester.runpytest_subprocess("--symjac-dtype", "float32", "-v")
     # 2 textbook files + 5 loss cases.
     result.assert_outcomes(passed=7)
-    result.stdout.fnmatch_lines(["*test_case?textbook_4x4_avg?*PASSED*", "*loss_scale_family:mse*PASSED*"])
+    # A case's test id is its name.
+    result.stdout.fnmatch_lines(["*test_case?textbook_4x4_avg? PASSED*", "*test_case?mse? PASSED*"])
 
 
 def test_fixture_without_marker_is_a_usage_error(pytester):
@@ -75,3 +76,89 @@ def test_assert_backward_matches_in_a_test(pytester):
     result = pytester.runpytest_subprocess()
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*VerificationError*backward visits 1 of 4 output windows*"])
+
+
+def test_marker_glob_matching_nothing_is_one_clear_collection_error(pytester):
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.symjac_spec("nothing/*.toml")
+        def test_case(symjac_spec):
+            pass
+    """)
+    result = pytester.runpytest_subprocess()
+    assert result.ret != 0
+    where = str(pytester.path)
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines([f"*test_case: @pytest.mark.symjac_spec('nothing/*.toml') matches no spec file in {where}"])
+    assert out.count(f"in {where}") == 1 and f"{where} or {where}" not in out
+    assert "pluggy/_hooks.py" not in out and "Traceback" not in out and "_pytest_plugin.py" not in out
+
+
+SEED_LOSSES = """
+import numpy as np
+from types import SimpleNamespace as NS
+
+S = 8
+# Seed 003: only mse applies the loss scale S; sigmoid_ce forgets it.
+mse = NS(derivative=lambda z, y: (S * 2 * (z - y) / z.size).astype(z.dtype))
+sigmoid_ce = NS(derivative=lambda z, y: ((1 / (1 + np.exp(-z)) - y) / z.size).astype(z.dtype))
+"""
+
+
+def test_symjac_case_verifies_pool_and_loss_cases(pytester):
+    pytester.makepyfile(impls=SEED_LOSSES)
+    pytester.makepyfile(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT / "examples")!r})
+        import pytest
+        import impls
+        import nntrainer_pool
+
+        @pytest.mark.symjac_spec({str(ROOT / "specs/seeds/nntrainer_avgpool_same_2x2.toml")!r})
+        def test_pool_fixed(symjac_case):
+            report = symjac_case.verify(nntrainer_pool.fixed)
+            assert report.ok and report.stats["dtype"] == "float32"
+
+        @pytest.mark.symjac_spec({str(ROOT / "specs/seeds/nntrainer_avgpool_same_2x2.toml")!r})
+        def test_pool_buggy(symjac_case):
+            symjac_case.verify(nntrainer_pool.buggy)
+
+        @pytest.mark.symjac_spec({str(ROOT / "specs/seeds/loss_scale_family.toml")!r})
+        def test_losses(symjac_case):
+            if symjac_case.name not in ("mse", "sigmoid_ce"):
+                pytest.skip("not in impls")
+            symjac_case.verify(impls)
+    """)
+    result = pytester.runpytest_subprocess("--symjac-dtype", "float32", "-v", "--tb=short")
+    result.assert_outcomes(passed=2, failed=2, skipped=3)
+    result.stdout.fnmatch_lines(["*test_pool_fixed?nntrainer_avgpool_same_2x2? PASSED*",
+                                 "*test_pool_buggy?nntrainer_avgpool_same_2x2? FAILED*",
+                                 "*test_losses?sigmoid_ce? FAILED*", "*test_losses?mse? PASSED*"])
+    # The assertion's first line is the one-line summary; the details follow, without repeating it.
+    result.stdout.fnmatch_lines(["E * symjac.VerificationError: backward visits 1 of 4 output windows*",
+                                 "E * subject: Pool(mode='avg'*",
+                                 "E * - ?missing_windows? 3 of 4 windows send no gradient: (0,1), (1,0), (1,1)"])
+    assert result.stdout.str().count("backward visits 1 of 4 output windows") == 1
+    result.stdout.fnmatch_lines(["E * symjac.VerificationError: sigmoid_ce: *missing loss scale*"])
+
+
+def test_assert_loss_matches():
+    import numpy as np
+
+    import symjac
+    from symjac.testing import assert_loss_matches
+
+    loss = symjac.Loss("sigmoid_ce", scale=8)
+    # d/dz of mean(sigmoid_ce) at one element, times S = 8: 8 * (sigmoid(z) - y).
+    good = assert_loss_matches(loss, lambda z, y: (8 * (1 / (1 + np.exp(-z)) - y)).astype(z.dtype), pred=[0.0, 2.0][:1],
+                               label=[1.0])
+    assert good.ok
+    try:
+        assert_loss_matches(loss, lambda z, y: (1 / (1 + np.exp(-z)) - y).astype(z.dtype), pred=[0.0], label=[1.0])
+    except AssertionError as exc:
+        assert isinstance(exc, symjac.VerificationError)
+        assert str(exc).splitlines()[0] == exc.report.summary() and exc.report.categories()[0] == "missing_scale"
+        assert str(exc).count(exc.report.summary()) == 1
+    else:
+        raise AssertionError("an unscaled derivative passed")

@@ -47,6 +47,10 @@ def load_impl(target: str) -> Any:
         if not hasattr(obj, part):
             near = difflib.get_close_matches(part, [n for n in dir(obj) if not n.startswith("_")], n=1)
             hint = f"; did you mean {module_part}:{attr.replace(part, near[0], 1)}?" if near else ""
-            raise UsageError(f"--impl {target!r}: {module_part} has no attribute {attr!r}{hint}")
+            from symjac.verifiers._case import impl_candidates
+
+            found = impl_candidates(module)
+            listing = f" (implementations found: {', '.join(found)})" if found and not near else ""
+            raise UsageError(f"--impl {target!r}: {module_part} has no attribute {attr!r}{hint}{listing}")
         obj = getattr(obj, part)
     return obj

@@ -23,39 +23,16 @@ DEFAULT_DTYPE = "float64"
 
 
 def _callables(impl: Any, case: Any, target: str) -> dict[str, Any]:
-    """The forward/backward (pool) or forward/derivative (loss) of a case.
+    """:func:`case_callables`, its error said in the command line's words."""
+    from symjac._errors import InputError
+    from symjac.verifiers._case import case_callables, impl_candidates
 
-    An implementation object may hold one attribute per case name (a family of
-    implementations); otherwise the object itself is used.
-    """
-    holder = getattr(impl, case.name, impl) if isinstance(case.name, str) and case.name.isidentifier() else impl
-    needed = "derivative" if case.is_loss else "backward"
-
-    def get(name: str) -> Any:
-        return holder.get(name) if isinstance(holder, dict) else getattr(holder, name, None)
-
-    fn = get(needed)
-    if not callable(fn):
-        signature = f"{needed}{'(pred, label)' if case.is_loss else '(x, dy)'}"
-        found = _impl_candidates(holder, (needed,)) if isinstance(holder, type(sys)) else []
-        hint = (f"; candidates in {target}: {', '.join(found)} (e.g. --impl {target}:{found[0]})" if found else
-                f" (it needs {signature} and optionally forward)")
-        raise UsageError(f"--impl {target!r}: the implementation has no callable {needed!r} "
-                         f"for the {'loss' if case.is_loss else 'pooling'} case {case.name!r}{hint}")
-    fwd = get("forward")
-    return {needed: fn, "forward": fwd if callable(fwd) else None}
-
-
-def _impl_candidates(module: Any, needed: tuple[str, ...] = ("backward", "derivative")) -> list[str]:
-    """Attributes of ``module`` that look like implementations (have one of ``needed``)."""
-    names = []
-    for name in sorted(vars(module)) if hasattr(module, "__dict__") else ():
-        obj = getattr(module, name)
-        if name.startswith("_") or isinstance(obj, type(sys)):
-            continue
-        if any((k in obj) if isinstance(obj, dict) else hasattr(obj, k) for k in needed):
-            names.append(name)
-    return names
+    try:
+        return case_callables(impl, case)
+    except InputError as exc:
+        found = impl_candidates(impl, ("derivative" if case.is_loss else "backward",))
+        example = f" (e.g. --impl {target}:{found[0]})" if found else ""
+        raise UsageError(f"--impl {target!r}: {exc}{example}") from None
 
 
 def _selected(args: argparse.Namespace) -> list[Any]:
@@ -64,33 +41,13 @@ def _selected(args: argparse.Namespace) -> list[Any]:
     return select_cases(args.spec, args.case or (), args.keyword)
 
 
-def _verify_case(case: Any, fns: dict[str, Any], dtype: str) -> Any:
-    import numpy as np
-
-    from symjac.io._specfile import pool_input
-
-    if case.is_loss:
-        from symjac.verifiers._loss import verify_loss
-
-        inputs = {k: np.array(case.inputs[k], dtype=np.float64) if k in case.inputs else None
-                  for k in ("pred", "label", "upstream")}
-        return verify_loss(case.operator, derivative=fns["derivative"], forward=fns["forward"],
-                           pred=inputs["pred"], label=inputs["label"], upstream=inputs["upstream"], dtype=dtype)
-    from symjac.verifiers._pool import verify
-
-    _, x, dy = pool_input(case)
-    explicit = "x" in case.inputs
-    return verify(case.operator, **fns, x=x.astype(np.float64) if explicit else None,
-                  input_shape=None if explicit else x.shape,
-                  dy=dy.astype(np.float64) if "dy" in case.inputs else None, dtype=dtype,
-                  seed=int(case.inputs.get("seed", 0)))
-
-
 def cmd_verify(args: argparse.Namespace) -> int:
     """Each selected case runs against the implementation (or its attribute named
     after the case) and is reported on its own line; a case whose kind the
     implementation does not provide (a loss case for a pooling implementation) is
     skipped with a line saying so, unless that leaves nothing to verify."""
+    from symjac.verifiers._case import verify_case
+
     cases = _selected(args)
     impl = load_impl(args.impl)
     runnable, skipped = [], []
@@ -101,7 +58,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             skipped.append((case, exc))
     if not runnable:
         raise skipped[0][1]
-    reports = [(case, _verify_case(case, fns, args.dtype)) for case, fns in runnable]
+    reports = [(case, verify_case(case, impl, args.dtype)) for case, _ in runnable]
     failed = any(not r.ok for _, r in reports)
     if args.json:
         out = [{"case": c.name, "file": c.source.split("#")[0], **r.to_dict()} for c, r in reports]

@@ -1,0 +1,78 @@
+"""Verify a spec-file case (pooling or loss) against an implementation object.
+
+The one place the command line (``symjac verify``, ``graph --impl``) and the pytest
+fixture ``symjac_case`` turn an implementation object and a case into a call of
+:func:`symjac.verify` or :func:`symjac.verify_loss`.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import numpy as np
+
+from symjac._errors import InputError
+
+
+def impl_candidates(holder: Any, needed: tuple[str, ...] = ("backward", "derivative")) -> list[str]:
+    """Public attributes of a module that look like implementations: objects (or
+    dicts) with one of ``needed``."""
+    names = []
+    for name in sorted(vars(holder)) if isinstance(holder, types.ModuleType) else ():
+        obj = getattr(holder, name)
+        if name.startswith("_") or isinstance(obj, types.ModuleType):
+            continue
+        if any((k in obj) if isinstance(obj, dict) else hasattr(obj, k) for k in needed):
+            names.append(name)
+    return names
+
+
+def case_callables(impl: Any, case: Any) -> dict[str, Any]:
+    """The ``backward``/``forward`` (pooling) or ``derivative``/``forward`` (loss) of
+    ``impl`` for ``case``.
+
+    ``impl`` is an object or dict with those entries, or one holding an attribute
+    named after the case (a family of implementations, as seed 003's losses).
+
+    Raises:
+      InputError: the needed callable is missing; the message lists the
+        implementations found in a module.
+    """
+    holder = getattr(impl, case.name, impl) if case.name.isidentifier() else impl
+    needed = "derivative" if case.is_loss else "backward"
+
+    def get(name: str) -> Any:
+        return holder.get(name) if isinstance(holder, dict) else getattr(holder, name, None)
+
+    fn = get(needed)
+    if not callable(fn):
+        found = impl_candidates(holder, (needed,))
+        hint = (f"; candidates: {', '.join(found)}" if found else
+                f" (it needs {needed}{'(pred, label)' if case.is_loss else '(x, dy)'} and optionally forward)")
+        raise InputError(f"the implementation has no callable {needed!r} for the "
+                         f"{'loss' if case.is_loss else 'pooling'} case {case.name!r}{hint}")
+    fwd = get("forward")
+    return {needed: fn, "forward": fwd if callable(fwd) else None}
+
+
+def verify_case(case: Any, impl: Any, dtype: str) -> Any:
+    """The :class:`symjac.Report` of ``impl`` on ``case`` at the case's inputs, in ``dtype``."""
+    from symjac.io._specfile import pool_input
+
+    fns = case_callables(impl, case)
+    if case.is_loss:
+        from symjac.verifiers._loss import verify_loss
+
+        inputs = {k: np.array(case.inputs[k], dtype=np.float64) if k in case.inputs else None
+                  for k in ("pred", "label", "upstream")}
+        return verify_loss(case.operator, derivative=fns["derivative"], forward=fns["forward"],
+                           pred=inputs["pred"], label=inputs["label"], upstream=inputs["upstream"], dtype=dtype)
+    from symjac.verifiers._pool import verify
+
+    _, x, dy = pool_input(case)
+    explicit = "x" in case.inputs
+    return verify(case.operator, **fns, x=x.astype(np.float64) if explicit else None,
+                  input_shape=None if explicit else x.shape,
+                  dy=dy.astype(np.float64) if "dy" in case.inputs else None, dtype=dtype,
+                  seed=int(case.inputs.get("seed", 0)))
