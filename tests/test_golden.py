@@ -1,0 +1,202 @@
+"""Golden data: per-entry bounds a correct implementation stays within, dtypes in every
+format, loss values, and the C/C++ reader in contrib/ (compiled when a compiler exists)."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import mpmath
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+AVG3 = """name = "avg3"
+[operator]
+kind = "pool"
+mode = "avg"
+kernel = 3
+stride = 1
+[input]
+shape = [1, 1, 6, 6]
+generator = "random"
+seed = 3
+"""
+
+
+def golden(spec_text, tmp_path, *args):
+    spec = tmp_path / "case.toml"
+    spec.write_text(spec_text)
+    out = tmp_path / "golden"
+    r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(spec), "--out", str(out), *args],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_torch_avg_pool_stays_within_each_entry_bound(tmp_path, dtype):
+    # An independent correct implementation (PyTorch's avg_pool2d and its autograd) in the
+    # working dtype: every entry within its own max_abs_error of the golden value, with no
+    # threshold of our own; 1/9 weights are not exact in binary, so the bound is exercised.
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    doc = json.loads((golden(AVG3, tmp_path, "--dtype", dtype) / "avg3.json").read_text())
+    arrays = doc["arrays"]
+    tdt = getattr(torch, dtype)
+    x = torch.tensor(np.array(arrays["x"][dtype]).reshape(arrays["x"]["shape"]), dtype=tdt, requires_grad=True)
+    dy = torch.tensor(np.array(arrays["dy"][dtype]).reshape(arrays["dy"]["shape"]), dtype=tdt)
+    y = F.avg_pool2d(x, 3, stride=1)
+    y.backward(dy)
+    for name, got in (("y", y.detach()), ("dx", x.grad)):
+        got = got.double().numpy().reshape(-1)
+        want = np.array(arrays[name][dtype])
+        bound = np.array(arrays[name]["max_abs_error"][dtype])
+        assert np.all(np.abs(got - want) <= bound), (name, np.abs(got - want) / bound)
+        # The bound is tight enough to see a window lost: 1/9 of a cell's gradient is far outside.
+        ninth = np.abs(want) / 9
+        assert np.all(bound[ninth > 0] < ninth[ninth > 0])
+        # max_ulp is the same bound in units of the golden value's last place.
+        spacing = np.spacing(np.abs(want).astype(dtype)).astype(np.float64)
+        assert np.allclose(np.array(arrays[name]["max_ulp"][dtype]) * spacing, bound, rtol=1e-12)
+
+
+def naive_avg3_backward(dy, shape, dtype):
+    """A textbook loop: dx[cell] += dy[window] * (1/9), all in ``dtype`` (rounds at every step)."""
+    dt = np.dtype(dtype)
+    dx = np.zeros(shape, dtype=dt)
+    ninth = dt.type(1) / dt.type(9)
+    for i in range(dy.shape[0]):
+        for j in range(dy.shape[1]):
+            for a in range(3):
+                for b in range(3):
+                    dx[i + a, j + b] = dt.type(dx[i + a, j + b] + dt.type(dy[i, j] * ninth))
+    return dx
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_naive_float_loop_differs_from_golden_but_within_bounds(tmp_path, dtype):
+    doc = json.loads((golden(AVG3, tmp_path, "--dtype", dtype) / "avg3.json").read_text())
+    dx, dy = doc["arrays"]["dx"], doc["arrays"]["dy"]
+    got = naive_avg3_backward(np.array(dy[dtype], dtype=dtype).reshape(4, 4), (6, 6), dtype).astype(np.float64)
+    want, bound = np.array(dx[dtype]), np.array(dx["max_abs_error"][dtype])
+    assert np.any(got.reshape(-1) != want)  # a hand-picked zero tolerance would fail this correct loop
+    assert np.all(np.abs(got.reshape(-1) - want) <= bound)
+
+
+def test_bound_of_an_exact_zero_is_zero(tmp_path):
+    # A cell in no window (kernel 2, stride 3 on length 5 skips index 2) has dx = 0 exactly.
+    spec = AVG3.replace("kernel = 3\nstride = 1", "kernel = 2\nstride = 3").replace("[1, 1, 6, 6]", "[5, 5]")
+    dx = json.loads((golden(spec, tmp_path) / "avg3.json").read_text())["arrays"]["dx"]
+    zero = [i for i, v in enumerate(dx["exact"]) if v == "0"]
+    assert zero and all(dx["max_abs_error"]["float32"][i] == 0 for i in zero)
+
+
+def test_dtype_is_honoured_by_every_format(tmp_path):
+    out = golden(AVG3, tmp_path, "--format", "json,npz,bin", "--dtype", "float16")
+    doc = json.loads((out / "avg3.json").read_text())
+    assert doc["dtypes"] == ["float16"]
+    assert set(doc["arrays"]["dx"]) == {"shape", "exact", "float16", "max_abs_error", "max_ulp"}
+    # float16 values are the correct rounding of the exact ones (numpy's float16 of the float64 of
+    # a dyadic with few bits is exact; compare through Fractions).
+    from fractions import Fraction
+
+    for exact, f16 in zip(doc["arrays"]["y"]["exact"], doc["arrays"]["y"]["float16"]):
+        assert float(np.float16(Fraction(exact))) == f16 or abs(Fraction(f16) - Fraction(exact)) <= abs(
+            Fraction(float(np.float16(Fraction(exact)))) - Fraction(exact))
+    z = np.load(out / "avg3.npz")
+    assert sorted(k for k in z.files if k.startswith("dx")) == ["dx.float16", "dx.float16.max_abs_error"]
+    assert z["dx.float16"].dtype == np.float16
+    index = json.loads((out / "avg3" / "index.json").read_text())
+    assert index["arrays"]["dx.float16"]["dtype"] == "<f2"
+
+
+def test_loss_json_scalar_value_and_decimal_digits(tmp_path):
+    # sigmoid_ce at z = 0, y = 1, mean over one element: log(1 + e^0) = log 2 (mpmath, independently).
+    spec = '[operator]\nkind = "loss"\nloss = "sigmoid_ce"\nscale = 8\n[input]\npred = [0]\nlabel = [1]\n'
+    doc = json.loads((golden(spec, tmp_path, "--dtype", "float32,float64") / "case.json").read_text())
+    value = doc["arrays"]["value"]
+    assert value["shape"] == [] and isinstance(value["float64"], float) and isinstance(value["exact"], str)
+    assert value["float64"] == float(mpmath.log(2))
+    with mpmath.workdps(50):
+        assert value["exact"] == mpmath.nstr(mpmath.log(2), 40, strip_zeros=False)
+    assert len(value["exact"]) < 45 and "/" not in value["exact"]
+    # The derivative S * (sigmoid(0) - 1) = -4 is an exact binary fraction: written as one.
+    assert doc["arrays"]["derivative"]["exact"] == ["-4"]
+
+
+def _compilers():
+    return [c for c in ("gcc", "g++") if shutil.which(c)]
+
+
+@pytest.mark.parametrize("compiler", ["gcc", "g++"])
+def test_c_and_cpp_header_reads_every_array(tmp_path, compiler):
+    if shutil.which(compiler) is None:
+        pytest.skip(f"{compiler} is not installed")
+    src = tmp_path / ("dump.c" if compiler == "gcc" else "dump.cpp")
+    src.write_text(r'''
+#include <stdio.h>
+#include "symjac_golden.h"
+int main(int argc, char **argv) {
+    symjac_golden_array a;
+    char err[256];
+    size_t i, first = 0;
+    if (argc != 3) return 2;
+    if (symjac_golden_load(argv[1], argv[2], &a, err, sizeof err)) { fprintf(stderr, "%s\n", err); return 1; }
+    printf("%s %d %lu\n", a.dtype, a.ndim, (unsigned long)a.count);
+    for (i = 0; i < a.count; i++) printf("%.17g %.17g\n", a.values[i], a.max_abs_error ? a.max_abs_error[i] : -1.0);
+    double *got = (double *)malloc(a.count * sizeof(double));
+    for (i = 0; i < a.count; i++) got[i] = a.values[i];
+    got[0] += a.max_abs_error ? 2 * a.max_abs_error[0] + 1 : 1;   /* one element out of bounds */
+    printf("%lu %lu\n", (unsigned long)symjac_golden_check(&a, got, &first), (unsigned long)first);
+    free(got);
+    symjac_golden_free(&a);
+    return 0;
+}
+''')
+    std = ["-std=c99"] if compiler == "gcc" else ["-std=c++11"]
+    exe = tmp_path / "dump"
+    subprocess.run([compiler, *std, "-Wall", "-Wextra", "-pedantic", "-Werror", "-I", str(ROOT / "contrib"),
+                    "-o", str(exe), str(src)], check=True)
+    out = golden(AVG3, tmp_path, "--format", "bin", "--dtype", "float16,float32,float64")
+    folder = out / "avg3"
+    index = json.loads((folder / "index.json").read_text())["arrays"]
+    for name, entry in index.items():
+        run = subprocess.run([str(exe), str(folder), name], capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        lines = run.stdout.splitlines()
+        assert lines[0] == f"{entry['dtype']} {len(entry['shape'])} {entry['count']}"
+        values = np.array([float(line.split()[0]) for line in lines[1:-1]])
+        stored = np.fromfile(folder / entry["file"], dtype=entry["dtype"]).astype(np.float64)
+        assert np.array_equal(values, stored), name
+        if "max_abs_error_file" in entry:
+            bounds = np.fromfile(folder / entry["max_abs_error_file"], dtype="<f8")
+            assert np.array_equal([float(line.split()[1]) for line in lines[1:-1]], bounds)
+        # The perturbed element 0 is the one out of bounds (the rest are the golden values).
+        assert lines[-1] == "1 0"
+    missing = subprocess.run([str(exe), str(folder), "nothing"], capture_output=True, text=True)
+    assert missing.returncode == 1 and 'no array "nothing"' in missing.stderr
+
+
+def test_half_conversion_matches_numpy(tmp_path):
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    src = tmp_path / "half.c"
+    src.write_text(r'''
+#include <stdio.h>
+#include <stdlib.h>
+#include "symjac_golden.h"
+int main(void) {
+    unsigned h;
+    for (h = 0; h < 65536; h++) printf("%.17g\n", symjac_golden_half((uint16_t)h));
+    return 0;
+}
+''')
+    exe = tmp_path / "half"
+    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "-I", str(ROOT / "contrib"),
+                    "-o", str(exe), str(src)], check=True)
+    printed = np.array(subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split(),
+                       dtype=np.float64)
+    want = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float64)
+    assert np.array_equal(printed, want, equal_nan=True)
