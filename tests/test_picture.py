@@ -1,0 +1,91 @@
+"""Coverage pictures: the title fits, the slice is named, colour bar, wrong cells marked,
+exact fractions, reproducible SVG."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SEED000 = ROOT / "specs/seeds/nntrainer_avgpool_same_2x2.toml"
+CHANNELS_LAST = ROOT / "specs/conventions/channels_last.toml"
+
+pytest.importorskip("matplotlib")
+sys.path.insert(0, str(ROOT / "examples"))
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """Draw with write_graph and keep the figure (instead of closing it)."""
+    import matplotlib.pyplot as plt
+
+    from symjac.io._picture import write_graph
+    from symjac.io._specfile import load
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+
+    def draw(spec, out, impl=None, slice_nc=None):
+        case = load(spec).cases[0]
+        fns = None if impl is None else {"backward": impl.backward, "forward": impl.forward}
+        messages, ok = write_graph(case, out, fns, slice_nc=slice_nc)
+        fig = figures[-1]
+        fig.canvas.draw()
+        return fig, messages, ok
+
+    return draw
+
+
+def _texts(fig):
+    return [t for ax in fig.axes for t in ax.texts]
+
+
+def test_title_is_never_clipped(drawn, tmp_path):
+    import nntrainer_pool
+
+    for impl in (None, nntrainer_pool.buggy):
+        fig, _, _ = drawn(SEED000, tmp_path / "g.png", impl)
+        box = fig._suptitle.get_window_extent()
+        assert box.x0 >= 0 and box.x1 <= fig.bbox.width and box.y1 <= fig.bbox.height, (box, fig.bbox)
+        title = fig._suptitle.get_text()
+        assert "nntrainer_avgpool_same_2x2: Pool('avg', kernel=2x2, stride=1x1, padding=same)" in title.replace("\n", " ")
+
+
+def test_exact_fractions_colour_bar_and_wrong_cells(drawn, tmp_path):
+    import nntrainer_pool
+
+    fig, messages, ok = drawn(SEED000, tmp_path / "g.png", nntrainer_pool.buggy)
+    assert not ok and messages[-1] == f"wrote {tmp_path / 'g.png'}"
+    exact_panel, impl_panel, colour_bar = fig.axes
+    # Seed 000: the exact gradient at dy = 1 is [[1/4, 3/4], [3/4, 9/4]]; the buggy backward gives 1/4 everywhere.
+    assert sorted(t.get_text() for t in exact_panel.texts) == ["1/4", "3/4", "3/4", "9/4"]
+    cells = [t for t in impl_panel.texts if t.get_text() == "1/4"]
+    red = [t for t in cells if t.get_color() == "#d62728"]
+    assert len(cells) == 4 and len(red) == 3  # (0,1), (1,0), (1,1) are wrong, (0,0) is right
+    assert colour_bar.get_ylabel() == "input gradient"
+    assert "FAIL (float64): backward visits 1 of 4" in fig._suptitle.get_text().replace("\n", " ")
+
+
+def test_batched_slice_is_named_and_chosen(drawn, tmp_path):
+    from symjac._errors import InputError
+
+    fig, messages, _ = drawn(CHANNELS_LAST, tmp_path / "g.png", slice_nc=(0, 2))
+    assert "drew slice N=0, C=2 of input (1, 4, 4, 3)" in messages
+    assert "slice N=0, C=2 of input (1, 4, 4, 3)" in fig._suptitle.get_text().replace("\n", " ")
+    # channels_last max pool 2x2 stride 2: each window routes its 1 to one cell, so the picture
+    # of any slice holds four 1s and twelve 0s.
+    assert sorted(t.get_text() for t in fig.axes[0].texts) == ["0"] * 12 + ["1"] * 4
+    with pytest.raises(InputError, match="outside the input"):
+        drawn(CHANNELS_LAST, tmp_path / "g.png", slice_nc=(0, 3))
+
+
+def test_svg_is_reproducible(tmp_path):
+    from symjac.io._picture import write_graph
+    from symjac.io._specfile import load
+
+    case = load(SEED000).cases[0]
+    a, b = tmp_path / "a.svg", tmp_path / "b.svg"
+    write_graph(case, a, None)
+    write_graph(case, b, None)
+    assert a.read_bytes() == b.read_bytes()
+    assert b"<dc:date>" not in a.read_bytes()
