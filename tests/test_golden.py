@@ -126,8 +126,25 @@ def test_loss_json_scalar_value_and_decimal_digits(tmp_path):
     assert doc["arrays"]["derivative"]["exact"] == ["-4"]
 
 
-def _compilers():
-    return [c for c in ("gcc", "g++") if shutil.which(c)]
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_torch_scaled_sigmoid_ce_stays_within_the_loss_bounds(tmp_path, dtype):
+    # PyTorch's binary_cross_entropy_with_logits (mean) and its autograd, scaled by S = 8.
+    torch = pytest.importorskip("torch")
+    spec = ('[operator]\nkind = "loss"\nloss = "sigmoid_ce"\nscale = 8\n'
+            '[input]\npred = [[0.5, -1.25, 3], [2, 0.75, -0.5]]\nlabel = [[1, 0, 1], [0, 1, 0]]\n')
+    arrays = json.loads((golden(spec, tmp_path, "--dtype", dtype) / "case.json").read_text())["arrays"]
+    tdt = getattr(torch, dtype)
+    z = torch.tensor(arrays["pred"][dtype], dtype=tdt).reshape(2, 3).requires_grad_()
+    y = torch.tensor(arrays["label"][dtype], dtype=tdt).reshape(2, 3)
+    loss = torch.nn.functional.binary_cross_entropy_with_logits(z, y)
+    (8 * loss).backward()
+    value = arrays["value"]
+    assert abs(float(loss) - value[dtype]) <= value["max_abs_error"][dtype]
+    got = z.grad.double().numpy().reshape(-1)
+    want, bound = np.array(arrays["derivative"][dtype]), np.array(arrays["derivative"]["max_abs_error"][dtype])
+    assert np.all(np.abs(got - want) <= bound), np.abs(got - want) / bound
+    # A forgotten scale (seed 003) is far outside: 7/8 of each value.
+    assert np.all(np.abs(got / 8 - want) > bound)
 
 
 @pytest.mark.parametrize("compiler", ["gcc", "g++"])

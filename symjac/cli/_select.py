@@ -77,7 +77,7 @@ def keyword_matcher(expr: str) -> Callable[[str], bool]:
         if pos >= len(tokens):
             raise fail("the expression ends too early")
         pos += 1
-        return tokens[pos - 1]
+        return str(tokens[pos - 1])
 
     def either(a: Predicate, b: Predicate) -> Predicate:
         return lambda s: a(s) or b(s)

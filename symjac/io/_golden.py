@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from symjac._exact import round_fractions
+from symjac.check._rounding import gamma, ulps, unit_roundoff
 
 FORMATS = ("json", "npz", "bin")
 _FIXED_DATE = (1980, 1, 1, 0, 0, 0)
@@ -43,7 +44,6 @@ _FIXED_DATE = (1980, 1, 1, 0, 0, 0)
 DECIMAL_DIGITS = 40
 #: Largest denominator written as an exact fraction; beyond it a loss value is shown in decimal.
 _DYADIC_DENOMINATOR = 2**64
-_UNIT_ROUNDOFF = {"float16": 2.0**-11, "float32": 2.0**-24, "float64": 2.0**-53}
 
 
 def _slug(name: str) -> str:
@@ -52,10 +52,10 @@ def _slug(name: str) -> str:
 
 def _fraction(v: Any) -> Fraction:
     if isinstance(v, Fraction):
-        return v
+        return Fraction(v)
     if hasattr(v, "_mpf_"):  # mpmath mpf: (sign, mantissa, exponent, bits), an exact binary fraction
         sign, man, exp, _ = v._mpf_
-        return (-1) ** sign * Fraction(int(man)) * Fraction(2) ** int(exp)
+        return Fraction((-1) ** sign * int(man)) * Fraction(2) ** int(exp)
     return Fraction(int(v.p), int(v.q)) if hasattr(v, "q") else Fraction(v)
 
 
@@ -101,7 +101,11 @@ def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         loss_meta: dict[str, Any] = {
             "operator": repr(case.operator),
             "note": f"value and derivative are mpmath evaluations at >= 60 significant digits; 'exact' gives p/q "
-                    f"where the result is a binary fraction, else its first {DECIMAL_DIGITS} significant digits"}
+                    f"where the result is a binary fraction, else its first {DECIMAL_DIGITS} significant digits",
+            "bounds": "max_abs_error[dtype] bounds |implementation - golden[dtype]| for a correct implementation "
+                      "computing in dtype: symjac.verify_loss's bound (rounding depth and conditioning of the "
+                      "expression) plus half an ULP of golden[dtype]; absent when an input is not exact in dtype; "
+                      "max_ulp is max_abs_error in ULPs of golden[dtype]"}
         return qs, loss_meta
     from symjac._exact import ExactArray
     from symjac.io._specfile import pool_input
@@ -156,19 +160,52 @@ def _pool_magnitudes(qs: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, n
 def _bounds(case: Any, qs: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
     """``max_abs_error`` per element of each float quantity, in ``dtype`` (float64 arrays)."""
     if case.is_loss:
-        return {}
-    u = _UNIT_ROUNDOFF[dtype]
+        return _loss_bounds(case, qs, dtype)
+    u = unit_roundoff(dtype)
     out = {}
     for name, (mass, k) in _pool_magnitudes(qs).items():
         # float64 evaluation of an exact bound: the factor covers its own rounding errors.
-        out[name] = (k * u / (1 - k * u) * mass * (1 + 2.0**-30)).reshape(qs[name].shape)
+        out[name] = (gamma(k, u) * mass * (1 + 2.0**-30)).reshape(qs[name].shape)
     return out
 
 
+def _loss_bounds(case: Any, qs: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
+    """The loss verifier's own bounds (value and derivative, from the expression's
+    rounding depth and condition) plus half an ULP for the golden value's rounding.
+
+    Empty when an input is not exact in ``dtype``: the implementation would then see
+    other inputs than the golden values were computed at.
+    """
+    import mpmath
+
+    from symjac.check._rounding import float_dtype, ulp_mp
+    from symjac.loss._evaluate import evaluate
+    from symjac.verifiers._loss import _Bounds, _prepare
+
+    dt = float_dtype(dtype)
+    pred, label, upstream, rounded = _prepare(case.operator, qs["pred"], qs.get("label"), qs.get("upstream"), dt)
+    if rounded:
+        return {}
+    ev = evaluate(case.operator, pred, label, upstream, values=True, derivatives=True, bounds=True)
+    bounds = _Bounds.of(ev, dt)
+    with mpmath.workdps(ev.dps):
+        assert ev.element_cond is not None and ev.element_run is not None
+        ells, conds, runs = (list(a.reshape(-1)) for a in (ev.elements, ev.element_cond, ev.element_run))
+        if case.operator.reduction == "none":
+            value = [bounds.element(e, c, q) for e, c, q in zip(ells, conds, runs)]
+        else:
+            value = [bounds.forward(ells, conds, runs, list(ev.factor.reshape(-1)))]
+        derivative = list(bounds.derivative(case.operator.scale).reshape(-1))
+
+        def total(bs: list[Any], exact: np.ndarray) -> np.ndarray:
+            return np.array([float((b + ulp_mp(dt, v) / 2) * (1 + mpmath.mpf(2) ** -30))
+                             for b, v in zip(bs, exact.reshape(-1))]).reshape(exact.shape)
+
+        return {"value": total(value, qs["value"]), "derivative": total(derivative, qs["derivative"])}
+
+
 def _ulp_bound(bound: np.ndarray, rounded: np.ndarray) -> np.ndarray:
-    spacing = np.spacing(np.abs(rounded)).astype(np.float64)
-    tiny = float(np.finfo(rounded.dtype).smallest_subnormal)
-    return bound / np.maximum(spacing, tiny)
+    return ulps(bound, rounded.astype(np.float64), rounded.dtype)
 
 
 def provenance(case: Any, qs: dict[str, np.ndarray]) -> dict[str, Any]:

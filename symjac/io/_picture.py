@@ -169,7 +169,7 @@ def _draw(case: Any, g: Any, x: np.ndarray, b: int, slice_label: str, report: An
     # The verifier already called the backward at dy = ones, guarded (None if it failed,
     # or for inputs of more than 4096 cells, which no picture shows legibly).
     observed = report.stats.get("observed_gradient") if report is not None else None
-    panels = [("exact gradient at dy = 1", expected, exact_grid)]
+    panels: list[tuple[str, np.ndarray, np.ndarray | None]] = [("exact gradient at dy = 1", expected, exact_grid)]
     wrong = np.zeros(shape2d, dtype=bool)
     if observed is not None:
         obs = grid(observed).astype(np.float64)

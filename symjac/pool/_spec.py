@@ -76,7 +76,7 @@ def _padding(value: Any, rank: int) -> Padding:
                 f"padding={value!r} is not valid{did_you_mean(value, PADDING_MODES)}: give one of "
                 f"{', '.join(map(repr, PADDING_MODES))}, an int, or per-dimension (low, high) pairs"
             )
-        return value
+        return str(value)
     if _is_int(value):
         if value < 0:
             raise SpecError(f"padding={value!r} is not valid: padding must be >= 0")
