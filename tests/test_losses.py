@@ -289,8 +289,9 @@ def test_spec_is_frozen_hashable_and_normalised():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"kind": "cross_entropy"}, r"kind='cross_entropy' is not valid: give one of 'mse'"),
-        ({"kind": "mse", "reduction": "avg"}, r"reduction='avg' is not valid: give one of 'mean', 'batch_mean'"),
+        ({"kind": "cross_entropy"}, r"kind='cross_entropy' is not valid \(did you mean 'softmax_ce'\?\): give one of 'mse'"),
+        ({"kind": "mse", "reduction": "avg"},
+         r"reduction='avg' is not valid \(did you mean 'mean'\?\): give one of 'mean', 'batch_mean'"),
         ({"kind": "mse", "scale": 0}, r"scale=0 is not valid: the loss scale S must be > 0"),
         ({"kind": "mse", "scale": -8}, r"scale=-8 is not valid: the loss scale S must be > 0"),
         ({"kind": "mse", "scale": float("nan")}, r"scale=nan is not valid: give a finite number > 0"),

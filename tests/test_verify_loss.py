@@ -150,7 +150,7 @@ def test_seed003_family_table_four_missing_scale_one_pass():
 
 
 def test_seed003_family_table_renders_and_serialises():
-    table = check_loss_family(_seed_family(), scale=S)
+    table = check_loss_family(_seed_family(), scale=S, dtype="float32")  # seed 003 is a float32 layer
     text = str(table)
     lines = text.splitlines()
     assert lines[0] == "loss-scale family check: S = 8, float32"
@@ -297,7 +297,7 @@ def test_bad_output_is_a_finding_never_a_crash(impl, match):
 
 def test_wrong_dtype_is_bad_output_values_still_checked():
     _, d = reference(Loss("mse", scale=S))
-    r = verify_loss(Loss("mse", scale=S), derivative=lambda z, y: d(z, y).astype(np.float64))
+    r = verify_loss(Loss("mse", scale=S), derivative=lambda z, y: d(z, y).astype(np.float64), dtype="float32")
     assert r.categories() == ["bad_output"]
     assert "returned dtype float64; expected float32" in r.findings[0].message
 
@@ -385,7 +385,8 @@ def test_report_json_has_stable_keys():
     for key in ("ok", "subject", "summary", "kind", "reduction", "scale", "dtype", "max_error_ulps",
                 "bound_ulps_at_worst", "checksums", "findings"):
         assert key in out
-    assert out["ok"] is True and out["scale"] == "8" and out["dtype"] == "float32"
+    # One default dtype with verify and the CLI (float64); an exact integer scale is a JSON int.
+    assert out["ok"] is True and out["scale"] == 8 and out["dtype"] == "float64"
 
 
 # ----------------------------------------------------------------- bad input

@@ -116,6 +116,19 @@ class Finding:
         }
 
 
+def _cell_table(f: Finding) -> list[str]:
+    """One line per cell (its index, the exact expected and the observed value) when
+    a finding lists values cell by cell; else nothing."""
+    expected, observed = f.expected, f.observed
+    if not (f.cells and isinstance(expected, list) and isinstance(observed, list)
+            and len(f.cells) == len(expected) == len(observed)):
+        return []
+    rows = [("cell", "expected", "observed")] + [
+        (fmt_index(tuple(c)), readable(e), readable(o)) for c, e, o in zip(f.cells, expected, observed)]
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    return ["    " + "  ".join(v.ljust(n) for v, n in zip(r, widths)).rstrip() for r in rows]
+
+
 @dataclasses.dataclass(frozen=True)
 class Report:
     """The outcome of a verification.
@@ -150,7 +163,10 @@ class Report:
         lines = [f"subject: {self.subject}"]
         for f in self.findings:
             lines.append(f"- [{f.category}] {f.message}")
-            if f.expected is not None or f.observed is not None:
+            table = _cell_table(f)
+            if table:
+                lines.extend(table)
+            elif f.expected is not None or f.observed is not None:
                 lines.append(f"    expected: {readable(f.expected)}")
                 lines.append(f"    observed: {readable(f.observed)}")
             if f.detail and f.detail.get("traceback"):

@@ -163,7 +163,7 @@ def _impl(name: str, value: Any) -> LossImpl:
 
 
 def check_loss_family(
-    impls: Mapping[str, Any], scale: Any = 8, *, dtype: Any = "float32"
+    impls: Mapping[str, Any], scale: Any = 8, *, dtype: Any = "float64"
 ) -> FamilyTable:
     """Verify sibling loss implementations that share one loss scale S, as a table.
 

@@ -220,7 +220,7 @@ def verify_loss(
     pred: Any = None,
     label: Any = None,
     upstream: Any = None,
-    dtype: Any = "float32",
+    dtype: Any = "float64",
     timeout: float | None = DEFAULT_TIMEOUT,
 ) -> Report:
     """Check a loss derivative against the exact ``S·dL/dpred``; every fault a finding.
@@ -256,7 +256,9 @@ def verify_loss(
       pred, label, upstream: inputs; default :func:`symjac.losses.default_inputs`.
         They are rounded to ``dtype`` first and the exact analysis uses the rounded
         values. ``upstream`` only for ``reduction="none"``.
-      dtype: ``"float16"``, ``"float32"`` or ``"float64"``.
+      dtype: ``"float16"``, ``"float32"`` or ``"float64"`` (default float64, as
+        :func:`symjac.verify` and the command line; ask for float32 to check a
+        float32 layer's rounding).
       timeout: seconds each call of the implementation may take (None: no limit);
         a call that takes longer is a ``timeout`` finding.
 
@@ -451,9 +453,9 @@ def _check_values(out: np.ndarray | None, ex: _Expected, ev: LossEvaluation, dt:
 def _headline(loss: Loss, n: int, with_forward: bool, stats: dict[str, Any], findings: list[Finding]) -> str:
     if findings:
         cats = list(dict.fromkeys(f.category for f in findings))
-        return f"{loss.kind}: {len(findings)} finding(s) [{', '.join(cats)}]: {findings[0].message}"
+        return f"{loss.kind} in {stats['dtype']}: {len(findings)} finding(s) [{', '.join(cats)}]: {findings[0].message}"
     headline = (
-        f"{loss.kind}: {n} derivative values within the derived bound "
+        f"{loss.kind} in {stats['dtype']}: {n} derivative values within the derived bound "
         f"(worst {float(stats.get('max_error_ulps', 0)):.3g} ulp, bound there "
         f"{float(stats.get('bound_ulps_at_worst', 0)):.3g} ulp)"
     )

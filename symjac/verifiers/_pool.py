@@ -88,8 +88,8 @@ class _Verifier:
         y = self.forward(x)
         if y is None:
             return False
-        exact = exact_forward(g, ExactArray.from_any(x)).to_numpy(np.float64)
-        y_c, e_c = g.to_canonical(y, g.out_spatial), g.to_canonical(exact, g.out_spatial)
+        exact_y = exact_forward(g, ExactArray.from_any(x))
+        y_c, e_c = g.to_canonical(y, g.out_spatial), g.to_canonical(exact_y.to_numpy(np.float64), g.out_spatial)
         if g.spec.mode == "avg":
             xc = np.abs(g.to_canonical(x).astype(np.float64))
             mass = (np.where(g.valid, xc[:, np.where(g.valid, g.cells, 0)], 0.0)).sum(axis=2) / g.divisor
@@ -104,7 +104,8 @@ class _Verifier:
                 "forward_values", f"forward differs from the exact forward at {len(bad)} of {y_c.size} outputs: "
                                   f"{listing(names)}",
                 window=g.output_index(*bad[0].tolist()),
-                expected=[Fraction(float(e_c[b, w])) for b, w in bad[:MAX_LISTED].tolist()],
+                # the exact values (2/3), not the binary fractions of their float64 roundings
+                expected=[g.to_canonical(exact_y.to_fractions(), g.out_spatial)[b, w] for b, w in bad[:MAX_LISTED].tolist()],
                 observed=[float(y_c[b, w]) for b, w in bad[:MAX_LISTED].tolist()]))
         return not bad.size
 
@@ -260,9 +261,10 @@ class _Verifier:
         if missing and categories <= {"missing_windows", "not_fd_consistent"}:
             names = [fmt_index(self.g.output_index(b, w)) for b, w in missing]
             return (f"backward visits {total - len(missing)} of {total} output windows: {listing(names)} "
-                    f"get{'s' if len(missing) == 1 else ''} nothing; {_ratio(*mass)}")
+                    f"get{'s' if len(missing) == 1 else ''} nothing; {_ratio(*mass)} (in {self.dtype})")
         cats = list(dict.fromkeys(f.category for f in self.findings))
-        return f"{len(cats)} kind{'s' if len(cats) > 1 else ''} of finding ({', '.join(cats)}): {self.findings[0].message}"
+        return (f"{len(cats)} kind{'s' if len(cats) > 1 else ''} of finding ({', '.join(cats)}) in {self.dtype}: "
+                f"{self.findings[0].message}")
 
 
 def _inputs(spec: PoolSpec, dt: np.dtype[Any], input_shape: Any, x: Any, dy: Any,
@@ -272,6 +274,9 @@ def _inputs(spec: PoolSpec, dt: np.dtype[Any], input_shape: Any, x: Any, dy: Any
         raise InputError("give input_shape or x")
     if x is not None:
         raw = np.asarray(x)
+        if input_shape is not None and tuple(input_shape) != raw.shape:
+            raise InputError(f"input_shape={tuple(input_shape)!r} disagrees with x's shape {raw.shape}: give x alone "
+                             "(its shape is the input shape), or input_shape alone (generated inputs)")
         ExactArray.from_any(raw, "x")  # finite, numeric
         x_arr = raw.astype(dt)
         if not np.array_equal(x_arr.astype(np.float64), raw.astype(np.float64)):
@@ -301,7 +306,7 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any], forward: Callable[..
       backward: ``backward(x, dy) -> dx`` on NumPy arrays in the spec's layout/dtype.
       forward: optional ``forward(x) -> y``; enables the forward check and the
         finite-difference oracle.
-      input_shape: the full input shape; or give ``x``.
+      input_shape: the full input shape; or give ``x`` (both only if they agree).
       x: input values (default: small integers distinct within every window).
       dy: an upstream gradient for one more dense call, whose expected, observed
         and finite-difference gradients go in ``stats`` (the confirmation call always

@@ -1,0 +1,103 @@
+"""Readable findings: exact values as simple rationals, cells named with their values,
+missing windows reported as missing, the dtype in every headline, one default dtype."""
+
+import inspect
+import json
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import symjac
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+
+
+def test_forward_expected_value_is_the_simplest_rational():
+    # 1-D average over 3 cells of x = (1, 1, 0): y = 2/3 exactly (by hand). A forward
+    # returning 0.5 is wrong; the finding shows 2/3, not the float64's binary fraction.
+    spec = symjac.Pool("avg", (3,))
+    report = symjac.verify(spec, backward=lambda x, dy: np.repeat(dy / 3, 3, axis=-1).astype(x.dtype),
+                           forward=lambda x: np.full((1,), 0.5, x.dtype), x=[1.0, 1.0, 0.0])
+    finding = next(f for f in report.findings if f.category == "forward_values")
+    assert finding.expected == [Fraction(2, 3)]
+    assert "expected: [2/3]" in str(report) and "6004799503160661" not in str(report)
+    assert json.loads(report.to_json())["findings"][0]["expected"] == ["2/3"]
+
+
+def test_wrong_cells_name_each_cell_with_exact_and_observed_values():
+    # Max pool 2 over x = (3, 1) (1-D, by hand): the exact gradient goes to cell 0; this
+    # backward sends it to cell 1 instead.
+    spec = symjac.Pool("max", (2,))
+    report = symjac.verify(spec, backward=lambda x, dy: np.array([0.0, dy[0]], x.dtype), x=[3.0, 1.0])
+    finding = next(f for f in report.findings if f.category == "wrong_cells" and f.window is not None)
+    assert finding.cells == ((0,), (1,))
+    assert finding.expected == [1, 0] and all(isinstance(v, Fraction) for v in finding.expected)
+    doc = json.loads(report.to_json())
+    listed = next(f for f in doc["findings"] if f["category"] == "wrong_cells" and f["window"] is not None)
+    assert listed["expected"] == [1, 0] and listed["cells"] == [[0], [1]]  # ints, not '1' beside 0
+    text = str(report)
+    assert "    cell  expected  observed\n    (0)   1         0.0\n    (1)   0         1.0" in text, text
+
+
+def test_missing_window_is_reported_missing_not_as_a_huge_ulp_error():
+    import nntrainer_pool
+
+    spec = symjac.Pool("avg", 2, stride=1, padding="same")
+    report = symjac.verify(spec, backward=nntrainer_pool.buggy.backward, x=[[1.0, 2.0], [3.0, 4.0]])
+    # Seed 000: 3 of 4 windows missing; the one window that arrives is exact.
+    assert report.stats["windows_missing"] == 3 and report.stats["edges_missing"] == 5
+    assert report.stats["max_ulp_error"] == 0.0
+    assert "windows send no gradient" in str(report)
+
+
+def test_str_has_the_headline_once_and_details_follow():
+    import nntrainer_pool
+
+    spec = symjac.Pool("avg", 2, stride=1, padding="same")
+    report = symjac.verify(spec, backward=nntrainer_pool.buggy.backward, input_shape=(2, 2))
+    lines = str(report).splitlines()
+    assert lines[0] == f"FAIL: {report.summary()}" and str(report).count(report.summary()) == 1
+    assert lines[1].startswith("subject: Pool(") and report.details().splitlines()[0] == lines[1]
+    error = symjac.VerificationError(report)
+    assert str(error).splitlines()[0] == report.summary() and str(error).count(report.summary()) == 1
+
+
+def test_input_shape_and_x_must_agree():
+    import nntrainer_pool
+
+    spec = symjac.Pool("avg", 2, stride=1, padding="same")
+    x = [[1.0, 2.0], [3.0, 4.0]]
+    assert symjac.verify(spec, backward=nntrainer_pool.fixed.backward, x=x, input_shape=(2, 2)).ok
+    with pytest.raises(symjac.InputError, match=r"input_shape=\(3, 3\) disagrees with x's shape \(2, 2\)"):
+        symjac.verify(spec, backward=nntrainer_pool.fixed.backward, x=x, input_shape=(3, 3))
+
+
+def test_one_default_dtype_everywhere():
+    from symjac.cli._main import DEFAULT_DTYPE, build_parser
+
+    defaults = {fn.__name__: inspect.signature(fn).parameters["dtype"].default
+                for fn in (symjac.verify, symjac.verify_loss, symjac.check_loss_family)}
+    assert defaults == {"verify": "float64", "verify_loss": "float64", "check_loss_family": "float64"}
+    _, parsers = build_parser()
+    for name in ("verify", "graph", "sweep"):
+        assert parsers[name].get_default("dtype") == DEFAULT_DTYPE == "float64"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_every_headline_names_the_dtype(dtype):
+    import nntrainer_pool
+
+    spec = symjac.Pool("avg", 2, stride=1, padding="same")
+    for impl in (nntrainer_pool.fixed, nntrainer_pool.buggy):
+        report = symjac.verify(spec, backward=impl.backward, input_shape=(3, 3), dtype=dtype)
+        assert f"in {dtype}" in report.summary() and report.stats["dtype"] == dtype
+    loss = symjac.Loss("sigmoid_ce", scale=8)
+    for scale in (8, 1):  # with and without the loss scale (seed 003)
+        report = symjac.verify_loss(loss, derivative=lambda z, y, s=scale: (s * (1 / (1 + np.exp(-z)) - y)).astype(z.dtype),
+                                    pred=[0.0], label=[1.0], dtype=dtype)
+        assert report.ok == (scale == 8)
+        assert report.summary().startswith(f"sigmoid_ce in {dtype}: ") and report.stats["dtype"] == dtype
