@@ -3,7 +3,7 @@
 One test per fenced block, id ``<file>:<line>:<lang>``. The blocks of one Markdown
 file run in document order, in one subprocess (``python tests/test_docs.py --run``),
 inside a scratch directory holding copies of the repository's ``specs/`` and
-``examples/`` (relative paths in the docs work as from the repository root, and
+``examples/`` and ``contrib/`` (relative paths in the docs work as from the repository root, and
 nothing a block writes lands in the checkout). Documents run in parallel.
 
 Fence info strings: the language, then optional tags.
@@ -21,8 +21,8 @@ Fence info strings: the language, then optional tags.
   against the exact values; tag ``sweep`` loads it with ``symjac.cli._sweep.load_grid``
   instead. A comment ``# error: TEXT`` means loading must raise ``SpecError``
   with TEXT in its message.
-- ``c``: compiled with ``gcc -std=c99 -Wall -Wextra -pedantic -Werror`` (skipped
-  without gcc). Tag ``golden-reader``: the program is also run on every array of
+- ``c``: compiled with ``gcc -std=c99 -Wall -Wextra -pedantic -Werror -I contrib``
+  (skipped without gcc). Tag ``golden-reader``: the program is also run on every array of
   real ``symjac golden --format bin`` output and must print exactly its values.
 - ``file=NAME`` (any language): the block is also written to NAME in the scratch
   directory (``python`` file blocks are compiled, not executed).
@@ -266,7 +266,7 @@ def run_toml(block: Block, workdir: Path) -> str:
 # Seed 000 and 001, thirds (not dyadic: a reader printing too few digits fails), and losses (irrational values).
 GOLDEN_SPECS = ("specs/seeds/nntrainer_avgpool_same_2x2.toml", "specs/seeds/maxpool_ties.toml",
                 "specs/conventions/torch_ceil_include_pad.toml", "specs/seeds/loss_scale_family.toml")
-C_TYPES = {"<f8": "f8", "<f4": "f4", "<i8": "i8"}
+C_TYPES = {"<f8": "f8", "<f4": "f4", "<f2": "f2", "<i8": "i8"}
 
 
 def run_c(block: Block, workdir: Path) -> str:
@@ -279,7 +279,8 @@ def run_c(block: Block, workdir: Path) -> str:
         src = tmp_path / name
         src.write_text(block.text, encoding="utf-8")
         exe = tmp_path / Path(name).stem
-        proc = subprocess.run([gcc, "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "-o", str(exe), str(src)],
+        proc = subprocess.run([gcc, "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "-I", str(ROOT / "contrib"),
+                               "-o", str(exe), str(src)],
                               capture_output=True, text=True)
         if proc.returncode:
             raise AssertionError(f"gcc failed:\n{proc.stderr}")
@@ -294,7 +295,8 @@ def check_golden_reader(exe: Path, out: Path) -> int:
 
     for spec in GOLDEN_SPECS:
         subprocess.run([sys.executable, "-m", "symjac", "golden", str(ROOT / spec), "--out", str(out),
-                        "--format", "json,bin"], check=True, capture_output=True, env=_env())
+                        "--format", "json,bin", "--dtype", "float16,float32,float64"], check=True, capture_output=True,
+                       env=_env())
     checked = 0
     for index in sorted(out.glob("*/index.json")):
         exact = json.loads(index.parent.with_suffix(".json").read_text())["arrays"]
@@ -309,9 +311,10 @@ def check_golden_reader(exe: Path, out: Path) -> int:
             if printed.shape != stored.shape or not np.array_equal(printed, stored):
                 raise AssertionError(f"{entry['file']}: C printed {printed.tolist()}, the file holds {stored.tolist()}")
             base, _, dtype = array.partition(".")
-            if dtype in ("", "float64"):  # the JSON file: exact ints, and float64 values
-                reference = exact[base]["values" if not dtype else "float64"]
-                if printed.tolist() != reference:
+            if dtype in ("", "float16", "float32", "float64"):  # the JSON file: exact ints, and each dtype's values
+                reference = exact[base]["values" if not dtype else dtype]
+                reference = reference if isinstance(reference, list) else [reference]  # a scalar loss value
+                if printed.astype(np.float64 if dtype else np.int64).tolist() != reference:
                     raise AssertionError(f"{entry['file']}: C printed {printed.tolist()}, the JSON golden says {reference}")
             checked += 1
     if checked < 40:
@@ -368,7 +371,7 @@ def run_document(path: Path, workdir: Path) -> dict[int, dict[str, str]]:
 
 def _scratch(base: Path) -> Path:
     base.mkdir(parents=True, exist_ok=True)
-    for name in ("specs", "examples"):
+    for name in ("specs", "examples", "contrib"):
         shutil.copytree(ROOT / name, base / name, ignore=shutil.ignore_patterns("__pycache__"))
     return base
 

@@ -66,8 +66,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return EXIT_FINDING if failed else EXIT_OK
     for case, report in reports:
         summary = report.summary()
-        summary = summary[len(case.name) + 2:] if summary.startswith(f"{case.name}: ") else summary
-        print(f"{'PASS' if report.ok else 'FAIL'} {case.name}: {summary}")
+        named = summary.startswith((f"{case.name}: ", f"{case.name} in "))  # a loss headline starts with its kind
+        print(f"{'PASS' if report.ok else 'FAIL'} {summary if named else f'{case.name}: {summary}'}")
         if not report.ok and args.verbose:
             print(report.details())
     for case, reason in skipped:
@@ -281,9 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     parser, parsers = build_parser()
     try:
         args, extra = parser.parse_known_args(argv)
-        if isinstance(getattr(args, "spec", None), list):  # spec paths after an option: a b --impl X c
-            args.spec += [e for e in extra if not e.startswith("-")]
-            extra = [e for e in extra if e.startswith("-")]
+        if isinstance(getattr(args, "spec", None), list) and not any(e.startswith("-") for e in extra):
+            args.spec += extra  # spec paths after an option: a b --impl X c
+            extra = []
         if extra:  # the subcommand's usage, not the top level's
             parsers[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:  # argparse already printed its usage line

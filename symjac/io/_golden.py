@@ -134,12 +134,13 @@ def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
 BOUND_NOTE = ("max_abs_error[dtype] bounds |implementation - golden[dtype]| for a correct implementation computing in "
               "dtype from the golden inputs: gamma(k) * M (Higham), gamma(k) = k*u/(1 - k*u), u the unit roundoff, "
               "M the sum of |terms| of the entry and k = (number of terms) + 3 (input rounding, weight and product, "
-              "the golden value's own rounding); inputs have k = 1; max_ulp is max_abs_error in ULPs of golden[dtype]")
+              "the golden value's own rounding); inputs (x, dy) have none; max_ulp is max_abs_error in ULPs of golden[dtype]")
 
 
 def _pool_magnitudes(qs: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per float quantity of a pooling case: (M, k), the sum of |terms| of each entry
-    and its number of rounded operations (see :data:`BOUND_NOTE`)."""
+    """Per computed quantity of a pooling case: (M, k), the sum of |terms| of each entry
+    and its number of rounded operations (see :data:`BOUND_NOTE`). Inputs (x, dy)
+    have no bound: they are given, not computed."""
     rows, cols = qs["jac_rows"], qs["jac_cols"]
     weights = np.abs(qs["jac_values"].astype(np.float64))
     x, dy = (np.abs(qs[k].astype(np.float64)).reshape(-1) for k in ("x", "dy"))
@@ -150,7 +151,7 @@ def _pool_magnitudes(qs: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, n
         np.add.at(count, at, 1)
         return mass, count + 3
 
-    out = {k: (np.abs(qs[k].astype(np.float64)).reshape(-1), np.ones(qs[k].size)) for k in ("x", "dy")}
+    out = {}
     out["y"] = gather(qs["y"].size, rows, weights * x[cols])
     out["dx"] = gather(qs["dx"].size, cols, weights * dy[rows])
     out["jac_values"] = (weights, np.full(weights.size, 3.0))
