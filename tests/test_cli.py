@@ -234,9 +234,9 @@ def test_verify_verbose_prints_the_headline_once():
     assert r.returncode == 1
     headline = "backward visits 1 of 4 output windows"
     assert r.stdout.count(headline) == 1, r.stdout
-    # Exact values are bare numbers: 1/2 and 1, not '1/2' and '1'.
-    assert "    expected: [1/2, 1/2]" in r.stdout and "    expected: [1]" in r.stdout and "'" not in r.stdout.split(
-        "subject:")[1].split("\n", 1)[1]
+    # Each cell named with its exact value, a bare number (1/2, 1), not '1/2' or '1'.
+    assert "    cell   expected  observed\n    (0,1)  1/2       0.0\n    (1,1)  1/2       0.0" in r.stdout
+    assert "    (1,1)  1         0.0" in r.stdout and "'" not in r.stdout.split("subject:")[1].split("\n", 1)[1]
 
 
 # ------------------------------------------------------------ help, version, usage

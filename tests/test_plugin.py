@@ -140,7 +140,7 @@ def test_symjac_case_verifies_pool_and_loss_cases(pytester):
                                  "E * subject: Pool(mode='avg'*",
                                  "E * - ?missing_windows? 3 of 4 windows send no gradient: (0,1), (1,0), (1,1)"])
     assert result.stdout.str().count("backward visits 1 of 4 output windows") == 1
-    result.stdout.fnmatch_lines(["E * symjac.VerificationError: sigmoid_ce: *missing loss scale*"])
+    result.stdout.fnmatch_lines(["E * symjac.VerificationError: sigmoid_ce in float32: *missing loss scale*"])
 
 
 def test_assert_loss_matches():

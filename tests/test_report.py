@@ -101,3 +101,19 @@ def test_every_headline_names_the_dtype(dtype):
                                     pred=[0.0], label=[1.0], dtype=dtype)
         assert report.ok == (scale == 8)
         assert report.summary().startswith(f"sigmoid_ce in {dtype}: ") and report.stats["dtype"] == dtype
+
+
+def test_loss_expected_values_are_exact_where_they_are_short_binary_fractions():
+    # Seed 003: sigmoid_ce with S = 8 at z = 0, y = 1 (mean over one element): the exact
+    # derivative is 8 * (sigmoid(0) - 1) = -4 (by hand); a derivative missing S gives -1/2.
+    # At z = 1, y = 0: 8 * sigmoid(1) / 2 is irrational, shown as decimal digits.
+    loss = symjac.Loss("sigmoid_ce", scale=8)
+    report = symjac.verify_loss(loss, derivative=lambda z, y: (1 / (1 + np.exp(-z)) - y) / z.size, pred=[0.0, 1.0],
+                                label=[1.0, 0.0])
+    expected = json.loads(report.to_json())["findings"][0]["expected"]
+    assert expected[0] == -2  # 8 * (1/2 - 1) / 2 elements
+    import mpmath
+
+    with mpmath.workdps(30):
+        assert expected[1] == mpmath.nstr(4 / (1 + mpmath.exp(-1)), 17)
+    assert "expected: [-2, 2.9242343145200195]" in str(report)

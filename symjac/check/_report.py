@@ -64,7 +64,24 @@ def jsonable(value: Any) -> Any:
         return [jsonable(v) for v in value]
     if getattr(value, "is_Integer", False):  # SymPy integers, as Fractions
         return int(value)
+    if hasattr(value, "_mpf_"):  # an mpmath value: exact when it is a short binary fraction
+        return _mpf_json(value)
     return str(value)  # SymPy numbers and anything else: their exact text
+
+
+def _mpf_json(value: Any) -> Any:
+    """An mpmath number as its exact value (``-4``, ``"3/4"``) when that is a short
+    binary fraction (at most 32 significant bits, denominator at most 2^64), else its
+    first 17 significant digits (a rounded irrational such as log 2)."""
+    sign, man, exp, _ = value._mpf_
+    if man and -64 <= exp and int(man).bit_length() <= 32:
+        f = Fraction((-1) ** sign * int(man)) * Fraction(2) ** int(exp)
+        return jsonable(f)
+    if not man:
+        return 0 if exp == 0 else str(value)  # zero, or inf/nan (special mpf values)
+    import mpmath
+
+    return str(mpmath.nstr(value, 17))
 
 
 def readable(value: Any) -> str:
