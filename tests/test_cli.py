@@ -329,3 +329,15 @@ def test_graph_slice_of_a_batched_input(tmp_path):
     assert r.returncode == 2 and "--slice 1,0 is outside the input (1, 4, 4, 3): N has 1 and C 3 entries" in r.stderr
     r = symjac("graph", "specs/conventions/channels_last.toml", "--out", str(tmp_path / "g.png"), "--slice", "x")
     assert r.returncode == 2 and "give two indices n,c" in r.stderr
+
+
+def test_golden_and_explain_take_globs_directories_and_selection(tmp_path):
+    r = symjac("explain", "specs/seeds/textbook_*.toml")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("textbook_4x4_avg: Pool(") and "\n\ntextbook_4x4_max: Pool(" in r.stdout
+    out = tmp_path / "g"
+    r = symjac("golden", "specs/seeds", "--case", "maxpool_ties_3x3", "-k", "ties", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(out / "maxpool_ties_3x3.json")]
+    r = symjac("golden", "specs/seeds", "--out", str(out), "--format", "json")
+    assert r.returncode == 0 and len(r.stdout.split()) == 10  # 5 pooling cases + the 5-case loss family
