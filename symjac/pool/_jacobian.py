@@ -20,6 +20,7 @@ from symjac._errors import InputError, SpecError
 from symjac._exact import ExactArray, _int_array
 from symjac.pool._geometry import Geometry, resolve
 from symjac.pool._spec import PoolSpec, check_pool_spec
+from symjac.pool._beta import Tie
 from symjac.pool._symbolic import check_tie, policy_weights, tie_members, window_classes
 
 
@@ -52,7 +53,7 @@ def _input(geometry_or_spec: Any, x: Any, name: str = "x") -> tuple[Geometry, Ex
     return resolve(spec, exact.shape), exact
 
 
-def routes(geometry: Geometry, x: ExactArray | None, tie: str = "first") -> Routes:
+def routes(geometry: Geometry, x: ExactArray | None, tie: Tie = "first") -> Routes:
     """The exact routes of ``geometry``; max pooling needs ``x`` to find its ties."""
     out: list[Route] = []
     if geometry.spec.mode == "avg":
@@ -116,6 +117,7 @@ class SparseJacobian:
       output_shape / input_shape: the full shapes in the spec's layout.
       rows, cols, value_ids: (nnz,) int64, sorted by (row, col).
       table: distinct exact values.
+      spec: the pooling spec it is the Jacobian of (for :func:`symjac.in_clarke_set`).
     """
 
     output_shape: tuple[int, ...]
@@ -124,6 +126,7 @@ class SparseJacobian:
     cols: np.ndarray
     value_ids: np.ndarray
     table: tuple[sympy.Rational, ...]
+    spec: Any = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -191,10 +194,11 @@ def _sparse(r: Routes) -> SparseJacobian:
     order = np.lexsort((col, row))
     distinct, ids = np.unique(weight, return_inverse=True)
     table = tuple(sympy.Rational(int(v), r.q) for v in distinct)
-    return SparseJacobian(g.output_shape, g.input_shape, row[order], col[order], ids.reshape(-1)[order], table)
+    return SparseJacobian(g.output_shape, g.input_shape, row[order], col[order], ids.reshape(-1)[order], table,
+                          spec=g.spec)
 
 
-def jacobian(spec: PoolSpec, x: Any, *, tie: str = "first") -> SparseJacobian:
+def jacobian(spec: PoolSpec, x: Any, *, tie: Tie = "first") -> SparseJacobian:
     """The exact Jacobian of ``spec`` at ``x`` (or at any x, for average pooling).
 
     Args:
@@ -202,26 +206,37 @@ def jacobian(spec: PoolSpec, x: Any, *, tie: str = "first") -> SparseJacobian:
       x: the input values (array-like, in the spec's layout), or for average
         pooling just the input shape as a tuple of ints.
       tie: max pooling at ties: ``"first"`` (row-major first maximum: PyTorch, TF,
-        JAX, ONNX Runtime), ``"last"``, or ``"split"`` (1/|I| to each of the |I|
-        tied cells, the minimal-norm element of the Clarke Jacobian).
+        JAX, ONNX Runtime), ``"last"``, ``"split"`` (1/|I| to each of the |I|
+        tied cells, the minimal-norm element of the Clarke Jacobian), or
+        :class:`symjac.Beta` ``(b)``: J_b = b·J_split + (1 − b)·J_first.
+        Power-average (``"lp"``) pooling has no ties: its entries are exact
+        algebraic numbers and ``spec.zero_window`` gives the rows where S = 0.
 
     Raises:
       SpecError: the spec does not fit the shape.
       InputError: x is not exact-convertible, or max pooling was given only a shape.
     """
-    check_tie(tie)
+    tie = check_tie(tie)
     geometry, exact = _input(spec, x)
+    if geometry.spec.mode == "lp":
+        from symjac.pool._lp import lp_jacobian
+
+        return lp_jacobian(geometry, exact)
     return _sparse(routes(geometry, exact, tie))
 
 
-def vjp(spec: PoolSpec, x: Any, dy: Any, *, tie: str = "first") -> np.ndarray:
+def vjp(spec: PoolSpec, x: Any, dy: Any, *, tie: Tie = "first") -> np.ndarray:
     """The exact input gradient ``J(x)^T dy``, an object array of SymPy rationals.
 
     ``x`` may be an input shape (tuple of ints) for average pooling.
     """
-    check_tie(tie)
+    tie = check_tie(tie)
     geometry, exact = _input(spec, x)
     g = _check_dy(geometry, dy)
+    if geometry.spec.mode == "lp":
+        from symjac.pool._lp import lp_vjp
+
+        return lp_vjp(geometry, exact, g)
     return _apply(routes(geometry, exact, tie), g, transpose=True).to_sympy()
 
 
@@ -241,6 +256,10 @@ def forward(spec: PoolSpec, x: Any) -> np.ndarray:
     geometry, exact = _input(spec, x)
     if exact is None:
         raise InputError("forward needs the input values, not only a shape")
+    if geometry.spec.mode == "lp":
+        from symjac.pool._lp import exact_forward as lp_forward
+
+        return lp_forward(geometry, exact)
     return exact_forward(geometry, exact).to_sympy()
 
 
@@ -249,7 +268,7 @@ def exact_forward(geometry: Geometry, x: ExactArray) -> ExactArray:
     return _apply(routes(geometry, x, "first"), x, transpose=False)
 
 
-def exact_vjp(geometry: Geometry, x: ExactArray | None, dy: ExactArray, tie: str = "first") -> ExactArray:
+def exact_vjp(geometry: Geometry, x: ExactArray | None, dy: ExactArray, tie: Tie = "first") -> ExactArray:
     """Exact input gradient on exact arrays (for other stages)."""
     return _apply(routes(geometry, x, tie), dy, transpose=True)
 

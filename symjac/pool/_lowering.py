@@ -18,6 +18,7 @@ import numpy as np
 from symjac._errors import InputError
 from symjac.pool._geometry import Geometry, resolve
 from symjac.pool._spec import PoolSpec, check_pool_spec
+from symjac.pool._beta import Tie
 from symjac.pool._symbolic import check_tie, policy_weights, tie_members, window_classes
 
 FLOAT_DTYPES = (np.float16, np.float32, np.float64)
@@ -46,6 +47,10 @@ class Lowered:
         """Pooling forward in x's dtype (float16/32/64), x in the spec's layout."""
         g = self.geometry
         x = _check_float("x", x, g.input_shape)
+        if g.spec.mode == "lp":
+            from symjac.pool._lp import lowered_forward
+
+            return lowered_forward(g, x)
         xc = g.to_canonical(x)
         y = np.empty((g.batch, g.n_out), dtype=x.dtype)
         for c in window_classes(g):
@@ -53,12 +58,16 @@ class Lowered:
             y[:, c.windows] = c.template.forward_numpy(*slots)
         return g.from_canonical(y)
 
-    def vjp(self, x: Any, dy: Any, tie: str = "first") -> np.ndarray:
+    def vjp(self, x: Any, dy: Any, tie: Tie = "first") -> np.ndarray:
         """Input gradient ``J(x)^T dy`` in x's dtype; ``tie`` as for :func:`symjac.jacobian`."""
-        check_tie(tie)
+        tie = check_tie(tie)
         g = self.geometry
         x = _check_float("x", x, g.input_shape)
         dy = _check_float("dy", dy, g.output_shape).astype(x.dtype, copy=False)
+        if g.spec.mode == "lp":
+            from symjac.pool._lp import lowered_vjp
+
+            return lowered_vjp(g, x, dy)
         xc, dyc = g.to_canonical(x), g.to_canonical(dy, g.out_spatial)
         dx = np.zeros((g.batch, g.n_in), dtype=x.dtype)
         for c in window_classes(g):

@@ -16,6 +16,9 @@ from typing import Any
 from symjac._errors import SpecError, did_you_mean
 
 MODES = ("max", "avg")
+#: Pool (not adaptive or global) also takes ``"lp"``: power-average (norm) pooling.
+POOL_MODES = MODES + ("lp",)
+ZERO_WINDOW_POLICIES = ("zero", "one")
 PADDING_MODES = ("valid", "same", "same_lower")
 DIVISOR_RULES = ("exclude_pad", "include_pad")
 LAYOUTS = ("channels_first", "channels_last")
@@ -109,12 +112,34 @@ def _choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
     return str(value)
 
 
+def _check_lp(spec: Pool) -> None:
+    """``p`` and ``zero_window`` belong to lp pooling, which has PyTorch's lp_pool geometry."""
+    zero = _choice("zero_window", spec.zero_window, ZERO_WINDOW_POLICIES)
+    if spec.mode != "lp":
+        if spec.p is not None or zero != "zero":
+            raise SpecError(f"p={spec.p!r} / zero_window={zero!r} are only meaningful for mode='lp'; "
+                            f"leave them unset for mode={spec.mode!r}")
+        return
+    if not _is_int(spec.p) or spec.p < 1:  # type: ignore[operator]
+        raise SpecError(f"p={spec.p!r} is not valid for mode='lp': give an integer power >= 1 (2 is norm pooling)")
+    # torch.nn.functional.lp_pool1d/2d take no padding or dilation; their ceil-mode
+    # overhang windows are scaled by kernel/valid cells, which is not an lp norm.
+    if spec.padding != "valid" and spec.padding != ((0, 0),) * spec.rank:
+        raise SpecError(f"padding={spec.padding!r} is not valid for mode='lp': lp pooling (PyTorch lp_pool) "
+                        "has no padding; give padding='valid'")
+    if spec.dilation != (1,) * spec.rank or spec.ceil_mode:
+        raise SpecError("mode='lp' takes no dilation and no ceil_mode (PyTorch lp_pool's geometry); "
+                        "leave them at 1 and False")
+    object.__setattr__(spec, "p", int(spec.p))  # type: ignore[arg-type]
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Pool:
-    """Max or average pooling over 1, 2 or 3 spatial dimensions.
+    """Max, average or power-average (lp) pooling over 1, 2 or 3 spatial dimensions.
 
     Args:
-      mode: ``"max"`` or ``"avg"``.
+      mode: ``"max"``, ``"avg"`` or ``"lp"`` (PyTorch ``lp_pool``:
+        y = (sum of x^p over the window)^(1/p); ``p=2`` is norm pooling).
       kernel: window size: one int per spatial dimension (the rank is taken from
         here: ``(k,)`` is 1-D, ``(k, k, k)`` 3-D); a bare int means ``(k, k)``.
       stride: step between windows; ``None`` means ``kernel``.
@@ -131,6 +156,9 @@ class Pool:
         ceil-mode overhang does not) or a positive int (``divisor_override``).
       layout: ``"channels_first"`` (N, C, *spatial) or ``"channels_last"``
         (N, *spatial, C).
+      p: for ``"lp"``: the power, an integer >= 1 (PyTorch's ``norm_type``).
+      zero_window: for ``"lp"`` with p >= 2: the Jacobian row where the window's
+        power sum is 0 (the nonsmooth point): ``"zero"`` (PyTorch) or ``"one"``.
 
     Raises:
       SpecError: a field is invalid; the message names it and what is valid.
@@ -144,10 +172,12 @@ class Pool:
     ceil_mode: bool = dataclasses.field(default=False, kw_only=True)
     divisor: str | int = dataclasses.field(default="exclude_pad", kw_only=True)
     layout: str = dataclasses.field(default="channels_first", kw_only=True)
+    p: int | None = dataclasses.field(default=None, kw_only=True)
+    zero_window: str = dataclasses.field(default="zero", kw_only=True)
 
     def __post_init__(self) -> None:
         put = object.__setattr__
-        put(self, "mode", _choice("mode", self.mode, MODES))
+        put(self, "mode", _choice("mode", self.mode, POOL_MODES))
         kernel = _rank_of("kernel", self.kernel)
         rank = len(kernel)
         put(self, "kernel", kernel)
@@ -172,6 +202,17 @@ class Pool:
             raise SpecError(f"divisor={self.divisor!r} is only meaningful for mode='avg'; leave it unset for max pooling")
         put(self, "divisor", divisor)
         put(self, "layout", _choice("layout", self.layout, LAYOUTS))
+        _check_lp(self)
+
+    def __repr__(self) -> str:
+        # p and zero_window appear only for lp pooling, so other specs keep their text
+        # (reports and golden-data hashes quote it).
+        fields = [f"mode={self.mode!r}", f"kernel={self.kernel!r}", f"stride={self.stride!r}",
+                  f"padding={self.padding!r}", f"dilation={self.dilation!r}", f"ceil_mode={self.ceil_mode!r}",
+                  f"divisor={self.divisor!r}", f"layout={self.layout!r}"]
+        if self.mode == "lp":
+            fields += [f"p={self.p!r}", f"zero_window={self.zero_window!r}"]
+        return f"Pool({', '.join(fields)})"
 
     @property
     def rank(self) -> int:

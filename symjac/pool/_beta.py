@@ -1,0 +1,110 @@
+"""The β family of max-pooling Jacobians (seed 001) and Clarke-set membership.
+
+Seed 001's public code builds a max pooling whose forward is
+``β·split_pool(x) + (1 − β)·max_pool(x)``: the max either way, so its backward is
+
+    J_β = β·J_split + (1 − β)·J_first.
+
+On a window whose maximum is attained on the tie set I (first maximal cell f,
+row-major), row ``J_β`` holds ``1 − β + β/|I|`` at f, ``β/|I|`` at the other cells
+of I and 0 elsewhere; it sums to 1 for every β. β = 0 is PyTorch's choice (first),
+β = 1 the minimal-norm element (split). The Clarke Jacobian of a tied window is
+the convex hull of the one-hot rows of I, i.e. rows >= 0 supported on I that sum
+to 1, so the row is in it exactly when
+
+    β/|I| >= 0  and  1 − β + β/|I| >= 0   <=>   0 <= β <= |I|/(|I| − 1).
+
+Untied windows (|I| = 1) get the one-hot row for every β. So J_β is a Clarke
+element at x iff β >= 0 and β <= |I|/(|I| − 1) for the largest tie set: every β in
+[0, 1] always is, β = 3/2 still is where ties have three cells, and β = 3 is not
+at any tie (the limit is 2 for a pair and falls to 1 as |I| grows).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from symjac._errors import InputError
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Beta:
+    """A tie policy of max pooling: J_β = β·J_split + (1 − β)·J_first (seed 001).
+
+    Args:
+      value: any real β, exact: an int, a Fraction, a string such as ``"1/2"``
+        or ``"0.25"``, a SymPy rational, or a float (its exact binary value).
+
+    Raises:
+      InputError: ``value`` is not a finite real rational number.
+
+    Examples:
+      ``Beta(0)`` routes like ``tie="first"``, ``Beta(1)`` like ``tie="split"``;
+      ``Beta("1/2")`` puts 1/2 + 1/(2|I|) on the first tied cell.
+    """
+
+    value: Fraction
+
+    def __post_init__(self) -> None:
+        from symjac._exact import to_fraction
+
+        object.__setattr__(self, "value", to_fraction(self.value, "Beta(value)"))
+
+    def __str__(self) -> str:
+        return f"beta:{self.value}"
+
+    def clarke_limit(self, size: int) -> Fraction:
+        """The largest β for which a tie set of ``size`` >= 2 cells stays in the Clarke set."""
+        return Fraction(size, size - 1)
+
+    def in_clarke(self, size: int) -> bool:
+        """Whether the J_β row of a window tied on ``size`` cells is a Clarke element."""
+        return size < 2 or 0 <= self.value <= self.clarke_limit(size)
+
+
+#: A max-pooling tie policy: ``"first"``, ``"last"``, ``"split"`` or a :class:`Beta`.
+Tie = str | Beta
+
+
+def parse_tie(tie: Any, allowed: tuple[str, ...]) -> Tie:
+    """A tie policy from a name, a :class:`Beta`, or the text ``"beta:<b>"`` (spec files, CLI).
+
+    Raises:
+      InputError: anything else; the message lists what is valid.
+    """
+    if isinstance(tie, Beta):
+        return tie
+    if isinstance(tie, str) and tie.startswith("beta:"):
+        from symjac._exact import to_fraction
+
+        return Beta(to_fraction(tie[len("beta:"):], "tie"))
+    if isinstance(tie, str) and tie in allowed:
+        return tie
+    raise InputError(f"tie={tie!r} is not valid: give one of {', '.join(map(repr, allowed))}, "
+                     "symjac.Beta(b) or 'beta:<b>' (e.g. 'beta:1/2')")
+
+
+def beta_weights(member: np.ndarray, beta: Beta) -> tuple[np.ndarray, int]:
+    """Integer routing weights over a common denominator for J_β.
+
+    With β = a/c and split weights ``s/q`` (``s = q/|I|`` on tied cells), the row is
+    ``(a·s + (c − a)·q·f) / (c·q)`` with ``f`` the one-hot first-maximum row.
+
+    Returns:
+      (weights, q): ``weights / q`` is each window's row; weights may be negative.
+    """
+    from symjac.pool._symbolic import policy_weights
+
+    split, q_split = policy_weights(member, "split")
+    first, _ = policy_weights(member, "first")
+    a, c = beta.value.numerator, beta.value.denominator
+    q = c * q_split
+    if max(abs(a), abs(c - a), 1) * q < 2**62:
+        weights = a * split + (c - a) * q_split * first
+    else:  # huge β denominators: exact Python ints
+        weights = a * split.astype(object) + (c - a) * q_split * first.astype(object)
+    return weights, q

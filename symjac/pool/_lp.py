@@ -1,0 +1,325 @@
+"""Power-average (lp) pooling: exact algebraic forward and Jacobian, NumPy lowering, rounding bounds.
+
+PyTorch's ``lp_pool1d/2d`` compute ``(sign(S)·relu(|S|))^(1/p)`` with
+``S = k·avg(x^p) = Σ_window x^p``; since ``sign(S)·relu(|S|) = S`` this is
+
+    y = S^(1/p),   S = Σ_i x_i^p          (p = 2: norm pooling, seed 001)
+
+defined where S >= 0 (PyTorch returns NaN where S < 0 and p != 1; p = 1 is the
+window sum for any sign). Its derivative off S = 0 is
+
+    ∂y/∂x_i = x_i^(p-1) · S^(1/p - 1)      (p = 2: x_i/‖x‖; p = 1: 1 everywhere)
+
+and with x = num/D exactly, ``∂y/∂x_i = num_i^(p-1) · S_num^((1-p)/p)`` (degree 0:
+D cancels), an algebraic number SymPy keeps exact (2/√5 stays ``2*sqrt(5)/5``).
+
+**Zero windows.** For p >= 2 the point S = 0 is nonsmooth; the spec's
+``zero_window`` gives the row there: ``"zero"`` (PyTorch: "if the sum of all inputs
+to the power of p is zero, the gradient is set to zero") or ``"one"``, the two
+variants of seed 001. For even p, S = 0 means an all-zero window, where y is the
+p-norm, Lipschitz, with Clarke set the dual unit ball {g : ‖g‖_q <= 1},
+q = p/(p-1): "zero" is in it, "one" (‖1‖_q = n^(1/q)) only for a one-cell window.
+For odd p >= 3, y is not locally Lipschitz at S = 0 (its gradient x_i^2/y^2 grows
+without bound near S = 0 along mixed signs), so no Clarke set exists there. For
+p = 1 the map is linear: the row is all ones everywhere and ``zero_window`` does
+not apply (PyTorch's backward returns 0 where S = 0 for p = 1: it differentiates
+``sign(S)·relu(|S|)``, whose derivative it takes as 0 at S = 0).
+
+**Rounding bounds** (float, unit roundoff u, ``γ_k = k·u/(1 - k·u)``), for the
+PyTorch algorithm and symjac's lowering alike. Forward: each ``x_i^p`` is within
+``γ_p`` relative (p - 1 products, or libm pow within 2 ulp), the n-term sum and
+PyTorch's ``/k``, ``·k`` within ``γ_{n+1}``, so ``|Ŝ - S| <= E_S = γ_{p+n+1}·Σ|x_i|^p``
+and ``Ŝ = S(1 + η)``, ``|η| <= E_S/S``. The exponent ``r̂ = fl(1/p)`` is within
+``u_r = u`` relative (0 if p is a power of two), and pow rounds within 2u::
+
+    |ŷ - y| <= y·[(1 + 2u)·exp(u_r·|ln Ŝ|/p)·(1 + |η|/(p(1 - |η|))) - 1]
+
+(``(1 + η)^(1/p)`` moves by at most ``|η|/(p(1 - |η|))``). Gradient: PyTorch forms
+``dy · r̂·Â^(fl(r̂ - 1)) · k · (1/k) · p·x_i^(p-1)``: at most ``9 + p`` roundings
+(``γ_{9+p}``), the exponent ``e = 1/p - 1`` off by ``|δ_e| <= u·(|e| + 1/p)``, and
+``(1 + η)^e`` within ``|e|·|η|/(1 - |η|)``::
+
+    |ĝ - g| <= |g|·[(1 + γ_{9+p})·(1 + u_r)·(1 + |e||η|/(1 - |η|))·exp(|δ_e|·|ln Ŝ|) - 1]
+
+where ``|η| >= 1/2`` (S near 0 relative to Σ|x|^p, possible for odd p only) the
+bound is not claimed and the comparison is skipped (reported as such).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import sympy
+
+from symjac._errors import InputError
+from symjac._exact import ExactArray, round_fraction
+from symjac.pool._geometry import Geometry
+from symjac.pool._jacobian import SparseJacobian
+
+UNIT_ROUNDOFF = {np.dtype(np.float16): 2.0**-11, np.dtype(np.float32): 2.0**-24, np.dtype(np.float64): 2.0**-53}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Windows:
+    """The exact power sums of every window: numerators over ``den``.
+
+    Attributes:
+      num: (batch, W, K) object array of Python ints, the window cells' numerators.
+      power_sum: (batch, W) object array, ``S_num = Σ num_i^p`` (S = S_num / den^p).
+      den: the common denominator of x.
+    """
+
+    num: np.ndarray
+    power_sum: np.ndarray
+    den: int
+
+
+def power(g: Geometry) -> int:
+    """The spec's p."""
+    p = getattr(g.spec, "p", None)
+    assert isinstance(p, int), "lp pooling spec without p"
+    return p
+
+
+def _cells(g: Geometry) -> np.ndarray:
+    # lp windows are full (valid padding, no dilation, no ceil overhang): every slot is a cell.
+    assert g.valid.all()
+    return g.cells
+
+
+def windows(g: Geometry, x: ExactArray) -> Windows:
+    """Exact power sums; raises where PyTorch's lp_pool is undefined (S < 0, p >= 2)."""
+    p = power(g)
+    num = g.to_canonical(x.num).astype(object)[:, _cells(g)]
+    power_sum = (num ** p).sum(axis=-1) if num.shape[-1] else np.zeros(num.shape[:2], dtype=object)
+    negative = np.argwhere(power_sum < 0)
+    if p > 1 and negative.size:
+        b, w = negative[0].tolist()
+        raise InputError(f"lp pooling with p={p} is undefined where the window's power sum is negative "
+                         f"(PyTorch returns NaN): output {g.output_index(b, w)} has Σ x^{p} < 0")
+    return Windows(num, power_sum, x.den)
+
+
+def _root(s_num: int, p: int) -> sympy.Expr:
+    return sympy.Integer(s_num) if p == 1 else sympy.root(sympy.Integer(s_num), p)
+
+
+def exact_forward(g: Geometry, x: ExactArray) -> np.ndarray:
+    """y = S^(1/p) per window, an object array of exact SymPy algebraic numbers."""
+    p = power(g)
+    w = windows(g, x)
+    cache: dict[int, sympy.Expr] = {}
+    out = np.empty(w.power_sum.shape, dtype=object)
+    for idx, s in np.ndenumerate(w.power_sum):
+        if s not in cache:
+            cache[s] = _root(int(s), p) / w.den
+        out[idx] = cache[s]
+    return g.from_canonical(out)
+
+
+def row_values(g: Geometry, w: Windows) -> np.ndarray:
+    """(batch, W, K) exact ∂y_w/∂x at each window cell, SymPy algebraic numbers."""
+    p = power(g)
+    out = np.empty(w.num.shape, dtype=object)
+    if p == 1:
+        out[...] = sympy.Integer(1)
+        return out
+    zero_row = sympy.Integer(1 if g.spec.zero_window == "one" else 0)  # type: ignore[union-attr]
+    factor: dict[int, sympy.Expr] = {}
+    for (b, win), s in np.ndenumerate(w.power_sum):
+        if s == 0:
+            out[b, win] = zero_row
+            continue
+        if s not in factor:
+            factor[s] = sympy.Integer(int(s)) ** sympy.Rational(1 - p, p)
+        f = factor[s]
+        out[b, win] = [sympy.Integer(int(n)) ** (p - 1) * f for n in w.num[b, win]]
+    return out
+
+
+def round_exact(value: Any, dtype: Any) -> Any:
+    """An exact SymPy number rounded to nearest in ``dtype`` (via 60 significant digits)."""
+    if isinstance(value, Fraction):
+        return round_fraction(value, dtype)
+    v = sympy.nsimplify(value) if isinstance(value, float) else sympy.sympify(value)
+    if v.is_Rational:
+        return round_fraction(Fraction(int(v.p), int(v.q)), dtype)
+    f = sympy.Float(v.evalf(60), 60)
+    sign, man, exp, _ = f._mpf_
+    return round_fraction((-1) ** sign * Fraction(int(man)) * Fraction(2) ** int(exp), dtype)
+
+
+def round_array(values: np.ndarray, dtype: Any) -> np.ndarray:
+    """Element-wise :func:`round_exact`, caching distinct values."""
+    cache: dict[Any, Any] = {}
+    out = np.empty(values.size, dtype=np.dtype(dtype))
+    for i, v in enumerate(values.reshape(-1)):
+        if v not in cache:
+            cache[v] = round_exact(v, dtype)
+        out[i] = cache[v]
+    return out.reshape(values.shape)
+
+
+def exact_vjp(g: Geometry, x: ExactArray, dy: ExactArray) -> np.ndarray:
+    """dx = J(x)^T dy, exact SymPy values in the input's layout."""
+    w = windows(g, x)
+    rows = row_values(g, w)
+    dyc = g.to_canonical(dy.num, g.out_spatial)
+    cells = _cells(g)
+    acc = np.empty((g.batch, g.n_in), dtype=object)
+    acc[...] = sympy.Integer(0)
+    scale = sympy.Rational(1, dy.den)
+    for b in range(g.batch):
+        for win in range(g.n_out):
+            if dyc[b, win] == 0:
+                continue
+            up = int(dyc[b, win]) * scale
+            for k, cell in enumerate(cells[win].tolist()):
+                if rows[b, win, k] != 0:
+                    acc[b, cell] = acc[b, cell] + up * rows[b, win, k]
+    return g.from_canonical(acc, g.in_spatial)
+
+
+def sparse_parts(g: Geometry, x: ExactArray) -> tuple[np.ndarray, np.ndarray, list[sympy.Expr]]:
+    """COO (rows, cols, values) of the exact Jacobian, zero entries left out."""
+    rows_v = row_values(g, windows(g, x))
+    cells = _cells(g)
+    b, win, k = np.nonzero(rows_v != 0)
+    rows = g.flat_index(b, win, g.out_spatial)
+    cols = g.flat_index(b, cells[win, k], g.in_spatial)
+    return rows, cols, list(rows_v[b, win, k])
+
+
+# -- floats: lowering and rounding bounds ------------------------------------------------
+
+
+def _float_windows(g: Geometry, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    p = power(g)
+    vals = g.to_canonical(x)[:, _cells(g)]
+    s = (vals ** p).sum(axis=-1) if p > 1 else vals.sum(axis=-1)
+    if p > 1 and (s < 0).any():
+        raise InputError(f"lp pooling with p={p} is undefined where the window's power sum is negative")
+    return vals, s
+
+
+def lowered_forward(g: Geometry, x: np.ndarray) -> np.ndarray:
+    """y = S^(1/p) in x's dtype: the sum in the dtype, then sqrt (p = 2) or pow."""
+    p = power(g)
+    _, s = _float_windows(g, x)
+    if p == 1:
+        y = s
+    elif p == 2:
+        y = np.sqrt(s)
+    else:
+        y = np.power(s, x.dtype.type(1 / p))
+    return g.from_canonical(y.astype(x.dtype))
+
+
+def lowered_vjp(g: Geometry, x: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """dx = dy · x^(p-1) · S^(1/p - 1) in x's dtype (PyTorch's order), zero_window at S = 0."""
+    p = power(g)
+    vals, s = _float_windows(g, x)
+    dyc = g.to_canonical(dy, g.out_spatial).astype(x.dtype)
+    t = x.dtype.type
+    if p == 1:
+        rows = np.ones_like(vals)
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            factor = np.power(s, t(1 / p) - t(1))
+        rows = vals ** (p - 1) * factor[..., None]
+        zero = t(1) if g.spec.zero_window == "one" else t(0)  # type: ignore[union-attr]
+        rows = np.where((s == 0)[..., None], zero, rows)
+    dx = np.zeros((g.batch, g.n_in), dtype=x.dtype)
+    cells = _cells(g)
+    for k in range(cells.shape[1]):
+        dx[:, cells[:, k]] += (dyc * rows[..., k]).astype(x.dtype)  # one slot: distinct cells
+    return g.from_canonical(dx, g.in_spatial)
+
+
+@dataclasses.dataclass(frozen=True)
+class Bounds:
+    """Per-window rounding bounds (float64 values, canonical (batch, W) / (batch, W, K)).
+
+    Attributes:
+      forward: |ŷ - y| bound per output.
+      row: relative bound on every gradient entry of the window (|ĝ - g| <= row·|g|).
+      claimed: where the bounds hold (False where |η| >= 1/2: S cancels).
+    """
+
+    forward: np.ndarray
+    row: np.ndarray
+    claimed: np.ndarray
+
+
+def gamma(k: Any, u: float) -> Any:
+    return k * u / (1 - k * u)
+
+
+def bounds(g: Geometry, x: ExactArray, dtype: Any) -> Bounds:
+    """The module docstring's forward and gradient bounds at exact input ``x``."""
+    p = power(g)
+    u = UNIT_ROUNDOFF[np.dtype(dtype)]
+    u_r = 0.0 if p & (p - 1) == 0 else u
+    w = windows(g, x)
+    n = w.num.shape[-1]
+    den_p = Fraction(w.den) ** p
+    abs_sum = np.abs(w.num ** p).sum(axis=-1)
+    fwd = np.zeros(w.power_sum.shape)
+    row = np.zeros(w.power_sum.shape)
+    claimed = np.ones(w.power_sum.shape, dtype=bool)
+    e = 1 / p - 1
+    gam_s = gamma(p + n + 1, u)
+    for idx, s in np.ndenumerate(w.power_sum):
+        if s == 0 and abs_sum[idx] == 0:
+            continue  # all-zero window: every step is exact, y = 0
+        if s == 0 or gam_s * float(Fraction(int(abs_sum[idx]), int(abs(s)))) >= 0.5:
+            claimed[idx] = False
+            continue
+        eta = gam_s * float(Fraction(int(abs_sum[idx]), int(abs(s))))
+        s_val = Fraction(int(s)) / den_p
+        ln_s = abs(math.log(s_val.numerator) - math.log(s_val.denominator))
+        y = float(s_val) ** (1 / p)
+        fwd[idx] = y * ((1 + 2 * u) * math.exp(u_r * ln_s / p) * (1 + eta / (p * (1 - eta))) - 1)
+        delta_e = u * (abs(e) + 1 / p)
+        row[idx] = (1 + gamma(9 + p, u)) * (1 + u_r) * (1 + abs(e) * eta / (1 - eta)) * math.exp(delta_e * ln_s) - 1
+    return Bounds(fwd, row, claimed)
+
+
+# -- public-API shapes ------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class AlgebraicJacobian(SparseJacobian):
+    """A :class:`~symjac.SparseJacobian` whose entries are algebraic (lp pooling)."""
+
+    def to_numpy(self, dtype: Any = np.float64) -> np.ndarray:
+        """The dense matrix, each exact entry rounded to nearest in ``dtype``."""
+        dense = np.zeros(self.shape, dtype=dtype)
+        if self.table:
+            table = np.empty(len(self.table), dtype=object)
+            table[:] = list(self.table)
+            dense[self.rows, self.cols] = round_array(table, dtype)[self.value_ids]
+        return dense
+
+
+def lp_jacobian(g: Geometry, x: ExactArray | None) -> AlgebraicJacobian:
+    """The exact sparse Jacobian of lp pooling at ``x``."""
+    if x is None:
+        raise InputError("lp pooling's Jacobian depends on x: pass the input values, not only its shape")
+    rows, cols, values = sparse_parts(g, x)
+    order = np.lexsort((cols, rows))
+    ids: dict[Any, int] = {}
+    value_ids = np.array([ids.setdefault(v, len(ids)) for v in values], dtype=np.int64).reshape(-1)
+    return AlgebraicJacobian(g.output_shape, g.input_shape, rows[order], cols[order], value_ids[order],
+                             tuple(ids), spec=g.spec)
+
+
+def lp_vjp(g: Geometry, x: ExactArray | None, dy: ExactArray) -> np.ndarray:
+    """The exact input gradient of lp pooling, SymPy values."""
+    if x is None:
+        raise InputError("lp pooling's gradient depends on x: pass the input values, not only its shape")
+    return exact_vjp(g, x, dy)
