@@ -281,10 +281,10 @@ def bounds(g: Geometry, x: ExactArray, dtype: Any) -> Bounds:
             continue
         eta = gam_s * float(Fraction(int(abs_sum[idx]), int(abs(s))))
         s_val = Fraction(int(s)) / den_p
-        ln_s = abs(math.log(s_val.numerator) - math.log(s_val.denominator))
-        y = float(s_val) ** (1 / p)
+        ln_s = abs(math.log(abs(s_val.numerator)) - math.log(s_val.denominator))
+        y = abs(float(s_val)) ** (1 / p)
         fwd[idx] = y * ((1 + 2 * u) * math.exp(u_r * ln_s / p) * (1 + eta / (p * (1 - eta))) - 1)
-        delta_e = u * (abs(e) + 1 / p)
+        delta_e = 0.0 if p == 1 else u * (abs(e) + 1 / p)  # p = 1: the exponent r̂ - 1 = 0 is exact
         row[idx] = (1 + gamma(9 + p, u)) * (1 + u_r) * (1 + abs(e) * eta / (1 - eta)) * math.exp(delta_e * ln_s) - 1
     return Bounds(fwd, row, claimed)
 
