@@ -1,4 +1,4 @@
-"""The ``symjac`` command line: verify, golden, explain, graph, sweep.
+"""The ``symjac`` command line: verify, golden, explain, graph, sweep, census.
 
 Exit codes: 0 verified (or the command did its job), 1 a verification finding,
 2 a usage or spec error (one line on stderr, no traceback).
@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from symjac.cli import _census
 from symjac.cli._impl import UsageError, load_impl
 
 EXIT_OK, EXIT_FINDING, EXIT_USAGE = 0, 1, 2
@@ -247,6 +248,7 @@ COMMANDS: list[Command] = [
     Command("sweep", "verify an implementation over a grid of configurations", _sweep_args, cmd_sweep, (
         "symjac sweep examples/sweep_small.toml --impl examples/torch_pool.py:make -j 2 --out results.jsonl",
     ), "docs/cli.md#symjac-sweep"),
+    Command("census", _census.HELP, _census.add_arguments, _census.run, _census.EXAMPLES, "docs/cli.md#symjac-census"),
 ]
 
 

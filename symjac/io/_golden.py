@@ -112,13 +112,19 @@ def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     from symjac.pool._jacobian import _sparse, exact_forward, exact_vjp, routes
 
     g, x, dy = pool_input(case)
+    if g.spec.mode == "lp":
+        from symjac._errors import SpecError
+
+        raise SpecError(f"{case.source}: golden data and [expect] values are rational; lp pooling's are "
+                        "algebraic (use symjac.forward/jacobian/vjp)")
+    tie = case.tie or "first"
     ex, edy = ExactArray.from_any(x), ExactArray.from_any(dy)
-    jac = _sparse(routes(g, ex, "first"))
+    jac = _sparse(routes(g, ex, tie))
     qs = {
         "x": x,
         "dy": dy,
         "y": exact_forward(g, ex).to_fractions(),
-        "dx": exact_vjp(g, ex, edy, "first").to_fractions(),
+        "dx": exact_vjp(g, ex, edy, tie).to_fractions(),
         "jac_rows": jac.rows.astype(np.int64),
         "jac_cols": jac.cols.astype(np.int64),
         "jac_values": _fractions(jac.values),
@@ -126,7 +132,8 @@ def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     meta: dict[str, Any] = {"operator": repr(case.operator), "input_shape": list(g.input_shape),
                             "output_shape": list(g.output_shape),
                             "jacobian": "COO over flattened (C-order) output rows and input columns in the spec's "
-                                        "layout; max pooling at ties routes to the first maximum",
+                                        "layout; " + ("max pooling at ties routes to the first maximum" if tie == "first"
+                                                      else f"max pooling at ties routes by tie policy {tie}"),
                             "bounds": BOUND_NOTE}
     return qs, meta
 

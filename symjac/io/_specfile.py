@@ -17,6 +17,11 @@ several (``[[case]]`` tables with the same three keys and a ``name``)::
     forward = [["5/2", 3], ["7/2", 4]]
     gradient = [["1/4", "3/4"], ["3/4", "9/4"]]
 
+A max pooling's ``[operator]`` may name its tie policy: ``tie = "first"``,
+``"last"``, ``"split"`` or ``"beta:<b>"`` (J_b = b·J_split + (1 − b)·J_first, b exact,
+e.g. ``"beta:1/2"``). Expected gradients and golden data use it, and
+``symjac verify`` demands it (default: any Clarke element).
+
 Inputs are explicit or generated (``generator = "distinct" | "ties" | "random"``,
 ``seed``, ``shape``). Strings are read as exact decimals or fractions ("0.1" is
 1/10); TOML floats are their exact binary values. Unknown keys and bad values raise
@@ -37,7 +42,7 @@ from symjac._errors import InputError, SpecError, SymjacError, did_you_mean
 
 OPERATOR_KEYS = {
     "pool": ("kind", "mode", "kernel", "stride", "padding", "dilation", "ceil_mode", "divisor", "layout", "p",
-             "zero_window"),
+             "zero_window", "tie"),
     "adaptive_pool": ("kind", "mode", "output_size", "layout"),
     "global_pool": ("kind", "mode", "rank", "layout"),
     "loss": ("kind", "loss", "reduction", "scale", "delta", "pos_weight", "weight", "label_smoothing",
@@ -61,6 +66,7 @@ class Case:
         label, upstream), ``shape`` as a tuple, and ``generator``/``seed``.
       expect: the ``[expect]`` table, values as given.
       source: ``path`` or ``path#case-name`` for messages.
+      tie: the ``[operator]`` tie policy (a name or :class:`symjac.Beta`), or None.
     """
 
     name: str
@@ -68,6 +74,7 @@ class Case:
     inputs: dict[str, Any]
     expect: dict[str, Any]
     source: str
+    tie: Any = None
 
     @property
     def is_loss(self) -> bool:
@@ -123,7 +130,7 @@ def _operator(table: dict[str, Any], where: str) -> Any:
         hint = f" (did you mean {near[0]!r}?)" if near else ""
         raise SpecError(f"{where}.kind: {kind!r} is not valid{hint}; give one of {', '.join(OPERATOR_KEYS)}")
     _check_keys(where, table, OPERATOR_KEYS[kind])
-    args = {k: _tuples(v) for k, v in table.items() if k != "kind"}
+    args = {k: _tuples(v) for k, v in table.items() if k not in ("kind", "tie")}
     try:
         if kind == "pool":
             from symjac.pool._spec import Pool
@@ -164,6 +171,7 @@ def _case(table: dict[str, Any], source: str, default_name: str) -> Case:
     if "operator" not in table:
         raise SpecError(f"{source}: missing the [operator] table")
     operator = _operator(table["operator"], f"{source} [operator]")
+    tie = _tie(table["operator"], operator, f"{source} [operator]")
     is_loss = type(operator).__name__ == "Loss"
     valid_inputs = LOSS_INPUT_KEYS if is_loss else POOL_INPUT_KEYS
     raw = _check_keys(f"{source} [input]", table.get("input", {}), valid_inputs)
@@ -187,7 +195,22 @@ def _case(table: dict[str, Any], source: str, default_name: str) -> Case:
             raise SpecError(f"{source} [input].generator: {inputs['generator']!r} is not valid; "
                             f"give one of {', '.join(GENERATORS)}")
     expect = _check_keys(f"{source} [expect]", table.get("expect", {}), EXPECT_KEYS)
-    return Case(str(table.get("name", default_name)), operator, inputs, dict(expect), source)
+    return Case(str(table.get("name", default_name)), operator, inputs, dict(expect), source, tie)
+
+
+def _tie(table: dict[str, Any], operator: Any, where: str) -> Any:
+    """The ``tie`` key: a policy name or ``"beta:<b>"``, for max pooling only."""
+    if "tie" not in table:
+        return None
+    if getattr(operator, "mode", None) != "max":
+        raise SpecError(f"{where}.tie: only max pooling has ties; remove the key")
+    from symjac.pool._beta import parse_tie
+    from symjac.pool._symbolic import TIE_POLICIES
+
+    try:
+        return parse_tie(table["tie"], TIE_POLICIES)
+    except SymjacError as exc:
+        raise SpecError(f"{where}.{exc}") from None
 
 
 def read_toml(path: str | Path, what: str = "spec file") -> tuple[Path, dict[str, Any]]:
