@@ -112,6 +112,8 @@ def _tied(g: Geometry, num: np.ndarray) -> np.ndarray:
 
 
 def _exact(name: str, value: Any) -> ExactArray:
+    if isinstance(value, ExactArray):
+        return value
     return ExactArray.from_any(value if isinstance(value, np.ndarray) else np.asarray(value, dtype=object), name)
 
 
@@ -124,8 +126,8 @@ def tie_census(spec: Any, x: Any, reference: Any = None, *, dy: Any = None,
       x: the layer's input as the implementation sees it (a float array in its
         dtype; exact values are used as they are).
       reference: the same input computed exactly (rationals, or a higher
-        precision), same shape; ``None`` takes x itself (every tie then counts as
-        exact).
+        precision; an array-like or an ``ExactArray``), same shape; ``None`` takes
+        x itself (every tie then counts as exact).
       dy: upstream gradient for the policy difference (default: ones).
       betas: max pooling: the two β compared (default 0 = first, 1 = split).
 
