@@ -17,6 +17,7 @@ CATEGORIES = (
     "wrong_cells",
     "wrong_weights",
     "tie_not_subgradient",
+    "tie_beta_outside_clarke",
     "tie_policy",
     "not_fd_consistent",
     "missing_scale",

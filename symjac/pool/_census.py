@@ -102,13 +102,15 @@ def _tied(g: Geometry, num: np.ndarray) -> np.ndarray:
     safe = np.where(g.valid, g.cells, 0)
     vals = xc[:, safe]
     if g.spec.mode == "lp":
-        return ((vals == 0) | ~g.valid[None]).all(axis=-1)
+        zero: np.ndarray = ((vals == 0) | ~g.valid[None]).all(axis=-1)
+        return zero
     if g.spec.mode != "max":
         raise InputError(f"tie_census needs max or lp pooling; mode={g.spec.mode!r} has no ties")
     lowest = vals.min()
     vals = np.where(g.valid[None], vals, lowest)
     top = vals.max(axis=-1, keepdims=True)
-    return ((vals == top) & g.valid[None]).sum(axis=-1) >= 2
+    tied: np.ndarray = ((vals == top) & g.valid[None]).sum(axis=-1) >= 2
+    return tied
 
 
 def _exact(name: str, value: Any) -> ExactArray:

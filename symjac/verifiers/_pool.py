@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from symjac._errors import InputError
+from symjac._errors import InputError, SpecError
 from symjac._exact import ExactArray
 from symjac.check._call import DEFAULT_TIMEOUT, Guard
 from symjac.check._inputs import distinct_dy, distinct_input, tie_input
@@ -35,13 +35,24 @@ from symjac.pool._geometry import Geometry, resolve
 from symjac.pool._jacobian import exact_forward
 from symjac.pool._spec import PoolSpec, check_pool_spec
 from symjac.pool._symbolic import TIE_POLICIES
+from symjac.pool._beta import Beta, parse_tie
+from symjac.verifiers._pool_beta import beta_name, outside_clarke
 from symjac.verifiers._pool_diagnose import Diagnosis
 from symjac.verifiers._pool_fd import check_fd, finite_differences
 from symjac.verifiers._pool_probe import Prober
 from symjac.verifiers._pool_rows import ExactRows, Rows, exact_rows, scatter
 
 BACKWARD_CATEGORIES = ("missing_windows", "partial_windows", "wrong_cells", "wrong_weights", "tie_not_subgradient",
-                       "tie_policy")
+                       "tie_beta_outside_clarke", "tie_policy")
+
+
+def _beta_of(tie_policy: str | None) -> Fraction | None:
+    """The β of seed 001's family a named tie policy is: first 0, split 1, beta:<b> b."""
+    if tie_policy is None:
+        return None
+    if tie_policy.startswith("beta:"):
+        return Fraction(tie_policy[5:])
+    return {"first": Fraction(0), "split": Fraction(1)}.get(tie_policy)
 
 
 def _ratio(num: float, den: float) -> str:
@@ -58,6 +69,7 @@ class _Verifier:
 
     def __init__(self, spec: PoolSpec, g: Geometry, backward: Callable[..., Any], forward: Callable[..., Any] | None,
                  dtype: np.dtype[Any], tie: str, one_hot_budget: int, timeout: float | None):
+        # tie: "any", "first", "last", "split" or "beta:<b>" (β = 0 and 1 named first and split)
         self.spec, self.g, self.dtype, self.tie = spec, g, dtype, tie
         self.u = unit_roundoff(dtype)
         self.findings: list[Finding] = []
@@ -124,6 +136,11 @@ class _Verifier:
             results.append(dx)
             if off.size:
                 suspects = self.rediagnose(x, rows, exact, suspects, dy, dx, off)
+        if suspects and self.g.spec.mode == "max":
+            finding, beta, suspects = outside_clarke(self.g, rows, exact, suspects, self.u, context)
+            if finding is not None and beta is not None:
+                self.findings.append(finding)
+                self.diagnosis.policies.add(beta_name(beta))
         if suspects:
             self.diagnosis.classify(rows, exact, suspects, context)
         if self.g.spec.mode == "max":
@@ -241,6 +258,7 @@ class _Verifier:
             "max_abs_error": d.max_abs,
             "max_ulp_error": d.max_ulp,
             "tie_policy": tie_policy,
+            "tie_beta": _beta_of(tie_policy),
             "mutated_inputs": sorted(self.bwd.mutated | (self.fwd.mutated if self.fwd else set())),
             "backward_calls": self.bwd.calls,
             "forward_calls": self.fwd.calls if self.fwd else 0,
@@ -257,7 +275,8 @@ class _Verifier:
             line = (f"backward matches the exact Jacobian on all {total} windows in {self.dtype} "
                     f"(max error {self.diagnosis.max_ulp:.2g} ULP, {self.bwd.calls} backward calls)")
             line += "" if fd_ok is None else "; forward and central differences agree"
-            return line + (f"; tie policy {tie_policy}" if tie_policy else "")
+            shown = f"β = {tie_policy[5:]}" if tie_policy and tie_policy.startswith("beta:") else tie_policy
+            return line + (f"; tie policy {shown}" if tie_policy else "")
         if missing and categories <= {"missing_windows", "not_fd_consistent"}:
             names = [fmt_index(self.g.output_index(b, w)) for b, w in missing]
             return (f"backward visits {total - len(missing)} of {total} output windows: {listing(names)} "
@@ -297,7 +316,7 @@ def _inputs(spec: PoolSpec, dt: np.dtype[Any], input_shape: Any, x: Any, dy: Any
 
 def verify(spec: PoolSpec, *, backward: Callable[..., Any], forward: Callable[..., Any] | None = None,
            input_shape: tuple[int, ...] | None = None, x: Any = None, dy: Any = None, dtype: Any = "float64",
-           tie: str = "any", seed: int = 0, one_hot_budget: int = 64,
+           tie: str | Beta = "any", seed: int = 0, one_hot_budget: int = 64,
            timeout: float | None = DEFAULT_TIMEOUT) -> Report:
     """Verify an implementation's backward (and forward) against the exact Jacobian.
 
@@ -312,8 +331,12 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any], forward: Callable[..
         and finite-difference gradients go in ``stats`` (the confirmation call always
         uses distinct dyadic values, so gradient swapped between windows shows).
       dtype: ``"float16"``, ``"float32"`` or ``"float64"``.
-      tie: ``"any"`` accepts any routing in the Clarke set at max-pooling ties;
-        ``"first"``, ``"last"`` or ``"split"`` demand that policy.
+      tie: ``"any"`` accepts any routing in the Clarke set at max-pooling ties and
+        names the policy seen (``stats["tie_policy"]``: ``first``, ``last``,
+        ``split``, ``beta:<b>`` for rows β·J_split + (1−β)·J_first, or ``other``;
+        a β outside the Clarke set is a ``tie_beta_outside_clarke`` finding);
+        ``"first"``, ``"last"``, ``"split"`` or :class:`symjac.Beta` (``"beta:<b>"``)
+        demand that policy.
       seed: seeds the default inputs.
       one_hot_budget: at most this many one-hot backward calls for diagnosis.
       timeout: seconds each call of the implementation may take (None: no limit, and
@@ -328,13 +351,16 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any], forward: Callable[..
         implementation's own misbehaviour is never raised: it is in the report).
     """
     spec = check_pool_spec(spec)
+    if spec.mode == "lp":
+        raise SpecError("verify does not check lp pooling yet: compare with symjac.forward/vjp (exact) or "
+                        "symjac.lower (NumPy) within the bounds of symjac.pool._lp")
     dt = float_dtype(dtype)
-    if tie not in ("any",) + TIE_POLICIES:
-        raise InputError(f"tie={tie!r} is not valid: give 'any', 'first', 'last' or 'split'")
+    parsed = parse_tie(tie, ("any",) + TIE_POLICIES)
+    tie_name = beta_name(parsed) if isinstance(parsed, Beta) else parsed
     if not callable(backward) or (forward is not None and not callable(forward)):
         raise InputError("backward (and forward, if given) must be callables on NumPy arrays")
     if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
         raise InputError(f"timeout={timeout!r} is not valid: give seconds > 0, or None for no limit")
     g, x_arr, dy_arr = _inputs(spec, dt, input_shape, x, dy, seed)
     tie_x = tie_input(g, dt, seed) if spec.mode == "max" else None
-    return _Verifier(spec, g, backward, forward, dt, tie, one_hot_budget, timeout).run(x_arr, dy_arr, tie_x)
+    return _Verifier(spec, g, backward, forward, dt, tie_name, one_hot_budget, timeout).run(x_arr, dy_arr, tie_x)

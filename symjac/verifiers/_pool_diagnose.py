@@ -18,6 +18,7 @@ from symjac.check._report import MAX_LISTED, Finding, fmt_index, listing
 from symjac.check._rounding import gamma, ulps
 from symjac.pool._geometry import Geometry
 from symjac.pool._symbolic import TIE_POLICIES, policy_weights
+from symjac.verifiers._pool_beta import name_policy
 from symjac.verifiers._pool_rows import ExactRows, Rows, row_tolerance, tolerance
 
 _WHAT = {
@@ -147,4 +148,6 @@ class Diagnosis:
                 axis=2)
             if match[ok].all():
                 seen.append(policy)
-        self.policies.add(seen[0] if len(seen) == 1 else "other")
+        if len(seen) != 1:  # seed 001's family: β·split + (1 − β)·first for some exact β
+            seen = [name_policy(rows, exact, ok, self.u) or "other"]
+        self.policies.add(seen[0])
