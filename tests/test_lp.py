@@ -21,9 +21,24 @@ import symjac
 from symjac import InputError, Pool, SpecError
 from symjac._exact import ExactArray
 from symjac.pool._geometry import resolve
-from symjac.pool._lp import bounds, gamma, round_array
+from symjac.pool._lp import bounds, round_array
 
 U = 2.0**-53
+
+
+def gamma(n, u):
+    """Higham's γ_n = n·u/(1 − n·u)."""
+    return n * u / (1 - n * u)
+
+
+def test_bounds_are_tight_enough_to_mean_something():
+    # x = (3, 4), p = 2, float64: S = 25 exact, y = 5. Forward: (1 + 2u)(1 + η/(2(1 − η))) − 1 with
+    # η = γ_5·25/25 ≈ 5u: about 4.5u relative, i.e. under 2.5e-15 absolute at y = 5 (5 ulps of 5 is
+    # 4.4e-15). Gradient rows: γ_11 ≈ 11u, |e|·η = 2.5u and the exponent error
+    # |δ_e|·ln S = u·(1/2 + 1/2)·ln 25 ≈ 3.2u: about 16.7u, under 20u.
+    spec = Pool("lp", (2,), p=2)
+    b = bounds(resolve(spec, (2,)), ExactArray.from_any(np.array([3.0, 4.0])), np.float64)
+    assert 0 < b.forward[0, 0] < 2.5e-15 and 0 < b.row[0, 0] < 20 * U
 
 
 # -- exact values, by hand ---------------------------------------------------------------

@@ -57,10 +57,10 @@ import sympy
 
 from symjac._errors import InputError
 from symjac._exact import ExactArray, round_fraction
+from symjac.check._rounding import gamma, unit_roundoff
 from symjac.pool._geometry import Geometry
 from symjac.pool._jacobian import SparseJacobian
 
-UNIT_ROUNDOFF = {np.dtype(np.float16): 2.0**-11, np.dtype(np.float32): 2.0**-24, np.dtype(np.float64): 2.0**-53}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -255,14 +255,10 @@ class Bounds:
     claimed: np.ndarray
 
 
-def gamma(k: Any, u: float) -> Any:
-    return k * u / (1 - k * u)
-
-
 def bounds(g: Geometry, x: ExactArray, dtype: Any) -> Bounds:
     """The module docstring's forward and gradient bounds at exact input ``x``."""
     p = power(g)
-    u = UNIT_ROUNDOFF[np.dtype(dtype)]
+    u = unit_roundoff(dtype)
     u_r = 0.0 if p & (p - 1) == 0 else u
     w = windows(g, x)
     n = w.num.shape[-1]
@@ -272,7 +268,7 @@ def bounds(g: Geometry, x: ExactArray, dtype: Any) -> Bounds:
     row = np.zeros(w.power_sum.shape)
     claimed = np.ones(w.power_sum.shape, dtype=bool)
     e = 1 / p - 1
-    gam_s = gamma(p + n + 1, u)
+    gam_s = float(gamma(p + n + 1, u))
     for idx, s in np.ndenumerate(w.power_sum):
         if s == 0 and abs_sum[idx] == 0:
             continue  # all-zero window: every step is exact, y = 0
@@ -285,7 +281,7 @@ def bounds(g: Geometry, x: ExactArray, dtype: Any) -> Bounds:
         y = abs(float(s_val)) ** (1 / p)
         fwd[idx] = y * ((1 + 2 * u) * math.exp(u_r * ln_s / p) * (1 + eta / (p * (1 - eta))) - 1)
         delta_e = 0.0 if p == 1 else u * (abs(e) + 1 / p)  # p = 1: the exponent r̂ - 1 = 0 is exact
-        row[idx] = (1 + gamma(9 + p, u)) * (1 + u_r) * (1 + abs(e) * eta / (1 - eta)) * math.exp(delta_e * ln_s) - 1
+        row[idx] = (1 + float(gamma(9 + p, u))) * (1 + u_r) * (1 + abs(e) * eta / (1 - eta)) * math.exp(delta_e * ln_s) - 1
     return Bounds(fwd, row, claimed)
 
 
