@@ -228,9 +228,9 @@ def lowered_vjp(g: Geometry, x: np.ndarray, dy: np.ndarray) -> np.ndarray:
     if p == 1:
         rows = np.ones_like(vals)
     else:
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore"):  # S = 0: replaced by zero_window below
             factor = np.power(s, t(1 / p) - t(1))
-        rows = vals ** (p - 1) * factor[..., None]
+            rows = vals ** (p - 1) * factor[..., None]
         zero = t(1) if g.spec.zero_window == "one" else t(0)  # type: ignore[union-attr]
         rows = np.where((s == 0)[..., None], zero, rows)
     dx = np.zeros((g.batch, g.n_in), dtype=x.dtype)

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from symjac._errors import InputError, SpecError
+from symjac._errors import InputError
 from symjac._exact import ExactArray
 from symjac.check._call import DEFAULT_TIMEOUT, Guard
 from symjac.check._inputs import distinct_dy, distinct_input, tie_input
@@ -38,6 +38,8 @@ from symjac.pool._symbolic import TIE_POLICIES
 from symjac.pool._beta import Beta, parse_tie
 from symjac.verifiers._pool_beta import beta_name, outside_clarke
 from symjac.verifiers._pool_diagnose import Diagnosis
+from symjac.pool._lp import exact_forward as lp_forward
+from symjac.verifiers._pool_lp import forward_tolerance as lp_forward_tolerance, zero_window_policy
 from symjac.verifiers._pool_fd import check_fd, finite_differences
 from symjac.verifiers._pool_probe import Prober
 from symjac.verifiers._pool_rows import ExactRows, Rows, exact_rows, scatter
@@ -79,6 +81,7 @@ class _Verifier:
         self.diagnosis = Diagnosis(g, dtype, self.u, self.findings)
         self.stats: dict[str, Any] = {}
         self.superposition_reported = False
+        self.zero_policies: set[str] = set()  # lp: rows seen at all-zero windows ("zero", "one", "other")
 
     def backward(self, x: np.ndarray, dy_c: np.ndarray) -> np.ndarray | None:
         """The implementation's backward on canonical (B, n_out) dy; canonical float64 dx or None."""
@@ -93,15 +96,21 @@ class _Verifier:
 
     # -- the passes, in the order run() takes them ---------------------------------------
     def check_forward(self, x: np.ndarray) -> bool | None:
-        """The forward at x against the exact forward: exact for max, within γ_{n+1}·Σ|x|/d for avg."""
+        """The forward at x against the exact forward: exact for max, within γ_{n+1}·Σ|x|/d for avg,
+        within the derived bound for lp."""
         if self.fwd is None:
             return None
         g = self.g
         y = self.forward(x)
         if y is None:
             return False
+        y_c = g.to_canonical(y, g.out_spatial)
+        if g.spec.mode == "lp":  # algebraic values: the bound of symjac.pool._lp
+            e_c, tol = lp_forward_tolerance(g, x, self.dtype)
+            exact_lp = g.to_canonical(lp_forward(g, ExactArray.from_any(x)), g.out_spatial)
+            return self.forward_findings(y_c, e_c, tol, exact_lp)
         exact_y = exact_forward(g, ExactArray.from_any(x))
-        y_c, e_c = g.to_canonical(y, g.out_spatial), g.to_canonical(exact_y.to_numpy(np.float64), g.out_spatial)
+        e_c = g.to_canonical(exact_y.to_numpy(np.float64), g.out_spatial)
         if g.spec.mode == "avg":
             xc = np.abs(g.to_canonical(x).astype(np.float64))
             mass = (np.where(g.valid, xc[:, np.where(g.valid, g.cells, 0)], 0.0)).sum(axis=2) / g.divisor
@@ -109,6 +118,12 @@ class _Verifier:
             tol = gamma(n + 1, self.u) * mass + 2.0**-60 * np.abs(e_c)
         else:
             tol = np.zeros_like(e_c)
+        return self.forward_findings(y_c, e_c, tol, g.to_canonical(exact_y.to_fractions(), g.out_spatial))
+
+    def forward_findings(self, y_c: np.ndarray, e_c: np.ndarray, tol: np.ndarray, exact: np.ndarray) -> bool:
+        """A ``forward_values`` finding for outputs off the exact ones (``e_c`` in float64,
+        ``exact`` as exact numbers) by more than ``tol``."""
+        g = self.g
         bad = np.argwhere(np.abs(y_c - e_c) > tol)
         if bad.size:
             names = [fmt_index(g.output_index(b, w)) for b, w in bad.tolist()]
@@ -117,7 +132,7 @@ class _Verifier:
                                   f"{listing(names)}",
                 window=g.output_index(*bad[0].tolist()),
                 # the exact values (2/3), not the binary fractions of their float64 roundings
-                expected=[g.to_canonical(exact_y.to_fractions(), g.out_spatial)[b, w] for b, w in bad[:MAX_LISTED].tolist()],
+                expected=[exact[b, w] for b, w in bad[:MAX_LISTED].tolist()],
                 observed=[float(y_c[b, w]) for b, w in bad[:MAX_LISTED].tolist()]))
         return not bad.size
 
@@ -145,6 +160,13 @@ class _Verifier:
             self.diagnosis.classify(rows, exact, suspects, context)
         if self.g.spec.mode == "max":
             self.diagnosis.tie_policy(rows, exact, suspects)
+        if self.g.spec.mode == "lp":
+            ok = exact.tied.copy()
+            for key in suspects:
+                ok[key] = False
+            name = zero_window_policy(self.g, rows.obs, exact.tied, ok, self.u)
+            if name is not None:
+                self.zero_policies.add(name)
         return rows, exact, results
 
     def confirm(self, x: np.ndarray, rows: Rows, dy: np.ndarray, repeat: bool) -> tuple[np.ndarray | None, np.ndarray]:
@@ -193,8 +215,8 @@ class _Verifier:
 
     def fd_pass(self, x: np.ndarray, rows: Rows, exact: ExactRows, dy_c: np.ndarray) -> bool | None:
         """The second oracle, on windows where FD with h = 1/4 stays on one side of every kink."""
-        if self.fwd is None:
-            return None
+        if self.fwd is None or self.g.spec.mode == "lp":
+            return None  # lp: the FD error model (exact or γ-summed forward) does not cover the root
         g = self.g
         found = finite_differences(g, self.forward, x, self.dtype, self.u)
         if found is None:
@@ -225,7 +247,7 @@ class _Verifier:
                 self.stats["expected_gradient"] = g.from_canonical(scatter(g, dy_c, exact.rows), g.in_spatial)
             mass = (float(rows.obs.sum()) + sum(v for vs in rows.stray.values() for _, _, v in vs),
                     float(exact.rows.sum()))
-            if g.spec.mode == "max" and tie_x is not None:
+            if g.spec.mode in ("max", "lp") and tie_x is not None:
                 self.backward_pass(tie_x, " at tied inputs", [])
         tie_policy = self.tie_policy_verdict()
         self.stats.update(self.figures(forward_ok, main is not None, fd_ok, tie_policy))
@@ -259,6 +281,8 @@ class _Verifier:
             "max_ulp_error": d.max_ulp,
             "tie_policy": tie_policy,
             "tie_beta": _beta_of(tie_policy),
+            "zero_window": (next(iter(self.zero_policies)) if len(self.zero_policies) == 1 else "other")
+                           if self.zero_policies else None,
             "mutated_inputs": sorted(self.bwd.mutated | (self.fwd.mutated if self.fwd else set())),
             "backward_calls": self.bwd.calls,
             "forward_calls": self.fwd.calls if self.fwd else 0,
@@ -276,7 +300,8 @@ class _Verifier:
                     f"(max error {self.diagnosis.max_ulp:.2g} ULP, {self.bwd.calls} backward calls)")
             line += "" if fd_ok is None else "; forward and central differences agree"
             shown = f"β = {tie_policy[5:]}" if tie_policy and tie_policy.startswith("beta:") else tie_policy
-            return line + (f"; tie policy {shown}" if tie_policy else "")
+            line += f"; tie policy {shown}" if tie_policy else ""
+            return line + (f"; zero-window policy {self.stats['zero_window']}" if self.stats.get("zero_window") else "")
         if missing and categories <= {"missing_windows", "not_fd_consistent"}:
             names = [fmt_index(self.g.output_index(b, w)) for b, w in missing]
             return (f"backward visits {total - len(missing)} of {total} output windows: {listing(names)} "
@@ -304,6 +329,8 @@ def _inputs(spec: PoolSpec, dt: np.dtype[Any], input_shape: Any, x: Any, dy: Any
     else:
         g = resolve(spec, tuple(input_shape))
         x_arr = distinct_input(g, dt, seed)
+        if spec.mode == "lp":
+            x_arr = np.abs(x_arr)  # odd p needs Σ x^p >= 0 in every window
     dy_arr = None
     if dy is not None:
         raw = np.asarray(dy)
@@ -351,9 +378,6 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any], forward: Callable[..
         implementation's own misbehaviour is never raised: it is in the report).
     """
     spec = check_pool_spec(spec)
-    if spec.mode == "lp":
-        raise SpecError("verify does not check lp pooling yet: compare with symjac.forward/vjp (exact) or "
-                        "symjac.lower (NumPy) within the bounds of symjac.pool._lp")
     dt = float_dtype(dtype)
     parsed = parse_tie(tie, ("any",) + TIE_POLICIES)
     tie_name = beta_name(parsed) if isinstance(parsed, Beta) else parsed
@@ -362,5 +386,5 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any], forward: Callable[..
     if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
         raise InputError(f"timeout={timeout!r} is not valid: give seconds > 0, or None for no limit")
     g, x_arr, dy_arr = _inputs(spec, dt, input_shape, x, dy, seed)
-    tie_x = tie_input(g, dt, seed) if spec.mode == "max" else None
+    tie_x = tie_input(g, dt, seed) if spec.mode in ("max", "lp") else None
     return _Verifier(spec, g, backward, forward, dt, tie_name, one_hot_budget, timeout).run(x_arr, dy_arr, tie_x)

@@ -19,6 +19,7 @@ from symjac.check._rounding import gamma, ulps
 from symjac.pool._geometry import Geometry
 from symjac.pool._symbolic import TIE_POLICIES, policy_weights
 from symjac.verifiers._pool_beta import name_policy
+from symjac.verifiers._pool_lp import clarke_ok as lp_clarke_ok
 from symjac.verifiers._pool_rows import ExactRows, Rows, row_tolerance, tolerance
 
 _WHAT = {
@@ -45,6 +46,8 @@ class Diagnosis:
     def clarke_ok(self, rows: Rows, exact: ExactRows) -> np.ndarray:
         """(B, W): the row lies in the convex hull of the tie set's vertices."""
         obs, member = rows.obs, exact.member
+        if self.g.spec.mode == "lp":
+            return lp_clarke_ok(self.g, obs, exact.tied, self.u)
         size = member.sum(axis=2)
         tol = gamma(3, self.u)
         outside = (~member & self.g.valid[None] & (obs != 0)).any(axis=2) | (member & (obs < -tol)).any(axis=2)
@@ -99,6 +102,12 @@ class Diagnosis:
         cells = [g.input_index(b, int(c)) for c in g.cells[w][valid]]
         stray_cells = [g.input_index(bb, c) for bb, c, _ in stray]
         observed = [float(v) for v in o[valid]] + [v for _, _, v in stray]
+        if exact.tied[b, w] and g.spec.mode == "lp":
+            p = getattr(g.spec, "p", 2)
+            return "tie_not_subgradient", {
+                "cells": cells + stray_cells, "observed": observed,
+                "note": f"; all-zero window (power sum 0, the nonsmooth point of lp pooling with p={p})",
+                "expected": f"the spec's zero_window row or, for even p, a row with Σ|g|^q <= 1 (q = {p}/{p - 1})"}
         if exact.tied[b, w]:
             tied = [fmt_index(cells[i]) for i in np.flatnonzero(exact.member[b, w][valid])]
             return "tie_not_subgradient", {

@@ -39,10 +39,17 @@ class ExactRows:
     tied: np.ndarray
     gap: np.ndarray  # (B, W) max minus runner-up (inf for avg): finite differences need gap > 2h
     held: np.ndarray  # (B, W, K) the exact value is representable in the dtype: compared exactly
+    tol: np.ndarray | None = None  # (B, W, K) lp: the derived absolute bound per entry (replaces γ_3)
 
 
 def exact_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
-    """The exact rows at ``x`` (policy "first" at ties), from the window-class templates."""
+    """The exact rows at ``x`` (policy "first" at ties), from the window-class templates.
+
+    lp pooling: rows rounded from the exact algebraic values, with their bounds; its
+    "tied" windows are those with power sum 0 (:mod:`symjac.verifiers._pool_lp`).
+    """
+    if g.spec.mode == "lp":
+        return _lp_rows(g, x, dtype)
     ex = ExactArray.from_any(x) if g.spec.mode == "max" else None
     r = routes(g, ex, "first")
     K = g.cells.shape[1]
@@ -71,6 +78,18 @@ def exact_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
     return ExactRows(rows, member, tied, gap, held)
 
 
+def _lp_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
+    from symjac.check._rounding import unit_roundoff
+    from symjac.verifiers._pool_lp import exact_rows as lp_rows
+
+    found = lp_rows(g, x, dtype, unit_roundoff(dtype))
+    zero = found["zero"]
+    member = zero[..., None] & g.valid[None]
+    shape = zero.shape
+    return ExactRows(found["rows"], member, zero, np.full(shape, np.inf), np.zeros(member.shape, dtype=bool),
+                     tol=found["tol"])
+
+
 def scatter(g: Geometry, per_window: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """``sum_w per_window[b, w] * rows[b, w, k]`` into cells: J^T v for row arrays."""
     out = np.zeros((g.batch, g.n_in))
@@ -88,5 +107,7 @@ def tolerance(exact: np.ndarray, u: float, terms: int | np.ndarray = 1) -> np.nd
 
 def row_tolerance(exact: ExactRows, u: float) -> np.ndarray:
     """One window's contribution in a probe: exact where the dtype holds the exact value,
-    else one rounding of the weight and one of the product (γ_3)."""
+    else one rounding of the weight and one of the product (γ_3); lp: its derived bound."""
+    if exact.tol is not None:
+        return exact.tol
     return np.where(exact.held, 0.0, tolerance(exact.rows, u))
