@@ -25,7 +25,10 @@ the script prints the fraction of batches with >= 1 exact tie, >= 1 rounding tie
 where backprop differs (any zone, bifurcation, compensation), and writes a PNG
 plot of the fractions against precision (``--plot``; needs matplotlib).
 
-Run: python benchmarks/census.py [--plot census.png] [--channels 4] [--seed 0]
+``--blocks 2`` runs conv(same) -> ReLU -> pool twice (8x8 -> 4x4 -> 2x2) and prints
+the tie zones and pool-input gradient changes of each pooling layer.
+
+Run: python benchmarks/census.py [--plot census.png] [--channels 4] [--seed 0] [--blocks 2]
 Needs scikit-learn (``pip install symjac[census]``).
 """
 
@@ -151,6 +154,77 @@ def measure(channels: int, seed: int) -> dict:
     return results
 
 
+# -- two blocks: conv(same) -> ReLU -> pool -> conv(same) -> ReLU -> pool, 8x8 -> 4x4 -> 2x2 --------------
+
+
+def conv_same_exact(x: ExactArray, w: np.ndarray, b: np.ndarray) -> ExactArray:
+    """Exact z = b + Σ_{c, tap} w·x with zero padding 1 (Python ints: no overflow)."""
+    ew, eb = ExactArray.from_any(w.astype(np.float64)), ExactArray.from_any(b.astype(np.float64))
+    den = math.lcm(ew.den * x.den, eb.den)
+    h = x.shape[-1]
+    xn = np.zeros(x.shape[:2] + (h + 2, h + 2), dtype=object)   # Python ints (np.pad would give int64)
+    xn[:, :, 1:-1, 1:-1] = [[[[int(v) for v in row] for row in c] for c in item] for item in x.num]
+    z = np.zeros((x.shape[0], w.shape[0], h, h), dtype=object)
+    z += (eb.num.astype(object) * (den // eb.den))[None, :, None, None]
+    wn = ew.num.astype(object) * (den // (ew.den * x.den))
+    for i, j in taps():
+        for o in range(w.shape[0]):
+            for c in range(w.shape[1]):
+                z[:, o] += wn[o, c, i, j] * xn[:, c, i:i + h, j:j + h]
+    return ExactArray(z, den)
+
+
+def conv_same_float(x: np.ndarray, w: np.ndarray, b: np.ndarray, dtype: type) -> np.ndarray:
+    """The same in ``dtype``: bias, then per tap and input channel one product and one sum."""
+    wd, bd = w.astype(dtype), b.astype(dtype)
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    h = x.shape[-1]
+    z = np.broadcast_to(bd[None, :, None, None], (x.shape[0], w.shape[0], h, h)).astype(dtype)
+    for i, j in taps():
+        for c in range(w.shape[1]):
+            z = z + wd[None, :, c, i, j, None, None] * xp[:, c:c + 1, i:i + h, j:j + h]
+    return z
+
+
+def pool_max(a: np.ndarray) -> np.ndarray:
+    n, c, h, _ = a.shape
+    return a.reshape(n, c, h // 2, 2, h // 2, 2).max(axis=(3, 5))
+
+
+def measure_two_blocks(channels: int, seed: int) -> dict:
+    """Per pooling layer, precision and batch size: tie zones and pool-input gradient changes."""
+    k = load_digits(seed)
+    rng = np.random.default_rng(seed + 3)
+    w1 = (rng.standard_normal((channels, 1, 3, 3)) / 3).astype(np.float32)
+    w2 = (rng.standard_normal((channels, channels, 3, 3)) / (3 * channels ** 0.5)).astype(np.float32)
+    b1, b2 = ((rng.standard_normal((2, channels)) / 10).astype(np.float32))
+    r1 = conv_same_exact(ExactArray(k, 16), w1, b1)
+    r1 = ExactArray(np.maximum(r1.num, 0), r1.den)
+    p1 = ExactArray(pool_max(r1.num), r1.den)
+    r2 = conv_same_exact(p1, w2, b2)
+    r2 = ExactArray(np.maximum(r2.num, 0), r2.den)
+    results: dict = {}
+    for dtype in DTYPES:
+        f1 = np.maximum(conv_same_float((k / 16).astype(dtype), w1, b1, dtype), dtype(0))
+        f2 = np.maximum(conv_same_float(pool_max(f1), w2, b2, dtype), dtype(0))
+        for layer, (x, ref) in enumerate(((f1, r1), (f2, r2)), start=1):
+            out = pool_max(x).shape
+            dy = rng.integers(1, 9, size=out) * rng.choice([-1, 1], size=out) / 8
+            census = symjac.tie_census(SPEC, x, ref, dy=dy)
+            for batch in BATCHES:
+                nb = k.shape[0] // batch
+                counts = census.per_item[: nb * batch].reshape(nb, batch, -1).sum(axis=1)
+                results[layer, np.dtype(dtype).name, batch] = {
+                    "exact_tie": float((counts[:, 1] > 0).mean()),
+                    "rounding_tie": float((counts[:, 2] > 0).mean()),
+                    "broken_tie": float((counts[:, 3] > 0).mean()),
+                    "dx_differs": _batch_any(census.differs["bifurcation"] + census.differs["compensation"], nb, batch),
+                    "dx_differs_compensation": _batch_any(census.differs["compensation"], nb, batch),
+                    "windows": census.totals,
+                }
+    return results
+
+
 def plot(results: dict, path: str) -> None:
     import matplotlib
 
@@ -182,8 +256,21 @@ def main() -> None:
     parser.add_argument("--channels", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plot", default=None, help="write the PNG plot here")
+    parser.add_argument("--blocks", type=int, default=1, choices=(1, 2),
+                        help="2: conv(same)-ReLU-pool twice; tie zones per pooling layer (no dW columns)")
     args = parser.parse_args()
     start = time.perf_counter()
+    if args.blocks == 2:
+        two = measure_two_blocks(args.channels, args.seed)
+        print(f"{'layer':5} {'dtype':8} {'batch':>5} {'exact':>6} {'round':>6} {'broken':>6} {'dx':>6} {'dx_cmp':>6}")
+        for (layer, dtype, batch), r in two.items():
+            print(f"{layer:5d} {dtype:8} {batch:5d} {r['exact_tie']:6.2f} {r['rounding_tie']:6.2f} "
+                  f"{r['broken_tie']:6.2f} {r['dx_differs']:6.2f} {r['dx_differs_compensation']:6.2f}")
+        for layer in (1, 2):
+            for dtype in ("float16", "float32", "float64"):
+                print(f"windows layer {layer} {dtype}: {two[layer, dtype, BATCHES[0]]['windows']}")
+        print(f"measured in {time.perf_counter() - start:.1f} s")
+        return
     results = measure(args.channels, args.seed)
     elapsed = time.perf_counter() - start
     print("fraction of batches with: >= 1 exact / rounding / broken tie; pool-input gradient dx differing"
