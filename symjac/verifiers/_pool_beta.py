@@ -75,7 +75,7 @@ def outside_clarke(g: Geometry, rows: Rows, exact: ExactRows, suspects: list[tup
     n = int(sizes[b, w])
     valid = g.valid[w]
     cells = tuple(g.input_index(b, int(c)) for c in g.cells[w][valid])
-    limits = sorted({str(beta.clarke_limit(int(sizes[k]))) for k in bad})
+    limits = [str(v) for v in sorted({beta.clarke_limit(int(sizes[k])) for k in bad}, reverse=True)]
     names = [fmt_index(g.output_index(*k)) for k in bad]
     finding = Finding(
         "tie_beta_outside_clarke",
