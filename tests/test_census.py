@@ -96,3 +96,12 @@ def test_census_errors():
         symjac.tie_census(SPEC, x, ref[:1])
     with pytest.raises(InputError, match="no ties"):
         symjac.tie_census(Pool("avg", (2,)), x)
+
+
+def test_census_batch_items_channels_last():
+    # (N=2, L=4, C=2) channels_last, kernel 2: item 1, channel 0 has the tie (5, 5); all else distinct.
+    x = np.array([[[1, 2], [3, 4], [5, 6], [7, 8]],
+                  [[5, 1], [5, 2], [0, 3], [1, 4]]], dtype=np.float64)
+    c = symjac.tie_census(Pool("max", (2,), layout="channels_last"), x)
+    assert c.per_item.tolist() == [[4, 0, 0, 0], [3, 1, 0, 0]]
+    assert c.differs == {"bifurcation": (1,), "compensation": ()}

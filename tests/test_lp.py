@@ -273,3 +273,12 @@ def test_exact_rounding_of_algebraic_values():
     # √2 to float64 is 0x3FF6A09E667F3BCD (IEEE correctly rounded sqrt, numpy).
     assert round_array(np.array([sympy.sqrt(2)], dtype=object), np.float64)[0] == np.sqrt(2.0)
     assert Fraction(float(round_array(np.array([sympy.Rational(1, 3)], dtype=object), np.float64)[0])) == Fraction(1 / 3)
+
+
+def test_golden_data_refuses_lp(tmp_path):
+    # Golden data and [expect] values are rational; lp's are algebraic: a clear SpecError.
+    path = tmp_path / "lp.toml"
+    path.write_text('[operator]\nkind = "pool"\nmode = "lp"\nkernel = [2]\np = 2\n[input]\nx = [1, 2]\n'
+                    '[expect]\nforward = [1]\n')
+    with pytest.raises(SpecError, match="algebraic"):
+        symjac.check_expect(symjac.load_spec_file(path).cases[0])
