@@ -108,8 +108,9 @@ def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
                       "max_ulp is max_abs_error in ULPs of golden[dtype]"}
         return qs, loss_meta
     from symjac._exact import ExactArray
+    from symjac.pool._beta import exact_jacobian, exact_vjp_tie
+    from symjac.pool._jacobian import exact_forward
     from symjac.io._specfile import pool_input
-    from symjac.pool._jacobian import _sparse, exact_forward, exact_vjp, routes
 
     g, x, dy = pool_input(case)
     if g.spec.mode == "lp":
@@ -119,12 +120,12 @@ def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
                         "algebraic (use symjac.forward/jacobian/vjp)")
     tie = case.tie or "first"
     ex, edy = ExactArray.from_any(x), ExactArray.from_any(dy)
-    jac = _sparse(routes(g, ex, tie))
+    jac = exact_jacobian(g, ex, tie)
     qs = {
         "x": x,
         "dy": dy,
         "y": exact_forward(g, ex).to_fractions(),
-        "dx": exact_vjp(g, ex, edy, tie).to_fractions(),
+        "dx": exact_vjp_tie(g, ex, edy, tie).to_fractions(),
         "jac_rows": jac.rows.astype(np.int64),
         "jac_cols": jac.cols.astype(np.int64),
         "jac_values": _fractions(jac.values),

@@ -23,12 +23,18 @@ at any tie (the limit is 2 for a pair and falls to 1 as |I| grows).
 from __future__ import annotations
 
 import dataclasses
+import math
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from symjac._errors import InputError
+
+if TYPE_CHECKING:
+    from symjac._exact import ExactArray
+    from symjac.pool._geometry import Geometry
+    from symjac.pool._jacobian import SparseJacobian
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -108,3 +114,58 @@ def beta_weights(member: np.ndarray, beta: Beta) -> tuple[np.ndarray, int]:
     else:  # huge β denominators: exact Python ints
         weights = a * split.astype(object) + (c - a) * q_split * first.astype(object)
     return weights, q
+
+
+# -- J_β from the named policies (the engine knows only first/last/split) ------------------
+
+
+def lincomb(terms: list[tuple[Fraction, ExactArray]]) -> ExactArray:
+    """Σ c_i·A_i of exact arrays (:class:`~symjac._exact.ExactArray`), exactly."""
+    from symjac._exact import ExactArray, _int_array
+
+    den = math.lcm(*(c.denominator * a.den for c, a in terms))
+    num = sum(a.num.astype(object) * (c.numerator * (den // (c.denominator * a.den))) for c, a in terms)
+    return ExactArray(_int_array(np.asarray(num, dtype=object)), den)
+
+
+def beta_vjp(g: Geometry, x: ExactArray | None, dy: ExactArray, beta: Beta) -> ExactArray:
+    """Exact ``J_β^T dy = β·J_split^T dy + (1 − β)·J_first^T dy`` (ExactArrays in and out)."""
+    from symjac.pool._jacobian import exact_vjp
+
+    split, first = exact_vjp(g, x, dy, "split"), exact_vjp(g, x, dy, "first")
+    return lincomb([(beta.value, split), (1 - beta.value, first)])
+
+
+def exact_vjp_tie(g: Geometry, x: ExactArray | None, dy: ExactArray, tie: Tie) -> ExactArray:
+    """:func:`symjac.pool._jacobian.exact_vjp` for any tie policy, a :class:`Beta` included."""
+    from symjac.pool._jacobian import exact_vjp
+
+    return beta_vjp(g, x, dy, tie) if isinstance(tie, Beta) else exact_vjp(g, x, dy, tie)
+
+
+def beta_jacobian(g: Geometry, x: ExactArray | None, beta: Beta) -> SparseJacobian:
+    """Exact sparse J_β: entries of J_split and J_first combined, zeros dropped."""
+    import sympy
+
+    from symjac.pool._jacobian import SparseJacobian, _sparse, routes
+
+    b = sympy.Rational(beta.value.numerator, beta.value.denominator)
+    entries: dict[tuple[int, int], Any] = {}
+    for weight, tie in ((b, "split"), (1 - b, "first")):
+        J = _sparse(routes(g, x, tie))
+        for r, c, v in zip(J.rows.tolist(), J.cols.tolist(), J.values):
+            entries[r, c] = entries.get((r, c), 0) + weight * v
+    keys = sorted(k for k, v in entries.items() if v != 0)
+    table: dict[Any, int] = {}
+    ids = [table.setdefault(entries[k], len(table)) for k in keys]
+    rows = np.array([k[0] for k in keys], dtype=np.int64)
+    cols = np.array([k[1] for k in keys], dtype=np.int64)
+    return SparseJacobian(g.output_shape, g.input_shape, rows, cols, np.array(ids, dtype=np.int64), tuple(table),
+                          spec=g.spec)
+
+
+def exact_jacobian(g: Geometry, x: ExactArray | None, tie: Tie) -> SparseJacobian:
+    """The exact sparse Jacobian at an exact x for any tie policy (golden data)."""
+    from symjac.pool._jacobian import _sparse, routes
+
+    return beta_jacobian(g, x, tie) if isinstance(tie, Beta) else _sparse(routes(g, x, tie))

@@ -20,7 +20,6 @@ applies the exact difference ``(J_β1 − J_β0)^T dy`` at x (for lp, zero_windo
 from __future__ import annotations
 
 import dataclasses
-import math
 from fractions import Fraction
 from typing import Any
 
@@ -28,7 +27,7 @@ import numpy as np
 
 from symjac._errors import InputError
 from symjac._exact import ExactArray
-from symjac.pool._beta import Beta
+from symjac.pool._beta import Beta, lincomb
 from symjac.pool._geometry import Geometry, resolve
 from symjac.pool._spec import check_pool_spec
 
@@ -190,8 +189,6 @@ def _difference(g: Geometry, x: ExactArray, dy: ExactArray, policies: tuple[Any,
         return ExactArray(g.from_canonical(acc, g.in_spatial), masked.den)
     from symjac.pool._jacobian import exact_vjp
 
-    one = exact_vjp(g, x, masked, policies[1])
-    zero = exact_vjp(g, x, masked, policies[0])
-    den = math.lcm(one.den, zero.den)
-    num = one.num * (den // one.den) - zero.num * (den // zero.den)
-    return ExactArray(num, int(den))
+    # J_β1 − J_β0 = (β1 − β0)·(J_split − J_first).
+    step = policies[1].value - policies[0].value
+    return lincomb([(step, exact_vjp(g, x, masked, "split")), (-step, exact_vjp(g, x, masked, "first"))])

@@ -20,8 +20,8 @@ from symjac._errors import InputError, SpecError
 from symjac._exact import ExactArray, _int_array
 from symjac.pool._geometry import Geometry, resolve
 from symjac.pool._spec import PoolSpec, check_pool_spec
-from symjac.pool._beta import Tie
-from symjac.pool._symbolic import check_tie, policy_weights, tie_members, window_classes
+from symjac.pool._beta import Beta, Tie, parse_tie
+from symjac.pool._symbolic import TIE_POLICIES, policy_weights, tie_members, window_classes
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -53,7 +53,7 @@ def _input(geometry_or_spec: Any, x: Any, name: str = "x") -> tuple[Geometry, Ex
     return resolve(spec, exact.shape), exact
 
 
-def routes(geometry: Geometry, x: ExactArray | None, tie: Tie = "first") -> Routes:
+def routes(geometry: Geometry, x: ExactArray | None, tie: str = "first") -> Routes:
     """The exact routes of ``geometry``; max pooling needs ``x`` to find its ties."""
     out: list[Route] = []
     if geometry.spec.mode == "avg":
@@ -216,12 +216,16 @@ def jacobian(spec: PoolSpec, x: Any, *, tie: Tie = "first") -> SparseJacobian:
       SpecError: the spec does not fit the shape.
       InputError: x is not exact-convertible, or max pooling was given only a shape.
     """
-    tie = check_tie(tie)
+    tie = parse_tie(tie, TIE_POLICIES)
     geometry, exact = _input(spec, x)
     if geometry.spec.mode == "lp":
         from symjac.pool._lp import lp_jacobian
 
         return lp_jacobian(geometry, exact)
+    if isinstance(tie, Beta):
+        from symjac.pool._beta import beta_jacobian
+
+        return beta_jacobian(geometry, exact, tie)
     return _sparse(routes(geometry, exact, tie))
 
 
@@ -230,13 +234,17 @@ def vjp(spec: PoolSpec, x: Any, dy: Any, *, tie: Tie = "first") -> np.ndarray:
 
     ``x`` may be an input shape (tuple of ints) for average pooling.
     """
-    tie = check_tie(tie)
+    tie = parse_tie(tie, TIE_POLICIES)
     geometry, exact = _input(spec, x)
     g = _check_dy(geometry, dy)
     if geometry.spec.mode == "lp":
         from symjac.pool._lp import lp_vjp
 
         return lp_vjp(geometry, exact, g)
+    if isinstance(tie, Beta):
+        from symjac.pool._beta import beta_vjp
+
+        return beta_vjp(geometry, exact, g, tie).to_sympy()
     return _apply(routes(geometry, exact, tie), g, transpose=True).to_sympy()
 
 
@@ -268,7 +276,7 @@ def exact_forward(geometry: Geometry, x: ExactArray) -> ExactArray:
     return _apply(routes(geometry, x, "first"), x, transpose=False)
 
 
-def exact_vjp(geometry: Geometry, x: ExactArray | None, dy: ExactArray, tie: Tie = "first") -> ExactArray:
+def exact_vjp(geometry: Geometry, x: ExactArray | None, dy: ExactArray, tie: str = "first") -> ExactArray:
     """Exact input gradient on exact arrays (for other stages)."""
     return _apply(routes(geometry, x, tie), dy, transpose=True)
 

@@ -18,8 +18,8 @@ import numpy as np
 from symjac._errors import InputError
 from symjac.pool._geometry import Geometry, resolve
 from symjac.pool._spec import PoolSpec, check_pool_spec
-from symjac.pool._beta import Tie
-from symjac.pool._symbolic import check_tie, policy_weights, tie_members, window_classes
+from symjac.pool._beta import Beta, Tie, parse_tie
+from symjac.pool._symbolic import TIE_POLICIES, check_tie, policy_weights, tie_members, window_classes
 
 FLOAT_DTYPES = (np.float16, np.float32, np.float64)
 
@@ -60,7 +60,12 @@ class Lowered:
 
     def vjp(self, x: Any, dy: Any, tie: Tie = "first") -> np.ndarray:
         """Input gradient ``J(x)^T dy`` in x's dtype; ``tie`` as for :func:`symjac.jacobian`."""
-        tie = check_tie(tie)
+        tie = parse_tie(tie, TIE_POLICIES)
+        if isinstance(tie, Beta):  # seed 001: β·J_split + (1 − β)·J_first, combined in x's dtype
+            split, first = self.vjp(x, dy, "split"), self.vjp(x, dy, "first")
+            b = split.dtype.type(float(tie.value))
+            return np.asarray(b * split + (split.dtype.type(1) - b) * first)
+        check_tie(tie)
         g = self.geometry
         x = _check_float("x", x, g.input_shape)
         dy = _check_float("dy", dy, g.output_shape).astype(x.dtype, copy=False)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import sympy
 
-from symjac.pool._beta import Beta, Tie, beta_weights, parse_tie
+from symjac._errors import InputError
 from symjac.pool._geometry import Geometry
 
 TIE_POLICIES = ("first", "last", "split")
@@ -169,21 +169,20 @@ def tie_members(tmpl: Template, values: np.ndarray) -> np.ndarray:
     return np.asarray(tmpl.tie_arg(values, others)) >= 0
 
 
-def check_tie(tie: Tie) -> Tie:
-    """Raise :class:`InputError` unless ``tie`` names a policy or is a :class:`~symjac.Beta`."""
-    return parse_tie(tie, TIE_POLICIES)
+def check_tie(tie: str) -> str:
+    """Raise :class:`InputError` unless ``tie`` names a policy."""
+    if tie not in TIE_POLICIES:
+        raise InputError(f"tie={tie!r} is not valid: give one of {', '.join(map(repr, TIE_POLICIES))}")
+    return tie
 
 
-def policy_weights(member: np.ndarray, tie: Tie) -> tuple[np.ndarray, int]:
+def policy_weights(member: np.ndarray, tie: str) -> tuple[np.ndarray, int]:
     """Integer routing weights over a common denominator for a tie policy.
 
     Returns (weights, q) with ``weights / q`` the Jacobian row of each window:
     ``first``/``last`` put 1 on the first/last tied slot (row-major order), ``split``
-    puts 1/|I| on each of the |I| tied slots (the minimal-norm Clarke element);
-    a :class:`~symjac.Beta` mixes the two (:func:`symjac.pool._beta.beta_weights`).
+    puts 1/|I| on each of the |I| tied slots (the minimal-norm Clarke element).
     """
-    if isinstance(tie, Beta):
-        return beta_weights(member, tie)
     check_tie(tie)
     n = member.shape[-1]
     if tie == "split":

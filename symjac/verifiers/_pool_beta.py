@@ -21,7 +21,7 @@ import numpy as np
 
 from symjac.check._report import Finding, fmt_index, listing
 from symjac.check._rounding import gamma
-from symjac.pool._beta import Beta
+from symjac.pool._beta import Beta, beta_weights
 from symjac.pool._geometry import Geometry
 from symjac.pool._symbolic import policy_weights
 from symjac.verifiers._pool_rows import ExactRows, Rows, tolerance
@@ -44,7 +44,7 @@ def fit_beta(rows: Rows, exact: ExactRows, mask: np.ndarray, u: float) -> Beta |
     others = (rows.obs * (member & ~first)).sum(axis=2)
     estimate = others * size / np.maximum(size - 1, 1)
     beta = Beta(Fraction(float(np.median(estimate[mask]))).limit_denominator(MAX_DENOMINATOR))
-    weights, q = policy_weights(member, beta)
+    weights, q = beta_weights(member, beta)
     want = weights / q
     close = np.abs(rows.obs - want) <= tolerance(want, u) + gamma(3, u) * (want == 0)
     return beta if bool(close.all(axis=2)[mask].all()) else None
