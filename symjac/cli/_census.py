@@ -25,7 +25,7 @@ EXAMPLES = ("symjac census specs/seeds/maxpool_ties.toml --dtype float16",
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The census options."""
     p.add_argument("spec", help="spec file with a max or lp pooling operator (and x, unless --x is given)")
-    p.add_argument("--dtype", default="float32", choices=DTYPES, help="round the spec's exact x to this dtype")
+    p.add_argument("--dtype", default="float64", choices=DTYPES, help="round the spec's exact x to this dtype (default float64)")
     p.add_argument("--x", default=None, help="input as the implementation saw it (.npy)")
     p.add_argument("--reference", default=None, help="exact or higher-precision values of the same input (.npy)")
     p.add_argument("--dy", default=None, help="upstream gradient (.npy; default ones)")
