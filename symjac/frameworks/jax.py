@@ -236,6 +236,16 @@ def reduce_window_sum(window_dimensions: Sequence[int], window_strides: Sequence
     return _reduce_window("sum", window_dimensions, window_strides, padding, window_dilation, layout)
 
 
+def limitation(config: Config, dtype: Any) -> str | None:
+    """Why the framework cannot run ``config`` in ``dtype``: none known for its generated configurations."""
+    return None
+
+
+def known_defect(config: Config) -> str | None:
+    """A known framework defect ``config`` runs into: none known for its generated configurations."""
+    return None
+
+
 def make(config: Config) -> tuple[Any, Impl]:
     """``(spec, impl)`` of one configuration."""
     return _make(sys.modules[__name__], config)

@@ -9,7 +9,7 @@ ONNX                               symjac
 =================================  ======================================================
 ``kernel_shape=[k1, ..., kn]``     ``kernel=(k1, ..., kn)`` (rank n)
 ``strides`` (absent: 1 per axis)   ``stride``
-``pads=[b1, ..., bn, e1, ..., en]``  ``padding=((b1, e1), ..., (bn, en))``
+``pads=[b1, ..., bn, e1, ..., en]``  ``padding=((b1, e1), ..., (bn, en))`` (all 0: ``"valid"``)
 ``auto_pad="VALID"``               ``"valid"``
 ``auto_pad="SAME_UPPER"``          ``"same"`` (extra cell at the end), pads sized from the
                                    dilated kernel: (out - 1)·s + (k - 1)·d + 1 - L
@@ -121,7 +121,7 @@ def _spec(mode: str, kernel_shape: Sequence[int], strides: Sequence[int] | None,
         p = [0] * (2 * rank) if pads is None else [int(v) for v in pads]
         if len(p) != 2 * rank:
             raise Unsupported(f"pads={pads!r}: give {2 * rank} ints [x1_begin, ..., x{rank}_begin, x1_end, ...]")
-        padding = tuple((p[i], p[i + rank]) for i in range(rank))
+        padding = tuple((p[i], p[i + rank]) for i in range(rank)) if any(p) else "valid"
     elif ceil_mode and padding == "valid":
         raise Unsupported("ceil_mode=1 with auto_pad='VALID': the ONNX output-shape formula for this case is "
                           "ambiguous (onnx/onnx#3314); use auto_pad='NOTSET' with pads")

@@ -445,26 +445,29 @@ def _rank(config: Config) -> int:
     return len(config.input_shape) - 2
 
 
+def _windowed_3d(config: Config) -> bool:
+    """Runs TF's MaxPool3D / AvgPool3D kernels (Keras's adaptive 3-D pools do too)."""
+    return config.op in _THREE_D or (_rank(config) == 3 and (
+        config.op in ("pool", "keras_ops_max_pool", "keras_ops_average_pool") or "adaptive" in config.op.lower()))
+
+
 def limitation(config: Config, dtype: Any) -> str | None:
     """Why TensorFlow cannot run ``config`` in ``dtype`` (a kernel it does not have), or None."""
-    windowed = config.op in _THREE_D or (config.op in ("pool", "keras_ops_max_pool", "keras_ops_average_pool")
-                                         and _rank(config) == 3)
-    if windowed and np.dtype(dtype) == np.float64:
+    if _windowed_3d(config) and np.dtype(dtype) == np.float64:
         return "TensorFlow has no float64 CPU kernel for MaxPool3D / AvgPool3D"
     return None
 
 
 def known_defect(config: Config) -> str | None:
     """A known TensorFlow/Keras defect ``config`` runs into (symjac reports it), or None."""
-    max3d = config.op in ("max_pool3d", "MaxPooling3D") or (_rank(config) == 3 and (
-        config.op == "keras_ops_max_pool" or config.kwargs.get("pooling_type") == "MAX"))
-    if max3d:
+    is_max = "max" in config.op.lower() or config.kwargs.get("pooling_type") == "MAX"
+    adaptive = "adaptive" in config.op.lower()
+    if adaptive and is_max and 1 in tuple(config.kwargs["output_size"]):
+        return ("Keras adaptive max pooling on TensorFlow with an output size of 1: SIGFPE (kills the process) "
+                "when it is the last spatial axis, else gradient sent to non-maximal cells or NaN")
+    if _windowed_3d(config) and is_max:
         return ("TensorFlow's MaxPool3DGrad sends the whole upstream gradient to every tied maximum "
                 "(any Clarke subgradient sums to 1)")
-    adaptive_max = config.op.startswith("AdaptiveMaxPooling") or config.op == "keras_ops_adaptive_max_pool"
-    if adaptive_max and tuple(config.kwargs["output_size"])[-1] == 1:
-        return ("Keras adaptive max pooling on TensorFlow dies with SIGFPE when the last spatial output size "
-                "is 1 (run it isolated)")
     return None
 
 

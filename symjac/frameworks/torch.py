@@ -8,7 +8,7 @@ PyTorch                      symjac
 ===========================  ===================================================
 ``kernel_size=k``            ``kernel=(k,)*rank`` (an int is repeated per dim)
 ``stride=None``              ``stride=kernel`` (PyTorch's default)
-``padding=p``                ``padding=((p, p),)*rank``: symmetric, implicit
+``padding=p``                ``padding=((p, p),)*rank`` (0 → ``"valid"``): implicit
                              ``-inf`` (max) / zero (avg) cells
 ``dilation=d`` (max only)    ``dilation=d``
 ``ceil_mode=True``           ``ceil_mode=True`` (a last window starting in the
@@ -154,7 +154,8 @@ def _pool(mode: str, rank: int, op: str, kwargs: dict[str, Any], divisor: str | 
     stride = kwargs["stride"]
     # PyTorch: stride=None (or an empty list) means stride = kernel_size.
     stride = kernel if stride is None or (isinstance(stride, (tuple, list)) and not stride) else _dims(stride, rank, "stride")
-    padding = tuple((p, p) for p in _dims(kwargs["padding"], rank, "padding"))
+    pads = _dims(kwargs["padding"], rank, "padding")
+    padding: Any = tuple((p, p) for p in pads) if any(pads) else "valid"
     spec = Pool(mode, kernel, stride=stride, padding=padding, dilation=_dims(dilation, rank, "dilation"),
                 ceil_mode=bool(kwargs["ceil_mode"]), divisor=divisor)
     return _functional(op, spec, kwargs)
@@ -251,6 +252,16 @@ def adaptive_max_pool2d(output_size: Any, return_indices: bool = False) -> tuple
 def adaptive_max_pool3d(output_size: Any, return_indices: bool = False) -> tuple[AdaptivePool, Impl]:
     """``torch.nn.functional.adaptive_max_pool3d`` and its spec."""
     return _adaptive("max", 3, output_size, {"return_indices": return_indices})
+
+
+def limitation(config: Config, dtype: Any) -> str | None:
+    """Why the framework cannot run ``config`` in ``dtype``: none known for its generated configurations."""
+    return None
+
+
+def known_defect(config: Config) -> str | None:
+    """A known framework defect ``config`` runs into: none known for its generated configurations."""
+    return None
 
 
 def make(config: Config) -> tuple[Any, Impl]:
