@@ -89,7 +89,8 @@ def require(name: str) -> ModuleType:
 
 def make(module: ModuleType, config: Config) -> tuple[Any, Impl]:
     """Build ``(spec, impl)`` of ``config`` with the ready-made op of framework module ``module``."""
-    return getattr(module, config.op)(**config.kwargs)
+    op: Callable[..., tuple[Any, Impl]] = getattr(module, config.op)
+    return op(**config.kwargs)
 
 
 def call_text(func: str, kwargs: Mapping[str, Any], first: str = "") -> str:

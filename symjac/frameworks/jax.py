@@ -53,14 +53,18 @@ def precision(dtype: Any) -> contextlib.AbstractContextManager[Any]:
     if np.dtype(dtype).itemsize < 8:
         return contextlib.nullcontext()
     jax = _jax()
+    context: contextlib.AbstractContextManager[Any]
     if hasattr(jax, "enable_x64"):
-        return jax.enable_x64(True)
-    return require("jax.experimental").enable_x64()  # older JAX
+        context = jax.enable_x64(True)
+    else:
+        context = require("jax.experimental").enable_x64()  # older JAX
+    return context
 
 
 def _cpu() -> contextlib.AbstractContextManager[Any]:
     jax = _jax()
-    return jax.default_device(jax.devices("cpu")[0])
+    context: contextlib.AbstractContextManager[Any] = jax.default_device(jax.devices("cpu")[0])
+    return context
 
 
 def wrap(fn: Callable[..., Any], *, name: str | None = None, jit: bool = True, **kwargs: Any) -> Impl:
@@ -191,7 +195,9 @@ def _lax_spec(mode: str, window_dimensions: Sequence[int], window_strides: Seque
             raise Unsupported(f"padding={padding!r}: give {ndim} (low, high) pairs with (0, 0) on the batch and "
                               f"channel dims {other}")
         pads = tuple(pairs[d] for d in spatial)
-    pick = lambda values: tuple(int(values[d]) for d in spatial)
+    def pick(values: Sequence[int]) -> tuple[int, ...]:
+        return tuple(int(values[d]) for d in spatial)
+
     return Pool(mode, pick(window_dimensions), stride=pick(window_strides), padding=pads,
                 dilation=pick(dilation), divisor=divisor, layout=layout)
 
@@ -290,12 +296,12 @@ def _lax_family(kind: str, rank: int) -> Callable[[np.random.Generator], Config 
         dilation = tuple(int(v) for v in rng.integers(1, 3, rank)) if kind == "sum" and rng.random() < 0.4 \
             else (1,) * rank
         layout = "channels_last" if rng.random() < 0.5 else "channels_first"
-        if layout == "channels_last":
-            full = lambda v, one: (one, *v, one)
-            shape = (1, *spatial, c)
-        else:
-            full = lambda v, one: (one, one, *v)
-            shape = (1, c, *spatial)
+        last = layout == "channels_last"
+        shape = (1, *spatial, c) if last else (1, c, *spatial)
+
+        def full(v: Sequence[Any], one: Any) -> tuple[Any, ...]:
+            return (one, *v, one) if last else (one, one, *v)
+
         pads = padding if isinstance(padding, str) else full(padding, (0, 0))
         kwargs = {"window_dimensions": full(kernel, 1), "window_strides": full(stride, 1), "padding": pads,
                   "window_dilation": full(dilation, 1) if max(dilation) > 1 else None, "layout": layout}

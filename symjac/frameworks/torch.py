@@ -58,7 +58,8 @@ def to_numpy(t: Any) -> np.ndarray:
     if t.dtype == torch.bfloat16:
         import ml_dtypes
 
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        out: np.ndarray = t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        return out
     return np.array(t.numpy(), copy=True)
 
 
