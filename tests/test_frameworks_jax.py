@@ -96,3 +96,13 @@ def test_gradient_scaled_by_two_is_flagged():
     report = symjac.verify(spec, forward=impl.forward, backward=lambda x, dy: 2 * impl.backward(x, dy),
                            input_shape=(1, 3, 3, 1))
     assert "wrong_weights" in report.categories(), report
+
+
+def test_dtype_follows_x_including_half_precision():
+    import ml_dtypes
+
+    _, impl = sjj.max_pool((2,), (2,))
+    for dtype in (np.float16, ml_dtypes.bfloat16, np.float32, np.float64):
+        x = np.arange(8, dtype=dtype).reshape(1, 4, 2)
+        assert impl.forward(x).dtype == dtype
+        assert impl.backward(x, np.ones((1, 2, 2), dtype)).dtype == dtype

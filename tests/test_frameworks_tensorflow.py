@@ -92,3 +92,12 @@ def test_reproducer_runs_and_agrees():
     exec(impl.reproducer, namespace)
     np.testing.assert_array_equal(namespace["y"].numpy(), impl.forward(x))
     np.testing.assert_array_equal(namespace["dx"].numpy(), impl.backward(x, dy))
+
+
+def test_dtype_follows_x_for_tf_nn_and_keras():
+    for make in (lambda: stf.avg_pool1d(2, 2, "VALID"), lambda: stf.AveragePooling1D(2)):
+        _, impl = make()
+        for dtype in (np.float16, np.float32, np.float64):
+            x = np.arange(8, dtype=dtype).reshape(1, 4, 2)
+            assert impl.forward(x).dtype == dtype
+            assert impl.backward(x, np.ones((1, 2, 2), dtype)).dtype == dtype

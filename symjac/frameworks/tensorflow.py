@@ -464,7 +464,8 @@ def known_defect(config: Config) -> str | None:
     adaptive = "adaptive" in config.op.lower()
     if adaptive and is_max and 1 in tuple(config.kwargs["output_size"]):
         return ("Keras adaptive max pooling on TensorFlow with an output size of 1: SIGFPE (kills the process) "
-                "when it is the last spatial axis, else gradient sent to non-maximal cells or NaN")
+                "when it is the last spatial axis, else a gradient holding garbage values (uninitialized "
+                "memory: 1e+27, -7e+24, NaN) in cells whose exact derivative is 0")
     if _windowed_3d(config) and is_max:
         return ("TensorFlow's MaxPool3DGrad sends the whole upstream gradient to every tied maximum "
                 "(any Clarke subgradient sums to 1)")
