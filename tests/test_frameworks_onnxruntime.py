@@ -57,6 +57,18 @@ def test_impl_is_forward_only():
     assert impl.backward is None and impl.framework == "onnxruntime" and impl.op == "MaxPool"
 
 
+def test_wrap_a_whole_model_and_run_the_reproducer():
+    spec, impl = sor.average_pool([3], pads=[1, 1], count_include_pad=1)
+    model = sor.wrap(sor.build_model("AveragePool", dict(impl.kwargs), np.float32, 3))
+    x = np.arange(6, dtype=np.float32).reshape(1, 1, 6)
+    # include_pad: (0 + 0 + 1) / 3 at the left edge, (4 + 5 + 0) / 3 at the right one
+    np.testing.assert_allclose(model.forward(x)[0, 0, [0, -1]], [1 / 3, 3.0], rtol=1e-6)
+    namespace = {"x": x, "print": lambda *a: None}
+    exec(impl.reproducer, namespace)
+    np.testing.assert_array_equal(namespace["y"], impl.forward(x))
+    np.testing.assert_array_equal(model.forward(x), impl.forward(x))
+
+
 def test_every_generated_configuration_matches_the_exact_forward():
     checked: collections.Counter[str] = collections.Counter()
     failures = []

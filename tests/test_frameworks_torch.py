@@ -91,6 +91,15 @@ def test_dtype_follows_x():
         assert impl.backward(np.ones((1, 1, 4, 4), dtype), np.ones((1, 1, 2, 2), dtype)).dtype == dtype
 
 
+def test_reproducer_of_a_wrapped_module_asks_for_it():
+    assert "# fn = ...  # your MaxPool2d" in sjt.wrap(torch.nn.MaxPool2d(2)).reproducer
+    reproducer = sjt.wrap(torch.nn.functional.avg_pool2d, kernel_size=2).reproducer
+    assert "avg_pool2d(xt, kernel_size=2)" in reproducer  # an importable name: the snippet runs as is
+    namespace = {"x": np.ones((1, 1, 2, 2)), "dy": np.ones((1, 1, 1, 1)), "print": lambda *a: None}
+    exec(reproducer, namespace)
+    assert namespace["dx"].numpy().tolist() == [[[[0.25, 0.25], [0.25, 0.25]]]]
+
+
 def test_reproducer_runs_and_agrees():
     spec, impl = sjt.max_pool2d(kernel_size=3, stride=2, padding=1, ceil_mode=True)
     x = np.arange(49, dtype=np.float64).reshape(1, 1, 7, 7)

@@ -24,6 +24,7 @@ PyTorch                      symjac
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -78,7 +79,7 @@ def _name(fn: Any) -> str:
 def _target(fn: Any) -> str | None:
     """``module.qualname`` of a function importable by that name, else None."""
     module = getattr(fn, "__module__", None)
-    if module and not isinstance(fn, type) and "<" not in _name(fn) and module != "__main__":
+    if module and inspect.isroutine(fn) and "<" not in _name(fn) and module != "__main__":
         return f"{module}.{_name(fn)}"
     return None
 
