@@ -57,7 +57,7 @@ _EXPORTS = {
     "check_expect": "io._golden",
 }
 _ALIASES = {"load_spec_file": "load", "default_loss_inputs": "default_inputs"}
-_SUBMODULES = ("testing",)
+_SUBMODULES = ("testing", "frameworks")
 
 __all__ = sorted(["InputError", "SpecError", "SymjacError", "VerificationError", "__version__", *_SUBMODULES,
                   *_EXPORTS])

@@ -11,7 +11,7 @@ import types
 
 import symjac
 
-PUBLIC_MODULES = {"symjac.testing"}
+PUBLIC_MODULES = {"symjac.testing", "symjac.frameworks"}
 
 
 def _modules() -> list[str]:

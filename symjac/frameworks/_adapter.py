@@ -1,0 +1,152 @@
+"""The adapter protocol: an implementation under test as NumPy-in / NumPy-out callables.
+
+Every framework module (:mod:`symjac.frameworks.torch`, ``jax``, ``tensorflow``,
+``onnxruntime``) turns framework code into an :class:`Impl` and offers ready-made
+pooling ops that return ``(spec, impl)``: the symjac spec the framework's documented
+convention implies, and the framework's own op. A user adapter for another framework
+needs only to build :class:`Impl` objects (see ``docs/frameworks.md``).
+
+Nothing here imports a framework: each module imports its framework lazily, inside
+the function that needs it, through :func:`require`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable, Iterator, Mapping
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from symjac._errors import SymjacError
+
+#: The pip extra that installs each framework module's dependencies.
+EXTRAS = {"torch": "torch", "jax": "jax", "flax": "jax", "tensorflow": "tensorflow", "keras": "tensorflow",
+          "onnx": "onnx", "onnxruntime": "onnx"}
+
+
+class FrameworkMissing(SymjacError, ImportError):
+    """A framework adapter was used but its framework is not installed; the message names the pip extra."""
+
+
+class Unsupported(SymjacError, NotImplementedError):
+    """The framework has no such op or convention (a documented limitation), or no VJP for it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Impl:
+    """An implementation under test, NumPy in / NumPy out.
+
+    Attributes:
+      forward: ``forward(x) -> y``.
+      backward: ``backward(x, dy) -> dx`` through the framework's autodiff; ``None`` for a
+        forward-only runtime (ONNX Runtime).
+      framework: ``"torch"``, ``"jax"``, ``"tensorflow"``, ``"keras"``, ``"onnxruntime"`` or a user's name.
+      op: the op's name (``"max_pool2d"``, ``"AveragePool"``, ...).
+      kwargs: the framework-side arguments, as the user passed them.
+      reproducer: a self-contained Python snippet that calls the framework op directly on NumPy
+        arrays ``x`` (and ``dy``, for its autodiff) defined before it: for an upstream bug report.
+    """
+
+    forward: Callable[[np.ndarray], np.ndarray]
+    backward: Callable[[np.ndarray, np.ndarray], np.ndarray] | None
+    framework: str
+    op: str
+    kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    reproducer: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One point of a framework's convention matrix.
+
+    Attributes:
+      op: name of the ready-made op in the framework module.
+      kwargs: its arguments.
+      input_shape: the full input shape, in the framework's layout.
+      label: a short human label of the convention, e.g. ``"k3 s2 p1 ceil"``.
+    """
+
+    op: str
+    kwargs: Mapping[str, Any]
+    input_shape: tuple[int, ...]
+    label: str
+
+
+def require(name: str) -> ModuleType:
+    """Import framework module ``name``, or raise :class:`FrameworkMissing` naming the pip extra."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        extra = EXTRAS.get(name.split(".")[0], name)
+        raise FrameworkMissing(
+            f"{name} is not installed (symjac.frameworks needs it for this adapter): "
+            f"pip install 'symjac[{extra}]'"
+        ) from exc
+
+
+def make(module: ModuleType, config: Config) -> tuple[Any, Impl]:
+    """Build ``(spec, impl)`` of ``config`` with the ready-made op of framework module ``module``."""
+    op: Callable[..., tuple[Any, Impl]] = getattr(module, config.op)
+    return op(**config.kwargs)
+
+
+def call_text(func: str, kwargs: Mapping[str, Any], first: str = "") -> str:
+    """``func(first, k=v, ...)`` with ``repr`` values: one line of a reproducer."""
+    args = ([first] if first else []) + [f"{k}={v!r}" for k, v in kwargs.items()]
+    return f"{func}({', '.join(args)})"
+
+
+#: Configurations per grid: ``"small"`` for a quick conformance run, ``"full"`` for hundreds.
+GRID_SIZES = {"small": 36, "full": 360}
+
+
+def grid_size(grid: str) -> int:
+    """Number of configurations of ``grid``; a clear error for an unknown grid."""
+    if grid not in GRID_SIZES:
+        raise SymjacError(f"grid={grid!r} is not valid: give one of {', '.join(map(repr, GRID_SIZES))}")
+    return GRID_SIZES[grid]
+
+
+def generate(grid: str, families: list[Callable[[np.random.Generator], Config | None]],
+             build: Callable[[Config], tuple[Any, Impl]], seed: int = 9, scale: int = 1) -> Iterator[Config]:
+    """Seeded, deterministic configurations: cycle through ``families``, each drawing one candidate.
+
+    A candidate the framework rejects (``build`` raises) or whose spec has no valid geometry at its
+    input shape (a window reading only padding, an extent longer than the padded input) is drawn
+    again, as is a duplicate, so every configuration yielded is distinct and one the framework
+    documents as valid (a family that runs out of new configurations yields fewer). ``scale`` multiplies the grid's size.
+    """
+    from symjac.pool._geometry import resolve
+
+    rng = np.random.default_rng(seed)
+    seen: set[str] = set()
+    for i in range(grid_size(grid) * scale):
+        family = families[i % len(families)]
+        for _ in range(1000):
+            config = family(rng)
+            if config is None or repr(config) in seen:
+                continue
+            try:
+                spec, _ = build(config)
+                resolve(spec, config.input_shape)
+            except (SymjacError, ValueError):
+                continue
+            seen.add(repr(config))
+            yield config
+            break
+        # else: the family has no new valid configuration left (a small one, e.g. global pools): skip it
+
+
+def label(op: str, **parts: Any) -> str:
+    """A short convention label: ``label("max_pool2d", k=3, s=2, ceil=True)`` → ``"max_pool2d k3 s2 ceil"``."""
+    words = [op]
+    for key, value in parts.items():
+        if value is True:
+            words.append(key)
+        elif value is not False and value is not None:
+            text = "x".join(map(str, value)) if isinstance(value, tuple) else str(value)
+            words.append(f"{key}{text}")
+    return " ".join(words)

@@ -1,0 +1,328 @@
+"""PyTorch adapter: any torch callable through ``torch.autograd``; ``torch.nn.functional`` pools with their spec.
+
+Mapping of PyTorch's documented arguments to the symjac spec (layout NCL/NCHW/NCDHW =
+``channels_first``):
+
+===========================  ===================================================
+PyTorch                      symjac
+===========================  ===================================================
+``kernel_size=k``            ``kernel=(k,)*rank`` (an int is repeated per dim)
+``stride=None``              ``stride=kernel`` (PyTorch's default)
+``padding=p``                ``padding=((p, p),)*rank`` (0 → ``"valid"``): implicit
+                             ``-inf`` (max) / zero (avg) cells
+``dilation=d`` (max only)    ``dilation=d``
+``ceil_mode=True``           ``ceil_mode=True`` (a last window starting in the
+                             high padding is dropped)
+``count_include_pad=True``   ``divisor="include_pad"`` (pad cells count, the
+                             ceil-mode overhang does not); ``False`` →
+                             ``"exclude_pad"``
+``divisor_override=n``       ``divisor=n``
+``adaptive_*(output_size)``  ``AdaptivePool(mode, output_size)``
+===========================  ===================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from symjac.frameworks._adapter import Config, Impl, Unsupported, call_text, generate, label, make as _make, require
+from symjac.pool._spec import AdaptivePool, Pool
+
+FRAMEWORK = "torch"
+
+
+def _torch() -> Any:
+    return require("torch")
+
+
+def to_torch(a: Any) -> Any:
+    """A NumPy array as a fresh CPU tensor of the same dtype (bfloat16 through ml_dtypes)."""
+    torch = _torch()
+    a = np.array(a, copy=True, order="C")
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def to_numpy(t: Any) -> np.ndarray:
+    """A tensor (or the first of a tuple, e.g. ``return_indices=True``) as a NumPy array."""
+    torch = _torch()
+    if isinstance(t, (tuple, list)):
+        t = t[0]
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        out: np.ndarray = t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        return out
+    return np.array(t.numpy(), copy=True)
+
+
+def _callable(fn: Any, kwargs: dict[str, Any]) -> Callable[[Any], Any]:
+    torch = _torch()
+    if isinstance(fn, type) and issubclass(fn, torch.autograd.Function):
+        # Function.apply takes positional arguments only: kwargs are passed in order.
+        return lambda t: fn.apply(t, *kwargs.values())  # type: ignore[attr-defined]
+    return lambda t: fn(t, **kwargs)
+
+
+def _name(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+def _target(fn: Any) -> str | None:
+    """``module.qualname`` of a function importable by that name, else None."""
+    module = getattr(fn, "__module__", None)
+    if module and inspect.isroutine(fn) and "<" not in _name(fn) and module != "__main__":
+        return f"{module}.{_name(fn)}"
+    return None
+
+
+def _reproducer(target: str | None, kwargs: dict[str, Any], what: str = "fn") -> str:
+    if target:
+        module = target.rsplit(".", 1)[0]
+        head = "import torch\n" + (f"import {module}\n" if module != "torch" else "")
+    else:
+        target = "fn"
+        head = f"import torch\n# fn = ...  # your {what}\n"
+    return (head + "xt = torch.tensor(x, requires_grad=True)\n"
+            + f"y = {call_text(target, kwargs, 'xt')}\n"
+            + "y = y[0] if isinstance(y, tuple) else y\n"
+            + "(dx,) = torch.autograd.grad(y, xt, torch.tensor(dy))\n"
+            + "print('y =', y.detach().numpy()); print('dx =', dx.numpy())\n")
+
+
+def wrap(fn: Any, *, name: str | None = None, **kwargs: Any) -> Impl:
+    """Turn a torch callable into an :class:`Impl` (CPU; the dtype follows ``x``).
+
+    Args:
+      fn: a function of one tensor (``torch.nn.functional.max_pool2d``, a C++ extension op, a
+        lambda), an ``nn.Module`` instance, or a ``torch.autograd.Function`` subclass (its
+        ``apply`` is called; ``kwargs`` are then passed positionally, in order).
+      name: the op name in reports (default: ``fn``'s name).
+      **kwargs: further arguments of every call, ``fn(x, **kwargs)``.
+
+    Returns:
+      ``Impl`` whose ``backward(x, dy)`` is ``torch.autograd.grad(fn(x), x, dy)``; an input the
+      output does not depend on gets zeros.
+    """
+    torch = _torch()
+    call = _callable(fn, kwargs)
+
+    def forward(x: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return to_numpy(call(to_torch(x)))
+
+    def backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
+        t = to_torch(x).requires_grad_(True)
+        with torch.enable_grad():
+            y = call(t)
+            y = y[0] if isinstance(y, (tuple, list)) else y
+            (dx,) = torch.autograd.grad(y, t, to_torch(dy), allow_unused=True)
+        return to_numpy(dx if dx is not None else torch.zeros_like(t))
+
+    return Impl(forward, backward, FRAMEWORK, name or _name(fn), dict(kwargs), _reproducer(_target(fn), kwargs, _name(fn)))
+
+
+# ------------------------------------------------------------------ ready-made ops
+
+
+def _dims(value: Any, rank: int, field: str) -> tuple[int, ...]:
+    if isinstance(value, (tuple, list)):
+        if len(value) == 1 and rank > 1:
+            value = value[0]
+        else:
+            if len(value) != rank:
+                raise Unsupported(f"{field}={value!r}: torch's {rank}-D pools take an int or {rank} ints")
+            return tuple(int(v) for v in value)
+    return (int(value),) * rank
+
+
+def _functional(op: str, spec: Any, kwargs: dict[str, Any]) -> tuple[Any, Impl]:
+    torch = _torch()
+    impl = wrap(getattr(torch.nn.functional, op), name=op, **kwargs)
+    return spec, dataclasses.replace(impl, reproducer=_reproducer(f"torch.nn.functional.{op}", kwargs))
+
+
+def _pool(mode: str, rank: int, op: str, kwargs: dict[str, Any], divisor: str | int = "exclude_pad",
+          dilation: Any = 1) -> tuple[Pool, Impl]:
+    kernel = _dims(kwargs["kernel_size"], rank, "kernel_size")
+    stride = kwargs["stride"]
+    # PyTorch: stride=None (or an empty list) means stride = kernel_size.
+    stride = kernel if stride is None or (isinstance(stride, (tuple, list)) and not stride) else _dims(stride, rank, "stride")
+    pads = _dims(kwargs["padding"], rank, "padding")
+    padding: Any = tuple((p, p) for p in pads) if any(pads) else "valid"
+    spec = Pool(mode, kernel, stride=stride, padding=padding, dilation=_dims(dilation, rank, "dilation"),
+                ceil_mode=bool(kwargs["ceil_mode"]), divisor=divisor)
+    return _functional(op, spec, kwargs)
+
+
+def _max(rank: int, kernel_size: Any, stride: Any, padding: Any, dilation: Any, ceil_mode: bool,
+         return_indices: bool) -> tuple[Pool, Impl]:
+    kwargs = dict(kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil_mode,
+                  return_indices=return_indices)
+    return _pool("max", rank, f"max_pool{rank}d", kwargs, dilation=dilation)
+
+
+def _divisor(count_include_pad: bool, divisor_override: int | None) -> str | int:
+    if divisor_override is not None:
+        return int(divisor_override)
+    return "include_pad" if count_include_pad else "exclude_pad"
+
+
+def max_pool1d(kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False,
+               return_indices: bool = False) -> tuple[Pool, Impl]:
+    """``torch.nn.functional.max_pool1d`` and its spec (input N, C, L)."""
+    return _max(1, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def max_pool2d(kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False,
+               return_indices: bool = False) -> tuple[Pool, Impl]:
+    """``torch.nn.functional.max_pool2d`` and its spec (input N, C, H, W)."""
+    return _max(2, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def max_pool3d(kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False,
+               return_indices: bool = False) -> tuple[Pool, Impl]:
+    """``torch.nn.functional.max_pool3d`` and its spec (input N, C, D, H, W)."""
+    return _max(3, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def avg_pool1d(kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False,
+               count_include_pad: bool = True) -> tuple[Pool, Impl]:
+    """``torch.nn.functional.avg_pool1d`` (no ``divisor_override`` in PyTorch's 1-D pool) and its spec."""
+    kwargs = dict(kernel_size=kernel_size, stride=stride, padding=padding, ceil_mode=ceil_mode,
+                  count_include_pad=count_include_pad)
+    return _pool("avg", 1, "avg_pool1d", kwargs, _divisor(count_include_pad, None))
+
+
+def avg_pool2d(kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False,
+               count_include_pad: bool = True, divisor_override: int | None = None) -> tuple[Pool, Impl]:
+    """``torch.nn.functional.avg_pool2d`` and its spec: ``count_include_pad=True`` (default) → ``include_pad``."""
+    kwargs = dict(kernel_size=kernel_size, stride=stride, padding=padding, ceil_mode=ceil_mode,
+                  count_include_pad=count_include_pad, divisor_override=divisor_override)
+    return _pool("avg", 2, "avg_pool2d", kwargs, _divisor(count_include_pad, divisor_override))
+
+
+def avg_pool3d(kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False,
+               count_include_pad: bool = True, divisor_override: int | None = None) -> tuple[Pool, Impl]:
+    """``torch.nn.functional.avg_pool3d`` and its spec."""
+    kwargs = dict(kernel_size=kernel_size, stride=stride, padding=padding, ceil_mode=ceil_mode,
+                  count_include_pad=count_include_pad, divisor_override=divisor_override)
+    return _pool("avg", 3, "avg_pool3d", kwargs, _divisor(count_include_pad, divisor_override))
+
+
+def _adaptive(mode: str, rank: int, output_size: Any, kwargs: dict[str, Any]) -> tuple[AdaptivePool, Impl]:
+    if output_size is None or (isinstance(output_size, (tuple, list)) and None in output_size):
+        raise Unsupported(f"output_size={output_size!r}: None (keep the input size) depends on the input; "
+                          "give the sizes")
+    spec = AdaptivePool(mode, _dims(output_size, rank, "output_size"))
+    return _functional(f"adaptive_{mode}_pool{rank}d", spec, dict(output_size=output_size, **kwargs))
+
+
+def adaptive_avg_pool1d(output_size: Any) -> tuple[AdaptivePool, Impl]:
+    """``torch.nn.functional.adaptive_avg_pool1d`` and its spec."""
+    return _adaptive("avg", 1, output_size, {})
+
+
+def adaptive_avg_pool2d(output_size: Any) -> tuple[AdaptivePool, Impl]:
+    """``torch.nn.functional.adaptive_avg_pool2d`` and its spec."""
+    return _adaptive("avg", 2, output_size, {})
+
+
+def adaptive_avg_pool3d(output_size: Any) -> tuple[AdaptivePool, Impl]:
+    """``torch.nn.functional.adaptive_avg_pool3d`` and its spec."""
+    return _adaptive("avg", 3, output_size, {})
+
+
+def adaptive_max_pool1d(output_size: Any, return_indices: bool = False) -> tuple[AdaptivePool, Impl]:
+    """``torch.nn.functional.adaptive_max_pool1d`` and its spec."""
+    return _adaptive("max", 1, output_size, {"return_indices": return_indices})
+
+
+def adaptive_max_pool2d(output_size: Any, return_indices: bool = False) -> tuple[AdaptivePool, Impl]:
+    """``torch.nn.functional.adaptive_max_pool2d`` and its spec."""
+    return _adaptive("max", 2, output_size, {"return_indices": return_indices})
+
+
+def adaptive_max_pool3d(output_size: Any, return_indices: bool = False) -> tuple[AdaptivePool, Impl]:
+    """``torch.nn.functional.adaptive_max_pool3d`` and its spec."""
+    return _adaptive("max", 3, output_size, {"return_indices": return_indices})
+
+
+def limitation(config: Config, dtype: Any) -> str | None:
+    """Why the framework cannot run ``config`` in ``dtype``: none known for its generated configurations."""
+    return None
+
+
+def known_defect(config: Config) -> str | None:
+    """A known framework defect ``config`` runs into: none known for its generated configurations."""
+    return None
+
+
+def make(config: Config) -> tuple[Any, Impl]:
+    """``(spec, impl)`` of one configuration (``getattr(this_module, config.op)(**config.kwargs)``)."""
+    return _make(sys.modules[__name__], config)
+
+
+# ------------------------------------------------------------------ configurations
+
+_SIDES = {1: (3, 10), 2: (3, 7), 3: (2, 5)}  # input side ranges per rank: small, so a run stays fast
+
+
+def _shape(rng: np.random.Generator, rank: int) -> tuple[int, ...]:
+    lo, hi = _SIDES[rank]
+    return (1, int(rng.integers(1, 3))) + tuple(int(v) for v in rng.integers(lo, hi + 1, rank))
+
+
+def _pool_family(mode: str, rank: int) -> Callable[[np.random.Generator], Config | None]:
+    def draw(rng: np.random.Generator) -> Config | None:
+        shape = _shape(rng, rank)
+        k = int(rng.integers(1, 4))
+        s = int(rng.integers(1, 4))
+        d = int(rng.integers(1, 3)) if mode == "max" and rng.random() < 0.4 else 1
+        # PyTorch: padding at most half the kernel (1-D/2-D max pools: of the dilated kernel);
+        # avg_pool3d also rejects an unpadded side shorter than the kernel.
+        p = int(rng.integers(0, ((d * (k - 1) + 1) if mode == "max" and rank < 3 else k) // 2 + 1))
+        if mode == "avg" and rank == 3 and min(shape[2:]) < k:
+            return None
+        ceil = bool(rng.random() < 0.4)
+        kwargs: dict[str, Any] = {"kernel_size": k, "stride": None if s == k and rng.random() < 0.3 else s,
+                                  "padding": p, "ceil_mode": ceil}
+        parts: dict[str, Any] = {"k": k, "s": s, "p": p, "d": d if d > 1 else None, "ceil": ceil}
+        if mode == "max":
+            kwargs["dilation"] = d
+        else:
+            kwargs["count_include_pad"] = include = bool(rng.random() < 0.5)
+            parts["include_pad" if include else "exclude_pad"] = True
+            if rank > 1 and rng.random() < 0.25:
+                kwargs["divisor_override"] = parts["div"] = int(rng.integers(1, 10))
+        op = f"{mode}_pool{rank}d"
+        return Config(op, kwargs, shape, label(op, **parts))
+
+    return draw
+
+
+def _adaptive_family(mode: str, rank: int) -> Callable[[np.random.Generator], Config | None]:
+    def draw(rng: np.random.Generator) -> Config | None:
+        shape = _shape(rng, rank)
+        out = tuple(int(rng.integers(1, n + 1)) for n in shape[2:])
+        op = f"adaptive_{mode}_pool{rank}d"
+        return Config(op, {"output_size": out if rank > 1 else out[0]}, shape, label(op, o=out))
+
+    return draw
+
+
+def configurations(grid: str = "small") -> Iterator[Config]:
+    """PyTorch's pools over 1/2/3-D: max (dilation, ceil), avg (ceil, include/exclude pad, divisor_override),
+    adaptive max/avg. Seeded and deterministic; ``"small"`` a few dozen, ``"full"`` hundreds."""
+    families = [_pool_family(m, r) for m in ("max", "avg") for r in (1, 2, 3)]
+    families += [_adaptive_family(m, r) for m in ("max", "avg") for r in (1, 2, 3)]
+    families = families[:6] * 2 + families[6:]  # fixed-window pools twice as often as adaptive ones
+    yield from generate(grid, families, make)

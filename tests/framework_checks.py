@@ -1,0 +1,93 @@
+"""Shared checks of the framework adapter tests (not a test module itself).
+
+``check_configurations`` runs ``symjac.verify`` on every generated configuration of an adapter
+in float32 and float64, skipping only what the adapter itself declares: a known framework
+defect (tested on its own, in the adapter's test file) or a dtype the framework has no kernel
+for. Any finding is a false alarm of symjac or a wrong spec mapping, so the test fails on it.
+
+``SYMJAC_FULL_GRID=1`` runs the ``"full"`` grid (hundreds of configurations) for the adapters
+whose default is ``"small"`` because their per-configuration cost is high (JAX compiles every
+configuration with XLA; TensorFlow/Keras eager calls are slow).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+import symjac
+
+DTYPES = ("float32", "float64")
+FULL = os.environ.get("SYMJAC_FULL_GRID") == "1"
+
+
+def runnable(module: ModuleType, grid: str) -> list[tuple[Any, tuple[str, ...]]]:
+    """[(config, dtypes to check)] without the adapter's known defects and kernel gaps."""
+    out = []
+    for config in module.configurations(grid):
+        if module.known_defect(config):
+            continue
+        dtypes = tuple(dt for dt in DTYPES if not module.limitation(config, dt))
+        if dtypes:
+            out.append((config, dtypes))
+    return out
+
+
+def check_configurations(module: ModuleType, grid: str) -> collections.Counter[str]:
+    """Verify every runnable configuration; return how many were checked per dtype."""
+    checked: collections.Counter[str] = collections.Counter()
+    failures = []
+    for config, dtypes in runnable(module, grid):
+        spec, impl = module.make(config)
+        for dtype in dtypes:
+            report = symjac.verify(spec, forward=impl.forward, backward=impl.backward,
+                                   input_shape=config.input_shape, dtype=dtype)
+            checked[dtype] += 1
+            if not report.ok:
+                failures.append(f"{config.label} {config.input_shape} {dtype}: {report.summary()}")
+    assert not failures, f"{len(failures)} false alarms / wrong mappings:\n" + "\n".join(failures[:20])
+    return checked
+
+
+def assert_counts(checked: collections.Counter[str], grid: str, minimum: int = 300) -> None:
+    """The issue's bar: at least ``minimum`` configurations per dtype on the full grid."""
+    if grid == "full":
+        assert min(checked[dt] for dt in DTYPES) >= minimum, checked
+    else:
+        assert min(checked[dt] for dt in DTYPES) >= 10, checked
+
+
+def forward_matches(spec: Any, forward: Any, x: np.ndarray) -> str | None:
+    """Compare a forward-only implementation with ``symjac.forward`` (exact).
+
+    Max pooling must agree exactly (it selects an input value). Average pooling must agree
+    within the rounding bound of a sum of n terms followed by one division, computed in the
+    dtype: |fl(sum/d) - sum/d| <= (n * u + u) * max|x| (Higham's gamma_n for the sum, one more
+    unit roundoff u for the division; |sum/d| <= max|x| because d >= n for every divisor rule
+    except an explicit smaller divisor, which the generated configurations do not use).
+    Returns None when it matches, else what differs.
+    """
+    exact = symjac.forward(spec, x.astype(np.float64))
+    try:
+        y = np.asarray(forward(x))
+    except Exception as exc:  # noqa: BLE001 - the framework's failure is the result
+        return f"raised {type(exc).__name__}: {exc}"
+    if y.shape != exact.shape:
+        return f"output shape {y.shape}, expected {exact.shape}"
+    if y.dtype != x.dtype:
+        return f"output dtype {y.dtype}, expected {x.dtype}"
+    want = exact.astype(np.float64)
+    err = np.abs(y.astype(np.float64) - want)
+    if spec.mode == "max":
+        bound = 0.0
+    else:
+        u = float(np.finfo(x.dtype).eps) / 2
+        n = int(symjac.resolve(spec, x.shape).valid.sum(axis=1).max())
+        bound = (n + 1) * u * float(np.abs(x).max())
+    if err.size and err.max() > bound:
+        return f"max error {err.max()} > bound {bound}"
+    return None
