@@ -52,6 +52,7 @@ _EXPORTS = {
     "check_loss_family": "verifiers._family",
     "LossImpl": "verifiers._family",
     "FamilyTable": "verifiers._family",
+    "infer": "verifiers._infer",
     # files
     "load_spec_file": "io._specfile",
     "check_expect": "io._golden",

@@ -1,0 +1,243 @@
+"""Crash isolation: run an implementation's callables in a worker process.
+
+A framework op that aborts, segfaults or raises SIGFPE kills the process it runs
+in. :class:`Worker` runs named callables in a child process and turns the death of
+that child into a :class:`Crashed` exception naming the signal, so the caller
+(the guarded-call core, ``conform``) records a ``crashed`` finding and goes on; the
+next call starts a fresh child.
+
+Start method: ``"fork"`` (the default on Linux) needs nothing picklable: the child
+inherits the callables. Fork is unsafe once a multithreaded runtime has started
+in the parent (JAX warns; TensorFlow may deadlock): ``conform`` therefore builds
+every implementation *inside* the child, and a hang is bounded by ``timeout``.
+``"spawn"`` (macOS, Windows) starts a clean interpreter and needs picklable
+callables (module-level functions of an importable module).
+
+Protocol over one pipe: the parent sends ``(name, args)``; the child answers
+``("ok", result, mutated)`` (``mutated``: index -> the argument's contents after the
+call, for arguments the callable changed in place, so the parent's own mutation
+check sees what happened in the child) or ``("raised", type_name, message)``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import signal
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+#: Seconds a single call may take before the worker is killed and the call reported as hung.
+DEFAULT_TIMEOUT = 120.0
+
+
+class Crashed(Exception):
+    """The worker died (or hung) during a call.
+
+    Attributes:
+      signal: the signal's name (``"SIGABRT"``, ``"SIGSEGV"``, ``"SIGFPE"``), or None
+        when the worker exited with a status or was killed for hanging.
+      description: a human phrase: ``"killed by SIGFPE (floating-point exception)"``.
+    """
+
+    def __init__(self, description: str, signal_name: str | None = None):
+        super().__init__(description)
+        self.description = description
+        self.signal = signal_name
+
+
+class Raised(Exception):
+    """The callable raised in the worker: its type name and message."""
+
+    def __init__(self, type_name: str, message: str):
+        super().__init__(f"{type_name}: {message}")
+        self.type_name = type_name
+        self.message = message
+
+
+def describe_exit(exitcode: int | None) -> tuple[str, str | None]:
+    """A child's exit code as (phrase, signal name or None)."""
+    if exitcode is None:
+        return "did not finish", None
+    if exitcode < 0:
+        try:
+            sig = signal.Signals(-exitcode)
+        except ValueError:
+            return f"killed by signal {-exitcode}", None
+        return f"killed by {sig.name} ({signal.strsignal(sig) or sig.name})", sig.name
+    return f"exited with status {exitcode}", None
+
+
+def _serve(conn: Any, functions: Mapping[str, Callable[..., Any]]) -> None:
+    """The child's loop: call, answer, repeat until the parent closes the pipe."""
+    try:  # a crashing op should not litter core files
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except (ImportError, ValueError, OSError):
+        pass
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:  # the parent's stop request (with fork the child holds a copy of the
+            return           # parent's end of the pipe too, so closing it is not an EOF here)
+        name, args = message
+        before = [a.tobytes() if isinstance(a, np.ndarray) else None for a in args]
+        try:
+            result = functions[name](*args)
+        except BaseException as exc:  # noqa: BLE001 - everything the callable does is reported
+            conn.send(("raised", type(exc).__name__, str(exc)))
+            continue
+        mutated = {i: a for i, (a, b) in enumerate(zip(args, before)) if b is not None and a.tobytes() != b}
+        try:
+            payload = pickle.dumps(("ok", result, mutated), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # noqa: BLE001 - e.g. a framework tensor that does not pickle
+            try:
+                result = np.asarray(result)
+                payload = pickle.dumps(("ok", result, mutated), protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as exc:  # noqa: BLE001
+                conn.send(("raised", "TypeError", f"returned a {type(result).__name__} that cannot leave the "
+                                                  f"worker process ({type(exc).__name__}: {exc})"))
+                continue
+        conn.send_bytes(payload)
+
+
+def default_method() -> str:
+    """``"fork"`` where the platform has it (Linux), else ``"spawn"``."""
+    return "fork" if "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin" else "spawn"
+
+
+class Worker:
+    """Named callables served by a child process, restarted after each crash.
+
+    Args:
+      functions: name -> callable. With ``"spawn"`` they must pickle.
+      timeout: seconds one call may take (None: no limit).
+      method: ``"fork"`` or ``"spawn"``; default :func:`default_method`.
+
+    Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, functions: Mapping[str, Callable[..., Any]], *, timeout: float | None = DEFAULT_TIMEOUT,
+                 method: str | None = None):
+        self.functions = dict(functions)
+        self.timeout = timeout
+        self.context = multiprocessing.get_context(method or default_method())
+        self.process: Any = None
+        self.conn: Any = None
+        self.crashes = 0
+
+    def _start(self) -> None:
+        parent, child = self.context.Pipe()
+        self.process = self.context.Process(target=_serve, args=(child, self.functions), daemon=True)
+        self.process.start()
+        child.close()
+        self.conn = parent
+
+    def _stop(self, kill: bool = False) -> None:
+        if self.process is None:
+            return
+        if self.conn is not None:
+            try:
+                self.conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+            self.conn.close()
+        if kill and self.process.is_alive():
+            self.process.kill()
+        self.process.join(5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.process = self.conn = None
+
+    def call(self, name: str, *args: Any) -> Any:
+        """Run ``functions[name](*args)`` in the child.
+
+        Arrays the callable changed in place are changed the same way here.
+
+        Raises:
+          Crashed: the child died (a signal or an exit) or exceeded the timeout.
+          Raised: the callable raised (its type name and message).
+        """
+        if self.process is None or not self.process.is_alive():
+            self._start()
+        try:
+            self.conn.send((name, args))
+        except (BrokenPipeError, OSError):
+            return self._crashed()
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        while not self.conn.poll(0.05):
+            if not self.process.is_alive():
+                if self.conn.poll(0):  # answered just before exiting
+                    break
+                return self._crashed()
+            if deadline is not None and time.monotonic() > deadline:
+                self._stop(kill=True)
+                self.crashes += 1
+                raise Crashed(f"did not return within {self.timeout:g} s (killed)")
+        try:
+            answer = pickle.loads(self.conn.recv_bytes())
+        except (EOFError, OSError):
+            return self._crashed()
+        if answer[0] == "raised":
+            raise Raised(answer[1], answer[2])
+        _, result, mutated = answer
+        for i, value in mutated.items():
+            if isinstance(args[i], np.ndarray) and args[i].flags.writeable:
+                args[i][...] = value
+        return result
+
+    def _crashed(self) -> Any:
+        self.process.join(5)
+        phrase, sig = describe_exit(self.process.exitcode)
+        self._stop(kill=True)
+        self.crashes += 1
+        raise Crashed(phrase, sig)
+
+    def close(self) -> None:
+        self._stop()
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort at interpreter exit
+        try:
+            self._stop(kill=True)
+        except Exception:  # noqa: BLE001 - e.g. in a forked child, which cannot join its sibling
+            pass
+
+
+def isolated(worker: Worker, name: str) -> Callable[..., Any]:
+    """A callable that runs ``worker.functions[name]`` in the worker.
+
+    A raise in the worker is re-raised here as an exception of the same type name
+    (a new class, so the guarded-call core's message reads as for an in-process
+    call); a crash raises :class:`Crashed`.
+    """
+
+    def call(*args: Any) -> Any:
+        try:
+            return worker.call(name, *args)
+        except Raised as exc:
+            raise _remote_type(exc.type_name)(exc.message) from None
+
+    return call
+
+
+_REMOTE_TYPES: dict[str, type[Exception]] = {}
+
+
+def _remote_type(type_name: str) -> type[Exception]:
+    if type_name not in _REMOTE_TYPES:
+        _REMOTE_TYPES[type_name] = type(type_name, (Exception,), {"__module__": "symjac.worker"})
+    return _REMOTE_TYPES[type_name]
