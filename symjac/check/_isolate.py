@@ -80,6 +80,14 @@ def _serve(conn: Any, functions: Mapping[str, Callable[..., Any]]) -> None:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     except (ImportError, ValueError, OSError):
         pass
+    # GMP (through gmpy2, which SymPy imports) installs a C handler that turns SIGFPE into
+    # abort(): restore the default actions so the parent sees the signal the op raised.
+    for name in ("SIGFPE", "SIGSEGV", "SIGBUS", "SIGILL"):
+        if hasattr(signal, name):
+            try:
+                signal.signal(getattr(signal, name), signal.SIG_DFL)
+            except (OSError, ValueError):
+                pass
     while True:
         try:
             message = conn.recv()
@@ -136,7 +144,17 @@ class Worker:
     def _start(self) -> None:
         parent, child = self.context.Pipe()
         self.process = self.context.Process(target=_serve, args=(child, self.functions), daemon=True)
-        self.process.start()
+        # A daemonic process (a Dask worker) may not start children through multiprocessing;
+        # the worker is ours to reap (close / kill), so the check does not apply to it.
+        me = multiprocessing.current_process()
+        daemonic = me.daemon
+        if daemonic:
+            me._config["daemon"] = False  # type: ignore[attr-defined]
+        try:
+            self.process.start()
+        finally:
+            if daemonic:
+                me._config["daemon"] = True  # type: ignore[attr-defined]
         child.close()
         self.conn = parent
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from symjac.cli import _census
+from symjac.cli import _conform
 from symjac.cli._impl import UsageError, load_impl
 
 EXIT_OK, EXIT_FINDING, EXIT_USAGE = 0, 1, 2

@@ -27,6 +27,8 @@ from __future__ import annotations
 import itertools
 import json
 import sys
+import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -110,9 +112,21 @@ def _progress(done: int, total: int, failed: int) -> None:
     sys.stderr.flush()
 
 
+Runner = Callable[[dict[str, Any], str, str], dict[str, Any]]
+
+
 def execute(grid: list[dict[str, Any]], impl_target: str, *, jobs: int = 1, scheduler: str | None = None,
-            dtype: str = "float64", progress: bool = False) -> list[dict[str, Any]]:
-    """Run every configuration; results in grid order."""
+            dtype: str = "float64", progress: bool = False, runner: Runner = run_one,
+            deadline: float | None = None) -> list[dict[str, Any]]:
+    """Run every configuration; results in grid order.
+
+    Args:
+      runner: ``runner(config, impl_target, dtype) -> result`` (a module-level function, so
+        worker processes and Dask can import it); its result's ``status`` counts as a failure
+        when it is ``"fail"`` or ``"error"``. ``symjac conform`` passes its own.
+      deadline: a ``time.monotonic()`` instant after which no configuration is started; those
+        not run get ``{"config": ..., "status": "not_run"}``.
+    """
     results: list[dict[str, Any] | None] = [None] * len(grid)
     failed = 0
 
@@ -123,27 +137,40 @@ def execute(grid: list[dict[str, Any]], impl_target: str, *, jobs: int = 1, sche
         if progress:
             _progress(sum(x is not None for x in results), len(grid), failed)
 
+    def late() -> bool:
+        return deadline is not None and time.monotonic() > deadline
+
     if scheduler:
         try:
             from distributed import Client, as_completed
         except ImportError:
             raise SpecError(DASK_HINT) from None
         with Client(scheduler) as client:  # type: ignore[no-untyped-call]
-            futures = client.map(run_one, grid, impl_target=impl_target, dtype=dtype, pure=False)
+            futures = client.map(runner, grid, impl_target=impl_target, dtype=dtype, pure=False)
             index = {f.key: i for i, f in enumerate(futures)}
             for future in as_completed(futures):  # type: ignore[no-untyped-call]
                 record(index[future.key], future.result())
+                if late():
+                    client.cancel([f for f in futures if not f.done()])
+                    break
     elif jobs > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(run_one, c, impl_target, dtype): i for i, c in enumerate(grid)}
+            futures = {pool.submit(runner, c, impl_target, dtype): i for i, c in enumerate(grid)}
             from concurrent.futures import as_completed as done
 
             for future in done(futures):
+                if future.cancelled():
+                    continue
                 record(futures[future], future.result())
+                if late():
+                    for f in futures:
+                        f.cancel()
     else:
         for i, c in enumerate(grid):
-            record(i, run_one(c, impl_target, dtype))
-    return [r for r in results if r is not None]
+            if late():
+                break
+            record(i, runner(c, impl_target, dtype))
+    return [r if r is not None else {"config": grid[i], "status": "not_run"} for i, r in enumerate(results)]
 
 
 def table(results: list[dict[str, Any]]) -> str:
@@ -154,7 +181,8 @@ def table(results: list[dict[str, Any]]) -> str:
         op = ", ".join(f"{k}={v}" for k, v in r["config"]["operator"].items() if k != "kind")
         shape = "x".join(map(str, r["config"]["input"]["shape"]))
         lines.append(f"{r['status']:7} {op[:60]:60} {shape:16} {r.get('summary', r.get('reason', ''))[:100]}")
-    counts = {s: sum(r["status"] == s for r in results) for s in ("pass", "fail", "error", "skipped")}
+    counts = {s: sum(r["status"] == s for r in results) for s in ("pass", "fail", "error", "skipped", "not_run")
+              if s != "not_run" or any(r["status"] == s for r in results)}
     lines.append(" ".join(f"{v} {k}" for k, v in counts.items()) + f" of {len(results)} configurations")
     return "\n".join(lines)
 

@@ -1,0 +1,85 @@
+"""``symjac conform FRAMEWORK``: a framework's pooling ops over a convention matrix.
+
+Registered as a ``Command`` in :mod:`symjac.cli._main` (``add_arguments``, ``run``).
+
+Exit codes as for every command: 0 no finding, 1 a finding, 2 a usage error
+(an unknown framework, a framework that is not installed, a bad option).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _list(option: str, text: str, valid: tuple[str, ...]) -> list[str]:
+    from symjac.cli._impl import UsageError
+
+    items = [t for t in text.split(",") if t]
+    for item in items:
+        if item not in valid:
+            raise UsageError(f"{option} {item!r} is not valid: give a comma-separated subset of {','.join(valid)}")
+    if not items:
+        raise UsageError(f"{option}: give at least one of {','.join(valid)}")
+    return items
+
+
+def run(args: argparse.Namespace) -> int:
+    """The subcommand: the table on stdout, the progress bar and reproducer paths on stderr."""
+    from symjac.check._inputs import GENERATORS
+    from symjac.cli._impl import UsageError
+    from symjac.frameworks._conform import DTYPES, conform
+
+    if args.budget is not None and args.budget <= 0:
+        raise UsageError(f"--budget {args.budget}: give a positive number of seconds")
+    grid = args.grid or ("full" if args.budget is not None else "small")
+    result = conform(args.framework, grid=grid, budget=args.budget, dtypes=_list("--dtype", args.dtype, DTYPES),
+                     families=_list("--families", args.families, GENERATORS), isolate=not args.no_isolate,
+                     jobs=args.jobs, scheduler=args.scheduler, timeout=args.timeout, progress=not args.quiet,
+                     ops=[o for o in args.ops.split(",") if o] if args.ops else None)
+    print(result.table())
+    if args.json:
+        Path(args.json).write_text(result.to_json() + "\n")
+    if args.reproducers:
+        for path in result.write_reproducers(args.reproducers):
+            print(f"reproducer: {path}", file=sys.stderr)
+    return 0 if result.ok else 1
+
+
+EXAMPLES = (
+    "symjac conform torch --grid small",
+    "symjac conform tensorflow --ops max_pool3d --dtype float32 --reproducers repro",
+    "symjac conform onnxruntime --budget 60 --json ort.json",
+    "symjac conform my_adapter.py:adapter --no-isolate -j 2",
+)
+
+# the dtype and family names, here so that building the parser imports nothing heavy
+_DTYPES = "float16,bfloat16,float32,float64"
+_FAMILIES = "distinct,ties,random"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``conform`` arguments (a help on each)."""
+    p.add_argument("framework", metavar="FRAMEWORK",
+                   help="torch, jax, tensorflow, onnxruntime, or a user adapter MODULE_OR_PATH:ATTR "
+                        "(an object with configurations(grid) and make(config))")
+    p.add_argument("--grid", choices=("small", "full"), default=None,
+                   help="configurations: small (a few dozen; the default) or full (hundreds; the default with --budget)")
+    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                   help="stop starting configurations after this many seconds (the rest show as -)")
+    p.add_argument("--dtype", default=_DTYPES, metavar="DTYPES", help=f"comma-separated dtypes (default {_DTYPES})")
+    p.add_argument("--families", default=_FAMILIES, metavar="FAMILIES",
+                   help=f"comma-separated input families (default {_FAMILIES}; ties: max pooling only)")
+    p.add_argument("--ops", default=None, metavar="OPS", help="comma-separated op names: only their configurations")
+    p.add_argument("--json", default=None, metavar="PATH", help="write the results as JSON")
+    p.add_argument("--reproducers", default=None, metavar="DIR",
+                   help="write a spec file and a Python script for every distinct failure class")
+    p.add_argument("-j", "--jobs", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="address of a Dask distributed scheduler (pip install 'symjac[dask]')")
+    p.add_argument("--no-isolate", action="store_true",
+                   help="run in this process (faster; a crashing op ends the run)")
+    p.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
+                   help="per configuration, isolated: longer counts as crashed (default 120)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")

@@ -1,0 +1,451 @@
+"""Conformance runs: a framework's pooling ops over a convention matrix, each cell verified.
+
+``conform("torch")`` takes every configuration of the adapter's
+``configurations(grid)`` (1/2/3-D; max/avg/adaptive/global; kernel, stride, padding,
+ceil, divisor, dilation, layout) times the float dtypes, verifies each against the
+spec the framework documents, on symjac's input families, and returns a
+:class:`Conformance`: the table op × convention × dtype of ``pass``, the root finding
+category, or ``unsupported`` (the framework has no such op/convention/dtype, or no
+VJP: not a finding).
+
+Isolation (default on): each configuration runs in a worker process
+(:mod:`symjac.check._isolate`), which also builds the framework op, so the parent
+never runs framework code; an abort, segfault or SIGFPE becomes a ``crashed``
+finding naming the signal and the run goes on with a fresh worker.
+
+Scheduling reuses ``symjac sweep``'s executor: in process (sequential), local worker
+processes (``jobs``) or a Dask cluster (``scheduler``); a ``budget`` in seconds stops
+starting new configurations once spent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from symjac._errors import InputError, SpecError, SymjacError
+
+DTYPES = ("float16", "bfloat16", "float32", "float64")
+FAMILIES = ("distinct", "ties", "random")
+#: Statuses of a cell; "finding" cells carry the root category.
+STATUSES = ("pass", "finding", "unsupported", "skipped", "error", "not_run")
+TIE_CATEGORIES = ("tie_not_subgradient", "tie_policy")
+
+
+def adapter_target(framework: str) -> str:
+    """``"torch"`` -> ``"symjac.frameworks.torch"``; ``path:attr`` stays as it is."""
+    from symjac.frameworks import FRAMEWORKS
+
+    if framework in FRAMEWORKS:
+        return f"symjac.frameworks.{framework}"
+    if ":" in framework or framework.endswith(".py"):
+        return framework
+    raise InputError(f"framework={framework!r} is not valid: give one of {', '.join(FRAMEWORKS)}, "
+                     "or a user adapter MODULE_OR_PATH:ATTR with configurations(grid) and make(config)")
+
+
+_ADAPTERS: dict[str, Any] = {}
+
+
+def load_adapter(target: str) -> Any:
+    """The adapter (module or object) with ``configurations(grid)`` and ``make(config)``."""
+    if target not in _ADAPTERS:
+        if target.startswith("symjac.frameworks.") and ":" not in target:
+            import importlib
+
+            adapter = importlib.import_module(target)
+        else:
+            from symjac.cli._main import UsageError, load_impl
+
+            try:
+                adapter = load_impl(target)
+            except UsageError as exc:
+                raise InputError(str(exc)) from None
+        for name in ("configurations", "make"):
+            if not callable(getattr(adapter, name, None)):
+                raise InputError(f"adapter {target!r} has no callable {name!r}: an adapter provides "
+                                 "configurations(grid) -> iterable of Config and make(config) -> (spec, impl)")
+        _ADAPTERS[target] = adapter
+    return _ADAPTERS[target]
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """A dtype by name; bfloat16 through ml_dtypes (InputError when it is missing)."""
+    if name == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise InputError("bfloat16 needs ml_dtypes: pip install ml_dtypes") from None
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+# ----------------------------------------------------------------------------- one cell
+
+
+def _config(job: dict[str, Any]) -> Any:
+    from symjac.frameworks._adapter import Config
+
+    return Config(job["op"], job["kwargs"], tuple(job["input_shape"]), job["label"])
+
+
+def _unsupported(reason: str) -> dict[str, Any]:
+    return {"status": "unsupported", "reason": reason}
+
+
+def _preflight(impl: Any, x: np.ndarray, dy: np.ndarray) -> str | None:
+    """Call forward and backward once: an Unsupported raised here (a dtype or VJP the
+    framework lacks) makes the cell unsupported; anything else is left to verify."""
+    try:
+        impl.forward(x.copy())
+        if impl.backward is not None:
+            impl.backward(x.copy(), dy.copy())
+    except NotImplementedError as exc:  # Unsupported, or the framework's own (torch: "not implemented for 'Half'")
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:  # noqa: BLE001 - verify reports the implementation's failures as findings
+        return None
+    return None
+
+
+def describe(job: dict[str, Any], target: str) -> dict[str, Any]:
+    """The spec (as a spec-file table) and reproducer snippet of a configuration, without
+    calling the op: what a reproducer of a crash needs."""
+    from symjac.io._specwrite import operator_table
+
+    spec, impl = load_adapter(target).make(_config(job))
+    return {"operator": operator_table(spec), "reproducer": getattr(impl, "reproducer", ""),
+            "forward_only": impl.backward is None}
+
+
+def run_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]:
+    """Verify one configuration in one dtype on every input family (in this process).
+
+    Returns a result dict (never raises): ``status`` one of :data:`STATUSES`, and for
+    findings the root ``category``, all ``categories``, the ``summary`` and the
+    ``family`` of the first failing input; ``operator`` (the spec as a spec-file table)
+    and ``reproducer`` for reproducer files.
+    """
+    from symjac.check._inputs import distinct_dy, generate_input
+    from symjac.frameworks._adapter import FrameworkMissing, Unsupported
+    from symjac.io._specwrite import operator_table
+    from symjac.pool._geometry import resolve
+    from symjac.verifiers._pool import verify
+
+    out: dict[str, Any] = {"config": job, "dtype": dtype}
+    try:
+        adapter = load_adapter(target)
+        spec, impl = adapter.make(_config(job))
+    except Unsupported as exc:
+        return {**out, **_unsupported(str(exc))}
+    except FrameworkMissing as exc:
+        return {**out, "status": "error", "reason": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - the adapter's failure is a result
+        return {**out, "status": "error", "reason": f"building the op raised {type(exc).__name__}: {exc}"}
+    out.update(operator=operator_table(spec), reproducer=getattr(impl, "reproducer", ""),
+               forward_only=impl.backward is None)
+    try:
+        dt = numpy_dtype(dtype)
+        g = resolve(spec, tuple(job["input_shape"]))
+    except InputError as exc:
+        return {**out, **_unsupported(str(exc))}
+    except SpecError as exc:
+        return {**out, "status": "skipped", "reason": str(exc)}
+    seed = int(job.get("seed", 0))
+    families = [f for f in job.get("families", FAMILIES) if f != "ties" or spec.mode == "max"]
+    try:
+        x0 = generate_input(g, families[0], dt, seed)
+        reason = _preflight(impl, x0, distinct_dy(g, dt, seed))
+    except InputError as exc:
+        return {**out, **_unsupported(str(exc))}
+    if reason is not None:
+        return {**out, **_unsupported(reason)}
+    categories: list[str] = []
+    first: dict[str, Any] | None = None
+    for family in families:
+        x = generate_input(g, family, dt, seed)
+        try:
+            report = verify(spec, forward=impl.forward, backward=impl.backward, x=x, dtype=dt, seed=seed)
+        except InputError as exc:  # verify does not take this dtype
+            return {**out, **_unsupported(f"symjac verify: {exc}")}
+        if not report.ok:
+            categories += [c for c in report.categories() if c not in categories]
+            if first is None:
+                first = {"category": report.categories()[0], "summary": report.summary(), "family": family}
+    if first is None:
+        return {**out, "status": "pass", "families": families}
+    return {**out, "status": "finding", "categories": categories, "families": families, **first}
+
+
+_WORKERS: dict[tuple[str, float | None], Any] = {}
+
+
+def run_isolated(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]:
+    """:func:`run_cell` in a worker process; a crash of the worker is a ``crashed`` finding."""
+    from symjac.check._isolate import Crashed, Raised, Worker
+
+    timeout = job.get("timeout")
+    key = (target, timeout)
+    if key not in _WORKERS:
+        _WORKERS[key] = Worker({"cell": run_cell, "describe": describe}, timeout=timeout)
+    worker = _WORKERS[key]
+    try:
+        result: dict[str, Any] = worker.call("cell", job, target, dtype)
+        return result
+    except Crashed as exc:
+        crash = {"config": job, "dtype": dtype, "status": "finding", "category": "crashed", "categories": ["crashed"],
+                 "signal": exc.signal, "family": "distinct",
+                 "summary": f"the process running {job['label']} in {dtype} was {exc.description}"}
+    except Raised as exc:
+        return {"config": job, "dtype": dtype, "status": "error", "reason": str(exc)}
+    try:  # for the reproducer, in a fresh worker: building the op does not call it
+        crash.update(worker.call("describe", job, target))
+    except (Crashed, Raised):
+        pass
+    return crash
+
+
+def _run(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]:
+    """The executor's runner: isolated or not as the job says; sweep-style status."""
+    started = time.monotonic()
+    result = run_isolated(job, target, dtype) if job.get("isolate", True) else run_cell(job, target, dtype)
+    result["seconds"] = round(time.monotonic() - started, 4)
+    # The sweep executor counts "fail"/"error": keep its vocabulary in "status_sweep".
+    result["status_sweep"] = "fail" if result["status"] == "finding" else result["status"]
+    return result
+
+
+def _sweep_runner(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]:
+    result = _run(job, target, job["dtype"])
+    return {**result, "conform_status": result["status"], "status": result["status_sweep"]}
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+@dataclasses.dataclass
+class Conformance:
+    """The outcome of a conformance run.
+
+    Attributes:
+      framework: what was run (``"torch"`` or an adapter target).
+      grid: ``"small"`` or ``"full"``.
+      dtypes: the dtypes, in column order.
+      results: one dict per (configuration, dtype): ``label``, ``op``, ``dtype``,
+        ``status`` (:data:`STATUSES`), ``category`` for findings, ``summary``/``reason``.
+      seconds: wall time.
+    """
+
+    framework: str
+    grid: str
+    dtypes: tuple[str, ...]
+    results: list[dict[str, Any]]
+    seconds: float
+
+    @property
+    def findings(self) -> list[dict[str, Any]]:
+        return [r for r in self.results if r["status"] == "finding"]
+
+    @property
+    def ok(self) -> bool:
+        """True when no cell has a finding (unsupported, skipped and not-run cells are no findings)."""
+        return not self.findings
+
+    def counts(self) -> dict[str, int]:
+        return {s: sum(r["status"] == s for r in self.results) for s in STATUSES}
+
+    def cell_text(self, r: dict[str, Any]) -> str:
+        if r["status"] == "finding":
+            return f"{r['category']}:{r['signal']}" if r.get("signal") else str(r["category"])
+        return {"not_run": "-"}.get(r["status"], r["status"])
+
+    def table(self) -> str:
+        """op × convention rows, one column per dtype."""
+        rows: dict[str, dict[str, str]] = {}
+        for r in self.results:
+            rows.setdefault(_row(r["config"]), {})[r["dtype"]] = self.cell_text(r)
+        width = max([len("configuration")] + [len(k) for k in rows])
+        cols = [max(len(d), *(len(v.get(d, "")) for v in rows.values())) for d in self.dtypes] if rows else []
+        lines = [f"{'configuration':{width}}  " + "  ".join(f"{d:{w}}" for d, w in zip(self.dtypes, cols))]
+        for label, cells in rows.items():
+            lines.append(f"{label:{width}}  " + "  ".join(f"{cells.get(d, ''):{w}}" for d, w in zip(self.dtypes, cols)))
+        c = self.counts()
+        configs = len(rows)
+        lines.append(f"{self.framework} --grid {self.grid}: {configs} configurations x {len(self.dtypes)} dtypes = "
+                     f"{len(self.results)} cells: " + ", ".join(f"{v} {k}" for k, v in c.items() if v)
+                     + f" in {self.seconds:.1f} s")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def to_dict(self) -> dict[str, Any]:
+        from symjac.check._report import jsonable
+
+        return {"framework": self.framework, "grid": self.grid, "dtypes": list(self.dtypes), "ok": self.ok,
+                "seconds": round(self.seconds, 3), "counts": self.counts(),
+                "failure_classes": [list(k) for k in self.failure_classes()],
+                "results": [jsonable({k: v for k, v in r.items() if k not in ("reproducer", "status_sweep")})
+                            for r in self.results]}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def failure_classes(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """(op, category) -> the first cell with that finding."""
+        classes: dict[tuple[str, str], dict[str, Any]] = {}
+        for r in self.findings:
+            classes.setdefault((r["config"]["op"], r["category"]), r)
+        return classes
+
+    def write_reproducers(self, directory: str | Path) -> list[Path]:
+        """For every distinct failure class, a spec file (TOML) and a Python script; returns the paths."""
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        written: list[Path] = []
+        for (op, category), r in self.failure_classes().items():
+            stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{_short(self.framework)}-{op}-{category}")
+            written += _write_reproducer(out, stem, self.framework, r)
+        return written
+
+
+def _row(config: dict[str, Any]) -> str:
+    return f"{config['label']} @{'x'.join(map(str, config['input_shape']))}"
+
+
+def _short(framework: str) -> str:
+    return Path(framework.split(":")[0]).stem
+
+
+def _reproducer_input(r: dict[str, Any]) -> tuple[Any, Any, np.ndarray, np.ndarray, str]:
+    """(spec, geometry, x, dy, generator) of a finding: tie inputs and dy = ones for tie
+    findings (any Clarke element sums to 1 per window), else the failing family's x and
+    distinct dy values (a gradient swapped between windows shows)."""
+    from symjac.check._inputs import distinct_dy, generate_input
+    from symjac.io._specfile import _operator
+    from symjac.pool._geometry import resolve
+
+    spec = _operator(dict(r["operator"]), "reproducer")
+    g = resolve(spec, tuple(r["config"]["input_shape"]))
+    dt = numpy_dtype(r["dtype"])
+    seed = int(r["config"].get("seed", 0))
+    family = "ties" if r["category"] in TIE_CATEGORIES else r.get("family") or "distinct"
+    x = generate_input(g, family, dt, seed)
+    dy = np.ones(g.output_shape, dt) if r["category"] in TIE_CATEGORIES else distinct_dy(g, dt, seed)
+    return spec, g, x, dy, family
+
+
+def _array_text(a: np.ndarray, dtype: str) -> str:
+    lit = np.array2string(np.asarray(a, dtype=np.float64), separator=", ", threshold=1 << 30, max_line_width=110)
+    ctor = "ml_dtypes.bfloat16" if dtype == "bfloat16" else f"np.{dtype}"
+    return f"np.array({lit}, dtype={ctor})"
+
+
+def _write_reproducer(out: Path, stem: str, framework: str, r: dict[str, Any]) -> list[Path]:
+    from symjac.io._specwrite import dumps
+    from symjac.pool._jacobian import forward as exact_forward, vjp as exact_vjp
+
+    config, category = r["config"], r["category"]
+    kwargs = ", ".join(f"{k}={v!r}" for k, v in config["kwargs"].items())
+    title = f"{framework} {config['op']}({kwargs}) in {r['dtype']}: {category}"
+    path = out / f"{stem}.toml"
+    try:
+        spec, g, x, dy, family = _reproducer_input(r)
+    except (SymjacError, KeyError) as exc:  # a crash before the op was built: no spec to write
+        script = out / f"{stem}.txt"
+        script.write_text(f"{title}\n{r.get('summary', '')}\nno reproducer: {exc}\n")
+        return [script]
+    path.write_text(dumps(stem, f"{framework} {config['op']} {config['label']}: {category}",
+                          dict(r["operator"]),
+                          {"shape": list(config["input_shape"]), "generator": family,
+                           "seed": int(config.get("seed", 0))},
+                          comment=f"{title}\n{r.get('summary', '')}\n"
+                                  f"Check: symjac verify {path.name} --impl <your impl> --dtype {r['dtype']}"))
+    y = np.array(exact_forward(spec, x.astype(np.float64)), dtype=np.float64)
+    dx = np.array(exact_vjp(spec, x.astype(np.float64), dy.astype(np.float64)), dtype=np.float64)
+    tie_note = ("# at tied maxima any convex combination of the tied cells is exact (each window's gradient\n"
+                "# sums to dy there); this is the one that routes to the first maximum in row-major order\n"
+                if category in TIE_CATEGORIES else "")
+    lines = [f'"""Reproducer: {title}.', "", f"symjac: {r.get('summary', '')}",
+             f"Spec: {path.name} (load with symjac.load_spec_file). Exact values below come from symjac.",
+             '"""', "import numpy as np"]
+    if r["dtype"] == "bfloat16":
+        lines.append("import ml_dtypes")
+    lines += ["", f"x = {_array_text(x, r['dtype'])}"]
+    if not r.get("forward_only"):
+        lines.append(f"dy = {_array_text(dy, r['dtype'])}")
+    lines += ["", r.get("reproducer") or "# (the adapter gave no reproducer snippet)", "",
+              f"expected_y = {_array_text(y, 'float64')}"]
+    if not r.get("forward_only"):
+        lines += [tie_note + f"expected_dx = {_array_text(dx, 'float64')}"]
+    lines += ["print('expected y =', expected_y)"]
+    if not r.get("forward_only"):
+        lines += ["print('expected dx =', expected_dx)"]
+    script = out / f"{stem}.py"
+    script.write_text("\n".join(lines) + "\n")
+    return [path, script]
+
+
+def conform(framework: str, *, grid: str = "small", budget: float | None = None,
+            dtypes: Sequence[str] = DTYPES, families: Sequence[str] = FAMILIES, isolate: bool = True,
+            jobs: int = 1, scheduler: str | None = None, timeout: float | None = 120.0,
+            progress: bool = False) -> Conformance:
+    """Run a framework's convention matrix and verify every cell.
+
+    Args:
+      framework: ``"torch"``, ``"jax"``, ``"tensorflow"``, ``"onnxruntime"``, or a user
+        adapter ``MODULE_OR_PATH:ATTR`` (an object with ``configurations(grid)`` and
+        ``make(config) -> (spec, impl)``, see ``docs/frameworks.md``).
+      grid: ``"small"`` (a few dozen configurations) or ``"full"`` (hundreds).
+      budget: seconds; stop starting configurations once spent (the rest are ``not_run``).
+      dtypes: columns of the table, from float16, bfloat16, float32, float64.
+      families: input families (``"distinct"``, ``"ties"``: max pooling only, ``"random"``).
+      isolate: run each configuration in a worker process (a crash is a ``crashed`` finding).
+      jobs: local worker processes; ``scheduler``: a Dask scheduler address.
+      timeout: seconds one configuration may take in isolation before it counts as crashed.
+      progress: a progress bar on stderr.
+
+    Returns:
+      A :class:`Conformance` (``.ok``, ``.table()``, ``.to_json()``, ``.write_reproducers(dir)``).
+
+    Raises:
+      InputError: an unknown framework, grid, dtype or family;
+        :class:`symjac.frameworks.FrameworkMissing` when the framework is not installed.
+    """
+    from symjac.check._inputs import GENERATORS
+    from symjac.cli._sweep import execute
+
+    for d in dtypes:
+        if d not in DTYPES:
+            raise InputError(f"dtype {d!r} is not valid: give a subset of {', '.join(DTYPES)}")
+    for f in families:
+        if f not in GENERATORS:
+            raise InputError(f"input family {f!r} is not valid: give a subset of {', '.join(GENERATORS)}")
+    if not dtypes or not families:
+        raise InputError("give at least one dtype and one input family")
+    target = adapter_target(framework)
+    adapter = load_adapter(target)
+    try:
+        configs = list(adapter.configurations(grid))
+    except SymjacError as exc:
+        raise InputError(str(exc)) from None
+    started = time.monotonic()
+    jobs_list = [{"op": c.op, "kwargs": dict(c.kwargs), "input_shape": list(c.input_shape), "label": c.label,
+                  "dtype": d, "families": list(families), "isolate": isolate, "timeout": timeout}
+                 for c in configs for d in dtypes]
+    raw = execute(jobs_list, target, jobs=jobs, scheduler=scheduler, progress=progress, runner=_sweep_runner,
+                  deadline=None if budget is None else started + budget)
+    results = []
+    for job, r in zip(jobs_list, raw):
+        if r["status"] == "not_run":
+            results.append({"config": job, "dtype": job["dtype"], "status": "not_run"})
+        else:
+            results.append({**{k: v for k, v in r.items() if k not in ("conform_status", "status_sweep")},
+                            "status": r["conform_status"]})
+    return Conformance(framework, grid, tuple(dtypes), results, time.monotonic() - started)
