@@ -53,6 +53,8 @@ _EXPORTS = {
     "LossImpl": "verifiers._family",
     "FamilyTable": "verifiers._family",
     "infer": "verifiers._infer",
+    "conform": "frameworks._conform",
+    "Conformance": "frameworks._conform",
     # files
     "load_spec_file": "io._specfile",
     "check_expect": "io._golden",

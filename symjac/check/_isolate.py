@@ -80,6 +80,9 @@ def _serve(conn: Any, functions: Mapping[str, Callable[..., Any]]) -> None:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     except (ImportError, ValueError, OSError):
         pass
+    import faulthandler  # (pytest enables it: a crash here is the parent's to report, not a traceback dump)
+
+    faulthandler.disable()
     # GMP (through gmpy2, which SymPy imports) installs a C handler that turns SIGFPE into
     # abort(): restore the default actions so the parent sees the signal the op raised.
     for name in ("SIGFPE", "SIGSEGV", "SIGBUS", "SIGILL"):

@@ -1,0 +1,104 @@
+"""symjac conform: the convention matrix of a framework (or a user adapter), isolated per configuration."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import symjac
+
+ROOT = Path(__file__).resolve().parent.parent
+ADAPTER = str(ROOT / "tests" / "conform_adapter.py")
+
+
+def cli(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "symjac", "conform", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def broken():
+    return symjac.conform(ADAPTER, dtypes=("float32", "float64"), families=("distinct", "ties"))
+
+
+def _cells(result):
+    return {(r["config"]["op"], r["dtype"]): r for r in result.results}
+
+
+def test_each_kind_of_cell(broken):
+    cells = _cells(broken)
+    for dtype in ("float32", "float64"):
+        assert cells["max_ok", dtype]["status"] == "pass"
+        assert cells["avg_ok", dtype]["status"] == "pass"
+        # gradient x 2: the exact derivative of max at its (untied) maximum is 1, the op sends 2
+        assert cells["max_doubled", dtype]["category"] == "wrong_weights"
+        # os.abort() in the forward and signal.raise_signal(SIGFPE) in the backward: the run goes on
+        assert (cells["max_abort", dtype]["category"], cells["max_abort", dtype]["signal"]) == ("crashed", "SIGABRT")
+        assert (cells["avg_fpe", dtype]["category"], cells["avg_fpe", dtype]["signal"]) == ("crashed", "SIGFPE")
+        assert cells["unsupported_op", dtype]["status"] == "unsupported"
+    assert not broken.ok
+    assert set(broken.failure_classes()) == {("max_doubled", "wrong_weights"), ("max_abort", "crashed"),
+                                             ("avg_fpe", "crashed")}
+    table = broken.table()
+    assert "crashed:SIGFPE" in table and "unsupported" in table
+    assert "6 configurations x 2 dtypes = 12 cells: 4 pass, 6 finding, 2 unsupported" in table
+
+
+def test_reproducers_load_as_spec_files(broken, tmp_path):
+    written = broken.write_reproducers(tmp_path)
+    names = sorted(p.name for p in written)
+    assert names == sorted(f"conform_adapter-{op}-{cat}.{ext}" for op, cat in
+                           [("max_doubled", "wrong_weights"), ("max_abort", "crashed"), ("avg_fpe", "crashed")]
+                           for ext in ("toml", "py"))
+    case = symjac.load_spec_file(tmp_path / "conform_adapter-max_doubled-wrong_weights.toml").cases[0]
+    assert case.operator == symjac.Pool("max", 2)
+    assert case.inputs["shape"] == (1, 1, 4, 4)
+    script = (tmp_path / "conform_adapter-max_doubled-wrong_weights.py").read_text()
+    assert "dx = backward(x, dy)  # the broken op" in script and "expected_dx = np.array(" in script
+    compile(script, "reproducer", "exec")
+
+
+def test_without_isolation_the_crash_free_cells_are_the_same():
+    # (no crashing op here: without isolation an abort would end this test process)
+    result = symjac.conform(ADAPTER + ":crash_free", dtypes=("float64",), families=("distinct",), isolate=False)
+    statuses = {r["config"]["op"]: r.get("category", r["status"]) for r in result.results}
+    assert statuses == {"max_ok": "pass", "avg_ok": "pass", "max_doubled": "wrong_weights",
+                        "unsupported_op": "unsupported"}
+
+
+def test_cli_exit_codes_json_and_reproducers(tmp_path):
+    out = tmp_path / "c.json"
+    r = cli(ADAPTER, "--dtype", "float64", "--families", "distinct", "--json", str(out), "--reproducers",
+            str(tmp_path / "rep"))
+    assert r.returncode == 1, r.stderr
+    assert "crashed:SIGABRT" in r.stdout and "wrong_weights" in r.stdout
+    assert "6/6" in r.stderr  # the progress bar
+    doc = json.loads(out.read_text())
+    assert doc["ok"] is False and doc["counts"]["finding"] == 3 and doc["counts"]["unsupported"] == 1
+    assert len(list((tmp_path / "rep").glob("*.toml"))) == 3
+
+
+def test_cli_usage_errors():
+    r = cli("nosuchframework")
+    assert r.returncode == 2 and "give one of torch, jax, tensorflow, onnxruntime" in r.stderr
+    r = cli(ADAPTER, "--dtype", "float8")
+    assert r.returncode == 2 and "--dtype 'float8' is not valid" in r.stderr
+    r = cli(ADAPTER, "--budget", "0")
+    assert r.returncode == 2
+
+
+def test_budget_stops_starting_configurations():
+    result = symjac.conform(ADAPTER, dtypes=("float64",), families=("distinct",), budget=1e-9)
+    assert {r["status"] for r in result.results[1:]} == {"not_run"}
+    assert result.ok  # cells not run are no findings
+
+
+def test_torch_small_grid_has_no_false_alarm():
+    pytest.importorskip("torch")
+    result = symjac.conform("torch", grid="small", dtypes=("float32", "float64"), families=("distinct", "ties"))
+    assert result.ok, result.table()
+    assert sum(r["status"] == "pass" for r in result.results) >= 60
