@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 
-import numpy as np
 
 import symjac
 from symjac.frameworks import Config, Impl, Unsupported

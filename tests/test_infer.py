@@ -8,7 +8,6 @@ implementations are the frameworks' own ops.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import symjac

@@ -139,7 +139,7 @@ class Worker:
                  method: str | None = None):
         self.functions = dict(functions)
         self.timeout = timeout
-        self.context = multiprocessing.get_context(method or default_method())
+        self.context: Any = multiprocessing.get_context(method or default_method())
         self.process: Any = None
         self.conn: Any = None
         self.crashes = 0

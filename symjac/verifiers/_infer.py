@@ -256,7 +256,7 @@ def neighbours(spec: PoolSpec) -> list[tuple[PoolSpec, str]]:
     if not isinstance(spec.padding, str) or spec.padding == "valid":
         changes.append({"ceil_mode": not spec.ceil_mode})
     changes += [{"layout": lay} for lay in LAYOUTS if lay != spec.layout]
-    out = []
+    out: list[tuple[PoolSpec, str]] = []
     for change in changes:
         try:
             out.append((dataclasses.replace(spec, **change),
