@@ -130,3 +130,64 @@ def test_bad_inputs_are_input_errors():
         symjac.forward(SEED000, [[1.0, np.nan], [0.0, 1.0]])
     with pytest.raises(InputError, match=r"tie='random' is not valid"):
         symjac.vjp(Pool("max", 2), X000, [[1]], tie="random")
+
+
+# -- Pool(pad_value=0): zero padding that takes part in the max -----------------------------------
+
+
+def _zero_pad_max_pool(x, k, s, p):
+    """numpy-ml style 2-D max pooling, written here as the oracle: np.pad with zeros, then the
+    argmax of each window (first in row-major order) gets the whole upstream gradient; a pad
+    cell has no input to send it to."""
+    xp = np.pad(x, p)
+    out = (xp.shape[0] - k) // s + 1, (xp.shape[1] - k) // s + 1
+    y = np.zeros(out)
+    dxp = np.zeros_like(xp)
+    for i in range(out[0]):
+        for j in range(out[1]):
+            win = xp[i * s:i * s + k, j * s:j * s + k]
+            a, b = np.unravel_index(np.argmax(win), win.shape)
+            y[i, j] = win[a, b]
+            dxp[i * s + a, j * s + b] += 1.0
+    return y, dxp[p:-p, p:-p] if p else dxp
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("k, s, p", [(2, 2, 1), (3, 1, 1), (3, 2, 2), (2, 1, 1)])
+def test_pad_value_zero_matches_a_zero_padding_oracle(seed, k, s, p):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-4, 3, size=(5, 4)).astype(np.float64)  # many negative cells: the pad often wins, often ties
+    spec = symjac.Pool("max", k, stride=s, padding=p, pad_value=0)
+    y, dx = _zero_pad_max_pool(x, k, s, p)
+    assert np.array_equal(np.array(symjac.forward(spec, x), dtype=float), y)
+    assert np.array_equal(np.array(symjac.vjp(spec, x, np.ones(y.shape)), dtype=float), dx)  # tie policy "first"
+    lowered = symjac.lower(spec, x.shape)
+    assert np.array_equal(lowered.forward(x), y) and np.array_equal(lowered.vjp(x, np.ones(y.shape)), dx)
+
+
+def test_pad_value_zero_gradient_goes_nowhere_when_the_pad_wins():
+    # x[0, 0] = -1 alone with three pad cells (value 0) in window (0, 0): y = 0, a constant,
+    # so the window's row of the Jacobian is 0 under every policy.
+    spec = symjac.Pool("max", 2, stride=2, padding=1, pad_value=0)
+    x = np.array([[-1.0, 5.0], [6.0, 7.0]])
+    assert symjac.forward(spec, x)[0, 0] == 0
+    for tie in ("first", "last", "split"):
+        assert symjac.vjp(spec, x, [[1, 0], [0, 0]], tie=tie)[0, 0] == 0
+    assert symjac.tie_sets(spec, x)[0, 0] == ()
+
+
+def test_pad_value_zero_tie_with_the_pad_follows_the_policy_over_all_slots():
+    # Window (0, 0) = [[pad, pad], [pad, x00 = 0]]: four slots tie at 0. "first" picks a pad
+    # slot (gradient lost), "last" picks x00 (gets 1), "split" gives x00 1/4 (one of 4 tied slots).
+    spec = symjac.Pool("max", 2, stride=2, padding=1, pad_value=0)
+    x = np.array([[0.0, -5.0], [-6.0, -7.0]])
+    got = {t: symjac.vjp(spec, x, [[1, 0], [0, 0]], tie=t)[0, 0] for t in ("first", "last", "split")}
+    assert got == {"first": 0, "last": 1, "split": sympy.Rational(1, 4)}
+
+
+def test_pad_value_is_validated():
+    with pytest.raises(symjac.SpecError, match="only meaningful for mode='max'"):
+        symjac.Pool("avg", 2, padding=1, pad_value=0)
+    with pytest.raises(symjac.SpecError, match="pad_value=1 is not valid"):
+        symjac.Pool("max", 2, padding=1, pad_value=1)
+    assert "pad_value" not in repr(symjac.Pool("max", 2)) and "pad_value=0" in repr(symjac.Pool("max", 2, pad_value=0))

@@ -42,7 +42,7 @@ from symjac._errors import InputError, SpecError, SymjacError, did_you_mean
 
 OPERATOR_KEYS = {
     "pool": ("kind", "mode", "kernel", "stride", "padding", "dilation", "ceil_mode", "divisor", "layout", "p",
-             "zero_window", "tie"),
+             "zero_window", "tie", "pad_value"),
     "adaptive_pool": ("kind", "mode", "output_size", "layout"),
     "global_pool": ("kind", "mode", "rank", "layout"),
     "loss": ("kind", "loss", "reduction", "scale", "delta", "pos_weight", "weight", "label_smoothing",

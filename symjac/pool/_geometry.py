@@ -56,6 +56,14 @@ class AxisWindows:
         in_window = np.arange(self.offsets.size)[None, :] < self.sizes[:, None]
         return in_window & (cells >= 0) & (cells < self.length)
 
+    @property
+    def padded(self) -> np.ndarray:
+        """(o, k) whether a slot lies in the padded input (a real cell or a pad cell;
+        not the ceil-mode overhang beyond the padding)."""
+        cells = self.cells
+        in_window = np.arange(self.offsets.size)[None, :] < self.sizes[:, None]
+        return in_window & (cells >= -self.pad[0]) & (cells < self.length + self.pad[1])
+
 
 def _axis_pool(spec: Pool, axis: int, length: int) -> AxisWindows:
     k, s, d = spec.kernel[axis], spec.stride[axis], spec.dilation[axis]  # type: ignore[index]
@@ -141,6 +149,16 @@ class Geometry:
     cells: np.ndarray
     valid: np.ndarray
     divisor: np.ndarray
+
+    @functools.cached_property
+    def padded(self) -> np.ndarray:
+        """(windows, K) whether a slot lies in the padded input; ``padded & ~valid``
+        are the pad cells (constants for ``Pool(pad_value=0)``)."""
+        out = np.ones((1, 1), dtype=bool)
+        for ax in self.axes:
+            out = (out[:, None, :, None] & ax.padded[None, :, None, :]).reshape(-1, out.shape[1] * ax.padded.shape[1])
+        out.setflags(write=False)
+        return out
 
     @property
     def pads(self) -> tuple[tuple[int, int], ...]:

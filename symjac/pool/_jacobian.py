@@ -21,7 +21,7 @@ from symjac._exact import ExactArray, _int_array
 from symjac.pool._geometry import Geometry, resolve
 from symjac.pool._spec import PoolSpec, check_pool_spec
 from symjac.pool._beta import Beta, Tie, parse_tie
-from symjac.pool._symbolic import TIE_POLICIES, policy_weights, tie_members, window_classes
+from symjac.pool._symbolic import TIE_POLICIES, class_weights, tie_members, window_classes
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -66,15 +66,9 @@ def routes(geometry: Geometry, x: ExactArray | None, tie: str = "first") -> Rout
     if x is None:
         raise InputError("max pooling's Jacobian depends on x: pass the input values, not only its shape")
     xc = geometry.to_canonical(x.num)
-    parts = []
-    for c in window_classes(geometry):
-        values = xc[:, c.cells]  # (batch, nw, n)
-        member = tie_members(c.template, values)
-        parts.append((c, member))
-    qs = [policy_weights(m, tie)[1] for _, m in parts]
-    q = math.lcm(*qs) if qs else 1
-    for c, member in parts:
-        weights, qc = policy_weights(member, tie)
+    parts = [(c, class_weights(c, xc[:, c.cells], tie)) for c in window_classes(geometry)]  # values: (batch, nw, n)
+    q = math.lcm(*(qc for _, (_, _, qc) in parts)) if parts else 1
+    for c, (member, weights, qc) in parts:
         weights = weights * (q // qc)
         for j in range(member.shape[-1]):
             out.append(Route(c.windows, c.cells[:, j], weights[..., j]))
@@ -285,7 +279,8 @@ def tie_sets(spec: PoolSpec, x: Any) -> np.ndarray:
     """For max pooling at ``x``: per output window, the tuple of maximal input cells.
 
     Returns an object array in the output shape; each entry is a tuple of input
-    multi-indices (layout order, row-major sorted).
+    multi-indices (layout order, row-major sorted); with ``pad_value=0`` the tuple
+    omits the pad cells (empty when only pad cells attain the maximum).
     """
     geometry, exact = _input(spec, x)
     if exact is None or geometry.spec.mode != "max":
@@ -302,7 +297,7 @@ def tie_sets(spec: PoolSpec, x: Any) -> np.ndarray:
             found.setdefault(r, []).append(col)
     out = np.empty(math.prod(geometry.output_shape), dtype=object)
     for r in range(out.size):
-        out[r] = tuple(tuple(int(i) for i in np.unravel_index(col, geometry.input_shape)) for col in sorted(found[r]))  # type: ignore[index]
+        out[r] = tuple(tuple(int(i) for i in np.unravel_index(col, geometry.input_shape)) for col in sorted(found.get(r, [])))  # type: ignore[call-overload]
     return out.reshape(geometry.output_shape)
 
 

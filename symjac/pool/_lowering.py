@@ -19,7 +19,7 @@ from symjac._errors import InputError
 from symjac.pool._geometry import Geometry, resolve
 from symjac.pool._spec import PoolSpec, check_pool_spec
 from symjac.pool._beta import Beta, Tie, parse_tie
-from symjac.pool._symbolic import TIE_POLICIES, check_tie, policy_weights, tie_members, window_classes
+from symjac.pool._symbolic import TIE_POLICIES, check_tie, class_weights, window_classes
 
 FLOAT_DTYPES = (np.float16, np.float32, np.float64)
 
@@ -81,8 +81,7 @@ class Lowered:
                 for j, d in enumerate(c.template.derivatives_numpy):
                     dx[:, c.cells[:, j]] += g_up * x.dtype.type(d(*([0] * c.cells.shape[1])))
                 continue
-            member = tie_members(c.template, xc[:, c.cells])
-            weights, q = policy_weights(member, tie)
+            _, weights, q = class_weights(c, xc[:, c.cells], tie)
             for j in range(c.cells.shape[1]):
                 w = weights[..., j]
                 if q == 1:

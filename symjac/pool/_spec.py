@@ -159,6 +159,13 @@ class Pool:
       p: for ``"lp"``: the power, an integer >= 1 (PyTorch's ``norm_type``).
       zero_window: for ``"lp"`` with p >= 2: the Jacobian row where the window's
         power sum is 0 (the nonsmooth point): ``"zero"`` (PyTorch) or ``"one"``.
+      pad_value: max pooling only: ``None`` (the default: padding takes no part
+        in the max, as in PyTorch, TF, ONNX) or ``0`` (pad cells hold the constant
+        0 and take part in the max, as in implementations that ``np.pad`` with
+        zeros, e.g. numpy-ml). A pad cell is a constant, so a window whose maximum
+        is a pad cell has a zero Jacobian row: its gradient goes to no input; at a
+        tie between input cells and the pad the Clarke set is the hull of the tied
+        cells' unit vectors and 0.
 
     Raises:
       SpecError: a field is invalid; the message names it and what is valid.
@@ -174,6 +181,7 @@ class Pool:
     layout: str = dataclasses.field(default="channels_first", kw_only=True)
     p: int | None = dataclasses.field(default=None, kw_only=True)
     zero_window: str = dataclasses.field(default="zero", kw_only=True)
+    pad_value: int | None = dataclasses.field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         put = object.__setattr__
@@ -203,6 +211,14 @@ class Pool:
         put(self, "divisor", divisor)
         put(self, "layout", _choice("layout", self.layout, LAYOUTS))
         _check_lp(self)
+        if self.pad_value is not None:
+            if isinstance(self.pad_value, bool) or not isinstance(self.pad_value, numbers.Real) or self.pad_value != 0:
+                raise SpecError(f"pad_value={self.pad_value!r} is not valid: give None (padding takes no part in "
+                                "the max) or 0 (pad cells hold 0 and take part in the max)")
+            if self.mode != "max":
+                raise SpecError(f"pad_value={self.pad_value!r} is only meaningful for mode='max' (average pooling "
+                                "counts padding through divisor='include_pad'); leave it unset")
+            put(self, "pad_value", 0)
 
     def __repr__(self) -> str:
         # p and zero_window appear only for lp pooling, so other specs keep their text
@@ -212,6 +228,8 @@ class Pool:
                   f"divisor={self.divisor!r}", f"layout={self.layout!r}"]
         if self.mode == "lp":
             fields += [f"p={self.p!r}", f"zero_window={self.zero_window!r}"]
+        if self.pad_value is not None:  # likewise pad_value only when set
+            fields.append(f"pad_value={self.pad_value!r}")
         return f"Pool({', '.join(fields)})"
 
     @property

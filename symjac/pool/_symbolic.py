@@ -47,6 +47,7 @@ class Template:
     derivatives: tuple[sympy.Expr, ...]
     weights: tuple[Fraction, ...] = ()
     tie_arg: Callable[..., Any] | None = None
+    constant: int | None = None  # max with pad cells of Pool(pad_value=0): Max(s0, ..., 0)
 
     @functools.cached_property
     def forward_numpy(self) -> Callable[..., Any]:
@@ -61,8 +62,12 @@ class Template:
 
 
 @functools.lru_cache(maxsize=256)
-def template(mode: str, n: int, divisor: int) -> Template:
-    """Build and differentiate the template of a class with ``n`` valid slots."""
+def template(mode: str, n: int, divisor: int, constant: int | None = None) -> Template:
+    """Build and differentiate the template of a class with ``n`` valid slots.
+
+    ``constant``: max pooling over windows that hold pad cells of ``Pool(pad_value=0)``:
+    the expression is ``Max(s0, ..., s{n-1}, constant)``, a constant argument of Max.
+    """
     symbols = tuple(sympy.symbols(f"s0:{n}", real=True)) if n > 1 else (sympy.Symbol("s0", real=True),)
     if mode == "avg":
         expr = sympy.Add(*symbols) / sympy.Integer(divisor)
@@ -82,13 +87,16 @@ def template(mode: str, n: int, divisor: int) -> Template:
     d2 = sympy.diff(sympy.Max(a, m), a)
     if d2 != sympy.Heaviside(a - m):
         raise AssertionError(f"d Max(a, m)/da = {d2}: expected Heaviside(a - m) from SymPy")
-    expr = sympy.Max(*symbols, evaluate=False) if n > 1 else symbols[0]
+    const = () if constant is None else (sympy.Integer(constant),)
+    args = symbols + const
+    expr = sympy.Max(*args, evaluate=False) if len(args) > 1 else symbols[0]
     derivatives = tuple(
-        d2.xreplace({a: s, m: sympy.Max(*(o for o in symbols if o is not s), evaluate=False)}) if n > 1 else sympy.Integer(1)
+        d2.xreplace({a: s, m: sympy.Max(*(o for o in args if o is not s), evaluate=False)}) if len(args) > 1
+        else sympy.Integer(1)
         for s in symbols
     )
     tie_arg = sympy.lambdify((a, m), d2.args[0], modules="numpy")
-    return Template(mode, symbols, expr, derivatives, tie_arg=tie_arg)
+    return Template(mode, symbols, expr, derivatives, tie_arg=tie_arg, constant=constant)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -101,6 +109,8 @@ class WindowClass:
       windows: (nw,) window numbers.
       cells: (nw, n) flat spatial input cell of each valid slot.
       template: the class's :class:`Template`.
+      pad_slots: ``Pool(pad_value=0)``: the slots holding pad cells (constants in the
+        max), in the same numbering as ``slots``; empty otherwise.
     """
 
     slots: tuple[int, ...]
@@ -108,6 +118,7 @@ class WindowClass:
     windows: np.ndarray
     cells: np.ndarray
     template: Template
+    pad_slots: tuple[int, ...] = ()
 
 
 def window_classes(geometry: Geometry) -> tuple[WindowClass, ...]:
@@ -139,7 +150,11 @@ def _classes(geometry: Geometry) -> tuple[WindowClass, ...]:
         slots = tuple(int(i) for i in np.flatnonzero(geometry.valid[first]))
         divisor = int(geometry.divisor[first])
         cells = geometry.cells[windows][:, slots]
-        classes.append(WindowClass(slots, divisor, windows, cells, template(mode, len(slots), divisor)))
+        pad_value = getattr(geometry.spec, "pad_value", None)
+        pads = () if pad_value is None else tuple(
+            int(i) for i in np.flatnonzero(geometry.padded[first] & ~geometry.valid[first]))
+        tmpl = template(mode, len(slots), divisor, pad_value if pads else None)
+        classes.append(WindowClass(slots, divisor, windows, cells, tmpl, pads))
     return tuple(classes)
 
 
@@ -155,18 +170,52 @@ def tie_members(tmpl: Template, values: np.ndarray) -> np.ndarray:
       (..., n) bool: slot i is in the tie set (its Heaviside argument is >= 0).
     """
     n = values.shape[-1]
-    if n == 1:
-        return np.ones(values.shape, dtype=bool)  # a lone cell always attains the max
     assert tmpl.tie_arg is not None
-    # m_i, the max of the other slots: the second largest value for the (first)
-    # argmax slot, the largest for every other slot.
+    if n == 1:
+        if tmpl.constant is None:
+            return np.ones(values.shape, dtype=bool)  # a lone cell always attains the max
+        return np.asarray(tmpl.tie_arg(values, tmpl.constant)) >= 0
+    # m_i, the max of the other slots (and of the constant): the second largest value
+    # for the (first) argmax slot, the largest for every other slot.
     top = values.max(axis=-1, keepdims=True)
     pos = values.argmax(axis=-1)[..., None]
     masked = values.copy()
     np.put_along_axis(masked, pos, values.min(axis=-1, keepdims=True), axis=-1)
     second = masked.max(axis=-1, keepdims=True)
     others = np.where(np.arange(n) == pos, second, top)
+    if tmpl.constant is not None:
+        others = np.maximum(others, tmpl.constant)
     return np.asarray(tmpl.tie_arg(values, others)) >= 0
+
+
+def constant_ties(tmpl: Template, values: np.ndarray) -> np.ndarray:
+    """(...,) bool: the template's constant (the pad cells) attains the window maximum."""
+    if tmpl.constant is None:
+        return np.zeros(values.shape[:-1], dtype=bool)
+    assert tmpl.tie_arg is not None
+    return np.asarray(tmpl.tie_arg(tmpl.constant, values.max(axis=-1))) >= 0
+
+
+def class_weights(c: WindowClass, values: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """(member, weights, q) of one window class at slot ``values`` (..., n).
+
+    Without pad cells: :func:`policy_weights` of the tie set. With pad cells (each
+    holding the constant), the policy runs over all slots of the padded window in
+    row-major order, pad slots included, and the pad slots' weights are dropped: a
+    window whose routed maximum is a pad cell sends its gradient to no input.
+    """
+    member = tie_members(c.template, values)
+    if not c.pad_slots:
+        weights, q = policy_weights(member, tie)
+        return member, weights, q
+    order = sorted(c.slots + c.pad_slots)
+    valid_pos = [order.index(s) for s in c.slots]
+    pad_pos = [order.index(s) for s in c.pad_slots]
+    full = np.zeros(member.shape[:-1] + (len(order),), dtype=bool)
+    full[..., valid_pos] = member
+    full[..., pad_pos] = constant_ties(c.template, values)[..., None]
+    weights, q = policy_weights(full, tie)
+    return member, weights[..., valid_pos], q
 
 
 def check_tie(tie: str) -> str:
