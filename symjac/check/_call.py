@@ -18,6 +18,11 @@ misbehaviour is reported once per callable (``flag`` keys), however many calls h
 
 A timed-out call keeps running in a daemon thread (Python cannot stop a thread); the
 verification continues without it.
+
+Isolated mode (``isolate=(worker, name)``, :mod:`symjac.check._isolate`): the same
+checks, but the call runs in a worker process, so an abort, a segfault or a SIGFPE
+of the implementation is a ``crashed`` finding naming the signal (and a hung call is
+killed, not left running); the next call gets a fresh worker.
 """
 
 from __future__ import annotations
@@ -126,12 +131,16 @@ class Guard:
       restore: after a call that changed an argument in place, put the original back
         (so later calls see the intended input); False leaves it, so a second call
         on the same buffers shows what the mutation does.
+      isolate: ``(worker, name)``: run the call as ``worker.functions[name]`` in the
+        worker process of a :class:`symjac.check._isolate.Worker` (whose own timeout
+        applies) instead of calling ``fn`` here.
     """
 
     def __init__(self, fn: Callable[..., Any], role: str, names: tuple[str, ...], findings: list[Finding], *,
-                 timeout: float | None = DEFAULT_TIMEOUT, restore: bool = True):
+                 timeout: float | None = DEFAULT_TIMEOUT, restore: bool = True,
+                 isolate: tuple[Any, str] | None = None):
         self.fn, self.role, self.names, self.findings = fn, role, names, findings
-        self.timeout, self.restore = timeout, restore
+        self.timeout, self.restore, self.isolate = timeout, restore, isolate
         self.calls = 0
         self.mutated: set[str] = set()
         self.flagged: set[str] = set()
@@ -151,19 +160,35 @@ class Guard:
         """
         self.calls += 1
         before = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args]
-        status, value = _invoke(self.fn, args, self.timeout)
+        if self.isolate is None:
+            status, value = _invoke(self.fn, args, self.timeout)
+        else:
+            from symjac.check._isolate import invoke
+
+            status, value = invoke(*self.isolate, args)
         self._check_mutation(args, before, again)
+        arguments = describe_arguments(self.names, args)
         if status == "timeout":
-            self.flag("timeout", "timeout", f"{self.role} did not return within {self.timeout:g} s "
-                      f"(call {self.calls}; it may still be running); later calls go on without it",
-                      detail={"arguments": describe_arguments(self.names, args), "timeout_seconds": self.timeout})
+            limit = self.timeout if self.isolate is None else self.isolate[0].timeout
+            left = "it may still be running" if self.isolate is None else "its worker process was killed"
+            self.flag("timeout", "timeout", f"{self.role} did not return within {limit:g} s "
+                      f"(call {self.calls}; {left}); later calls go on without it",
+                      detail={"arguments": arguments, "timeout_seconds": limit})
+            return False, None
+        if status == "crashed":
+            self.flag(f"crash:{value.signal}", "crashed",
+                      f"{self.role} crashed its worker process: {value.description} (call {self.calls}); "
+                      "later calls run in a fresh worker",
+                      detail={"signal": value.signal, "arguments": arguments})
             return False, None
         if status == "raised":
             exc = value
-            frames = traceback.format_exception(exc)[-(TRACEBACK_FRAMES + 1):]
-            self.flag(f"raise:{type(exc).__name__}", "bad_output", f"{self.role} raised {type(exc).__name__}: {exc}",
-                      detail={"exception": type(exc).__name__, "traceback": "".join(frames),
-                              "arguments": describe_arguments(self.names, args)})
+            name = getattr(exc, "type_name", type(exc).__name__)  # a raise in the worker keeps its type's name
+            message = getattr(exc, "message", str(exc))
+            frames = getattr(exc, "traceback_text", None) or "".join(
+                traceback.format_exception(exc)[-(TRACEBACK_FRAMES + 1):])
+            self.flag(f"raise:{name}", "bad_output", f"{self.role} raised {name}: {message}",
+                      detail={"exception": name, "traceback": frames, "arguments": arguments})
             return False, None
         return True, value
 

@@ -26,6 +26,7 @@ import pickle
 import signal
 import sys
 import time
+import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -50,13 +51,18 @@ class Crashed(Exception):
         self.signal = signal_name
 
 
-class Raised(Exception):
-    """The callable raised in the worker: its type name and message."""
+class TimedOut(Crashed):
+    """The call did not return within the worker's timeout; the worker was killed."""
 
-    def __init__(self, type_name: str, message: str):
+
+class Raised(Exception):
+    """The callable raised in the worker: its type name, message and traceback text."""
+
+    def __init__(self, type_name: str, message: str, traceback_text: str = ""):
         super().__init__(f"{type_name}: {message}")
         self.type_name = type_name
         self.message = message
+        self.traceback_text = traceback_text
 
 
 def describe_exit(exitcode: int | None) -> tuple[str, str | None]:
@@ -91,6 +97,11 @@ def _serve(conn: Any, functions: Mapping[str, Callable[..., Any]]) -> None:
                 signal.signal(getattr(signal, name), signal.SIG_DFL)
             except (OSError, ValueError):
                 pass
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "set_num_threads"):
+        # A forked child inherits PyTorch's OpenMP state but not its threads: a parallel
+        # op would wait for them forever. One thread needs no team (DataLoader does the same).
+        torch.set_num_threads(1)
     while True:
         try:
             message = conn.recv()
@@ -103,7 +114,7 @@ def _serve(conn: Any, functions: Mapping[str, Callable[..., Any]]) -> None:
         try:
             result = functions[name](*args)
         except BaseException as exc:  # noqa: BLE001 - everything the callable does is reported
-            conn.send(("raised", type(exc).__name__, str(exc)))
+            conn.send(("raised", type(exc).__name__, str(exc), "".join(traceback.format_exception(exc)[-6:])))
             continue
         mutated = {i: a for i, (a, b) in enumerate(zip(args, before)) if b is not None and a.tobytes() != b}
         try:
@@ -114,7 +125,7 @@ def _serve(conn: Any, functions: Mapping[str, Callable[..., Any]]) -> None:
                 payload = pickle.dumps(("ok", result, mutated), protocol=pickle.HIGHEST_PROTOCOL)
             except Exception as exc:  # noqa: BLE001
                 conn.send(("raised", "TypeError", f"returned a {type(result).__name__} that cannot leave the "
-                                                  f"worker process ({type(exc).__name__}: {exc})"))
+                                                  f"worker process ({type(exc).__name__}: {exc})", ""))
                 continue
         conn.send_bytes(payload)
 
@@ -202,13 +213,13 @@ class Worker:
             if deadline is not None and time.monotonic() > deadline:
                 self._stop(kill=True)
                 self.crashes += 1
-                raise Crashed(f"did not return within {self.timeout:g} s (killed)")
+                raise TimedOut(f"did not return within {self.timeout:g} s (killed)")
         try:
             answer = pickle.loads(self.conn.recv_bytes())
         except (EOFError, OSError):
             return self._crashed()
         if answer[0] == "raised":
-            raise Raised(answer[1], answer[2])
+            raise Raised(*answer[1:])
         _, result, mutated = answer
         for i, value in mutated.items():
             if isinstance(args[i], np.ndarray) and args[i].flags.writeable:
@@ -238,27 +249,18 @@ class Worker:
             pass
 
 
-def isolated(worker: Worker, name: str) -> Callable[..., Any]:
-    """A callable that runs ``worker.functions[name]`` in the worker.
+def invoke(worker: Worker, name: str, args: tuple[Any, ...]) -> tuple[str, Any]:
+    """The guarded-call core's isolated mode: run ``worker.functions[name](*args)``.
 
-    A raise in the worker is re-raised here as an exception of the same type name
-    (a new class, so the guarded-call core's message reads as for an in-process
-    call); a crash raises :class:`Crashed`.
+    Returns ``("ok", value)``, ``("raised", Raised)``, ``("timeout", TimedOut)`` or
+    ``("crashed", Crashed)``: the statuses of :func:`symjac.check._call._invoke`, plus
+    a crash of the worker process.
     """
-
-    def call(*args: Any) -> Any:
-        try:
-            return worker.call(name, *args)
-        except Raised as exc:
-            raise _remote_type(exc.type_name)(exc.message) from None
-
-    return call
-
-
-_REMOTE_TYPES: dict[str, type[Exception]] = {}
-
-
-def _remote_type(type_name: str) -> type[Exception]:
-    if type_name not in _REMOTE_TYPES:
-        _REMOTE_TYPES[type_name] = type(type_name, (Exception,), {"__module__": "symjac.worker"})
-    return _REMOTE_TYPES[type_name]
+    try:
+        return "ok", worker.call(name, *args)
+    except Raised as exc:
+        return "raised", exc
+    except TimedOut as exc:
+        return "timeout", exc
+    except Crashed as exc:
+        return "crashed", exc

@@ -108,6 +108,9 @@ class Finding:
       expected / observed: values (exact values as strings in JSON).
       detail: further facts, e.g. an exception's ``traceback`` and the ``arguments``
         (shapes and dtypes) the implementation was called with.
+      consequence_of: when this finding follows from an earlier root cause (values
+        compared after the implementation returned the wrong dtype), that cause's
+        message; such findings are listed but are no category of their own.
     """
 
     category: str
@@ -117,6 +120,7 @@ class Finding:
     expected: Any = None
     observed: Any = None
     detail: dict[str, Any] | None = None
+    consequence_of: str | None = None
 
     def __post_init__(self) -> None:
         if self.category not in CATEGORIES:
@@ -131,6 +135,7 @@ class Finding:
             "expected": jsonable(self.expected),
             "observed": jsonable(self.observed),
             "detail": jsonable(self.detail),
+            "consequence_of": self.consequence_of,
         }
 
 
@@ -172,15 +177,17 @@ class Report:
         return self.headline
 
     def categories(self) -> list[str]:
-        """The distinct finding categories, in order of first appearance."""
-        return list(dict.fromkeys(f.category for f in self.findings))
+        """The distinct categories of the root-cause findings, in order of first appearance
+        (findings marked ``consequence_of`` an earlier one are left out)."""
+        return list(dict.fromkeys(f.category for f in self.findings if f.consequence_of is None))
 
     def details(self) -> str:
         """What follows the one-line summary: the subject, then every finding with
         its window, cells, and exact expected beside observed values."""
         lines = [f"subject: {self.subject}"]
         for f in self.findings:
-            lines.append(f"- [{f.category}] {f.message}")
+            because = f" (a consequence of: {f.consequence_of})" if f.consequence_of else ""
+            lines.append(f"- [{f.category}]{because} {f.message}")
             table = _cell_table(f)
             if table:
                 lines.extend(table)

@@ -145,17 +145,18 @@ def _tie(report: Any) -> str | None:
 
 
 def _check(spec: PoolSpec, g: Geometry, fwd: Callable[..., Any] | None, bwd: Callable[..., Any] | None,
-           x: np.ndarray, y: np.ndarray | str | None, dtype: np.dtype, seed: int) -> tuple[float, str, Match | None]:
+           x: np.ndarray, y: np.ndarray | str | None, dtype: np.dtype, seed: int,
+           isolate: bool = False) -> tuple[float, str, Match | None]:
     """Score one candidate: (score, difference, Match or None)."""
     if y is not None:
         score, diff = _forward_difference(g, x, y)
         if score:
             return score, diff, None
-    if bwd is None:
+    if bwd is None and not isolate:
         return 0.0, "", Match(spec, None, "forward")
     from symjac.verifiers._pool import verify
 
-    report = verify(spec, backward=bwd, forward=fwd, x=x, dtype=dtype, seed=seed)
+    report = verify(spec, backward=bwd, forward=fwd, x=x, dtype=dtype, seed=seed, isolate=isolate, hints=False)
     if report.ok:
         return 0.0, "", Match(spec, _tie(report) if spec.mode == "max" else None,
                               "forward and backward" if fwd else "backward")
@@ -164,11 +165,12 @@ def _check(spec: PoolSpec, g: Geometry, fwd: Callable[..., Any] | None, bwd: Cal
 
 
 def _screen(candidates: Iterable[PoolSpec], impl: Any, input_shape: tuple[int, ...], dtype: Any,
-            seed: int) -> Inference:
+            seed: int, isolate: bool = False) -> Inference:
     fwd, bwd = _callables(impl)
     dt = np.dtype(dtype)
     x = distinct_values(tuple(input_shape), dt, seed)
-    y = _call_forward(fwd, x) if fwd is not None else None
+    # isolated: no direct call here (it could kill this process); verify screens instead
+    y = _call_forward(fwd, x) if fwd is not None and not isolate else None
     matches: list[Match] = []
     best: tuple[float, str, PoolSpec | None] = (math.inf, "no candidate fits the input shape", None)
     tried = 0
@@ -178,7 +180,7 @@ def _screen(candidates: Iterable[PoolSpec], impl: Any, input_shape: tuple[int, .
         except SpecError:
             continue
         tried += 1
-        score, diff, match = _check(spec, g, fwd, bwd, x, y, dt, seed)
+        score, diff, match = _check(spec, g, fwd, bwd, x, y, dt, seed, isolate)
         if match is not None:
             matches.append(match)
         elif score < best[0]:
@@ -267,18 +269,19 @@ def neighbours(spec: PoolSpec) -> list[tuple[PoolSpec, str]]:
 
 
 def hint(spec: PoolSpec, forward: Callable[..., Any] | None, backward: Callable[..., Any] | None,
-         input_shape: tuple[int, ...], dtype: Any = "float64", seed: int = 0) -> str | None:
+         input_shape: tuple[int, ...], dtype: Any = "float64", seed: int = 0, isolate: bool = False) -> str | None:
     """A sentence naming the neighbouring conventions ``forward``/``backward`` match
     exactly ("forward and backward match divisor='include_pad' exactly"), or None."""
     found = []
     for candidate, change in neighbours(spec):
         try:
-            result = _screen([candidate], (forward, backward), input_shape, dtype, seed)
+            result = _screen([candidate], (forward, backward), input_shape, dtype, seed, isolate)
         except SymjacError:
             continue
         if result.matches:
             found.append((result.matches[0].checked, change))
     if not found:
         return None
-    checked = found[0][0]
-    return f"{checked} match {' and also '.join(c for _, c in found)} exactly"
+    subject = {"forward": "the forward matches", "backward": "the backward matches"}.get(found[0][0], "forward and "
+                                                                                         "backward match")
+    return f"{subject} {' and also '.join(c for _, c in found)} exactly"

@@ -19,6 +19,7 @@ unit roundoff of the dtype; errors are reported in ULPs of the exact value.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
@@ -66,17 +67,31 @@ def _ratio(num: float, den: float) -> str:
     return f"{100 * num / den:.1f}% of the gradient mass arrives"
 
 
+#: Categories a neighbouring convention can explain (a hint is sought only when every root finding is one):
+#: wrong values, and bad outputs (a wrong output shape, or a backward that raises on a dy of the wrong shape).
+HINTABLE = ("forward_values", "missing_windows", "partial_windows", "wrong_cells", "wrong_weights",
+            "tie_not_subgradient", "not_fd_consistent", "bad_output")
+
+
 class _Verifier:
     """One verification: the passes over the implementation, in the order :meth:`run` reads."""
 
-    def __init__(self, spec: PoolSpec, g: Geometry, backward: Callable[..., Any], forward: Callable[..., Any] | None,
-                 dtype: np.dtype[Any], tie: str, one_hot_budget: int, timeout: float | None):
+    def __init__(self, spec: PoolSpec, g: Geometry, backward: Callable[..., Any] | None,
+                 forward: Callable[..., Any] | None, dtype: np.dtype[Any], tie: str, one_hot_budget: int,
+                 timeout: float | None, worker: Any = None):
         # tie: "any", "first", "last", "split" or "beta:<b>" (β = 0 and 1 named first and split)
         self.spec, self.g, self.dtype, self.tie = spec, g, dtype, tie
         self.u = unit_roundoff(dtype)
         self.findings: list[Finding] = []
-        self.bwd = Guard(backward, "backward", ("x", "dy"), self.findings, timeout=timeout)
-        self.fwd = Guard(forward, "forward", ("x",), self.findings, timeout=timeout) if forward else None
+
+        def guard(fn: Callable[..., Any] | None, role: str, names: tuple[str, ...]) -> Guard | None:
+            if fn is None:
+                return None
+            return Guard(fn, role, names, self.findings, timeout=timeout,
+                         isolate=None if worker is None else (worker, role))
+
+        self.bwd = guard(backward, "backward", ("x", "dy"))
+        self.fwd = guard(forward, "forward", ("x",))
         self.prober = Prober(g, self.backward, one_hot_budget)
         self.diagnosis = Diagnosis(g, dtype, self.u, self.findings)
         self.stats: dict[str, Any] = {}
@@ -85,6 +100,7 @@ class _Verifier:
 
     def backward(self, x: np.ndarray, dy_c: np.ndarray) -> np.ndarray | None:
         """The implementation's backward on canonical (B, n_out) dy; canonical float64 dx or None."""
+        assert self.bwd is not None
         dy = self.g.from_canonical(dy_c.astype(self.dtype), self.g.out_spatial)
         dx = self.bwd.array(x, dy, shape=self.g.input_shape, dtype=self.dtype, index_name="dx")
         return None if dx is None else self.g.to_canonical(dx.astype(np.float64))
@@ -177,7 +193,7 @@ class _Verifier:
         if dx is None:
             return None, np.zeros((0, 2), dtype=int)
         again = self.backward(x, dy) if repeat else None
-        if again is not None:
+        if again is not None and self.bwd is not None:
             self.bwd.compare(g.from_canonical(dx, g.in_spatial), g.from_canonical(again, g.in_spatial), "dx")
         predicted = scatter(g, dy, rows.obs)
         bound = scatter(g, np.abs(dy), np.abs(rows.obs))
@@ -227,8 +243,31 @@ class _Verifier:
             self.stats["fd_gradient"] = g.from_canonical(scatter(g, dy_c, fd), g.in_spatial)
         return check_fd(g, rows, fd, fd_tol, usable, self.u, self.findings)
 
+    def run_forward_only(self, x: np.ndarray, tie_x: np.ndarray | None) -> Report:
+        """No backward (a forward-only runtime): the forward at x, at tied inputs (max), and
+        once more at x for determinism; the report says that only the forward was checked."""
+        assert self.fwd is not None
+        forward_ok = self.check_forward(x)
+        if tie_x is not None:
+            forward_ok = bool(self.check_forward(tie_x)) and bool(forward_ok)
+        first, again = self.forward(x), self.forward(x)
+        if first is not None and again is not None:
+            self.fwd.compare(first, again, "y")
+        self.mark_consequences()
+        self.stats.update(self.figures(forward_ok, False, None, None))
+        total = self.g.batch * self.g.n_out
+        note = "only the forward was checked (no backward given)"
+        if not self.findings:
+            line = f"forward matches the exact forward at all {total} outputs in {self.dtype} " \
+                   f"({self.fwd.calls} forward calls); {note}"
+        else:
+            line = f"{self.findings_line()}; {note}"
+        return Report(repr(self.spec), tuple(self.findings), self.stats, line)
+
     def run(self, x: np.ndarray, dy: np.ndarray | None, tie_x: np.ndarray | None) -> Report:
         g = self.g
+        if self.bwd is None:
+            return self.run_forward_only(x, tie_x)
         forward_ok = self.check_forward(x)
         # The dense confirmation uses distinct dy values, so gradient swapped between
         # windows shows; a caller's dy is one more dense call, reported in the stats.
@@ -250,6 +289,7 @@ class _Verifier:
             if g.spec.mode in ("max", "lp") and tie_x is not None:
                 self.backward_pass(tie_x, " at tied inputs", [])
         tie_policy = self.tie_policy_verdict()
+        self.mark_consequences()
         self.stats.update(self.figures(forward_ok, main is not None, fd_ok, tie_policy))
         return Report(repr(self.spec), tuple(self.findings), self.stats, self.headline(fd_ok, tie_policy, mass))
 
@@ -269,9 +309,12 @@ class _Verifier:
         """The stats of the report (stable keys)."""
         d = self.diagnosis
         categories = {f.category for f in self.findings}
+        guards = [g for g in (self.bwd, self.fwd) if g is not None]
         return {
+            "checked": "forward and backward" if self.bwd and self.fwd else "backward" if self.bwd else "forward",
             "forward_ok": forward_ok,
-            "backward_ok": probed and not self.bwd.bad and not categories & set(BACKWARD_CATEGORIES),
+            "backward_ok": None if self.bwd is None else
+            probed and not self.bwd.bad and not categories & set(BACKWARD_CATEGORIES),
             "fd_consistent": fd_ok,
             "windows_total": self.g.batch * self.g.n_out,
             "windows_missing": sum(v == "missing_windows" for v in d.window_state.values()),
@@ -283,8 +326,8 @@ class _Verifier:
             "tie_beta": _beta_of(tie_policy),
             "zero_window": (next(iter(self.zero_policies)) if len(self.zero_policies) == 1 else "other")
                            if self.zero_policies else None,
-            "mutated_inputs": sorted(self.bwd.mutated | (self.fwd.mutated if self.fwd else set())),
-            "backward_calls": self.bwd.calls,
+            "mutated_inputs": sorted(set().union(*(g.mutated for g in guards))),
+            "backward_calls": self.bwd.calls if self.bwd else 0,
             "forward_calls": self.fwd.calls if self.fwd else 0,
             "window_colours": self.prober.n_colours,
             "dtype": str(self.dtype),
@@ -292,8 +335,9 @@ class _Verifier:
 
     def headline(self, fd_ok: bool | None, tie_policy: str | None, mass: tuple[float, float]) -> str:
         """The one-line summary: a pass, the missing windows (seed 000's shape of bug), or the findings."""
+        assert self.bwd is not None
         total = self.g.batch * self.g.n_out
-        categories = {f.category for f in self.findings}
+        categories = {f.category for f in self.findings if f.consequence_of is None}
         missing = sorted(k for k, v in self.diagnosis.window_state.items() if v == "missing_windows")
         if not self.findings:
             line = (f"backward matches the exact Jacobian on all {total} windows in {self.dtype} "
@@ -306,9 +350,34 @@ class _Verifier:
             names = [fmt_index(self.g.output_index(b, w)) for b, w in missing]
             return (f"backward visits {total - len(missing)} of {total} output windows: {listing(names)} "
                     f"get{'s' if len(missing) == 1 else ''} nothing; {_ratio(*mass)} (in {self.dtype})")
-        cats = list(dict.fromkeys(f.category for f in self.findings))
-        return (f"{len(cats)} kind{'s' if len(cats) > 1 else ''} of finding ({', '.join(cats)}) in {self.dtype}: "
-                f"{self.findings[0].message}")
+        return self.findings_line()
+
+    def findings_line(self) -> str:
+        """"k kinds of finding (root categories) in dtype: the first root finding", consequences counted apart."""
+        roots = [f for f in self.findings if f.consequence_of is None]
+        cats = list(dict.fromkeys(f.category for f in roots))
+        line = (f"{len(cats)} kind{'s' if len(cats) > 1 else ''} of finding ({', '.join(cats)}) in {self.dtype}: "
+                f"{roots[0].message}")
+        follow = len(self.findings) - len(roots)
+        return line + (f" ({follow} further finding{'s' if follow > 1 else ''} follow from it)" if follow else "")
+
+    def mark_consequences(self) -> None:
+        """Root cause first: after a callable returned the wrong dtype, the value checks on
+        what it returned are consequences of that, not categories of their own."""
+        dependent = {"forward": ("forward_values", "not_fd_consistent", "nondeterministic"),
+                     "backward": BACKWARD_CATEGORIES + ("not_fd_consistent", "nondeterministic")}
+        causes = {}
+        for f in self.findings:
+            for role in dependent:
+                if f.category == "bad_output" and f.message.startswith(f"{role} returned dtype"):
+                    causes[role] = f.message
+        if not causes:
+            return
+        marked = []
+        for f in self.findings:
+            cause = next((c for role, c in causes.items() if f.category in dependent[role]), None)
+            marked.append(dataclasses.replace(f, consequence_of=cause) if cause and f.consequence_of is None else f)
+        self.findings[:] = marked
 
 
 def _inputs(spec: PoolSpec, dt: np.dtype[Any], input_shape: Any, x: Any, dy: Any,
@@ -341,23 +410,52 @@ def _inputs(spec: PoolSpec, dt: np.dtype[Any], input_shape: Any, x: Any, dy: Any
     return g, x_arr, dy_arr
 
 
-def verify(spec: PoolSpec, *, backward: Callable[..., Any], forward: Callable[..., Any] | None = None,
-           input_shape: tuple[int, ...] | None = None, x: Any = None, dy: Any = None, dtype: Any = "float64",
+def _dtype(dtype: Any, x: Any) -> np.dtype[Any]:
+    """The dtype of the calls: ``dtype`` when given, else a float x's own dtype, else float64."""
+    if dtype is not None:
+        return float_dtype(dtype)
+    kind = getattr(np.asarray(x), "dtype", None) if x is not None else None
+    if kind is not None and (kind.kind == "f" or kind.name == "bfloat16"):
+        return float_dtype(kind)
+    return float_dtype("float64")
+
+
+def _hint(spec: PoolSpec, report: Report, forward: Callable[..., Any] | None, backward: Callable[..., Any] | None,
+          g: Geometry, dt: np.dtype[Any], seed: int, isolate: bool) -> Report:
+    """A failing report whose root findings a neighbouring convention might explain gets a
+    hint naming the conventions the implementation matches exactly."""
+    roots = [f for f in report.findings if f.consequence_of is None]
+    if not roots or not all(f.category in HINTABLE and "returned dtype" not in f.message for f in roots):
+        return report
+    from symjac.verifiers._infer import hint
+
+    text = hint(spec, forward, backward, g.input_shape, dt, seed, isolate=isolate)
+    if text is None:
+        return report
+    return dataclasses.replace(report, stats={**report.stats, "hint": text}, headline=f"{report.headline}; hint: {text}")
+
+
+def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forward: Callable[..., Any] | None = None,
+           input_shape: tuple[int, ...] | None = None, x: Any = None, dy: Any = None, dtype: Any = None,
            tie: str | Beta = "any", seed: int = 0, one_hot_budget: int = 64,
-           timeout: float | None = DEFAULT_TIMEOUT) -> Report:
+           timeout: float | None = DEFAULT_TIMEOUT, isolate: bool = False, hints: bool = True) -> Report:
     """Verify an implementation's backward (and forward) against the exact Jacobian.
 
     Args:
       spec: a pooling spec.
-      backward: ``backward(x, dy) -> dx`` on NumPy arrays in the spec's layout/dtype.
+      backward: ``backward(x, dy) -> dx`` on NumPy arrays in the spec's layout/dtype;
+        None for a forward-only runtime (ONNX Runtime): then the forward is checked
+        exactly (values, shape, dtype, determinism, at tied inputs too) and the report
+        says that only the forward was checked.
       forward: optional ``forward(x) -> y``; enables the forward check and the
-        finite-difference oracle.
+        finite-difference oracle. At least one of the two is needed.
       input_shape: the full input shape; or give ``x`` (both only if they agree).
       x: input values (default: small integers distinct within every window).
       dy: an upstream gradient for one more dense call, whose expected, observed
         and finite-difference gradients go in ``stats`` (the confirmation call always
         uses distinct dyadic values, so gradient swapped between windows shows).
-      dtype: ``"float16"``, ``"float32"`` or ``"float64"``.
+      dtype: ``"float16"``, ``"float32"`` or ``"float64"``; default: the dtype of a
+        float ``x``, else float64.
       tie: ``"any"`` accepts any routing in the Clarke set at max-pooling ties and
         names the policy seen (``stats["tie_policy"]``: ``first``, ``last``,
         ``split``, ``beta:<b>`` for rows β·J_split + (1−β)·J_first, or ``other``;
@@ -369,6 +467,13 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any], forward: Callable[..
       timeout: seconds each call of the implementation may take (None: no limit, and
         calls run in the caller's thread); a call that takes longer is a ``timeout``
         finding.
+      isolate: call the implementation in a worker process (forked on Linux, so the
+        callables need not pickle; see :mod:`symjac.check._isolate`): an abort,
+        segfault or SIGFPE becomes a ``crashed`` finding naming the signal, and a hung
+        call is killed at ``timeout``.
+      hints: when the report fails on values a neighbouring convention could explain
+        (divisor, SAME upper/lower, ceil rule, layout), check those and name the ones
+        the implementation matches exactly (``stats["hint"]`` and the headline).
 
     Returns:
       A :class:`Report`; ``report.ok`` is True when nothing was found.
@@ -378,13 +483,29 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any], forward: Callable[..
         implementation's own misbehaviour is never raised: it is in the report).
     """
     spec = check_pool_spec(spec)
-    dt = float_dtype(dtype)
+    dt = _dtype(dtype, x)
     parsed = parse_tie(tie, ("any",) + TIE_POLICIES)
     tie_name = beta_name(parsed) if isinstance(parsed, Beta) else parsed
-    if not callable(backward) or (forward is not None and not callable(forward)):
-        raise InputError("backward (and forward, if given) must be callables on NumPy arrays")
+    if backward is None and forward is None:
+        raise InputError("give backward(x, dy) and/or forward(x): there is nothing to verify")
+    if (backward is not None and not callable(backward)) or (forward is not None and not callable(forward)):
+        raise InputError("backward and forward must be callables on NumPy arrays")
     if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
         raise InputError(f"timeout={timeout!r} is not valid: give seconds > 0, or None for no limit")
     g, x_arr, dy_arr = _inputs(spec, dt, input_shape, x, dy, seed)
     tie_x = tie_input(g, dt, seed) if spec.mode in ("max", "lp") else None
-    return _Verifier(spec, g, backward, forward, dt, tie_name, one_hot_budget, timeout).run(x_arr, dy_arr, tie_x)
+    worker = None
+    if isolate:
+        from symjac.check._isolate import Worker
+
+        worker = Worker({k: v for k, v in (("backward", backward), ("forward", forward)) if v is not None},
+                        timeout=timeout)
+    try:
+        report = _Verifier(spec, g, backward, forward, dt, tie_name, one_hot_budget, timeout, worker).run(
+            x_arr, dy_arr, tie_x)
+    finally:
+        if worker is not None:
+            worker.close()
+    if hints and not report.ok:
+        report = _hint(spec, report, forward, backward, g, dt, seed, isolate)
+    return report

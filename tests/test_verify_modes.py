@@ -1,0 +1,169 @@
+"""verify's modes: forward only, crash isolation, the dtype of x, root cause first, convention hints."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import pytest
+
+import symjac
+
+SPEC = symjac.Pool("avg", 3, stride=1, padding=1)  # exclude-pad divisor
+INCLUDE = symjac.Pool("avg", 3, stride=1, padding=1, divisor="include_pad")
+
+
+def _reference(spec, shape):
+    lowered = symjac.lower(spec, shape)
+    return lowered.forward, lowered.vjp
+
+
+# -- forward only ---------------------------------------------------------------------------------
+
+
+def test_forward_only_passes_and_says_only_the_forward_was_checked():
+    fwd, _ = _reference(symjac.Pool("max", 2, stride=1), (1, 2, 4, 4))
+    report = symjac.verify(symjac.Pool("max", 2, stride=1), forward=fwd, input_shape=(1, 2, 4, 4))
+    assert report.ok, report
+    assert report.summary().endswith("only the forward was checked (no backward given)")
+    # max: the forward runs at the distinct input, at the tied input, and twice more at x (determinism)
+    assert report.stats["checked"] == "forward" and report.stats["forward_calls"] == 4
+    assert report.stats["backward_ok"] is None and report.stats["backward_calls"] == 0
+
+
+def test_forward_only_finds_wrong_values_shape_and_dtype():
+    fwd, _ = _reference(INCLUDE, (1, 1, 5, 5))  # include-pad values where exclude-pad is specified
+    report = symjac.verify(SPEC, forward=fwd, input_shape=(1, 1, 5, 5), hints=False)
+    assert report.categories() == ["forward_values"]
+    # (1,1,5,5) pooled with k3 s1 p1 stays 5x5; a 4x4 answer is a shape error
+    report = symjac.verify(SPEC, forward=lambda x: x[..., :4, :4], input_shape=(1, 1, 5, 5), hints=False)
+    assert report.categories() == ["bad_output"] and "returned shape (1, 1, 4, 4)" in report.summary()
+    report = symjac.verify(SPEC, forward=lambda x: _reference(SPEC, (1, 1, 5, 5))[0](x).astype(np.float32),
+                           input_shape=(1, 1, 5, 5), hints=False)
+    assert report.categories() == ["bad_output"] and "dtype float32; expected float64" in report.summary()
+
+
+def test_forward_only_nondeterminism():
+    calls = []
+
+    def flaky(x):
+        calls.append(1)
+        return _reference(SPEC, (1, 1, 5, 5))[0](x) + (len(calls) == 3) * 0.5
+
+    report = symjac.verify(SPEC, forward=flaky, input_shape=(1, 1, 5, 5), hints=False)
+    assert "nondeterministic" in report.categories()
+
+
+def test_nothing_to_verify_is_an_input_error():
+    with pytest.raises(symjac.InputError, match="give backward"):
+        symjac.verify(SPEC, input_shape=(1, 1, 5, 5))
+
+
+# -- isolation ------------------------------------------------------------------------------------
+
+
+def _aborts(x, dy):
+    os.abort()
+
+
+def _fpe(x):
+    signal.raise_signal(signal.SIGFPE)
+
+
+def test_isolate_turns_abort_and_sigfpe_into_crashed_findings():
+    fwd, bwd = _reference(SPEC, (1, 1, 5, 5))
+    report = symjac.verify(SPEC, forward=fwd, backward=_aborts, input_shape=(1, 1, 5, 5), isolate=True)
+    assert report.categories() == ["crashed"]
+    assert report.findings[0].detail["signal"] == "SIGABRT"
+    assert "backward crashed its worker process: killed by SIGABRT" in report.summary()
+    assert report.stats["forward_ok"] is True  # the run went on: the forward was still checked
+    report = symjac.verify(SPEC, forward=_fpe, backward=bwd, input_shape=(1, 1, 5, 5), isolate=True)
+    assert report.findings[0].category == "crashed" and report.findings[0].detail["signal"] == "SIGFPE"
+
+
+def test_isolated_results_equal_in_process_results():
+    fwd, bwd = _reference(SPEC, (1, 1, 5, 5))
+    doubled = lambda x, dy: 2 * bwd(x, dy)  # noqa: E731
+    here = symjac.verify(SPEC, forward=fwd, backward=doubled, input_shape=(1, 1, 5, 5), hints=False)
+    there = symjac.verify(SPEC, forward=fwd, backward=doubled, input_shape=(1, 1, 5, 5), hints=False, isolate=True)
+    assert here.categories() == there.categories() == ["wrong_weights", "not_fd_consistent"]
+    assert here.stats["backward_calls"] == there.stats["backward_calls"]
+
+
+def test_isolated_mutation_is_seen():
+    fwd, bwd = _reference(SPEC, (1, 1, 5, 5))
+
+    def mutating(x, dy):
+        dx = bwd(x, dy)
+        x[0, 0, 0, 0] = 99.0
+        return dx
+
+    report = symjac.verify(SPEC, forward=fwd, backward=mutating, input_shape=(1, 1, 5, 5), isolate=True)
+    assert report.categories()[0] == "mutates_inputs"
+
+
+# -- the dtype of x -------------------------------------------------------------------------------
+
+
+def test_dtype_comes_from_a_float_x():
+    fwd, bwd = _reference(SPEC, (1, 1, 5, 5))
+    x = np.arange(25, dtype=np.float32).reshape(1, 1, 5, 5)
+    report = symjac.verify(SPEC, forward=fwd, backward=bwd, x=x)
+    assert report.ok and report.stats["dtype"] == "float32"
+    assert symjac.verify(SPEC, forward=fwd, backward=bwd, x=x, dtype="float64").stats["dtype"] == "float64"
+    assert symjac.verify(SPEC, forward=fwd, backward=bwd, x=x.astype(int)).stats["dtype"] == "float64"
+
+
+# -- root cause first -----------------------------------------------------------------------------
+
+
+def test_wrong_dtype_is_the_root_cause_of_the_value_findings():
+    fwd, bwd = _reference(SPEC, (1, 1, 5, 5))
+
+    def fwd32(x):
+        return fwd(x.astype(np.float32))  # float32 arithmetic: values off in the last bits of float64
+
+    report = symjac.verify(SPEC, forward=fwd32, backward=bwd, input_shape=(1, 1, 5, 5))
+    assert report.categories() == ["bad_output"]
+    consequences = [f for f in report.findings if f.consequence_of]
+    assert consequences and all(f.consequence_of == "forward returned dtype float32; expected float64"
+                                for f in consequences)
+    assert {f.category for f in consequences} <= {"forward_values", "not_fd_consistent"}
+    assert "further finding" in report.summary() and "(a consequence of: forward returned dtype" in str(report)
+    assert report.to_dict()["findings"][1]["consequence_of"] is not None
+
+
+# -- hints ----------------------------------------------------------------------------------------
+
+
+def test_hint_names_the_divisor_torch_uses_by_default():
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+
+    def fwd(x):
+        return F.avg_pool2d(torch.from_numpy(x), 3, 1, 1).numpy()
+
+    def bwd(x, dy):
+        t = torch.from_numpy(x).requires_grad_(True)
+        F.avg_pool2d(t, 3, 1, 1).backward(torch.from_numpy(dy))
+        return t.grad.numpy()
+
+    # PyTorch's avg_pool2d counts padding by default (count_include_pad=True); the spec excludes it.
+    report = symjac.verify(SPEC, forward=fwd, backward=bwd, input_shape=(1, 1, 5, 5))
+    assert report.categories() == ["forward_values", "wrong_weights"]
+    assert report.stats["hint"] == "forward and backward match divisor='include_pad' exactly"
+    assert report.summary().endswith("; hint: forward and backward match divisor='include_pad' exactly")
+
+
+def test_hint_names_channels_last():
+    spec = symjac.Pool("max", 2, layout="channels_last")
+    fwd, bwd = _reference(spec, (1, 4, 6, 3))
+    report = symjac.verify(symjac.Pool("max", 2), forward=fwd, backward=bwd, input_shape=(1, 4, 6, 3))
+    assert report.stats.get("hint") == "forward and backward match layout='channels_last' exactly", report
+
+
+def test_no_hint_when_nothing_neighbouring_matches():
+    fwd, bwd = _reference(SPEC, (1, 1, 5, 5))
+    report = symjac.verify(SPEC, forward=fwd, backward=lambda x, dy: 3 * bwd(x, dy), input_shape=(1, 1, 5, 5))
+    assert not report.ok and "hint" not in report.stats
