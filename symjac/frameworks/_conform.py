@@ -62,7 +62,7 @@ def load_adapter(target: str) -> Any:
 
             adapter = importlib.import_module(target)
         else:
-            from symjac.cli._main import UsageError, load_impl
+            from symjac.cli._impl import UsageError, load_impl
 
             try:
                 adapter = load_impl(target)
@@ -83,7 +83,8 @@ def numpy_dtype(name: str) -> np.dtype:
             import ml_dtypes
         except ImportError:
             raise InputError("bfloat16 needs ml_dtypes: pip install ml_dtypes") from None
-        return np.dtype(ml_dtypes.bfloat16)
+        bf16: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
+        return bf16
     return np.dtype(name)
 
 
@@ -263,7 +264,7 @@ class Conformance:
     def cell_text(self, r: dict[str, Any]) -> str:
         if r["status"] == "finding":
             return f"{r['category']}:{r['signal']}" if r.get("signal") else str(r["category"])
-        return {"not_run": "-"}.get(r["status"], r["status"])
+        return "-" if r["status"] == "not_run" else str(r["status"])
 
     def table(self) -> str:
         """op × convention rows, one column per dtype."""

@@ -108,7 +108,8 @@ def distinct_values(shape: tuple[int, ...], dtype: np.dtype, seed: int = 0) -> n
     limit = 2 ** (np.finfo(dtype).nmant + 1)
     values = np.random.default_rng(seed).permutation(n) % limit
     values = values - min(n, limit) // 2
-    return values.reshape(shape).astype(dtype)
+    out: np.ndarray = values.reshape(shape).astype(dtype)
+    return out
 
 
 def _call_forward(forward: Callable[..., Any], x: np.ndarray) -> np.ndarray | str:
@@ -141,7 +142,8 @@ def _forward_difference(g: Geometry, x: np.ndarray, y: np.ndarray | str) -> tupl
 
 
 def _tie(report: Any) -> str | None:
-    return report.stats.get("tie_policy")
+    policy = report.stats.get("tie_policy")
+    return None if policy is None else str(policy)
 
 
 def _check(spec: PoolSpec, g: Geometry, fwd: Callable[..., Any] | None, bwd: Callable[..., Any] | None,
