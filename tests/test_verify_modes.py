@@ -167,3 +167,19 @@ def test_no_hint_when_nothing_neighbouring_matches():
     fwd, bwd = _reference(SPEC, (1, 1, 5, 5))
     report = symjac.verify(SPEC, forward=fwd, backward=lambda x, dy: 3 * bwd(x, dy), input_shape=(1, 1, 5, 5))
     assert not report.ok and "hint" not in report.stats
+
+
+def test_loss_hint_names_the_reduction_over_elements():
+    loss = symjac.Loss("softmax_ce", reduction="mean", scale=1024)
+    pred = np.array([[0.5, -1.0, 2.0], [0.0, 0.25, -0.5], [1.0, 1.0, 0.0], [-2.0, 0.5, 0.75]])
+    label = np.eye(3)[[0, 1, 2, 1]]
+
+    def derivative(z, y):  # mean over all 12 elements instead of the 4 rows
+        e = np.exp(z - z.max(axis=1, keepdims=True))
+        return 1024 * (e / e.sum(axis=1, keepdims=True) - y) / z.size
+
+    report = symjac.verify_loss(loss, derivative=derivative, pred=pred, label=label)
+    # c = S * D / elements = 1024 * 4 / 12 = 1024/3
+    assert report.categories() == ["wrong_scale"]
+    assert "c = 1024/3 (matches reduction='mean' over elements: divided by all 12 elements of pred, not by D = 4)" \
+        in report.summary()

@@ -84,6 +84,7 @@ Errors are reported in ULPs of the dtype at ``max(|expected|, |observed|)``.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
@@ -187,7 +188,9 @@ def _nice_scale(c: mpmath.mpf) -> Fraction:
     return Fraction(float(c)).limit_denominator(4096)
 
 
-def _scale_hint(c: Fraction, s: Fraction, den: Fraction, n: int, reduction: str) -> str:
+def _scale_hint(c: Fraction, s: Fraction, den: Fraction, n: int, reduction: str, shape: tuple[int, ...] = ()) -> str:
+    """Name a known slip behind a wrong loss scale c, including another reduction's divisor
+    (the reduction the derivative does match)."""
     hints = {
         s * s: "S², the scale applied twice",
         1 / s: "1/S, divided by S instead of multiplied",
@@ -199,7 +202,15 @@ def _scale_hint(c: Fraction, s: Fraction, den: Fraction, n: int, reduction: str)
         hints.setdefault(s / den, "S/D: divided by D twice")
         hints.setdefault(den, "D: the reduction's division by D is missing and the scale too")
     if reduction == "sum" and n > 1:
-        hints.setdefault(s / n, f"S/n: averaged over the n = {n} elements where the spec sums")
+        hints.setdefault(s / n, f"S/n: averaged over the n = {n} elements where the spec sums; "
+                                "matches reduction='mean'")
+    elements = math.prod(shape) if shape else 0
+    if elements > 1 and Fraction(elements) != den:
+        hints.setdefault(s * den / elements, f"matches reduction='mean' over elements: divided by all {elements} "
+                                             f"elements of pred, not by D = {den}")
+    if len(shape) > 1 and Fraction(shape[0]) != den:
+        hints.setdefault(s * den / shape[0], f"matches reduction='batch_mean': divided by the batch size "
+                                             f"B = {shape[0]}, not by D = {den}")
     hint = hints.get(c)
     return f" ({hint})" if hint else ""
 
@@ -568,7 +579,7 @@ def _classify(
             for cand, shown in ((_mpf(nice), nice), (c, None)):
                 if cand != _mpf(s) and _fits(out, blo, bhi, bnd, cand, s):
                     name = str(shown) if shown is not None else mpmath.nstr(c, 10)
-                    hint = (_scale_hint(shown, s, ev.denominator, int(ev.counted.sum()), ev.loss.reduction)
+                    hint = (_scale_hint(shown, s, ev.denominator, int(ev.counted.sum()), ev.loss.reduction, shape)
                             if shown is not None else "")
                     report("wrong_scale", f"wrong loss scale: the derivative equals c·dL/dpred with c = {name}{hint}; "
                                           f"expected S·dL/dpred with S = {s} ({worst})")
