@@ -183,3 +183,49 @@ def test_loss_hint_names_the_reduction_over_elements():
     assert report.categories() == ["wrong_scale"]
     assert "c = 1024/3 (matches reduction='mean' over elements: divided by all 12 elements of pred, not by D = 4)" \
         in report.summary()
+
+
+# -- pad_value=0: max pooling over zero padding ---------------------------------------------------
+
+
+def _numpy_ml_max_pool(k, s, p):
+    """numpy-ml style max pooling (written here as the implementation under test): np.pad with
+    zeros, argmax of each window (first in row-major order) gets the window's gradient."""
+
+    def windows(x):
+        xp = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)))
+        oh, ow = (xp.shape[2] - k) // s + 1, (xp.shape[3] - k) // s + 1
+        for i in range(oh):
+            for j in range(ow):
+                yield i, j, xp[:, :, i * s:i * s + k, j * s:j * s + k].reshape(x.shape[0], x.shape[1], -1)
+
+    def forward(x):
+        out = {}
+        for i, j, w in windows(x):
+            out[i, j] = w.max(axis=-1)
+        oh, ow = max(i for i, _ in out) + 1, max(j for _, j in out) + 1
+        return np.stack([np.stack([out[i, j] for j in range(ow)], -1) for i in range(oh)], -2)
+
+    def backward(x, dy):
+        dxp = np.zeros((x.shape[0], x.shape[1], x.shape[2] + 2 * p, x.shape[3] + 2 * p), x.dtype)
+        for i, j, w in windows(x):
+            a, b = np.divmod(w.argmax(axis=-1), k)
+            for n in range(x.shape[0]):
+                for c in range(x.shape[1]):
+                    dxp[n, c, i * s + a[n, c], j * s + b[n, c]] += dy[n, c, i, j]
+        return dxp[:, :, p:-p, p:-p]
+
+    return forward, backward
+
+
+@pytest.mark.parametrize("k, s, p", [(2, 2, 1), (3, 1, 1), (3, 2, 1)])
+def test_zero_padding_max_pool_verifies_against_pad_value_zero(k, s, p):
+    fwd, bwd = _numpy_ml_max_pool(k, s, p)
+    report = symjac.verify(symjac.Pool("max", k, stride=s, padding=p, pad_value=0), forward=fwd, backward=bwd,
+                           input_shape=(2, 2, 5, 6))
+    assert report.ok, report
+    assert report.stats["tie_policy"] == "first"
+    # against the default (padding takes no part in the max) it fails, and the hint names pad_value=0
+    report = symjac.verify(symjac.Pool("max", k, stride=s, padding=p), forward=fwd, backward=bwd,
+                           input_shape=(2, 2, 5, 6))
+    assert not report.ok and report.stats["hint"] == "forward and backward match pad_value=0 exactly"

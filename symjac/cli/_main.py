@@ -1,4 +1,4 @@
-"""The ``symjac`` command line: verify, golden, explain, graph, sweep, census.
+"""The ``symjac`` command line: verify, golden, explain, graph, sweep, census, conform.
 
 Exit codes: 0 verified (or the command did its job), 1 a verification finding,
 2 a usage or spec error (one line on stderr, no traceback).
@@ -250,6 +250,8 @@ COMMANDS: list[Command] = [
         "symjac sweep examples/sweep_small.toml --impl examples/torch_pool.py:make -j 2 --out results.jsonl",
     ), "docs/cli.md#symjac-sweep"),
     Command("census", _census.HELP, _census.add_arguments, _census.run, _census.EXAMPLES, "docs/cli.md#symjac-census"),
+    Command("conform", "verify a framework's pooling ops over a convention matrix", _conform.add_arguments,
+            _conform.run, _conform.EXAMPLES, "docs/case-conform.md"),
 ]
 
 

@@ -260,6 +260,8 @@ def neighbours(spec: PoolSpec) -> list[tuple[PoolSpec, str]]:
     if not isinstance(spec.padding, str) or spec.padding == "valid":
         changes.append({"ceil_mode": not spec.ceil_mode})
     changes += [{"layout": lay} for lay in LAYOUTS if lay != spec.layout]
+    if spec.mode == "max" and spec.padding != "valid":
+        changes.append({"pad_value": 0 if spec.pad_value is None else None})
     out: list[tuple[PoolSpec, str]] = []
     for change in changes:
         try:

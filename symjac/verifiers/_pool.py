@@ -248,8 +248,8 @@ class _Verifier:
         once more at x for determinism; the report says that only the forward was checked."""
         assert self.fwd is not None
         forward_ok = self.check_forward(x)
-        if tie_x is not None:
-            forward_ok = bool(self.check_forward(tie_x)) and bool(forward_ok)
+        for extra in self.extra_inputs(x, tie_x):
+            forward_ok = bool(self.check_forward(extra)) and bool(forward_ok)
         first, again = self.forward(x), self.forward(x)
         if first is not None and again is not None:
             self.fwd.compare(first, again, "y")
@@ -263,6 +263,20 @@ class _Verifier:
         else:
             line = f"{self.findings_line()}; {note}"
         return Report(repr(self.spec), tuple(self.findings), self.stats, line)
+
+    def negative_input(self, x: np.ndarray) -> np.ndarray | None:
+        """Max pooling over padding: x shifted to be all negative, so that whether pad cells
+        take part in the max (``pad_value``) shows in the forward and in the routing."""
+        g = self.g
+        if g.spec.mode != "max" or not (g.padded & ~g.valid).any():
+            return None
+        shifted = x.astype(np.float64) - (float(x.astype(np.float64).max()) + 1)
+        return shifted.astype(self.dtype) if np.array_equal(shifted.astype(self.dtype), shifted) else None
+
+    def extra_inputs(self, x: np.ndarray, tie_x: np.ndarray | None) -> list[np.ndarray]:
+        """The inputs besides x: tied (max) and all-negative (max over padding)."""
+        negative = self.negative_input(x)
+        return [a for a in (tie_x, negative) if a is not None]
 
     def run(self, x: np.ndarray, dy: np.ndarray | None, tie_x: np.ndarray | None) -> Report:
         g = self.g
@@ -288,6 +302,10 @@ class _Verifier:
                     float(exact.rows.sum()))
             if g.spec.mode in ("max", "lp") and tie_x is not None:
                 self.backward_pass(tie_x, " at tied inputs", [])
+            negative = self.negative_input(x)
+            if negative is not None:
+                forward_ok = bool(self.check_forward(negative)) and bool(forward_ok)
+                self.backward_pass(negative, " at all-negative inputs", [])
         tie_policy = self.tie_policy_verdict()
         self.mark_consequences()
         self.stats.update(self.figures(forward_ok, main is not None, fd_ok, tie_policy))

@@ -44,14 +44,17 @@ class Diagnosis:
         self.policies: set[str] = set()
 
     def clarke_ok(self, rows: Rows, exact: ExactRows) -> np.ndarray:
-        """(B, W): the row lies in the convex hull of the tie set's vertices."""
+        """(B, W): the row lies in the convex hull of the tie set's vertices (with a pad cell
+        of ``pad_value=0`` among the maxima, the vertex 0 too: the row may sum to anything in [0, 1])."""
         obs, member = rows.obs, exact.member
         if self.g.spec.mode == "lp":
             return lp_clarke_ok(self.g, obs, exact.tied, self.u)
         size = member.sum(axis=2)
         tol = gamma(3, self.u)
         outside = (~member & self.g.valid[None] & (obs != 0)).any(axis=2) | (member & (obs < -tol)).any(axis=2)
-        return np.asarray(~outside & (np.abs(obs.sum(axis=2) - 1) <= gamma(size + 2, self.u) * size))
+        total, slack = obs.sum(axis=2), gamma(size + 2, self.u) * size
+        in_sum = np.where(exact.pad_tied, (total >= -slack) & (total <= 1 + slack), np.abs(total - 1) <= slack)
+        return np.asarray(~outside & in_sum)
 
     def mismatches(self, rows: Rows, exact: ExactRows) -> list[tuple[int, int]]:
         """(b, w) whose observed row is not an exact row (untied) or not in the Clarke set (tied)."""
@@ -150,9 +153,13 @@ class Diagnosis:
         if not ok.any():
             return
         seen = []
+        # Policies run over every slot of the padded window: pad cells (pad_value=0) take part
+        # in the order and the split, and the weight they draw goes to no input.
+        pads = self.g.padded & ~self.g.valid if getattr(self.g.spec, "pad_value", None) is not None else None
+        full = exact.member if pads is None else exact.member | (pads[None] & exact.pad_tied[..., None])
         for policy in TIE_POLICIES:
-            weights, q = policy_weights(exact.member, policy)
-            rows_p = weights / q
+            weights, q = policy_weights(full, policy)
+            rows_p = np.where(self.g.valid[None], weights / q, 0.0)
             match = (np.abs(rows.obs - rows_p) <= tolerance(rows_p, self.u) + gamma(3, self.u) * (rows_p == 0)).all(
                 axis=2)
             if match[ok].all():

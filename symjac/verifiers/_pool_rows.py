@@ -17,7 +17,7 @@ from symjac._exact import ExactArray
 from symjac.check._rounding import gamma
 from symjac.pool._geometry import Geometry
 from symjac.pool._jacobian import routes
-from symjac.pool._symbolic import tie_members, window_classes
+from symjac.pool._symbolic import constant_ties, tie_members, window_classes
 
 
 @dataclasses.dataclass
@@ -39,6 +39,7 @@ class ExactRows:
     tied: np.ndarray
     gap: np.ndarray  # (B, W) max minus runner-up (inf for avg): finite differences need gap > 2h
     held: np.ndarray  # (B, W, K) the exact value is representable in the dtype: compared exactly
+    pad_tied: np.ndarray  # (B, W) Pool(pad_value=0): a pad cell attains the max (then 0 is in the Clarke set)
     tol: np.ndarray | None = None  # (B, W, K) lp: the derived absolute bound per entry (replaces γ_3)
 
 
@@ -56,6 +57,7 @@ def exact_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
     rows = np.zeros((g.batch, g.n_out, K))
     member = np.zeros((g.batch, g.n_out, K), dtype=bool)
     gap = np.full((g.batch, g.n_out), np.inf)
+    pad_tied = np.zeros((g.batch, g.n_out), dtype=bool)
     dyadic = np.ones((g.batch, g.n_out, K), dtype=bool)
     i = 0
     xc = g.to_canonical(x).astype(np.float64)
@@ -70,12 +72,16 @@ def exact_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
         if ex is not None:
             values = g.to_canonical(ex.num)[:, c.cells]
             member[:, c.windows[:, None], slots[None, :]] = tie_members(c.template, values)
-            vals = np.sort(xc[:, c.cells], axis=-1)
+            pad_tied[:, c.windows] = constant_ties(c.template, values)
+            vals = xc[:, c.cells]
+            if c.template.constant is not None:  # the pad cells' constant competes for the max too
+                vals = np.concatenate([vals, np.full(vals.shape[:-1] + (1,), float(c.template.constant))], axis=-1)
+            vals = np.sort(vals, axis=-1)
             gap[:, c.windows] = vals[..., -1] - vals[..., -2] if vals.shape[-1] > 1 else np.inf
-    tied = member.sum(axis=2) >= 2
+    tied = member.sum(axis=2) + pad_tied >= 2
     with np.errstate(over="ignore", under="ignore"):
         held = dyadic & (rows.astype(dtype).astype(np.float64) == rows)
-    return ExactRows(rows, member, tied, gap, held)
+    return ExactRows(rows, member, tied, gap, held, pad_tied)
 
 
 def _lp_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
@@ -87,7 +93,7 @@ def _lp_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
     member = zero[..., None] & g.valid[None]
     shape = zero.shape
     return ExactRows(found["rows"], member, zero, np.full(shape, np.inf), np.zeros(member.shape, dtype=bool),
-                     tol=found["tol"])
+                     np.zeros(shape, dtype=bool), tol=found["tol"])
 
 
 def scatter(g: Geometry, per_window: np.ndarray, rows: np.ndarray) -> np.ndarray:
