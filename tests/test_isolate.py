@@ -99,3 +99,11 @@ def test_a_hang_is_killed_at_the_timeout():
 def test_describe_exit():
     assert describe_exit(-int(signal.SIGFPE))[1] == "SIGFPE"
     assert describe_exit(0) == ("exited with status 0", None)
+
+
+def test_exec_worker_runs_importable_functions_in_a_fresh_interpreter():
+    with Worker({"double": np.negative, "abort": os.abort}, method="exec", timeout=60) as w:
+        np.testing.assert_array_equal(w.call("double", np.arange(3.0)), [-0.0, -1.0, -2.0])
+        with pytest.raises(Crashed, match="SIGABRT"):
+            w.call("abort")
+        assert w.call("double", 2.0) == -2.0

@@ -78,6 +78,18 @@ def describe_exit(exitcode: int | None) -> tuple[str, str | None]:
     return f"exited with status {exitcode}", None
 
 
+def _default_signals() -> None:
+    """Default actions for the crash signals, before every call: GMP (through gmpy2, which
+    SymPy imports, perhaps only during the previous call) installs a C handler that turns
+    SIGFPE into abort(); the parent should see the signal the op raised."""
+    for name in ("SIGFPE", "SIGSEGV", "SIGBUS", "SIGILL"):
+        if hasattr(signal, name):
+            try:
+                signal.signal(getattr(signal, name), signal.SIG_DFL)
+            except (OSError, ValueError):
+                pass
+
+
 def _serve(conn: Any, functions: Mapping[str, Callable[..., Any]]) -> None:
     """The child's loop: call, answer, repeat until the parent closes the pipe."""
     try:  # a crashing op should not litter core files
@@ -86,17 +98,13 @@ def _serve(conn: Any, functions: Mapping[str, Callable[..., Any]]) -> None:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     except (ImportError, ValueError, OSError):
         pass
+    try:  # gmpy2 installs its SIGFPE handler on import: import it now, so the reset before each call wins
+        import gmpy2  # noqa: F401
+    except ImportError:
+        pass
     import faulthandler  # (pytest enables it: a crash here is the parent's to report, not a traceback dump)
 
     faulthandler.disable()
-    # GMP (through gmpy2, which SymPy imports) installs a C handler that turns SIGFPE into
-    # abort(): restore the default actions so the parent sees the signal the op raised.
-    for name in ("SIGFPE", "SIGSEGV", "SIGBUS", "SIGILL"):
-        if hasattr(signal, name):
-            try:
-                signal.signal(getattr(signal, name), signal.SIG_DFL)
-            except (OSError, ValueError):
-                pass
     torch = sys.modules.get("torch")
     if torch is not None and hasattr(torch, "set_num_threads"):
         # A forked child inherits PyTorch's OpenMP state but not its threads: a parallel
@@ -110,6 +118,7 @@ def _serve(conn: Any, functions: Mapping[str, Callable[..., Any]]) -> None:
         if message is None:  # the parent's stop request (with fork the child holds a copy of the
             return           # parent's end of the pipe too, so closing it is not an EOF here)
         name, args = message
+        _default_signals()
         before = [a.tobytes() if isinstance(a, np.ndarray) else None for a in args]
         try:
             result = functions[name](*args)
@@ -131,17 +140,64 @@ def _serve(conn: Any, functions: Mapping[str, Callable[..., Any]]) -> None:
 
 
 def default_method() -> str:
-    """``"fork"`` where the platform has it (Linux), else ``"spawn"``."""
-    return "fork" if "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin" else "spawn"
+    """``"fork"`` where the platform has it (Linux), else ``"exec"``."""
+    return "fork" if "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin" else "exec"
+
+
+def _exec_main(fd: int) -> None:
+    """Entry point of an ``"exec"`` worker: a fresh interpreter serving on socket ``fd``.
+
+    The parent sends its ``sys.path`` first (so the functions unpickle as they import
+    there), then the functions (pickled by reference: importable module-level callables).
+    """
+    from multiprocessing.connection import Connection
+
+    conn = Connection(fd)
+    sys.path[:] = conn.recv()
+    _serve(conn, conn.recv())
+
+
+class _Exec:
+    """A fresh-interpreter child (``subprocess``) with the slice of the ``Process`` interface
+    the worker uses. Unlike multiprocessing's spawn it does not re-import the parent's
+    ``__main__`` (a script or ``python -m symjac`` without a main guard would run again)."""
+
+    def __init__(self, fd: int):
+        import subprocess
+
+        code = "import sys; from symjac.check._isolate import _exec_main; _exec_main(int(sys.argv[1]))"
+        self.popen = subprocess.Popen([sys.executable, "-c", code, str(fd)], pass_fds=(fd,))
+
+    def is_alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def join(self, timeout: float | None = None) -> None:
+        import subprocess
+
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def kill(self) -> None:
+        self.popen.kill()
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.popen.poll()  # negative: killed by that signal, as for multiprocessing
 
 
 class Worker:
     """Named callables served by a child process, restarted after each crash.
 
     Args:
-      functions: name -> callable. With ``"spawn"`` they must pickle.
+      functions: name -> callable. With ``"exec"`` they must pickle (module-level
+        functions of importable modules).
       timeout: seconds one call may take (None: no limit).
-      method: ``"fork"`` or ``"spawn"``; default :func:`default_method`.
+      method: ``"fork"`` (the child inherits the callables and everything else: fast,
+        needs nothing picklable, but unsafe once a multithreaded framework has run in
+        this process) or ``"exec"`` (a fresh interpreter: safe whatever ran here, costs
+        an interpreter start and the framework's import); default :func:`default_method`.
 
     Use as a context manager, or call :meth:`close`.
     """
@@ -150,14 +206,28 @@ class Worker:
                  method: str | None = None):
         self.functions = dict(functions)
         self.timeout = timeout
-        self.context: Any = multiprocessing.get_context(method or default_method())
+        self.method = method or default_method()
+        if self.method not in ("fork", "exec"):
+            raise ValueError(f"method={method!r}: give 'fork' or 'exec'")
         self.process: Any = None
         self.conn: Any = None
         self.crashes = 0
 
     def _start(self) -> None:
-        parent, child = self.context.Pipe()
-        self.process = self.context.Process(target=_serve, args=(child, self.functions), daemon=True)
+        if self.method == "exec":
+            import socket
+            from multiprocessing.connection import Connection
+
+            mine, theirs = socket.socketpair()
+            self.process = _Exec(theirs.fileno())
+            theirs.close()
+            self.conn = Connection(mine.detach())
+            self.conn.send(list(sys.path))
+            self.conn.send(self.functions)
+            return
+        context = multiprocessing.get_context("fork")
+        parent, child = context.Pipe()
+        self.process = context.Process(target=_serve, args=(child, self.functions), daemon=True)
         # A daemonic process (a Dask worker) may not start children through multiprocessing;
         # the worker is ours to reap (close / kill), so the check does not apply to it.
         me = multiprocessing.current_process()

@@ -9,9 +9,9 @@ category, or ``unsupported`` (the framework has no such op/convention/dtype, or 
 VJP: not a finding).
 
 Isolation (default on): each configuration runs in a worker process
-(:mod:`symjac.check._isolate`), which also builds the framework op, so the parent
-never runs framework code; an abort, segfault or SIGFPE becomes a ``crashed``
-finding naming the signal and the run goes on with a fresh worker.
+(:mod:`symjac.check._isolate`, a fresh interpreter, whatever this process ran before),
+which also builds the framework op; an abort, segfault or SIGFPE becomes a
+``crashed`` finding naming the signal and the run goes on with a fresh worker.
 
 Scheduling reuses ``symjac sweep``'s executor: in process (sequential), local worker
 processes (``jobs``) or a Dask cluster (``scheduler``); a ``budget`` in seconds stops
@@ -120,9 +120,15 @@ def describe(job: dict[str, Any], target: str) -> dict[str, Any]:
     calling the op: what a reproducer of a crash needs."""
     from symjac.io._specwrite import operator_table
 
-    spec, impl = load_adapter(target).make(_config(job))
-    return {"operator": operator_table(spec), "reproducer": getattr(impl, "reproducer", ""),
-            "forward_only": impl.backward is None}
+    adapter = load_adapter(target)
+    config = _config(job)
+    spec, impl = adapter.make(config)
+    out = {"operator": operator_table(spec), "reproducer": getattr(impl, "reproducer", ""),
+           "forward_only": impl.backward is None}
+    known = getattr(adapter, "known_defect", None)
+    if callable(known) and known(config):
+        out["known_defect"] = known(config)
+    return out
 
 
 def run_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]:
@@ -140,9 +146,10 @@ def run_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]:
     from symjac.verifiers._pool import verify
 
     out: dict[str, Any] = {"config": job, "dtype": dtype}
+    config = _config(job)
     try:
         adapter = load_adapter(target)
-        spec, impl = adapter.make(_config(job))
+        spec, impl = adapter.make(config)
     except Unsupported as exc:
         return {**out, **_unsupported(str(exc))}
     except FrameworkMissing as exc:
@@ -151,6 +158,9 @@ def run_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]:
         return {**out, "status": "error", "reason": f"building the op raised {type(exc).__name__}: {exc}"}
     out.update(operator=operator_table(spec), reproducer=getattr(impl, "reproducer", ""),
                forward_only=impl.backward is None)
+    known = getattr(adapter, "known_defect", None)
+    if callable(known) and known(config):
+        out["known_defect"] = known(config)
     try:
         dt = numpy_dtype(dtype)
         g = resolve(spec, tuple(job["input_shape"]))
@@ -158,6 +168,10 @@ def run_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]:
         return {**out, **_unsupported(str(exc))}
     except SpecError as exc:
         return {**out, "status": "skipped", "reason": str(exc)}
+    limitation = getattr(adapter, "limitation", None)
+    reason = limitation(config, dt) if callable(limitation) else None
+    if reason:  # the adapter knows the framework cannot run this (no kernel for the dtype, a rejected case)
+        return {**out, **_unsupported(reason)}
     seed = int(job.get("seed", 0))
     families = [f for f in job.get("families", FAMILIES) if f != "ties" or spec.mode == "max"]
     try:
@@ -194,7 +208,9 @@ def run_isolated(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]
     timeout = job.get("timeout")
     key = (target, timeout)
     if key not in _WORKERS:
-        _WORKERS[key] = Worker({"cell": run_cell, "describe": describe}, timeout=timeout)
+        # a fresh interpreter, not a fork: the parent may have run the framework already (a
+        # fork of a process whose TensorFlow/JAX threads have started can hang)
+        _WORKERS[key] = Worker({"cell": run_cell, "describe": describe}, timeout=timeout, method="exec")
     worker = _WORKERS[key]
     try:
         result: dict[str, Any] = worker.call("cell", job, target, dtype)
@@ -263,7 +279,8 @@ class Conformance:
 
     def cell_text(self, r: dict[str, Any]) -> str:
         if r["status"] == "finding":
-            return f"{r['category']}:{r['signal']}" if r.get("signal") else str(r["category"])
+            text = f"{r['category']}:{r['signal']}" if r.get("signal") else str(r["category"])
+            return text + ("*" if r.get("known_defect") else "")
         return "-" if r["status"] == "not_run" else str(r["status"])
 
     def table(self) -> str:
@@ -276,6 +293,8 @@ class Conformance:
         lines = [f"{'configuration':{width}}  " + "  ".join(f"{d:{w}}" for d, w in zip(self.dtypes, cols))]
         for label, cells in rows.items():
             lines.append(f"{label:{width}}  " + "  ".join(f"{cells.get(d, ''):{w}}" for d, w in zip(self.dtypes, cols)))
+        known = sorted({r["known_defect"] for r in self.findings if r.get("known_defect")})
+        lines += [f"* a defect the adapter documents: {k}" for k in known]
         c = self.counts()
         configs = len(rows)
         lines.append(f"{self.framework} --grid {self.grid}: {configs} configurations x {len(self.dtypes)} dtypes = "
@@ -388,15 +407,37 @@ def _write_reproducer(out: Path, stem: str, framework: str, r: dict[str, Any]) -
     lines += ["print('expected y =', expected_y)"]
     if not r.get("forward_only"):
         lines += ["print('expected dx =', expected_dx)"]
+    # the snippet names its results y (and dx): compare them where it did
+    lines += ["for name, want in (('y', expected_y), ('dx', globals().get('expected_dx'))):",
+              "    got = globals().get(name)",
+              "    if got is not None and want is not None:",
+              "        got = np.asarray(got, dtype=np.float64)",
+              "        if got.shape != want.shape:",
+              "            print(f'{name}: shape {got.shape}, expected {want.shape}')",
+              "        else:",
+              "            print(f'{name}: max |difference| {np.abs(got - want).max():g}; sum {got.sum():g}, expected '",
+              "                  f'{want.sum():g}')"]
     script = out / f"{stem}.py"
     script.write_text("\n".join(lines) + "\n")
     return [path, script]
 
 
+def _configurations(adapter: Any, grid: str, known_defects: bool) -> Any:
+    """The adapter's configurations; with ``known_defects``, those it leaves out by default
+    because they run into a known defect of the framework too (``include_known_defects``)."""
+    import inspect
+
+    try:
+        takes = "include_known_defects" in inspect.signature(adapter.configurations).parameters
+    except (TypeError, ValueError):
+        takes = False
+    return adapter.configurations(grid, include_known_defects=known_defects) if takes else adapter.configurations(grid)
+
+
 def conform(framework: str, *, grid: str = "small", budget: float | None = None,
             dtypes: Sequence[str] = DTYPES, families: Sequence[str] = FAMILIES, isolate: bool = True,
             jobs: int = 1, scheduler: str | None = None, timeout: float | None = 120.0,
-            progress: bool = False) -> Conformance:
+            progress: bool = False, known_defects: bool = True, ops: Sequence[str] | None = None) -> Conformance:
     """Run a framework's convention matrix and verify every cell.
 
     Args:
@@ -411,6 +452,10 @@ def conform(framework: str, *, grid: str = "small", budget: float | None = None,
       jobs: local worker processes; ``scheduler``: a Dask scheduler address.
       timeout: seconds one configuration may take in isolation before it counts as crashed.
       progress: a progress bar on stderr.
+      ops: only the configurations of these ops (the adapter's op names, e.g. ``"max_pool3d"``).
+      known_defects: also run the configurations an adapter leaves out of its default grid
+        because they hit a defect it documents (ONNX Runtime SAME with dilations); a cell
+        whose configuration has a documented defect carries it as ``known_defect``.
 
     Returns:
       A :class:`Conformance` (``.ok``, ``.table()``, ``.to_json()``, ``.write_reproducers(dir)``).
@@ -433,9 +478,15 @@ def conform(framework: str, *, grid: str = "small", budget: float | None = None,
     target = adapter_target(framework)
     adapter = load_adapter(target)
     try:
-        configs = list(adapter.configurations(grid))
+        configs = list(_configurations(adapter, grid, known_defects))
     except SymjacError as exc:
         raise InputError(str(exc)) from None
+    if ops is not None:
+        unknown = set(ops) - {c.op for c in configs}
+        if unknown:
+            raise InputError(f"ops {sorted(unknown)} are not in the {grid} grid of {framework}; its ops: "
+                             f"{', '.join(sorted({c.op for c in configs}))}")
+        configs = [c for c in configs if c.op in ops]
     started = time.monotonic()
     jobs_list = [{"op": c.op, "kwargs": dict(c.kwargs), "input_shape": list(c.input_shape), "label": c.label,
                   "dtype": d, "families": list(families), "isolate": isolate, "timeout": timeout}
