@@ -102,3 +102,46 @@ def test_torch_small_grid_has_no_false_alarm():
     result = symjac.conform("torch", grid="small", dtypes=("float32", "float64"), families=("distinct", "ties"))
     assert result.ok, result.table()
     assert sum(r["status"] == "pass" for r in result.results) >= 60
+
+
+# -- the two framework defects of issue 9, reproduced by conform (skipped without the framework) --
+
+
+def test_tensorflow_maxpool3d_grad_at_ties():
+    pytest.importorskip("tensorflow")
+    result = symjac.conform("tensorflow", ops=["max_pool3d"], dtypes=["float32"], families=["ties"])
+    # TF 2.21 MaxPool3DGrad sends the whole upstream gradient to every tied maximum, where any
+    # element of the Clarke subdifferential of max sums to 1 over the tied cells.
+    assert [r["category"] for r in result.findings] == ["tie_not_subgradient"]
+    assert "tied windows route gradient outside the convex hull" in result.findings[0]["summary"]
+
+
+def test_tensorflow_keras_adaptive_max_pool_sigfpe_is_a_crashed_cell():
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("keras")
+    result = symjac.conform("tensorflow", ops=["keras_ops_adaptive_max_pool"], dtypes=["float32"],
+                            families=["distinct"])
+    crashed = [r for r in result.findings if r["category"] == "crashed"]
+    # Keras adaptive max pooling on TF dies with SIGFPE when the last spatial output size is 1
+    assert crashed and {r["signal"] for r in crashed} == {"SIGFPE"}
+    assert all(r["config"]["kwargs"]["output_size"][-1] == 1 for r in crashed)
+
+
+def test_onnxruntime_same_padding_with_dilations():
+    pytest.importorskip("onnxruntime")
+    result = symjac.conform("onnxruntime", ops=["average_pool", "max_pool"], dtypes=["float32"],
+                            families=["distinct"])
+
+    def same_dilated_kernel(kw):  # SAME, and an axis whose kernel the dilation actually widens (k > 1)
+        return str(kw.get("auto_pad")).startswith("SAME") and any(
+            k > 1 and d > 1 for k, d in zip(kw["kernel_shape"], kw.get("dilations") or [1] * len(kw["kernel_shape"])))
+
+    same_dilated = {id(r) for r in result.results
+                    if same_dilated_kernel(r["config"]["kwargs"]) and r["status"] != "unsupported"}
+    assert same_dilated and {id(r) for r in result.findings} == same_dilated
+    # ONNX: SAME keeps out = ceil(L / s) per axis; ORT 1.32 sizes the padding from the undilated kernel
+    for r in result.findings:
+        shape, kw = r["config"]["input_shape"], r["config"]["kwargs"]
+        strides = kw.get("strides") or [1] * (len(shape) - 2)
+        want = tuple(shape[:2]) + tuple(-(-n // s) for n, s in zip(shape[2:], strides))
+        assert r["category"] == "bad_output" and f"expected {want}" in r["summary"], r["summary"]
