@@ -202,8 +202,7 @@ def _scale_hint(c: Fraction, s: Fraction, den: Fraction, n: int, reduction: str,
         hints.setdefault(s / den, "S/D: divided by D twice")
         hints.setdefault(den, "D: the reduction's division by D is missing and the scale too")
     if reduction == "sum" and n > 1:
-        hints.setdefault(s / n, f"S/n: averaged over the n = {n} elements where the spec sums; "
-                                "matches reduction='mean'")
+        hints.setdefault(s / n, f"S/n: averaged over the n = {n} elements where the spec sums")
     elements = math.prod(shape) if shape else 0
     if elements > 1 and Fraction(elements) != den:
         hints.setdefault(s * den / elements, f"matches reduction='mean' over elements: divided by all {elements} "
