@@ -145,3 +145,14 @@ def test_onnxruntime_same_padding_with_dilations():
         strides = kw.get("strides") or [1] * (len(shape) - 2)
         want = tuple(shape[:2]) + tuple(-(-n // s) for n, s in zip(shape[2:], strides))
         assert r["category"] == "bad_output" and f"expected {want}" in r["summary"], r["summary"]
+
+
+def test_dask_and_local_jobs_give_the_same_table():
+    distributed = pytest.importorskip("distributed")
+    here = symjac.conform(ADAPTER, dtypes=("float64",), families=("distinct",))
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        there = symjac.conform(ADAPTER, dtypes=("float64",), families=("distinct",), scheduler=cluster.scheduler_address)
+    jobs = symjac.conform(ADAPTER, dtypes=("float64",), families=("distinct",), jobs=2)
+    cells = [[(r["config"]["op"], r["status"], r.get("category"), r.get("signal")) for r in c.results]
+             for c in (here, there, jobs)]
+    assert cells[0] == cells[1] == cells[2]

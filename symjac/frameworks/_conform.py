@@ -228,19 +228,17 @@ def run_isolated(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]
     return crash
 
 
-def _run(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]:
-    """The executor's runner: isolated or not as the job says; sweep-style status."""
+def run_job(config: dict[str, Any], impl_target: str, dtype: str) -> dict[str, Any]:
+    """The sweep executor's runner (its signature; ``config`` is the job, ``dtype`` unused:
+    each job carries its own). The conformance status goes in ``conform_status``, while
+    ``status`` speaks the executor's vocabulary (``"fail"`` for a finding)."""
+    job = config
     started = time.monotonic()
-    result = run_isolated(job, target, dtype) if job.get("isolate", True) else run_cell(job, target, dtype)
+    result = run_isolated(job, impl_target, job["dtype"]) if job.get("isolate", True) else \
+        run_cell(job, impl_target, job["dtype"])
     result["seconds"] = round(time.monotonic() - started, 4)
-    # The sweep executor counts "fail"/"error": keep its vocabulary in "status_sweep".
-    result["status_sweep"] = "fail" if result["status"] == "finding" else result["status"]
-    return result
-
-
-def _sweep_runner(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]:
-    result = _run(job, target, job["dtype"])
-    return {**result, "conform_status": result["status"], "status": result["status_sweep"]}
+    return {**result, "conform_status": result["status"],
+            "status": "fail" if result["status"] == "finding" else result["status"]}
 
 
 # ----------------------------------------------------------------------------- the run
@@ -311,7 +309,7 @@ class Conformance:
         return {"framework": self.framework, "grid": self.grid, "dtypes": list(self.dtypes), "ok": self.ok,
                 "seconds": round(self.seconds, 3), "counts": self.counts(),
                 "failure_classes": [list(k) for k in self.failure_classes()],
-                "results": [jsonable({k: v for k, v in r.items() if k not in ("reproducer", "status_sweep")})
+                "results": [jsonable({k: v for k, v in r.items() if k != "reproducer"})
                             for r in self.results]}
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -491,13 +489,12 @@ def conform(framework: str, *, grid: str = "small", budget: float | None = None,
     jobs_list = [{"op": c.op, "kwargs": dict(c.kwargs), "input_shape": list(c.input_shape), "label": c.label,
                   "dtype": d, "families": list(families), "isolate": isolate, "timeout": timeout}
                  for c in configs for d in dtypes]
-    raw = execute(jobs_list, target, jobs=jobs, scheduler=scheduler, progress=progress, runner=_sweep_runner,
+    raw = execute(jobs_list, target, jobs=jobs, scheduler=scheduler, progress=progress, runner=run_job,
                   deadline=None if budget is None else started + budget)
     results = []
     for job, r in zip(jobs_list, raw):
         if r["status"] == "not_run":
             results.append({"config": job, "dtype": job["dtype"], "status": "not_run"})
         else:
-            results.append({**{k: v for k, v in r.items() if k not in ("conform_status", "status_sweep")},
-                            "status": r["conform_status"]})
+            results.append({**{k: v for k, v in r.items() if k != "conform_status"}, "status": r["conform_status"]})
     return Conformance(framework, grid, tuple(dtypes), results, time.monotonic() - started)
