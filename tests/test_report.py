@@ -81,7 +81,10 @@ def test_one_default_dtype_everywhere():
 
     defaults = {fn.__name__: inspect.signature(fn).parameters["dtype"].default
                 for fn in (symjac.verify, symjac.verify_loss, symjac.check_loss_family)}
-    assert defaults == {"verify": "float64", "verify_loss": "float64", "check_loss_family": "float64"}
+    # verify: None = the dtype of a float x when one is given (issue 9), else float64
+    assert defaults == {"verify": None, "verify_loss": "float64", "check_loss_family": "float64"}
+    lowered = symjac.lower(symjac.Pool("avg", 2), (2, 2))
+    assert symjac.verify(symjac.Pool("avg", 2), backward=lowered.vjp, input_shape=(2, 2)).stats["dtype"] == "float64"
     _, parsers = build_parser()
     for name in ("verify", "graph", "sweep"):
         assert parsers[name].get_default("dtype") == DEFAULT_DTYPE == "float64"
