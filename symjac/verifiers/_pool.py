@@ -40,7 +40,8 @@ from symjac.verifiers._pool_beta import beta_name, outside_clarke
 from symjac.verifiers._pool_diagnose import Diagnosis
 from symjac.pool._lp import exact_forward as lp_forward
 from symjac.verifiers._pool_lp import forward_tolerance as lp_forward_tolerance, zero_window_policy
-from symjac.verifiers._pool_fd import check_fd, finite_differences
+from symjac.pool._graph import input_colouring
+from symjac.verifiers._pool_fd import MAX_COLOURS, check_fd, check_fd_directions, directional_fd, finite_differences
 from symjac.verifiers._pool_probe import Prober
 from symjac.verifiers._pool_rows import ExactRows, Rows, exact_rows, scatter
 
@@ -218,11 +219,16 @@ class _Verifier:
         if self.fwd is None or self.g.spec.mode == "lp":
             return None  # lp: the FD error model (exact or γ-summed forward) does not cover the root
         g = self.g
+        usable = ~exact.tied & (exact.gap > 0.5)
+        if input_colouring(g)[1] > MAX_COLOURS:
+            directions = directional_fd(g, self.forward, x, self.dtype, self.u)
+            if directions is None:
+                return None
+            return check_fd_directions(g, rows, directions, usable, self.u, self.findings)
         found = finite_differences(g, self.forward, x, self.dtype, self.u)
         if found is None:
             return None
         fd, fd_tol = found
-        usable = ~exact.tied & (exact.gap > 0.5)
         if g.n_in * g.batch <= 4096 and usable.all():
             self.stats["fd_gradient"] = g.from_canonical(scatter(g, dy_c, fd), g.in_spatial)
         return check_fd(g, rows, fd, fd_tol, usable, self.u, self.findings)
