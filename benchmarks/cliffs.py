@@ -153,6 +153,7 @@ def case_gradcheck(mode: str, size: int) -> dict[str, Any]:
     sys.path.insert(0, HERE)
     from verify import run_gradcheck, run_symjac  # benchmarks/verify.py: NumPy 3x3 impls
 
+    run_symjac(mode, 8)  # warm imports, as run_gradcheck warms torch at 4x4 (caches are cleared per run)
     ours, report, _ = run_symjac(mode, size)
     theirs = run_gradcheck(mode, size)
     return {"seconds": ours, "nnz": size * size * 9, "ok": report.ok, "gradcheck": theirs}
