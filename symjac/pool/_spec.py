@@ -210,7 +210,7 @@ class Pool:
                 f"ceil_mode=True has no meaning with padding={self.padding!r} (SAME fixes the output "
                 "size at ceil(L/stride)); use ceil_mode=False, or explicit padding"
             )
-        divisor = self.divisor
+        divisor: Any = self.divisor
         if _is_int(divisor):
             if divisor < 1:
                 raise SpecError(f"divisor={divisor!r} is not valid: an integer divisor must be >= 1")
