@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from fractions import Fraction
 from typing import Any
 
@@ -19,6 +20,9 @@ import sympy
 from symjac._errors import InputError
 
 _INT64_SAFE = 2**62
+#: Largest decimal exponent accepted in exact number strings ("1e1000" is; "1e1001" is not).
+MAX_EXPONENT = 1000
+_EXPONENT = re.compile(r"[eE]\s*([+-]?\d{1,30})\s*$")
 
 
 def to_fraction(value: Any, name: str = "value") -> Fraction:
@@ -42,11 +46,22 @@ def to_fraction(value: Any, name: str = "value") -> Fraction:
             return Fraction(int(value.p), int(value.q))
         raise InputError(f"{name}={value!r} is not a rational number")
     if isinstance(value, str):
+        _check_exponent(value, name)
         try:
             return Fraction(value.strip())
         except (ValueError, ZeroDivisionError):
             raise InputError(f"{name}={value!r} is not a number (give e.g. '3', '0.25' or '3/4')") from None
     raise InputError(f"{name}={value!r} of type {type(value).__name__} is not a number")
+
+
+def _check_exponent(text: str, name: str) -> None:
+    """Refuse decimal exponents beyond +-MAX_EXPONENT before Fraction expands them:
+    "1e999999999" would build a billion-digit integer (minutes), for a value no float
+    format can hold anyway."""
+    match = _EXPONENT.search(text)
+    if match and abs(int(match.group(1))) > MAX_EXPONENT:
+        raise InputError(f"{name}={text!r} has a decimal exponent beyond +-{MAX_EXPONENT}; "
+                         "give values within float range (|x| < 1.8e308)")
 
 
 def _int_array(values: np.ndarray) -> np.ndarray:
@@ -147,8 +162,12 @@ class ExactArray:
 def round_fraction(value: Fraction, dtype: Any) -> Any:
     """``value`` rounded to nearest in ``dtype`` (no double rounding through float64)."""
     dt = np.dtype(dtype)
+    try:
+        as_float = float(value)  # float() of a Fraction is correctly rounded
+    except OverflowError:  # beyond float64's range: beyond every supported dtype's too
+        as_float = math.inf if value > 0 else -math.inf
     with np.errstate(over="ignore"):
-        guess = dt.type(float(value))  # float() of a Fraction is correctly rounded
+        guess = dt.type(as_float)
     if dt == np.float64 or not np.isfinite(guess):
         return guess
     lo = np.nextafter(guess, dt.type(-np.inf))

@@ -341,3 +341,42 @@ def test_golden_and_explain_take_globs_directories_and_selection(tmp_path):
     assert r.stdout.split() == [str(out / "maxpool_ties_3x3.json")]
     r = symjac("golden", "specs/seeds", "--out", str(out), "--format", "json")
     assert r.returncode == 0 and len(r.stdout.split()) == 10  # 5 pooling cases + the 5-case loss family
+
+
+# -- issue 10: malformed spec files and imports exit 2 with one line ----------------------
+POOL_HEAD = '[operator]\nkind = "pool"\nmode = "avg"\nkernel = 2\n[input]\nshape = [2, 2]\n'
+
+
+@pytest.mark.parametrize("text, message", [
+    ('[operator]\nkind = {x=1}\n', r"\[operator\]\.kind: \{'x': 1\} is not valid; give one of pool"),
+    ('[operator]\nkind = ["pool"]\n', r"\[operator\]\.kind: \['pool'\] is not valid"),
+    ('operator = "pool"\n', r"\[operator\]: expected a table .* got str 'pool'"),
+    ("case = 5\n", r"case = 5 is not valid; give \[\[case\]\] tables"),
+    ("case = [1, 2]\n", r"case = \[1, 2\] is not valid"),
+    (POOL_HEAD + 'seed = "x"\n', r"\[input\]\.seed: 'x' is not valid; give an integer >= 0"),
+    (POOL_HEAD + "seed = -1\n", r"\[input\]\.seed: -1 is not valid; give an integer >= 0"),
+    (b'name = "\xff\xfe"\n', r"not UTF-8 text \(byte 8: invalid start byte\)"),
+    ('[operator]\nkind = "pool"\nmode = "avg"\nkernel = 2\n[input]\nx = [[1, "1e999999999"], [3, 4]]\n',
+     r"\[input\]\.x\[0, 1\]='1e999999999' has a decimal exponent beyond"),
+])
+def test_malformed_spec_file_values_exit_2_with_one_line(tmp_path, text, message):
+    import re
+
+    p = tmp_path / "bad.toml"
+    if isinstance(text, bytes):
+        p.write_bytes(text)
+    else:
+        p.write_text(text)
+    r = symjac("verify", str(p), "--impl", FIXED)
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert re.search(message, lines[0]), lines[0]
+
+
+def test_impl_whose_import_exits_0_is_a_usage_error(tmp_path):
+    # Was: symjac verify exits 0 and prints nothing (a false success).
+    (tmp_path / "exits.py").write_text("import sys\nsys.exit(0)\n")
+    r = symjac("verify", SEED000, "--impl", str(tmp_path / "exits.py") + ":fixed")
+    assert r.returncode == 2 and r.stdout == ""
+    assert "importing" in r.stderr and "called sys.exit(0)" in r.stderr
