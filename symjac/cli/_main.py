@@ -19,7 +19,7 @@ from symjac.cli import _census
 from symjac.cli._impl import UsageError, load_impl
 
 EXIT_OK, EXIT_FINDING, EXIT_USAGE = 0, 1, 2
-DTYPES = ("float16", "float32", "float64")
+DTYPES = ("float16", "bfloat16", "float32", "float64")  # bfloat16 needs symjac[bfloat16] (ml_dtypes)
 DEFAULT_DTYPE = "float64"
 
 
