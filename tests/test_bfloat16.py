@@ -11,7 +11,7 @@ import pytest
 
 import symjac
 from symjac import InputError, Pool
-from symjac.check._dtypes import float_dtype, unit_roundoff
+from symjac.check._rounding import float_dtype, unit_roundoff
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 BF16 = np.dtype(ml_dtypes.bfloat16)

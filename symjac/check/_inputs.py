@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from symjac._errors import InputError
-from symjac.check._dtypes import precision
+from symjac.check._rounding import precision
 from symjac.pool._geometry import Geometry
 from symjac.pool._graph import input_colouring
 
@@ -38,7 +38,8 @@ def _ordered(ranks: np.ndarray, dtype: np.dtype | type) -> np.ndarray:
     r = np.asarray(ranks, dtype=np.int64)
     if r.size == 0 or int(np.abs(r).max()) <= 2 ** precision(dt):
         return r.astype(dt)
-    return np.sign(r).astype(dt) * _consecutive(np.maximum(np.abs(r) - 1, 0), dt) * (r != 0).astype(dt)
+    out: np.ndarray = np.sign(r).astype(dt) * _consecutive(np.maximum(np.abs(r) - 1, 0), dt) * (r != 0).astype(dt)
+    return out
 
 
 def _consecutive(steps: np.ndarray, dt: np.dtype) -> np.ndarray:
@@ -47,7 +48,8 @@ def _consecutive(steps: np.ndarray, dt: np.dtype) -> np.ndarray:
     one = np.ones(1, dtype=dt).view(uint)[0]
     top = np.array([np.inf], dtype=np.float64).astype(dt).view(uint)[0] - 1  # the largest finite value
     bits = np.minimum(one.astype(np.int64) + np.asarray(steps, dtype=np.int64), int(top))
-    return bits.astype(uint).view(dt)
+    out: np.ndarray = bits.astype(uint).view(dt)
+    return out
 
 
 def _window_ranks(g: Geometry, seed: int) -> np.ndarray:

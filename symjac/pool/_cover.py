@@ -87,7 +87,7 @@ def steady_length(spec: Pool, axis: int) -> int:
 def length_bound(spec: Pool, axis: int) -> int:
     """Beyond this length the axis classes repeat with period stride (see module doc);
     it is at least one stride past :func:`steady_length`, so every residue is seen."""
-    k, d = spec.kernel[axis], spec.dilation[axis]  # type: ignore[index]
+    k, d = spec.kernel[axis], spec.dilation[axis]
     return steady_length(spec, axis) + d * (k - 1) + 1 + spec.stride[axis] + 1  # type: ignore[index]
 
 

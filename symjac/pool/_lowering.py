@@ -16,13 +16,11 @@ from typing import Any
 import numpy as np
 
 from symjac._errors import InputError
-from symjac.check._dtypes import is_float
+from symjac.check._rounding import is_float
 from symjac.pool._geometry import Geometry, resolve
 from symjac.pool._spec import PoolSpec, check_pool_spec
 from symjac.pool._beta import Beta, Tie, parse_tie
 from symjac.pool._symbolic import TIE_POLICIES, check_tie, policy_weights, tie_members, window_classes
-
-FLOAT_DTYPES = (np.float16, np.float32, np.float64)  # the verifier's list until it takes bfloat16 too
 
 
 def _check_float(name: str, a: Any, shape: tuple[int, ...]) -> np.ndarray:

@@ -94,7 +94,7 @@ import numpy as np
 from symjac._errors import InputError
 from symjac.check._report import Finding, Report
 from symjac.check._call import DEFAULT_TIMEOUT, Guard, same, sha256
-from symjac.check._rounding import float_dtype, gamma_mp, ulp_mp, unit_roundoff_mp
+from symjac.check._rounding import finfo, float_dtype, gamma_mp, ulp_mp, unit_roundoff_mp
 from symjac.loss._evaluate import LossEvaluation, _index, _mpf, complete_inputs, evaluate
 from symjac.loss._spec import Loss, check_loss
 
@@ -122,7 +122,7 @@ class _Bounds:
     @classmethod
     def of(cls, ev: LossEvaluation, dt: np.dtype[Any]) -> _Bounds:
         u = unit_roundoff_mp(dt)
-        p = int(np.finfo(dt).nmant) + 1
+        p = int(finfo(dt).nmant) + 1
         den = ev.denominator
         representable = den.denominator == 1 and den.numerator <= 2**p
         k_r = 2 + ev.denominator_ops + (0 if representable else 1)
@@ -138,7 +138,7 @@ class _Bounds:
             ev=ev,
             dt=dt,
             u=u,
-            eta=mpmath.mpf(float(np.finfo(dt).smallest_subnormal)),
+            eta=mpmath.mpf(float(finfo(dt).smallest_subnormal)),
             k_loss=tpl.loss_depth,
             k_deriv=tpl.loss_depth + tpl.derivative_depth + k_r,
             amp=amp,
@@ -344,7 +344,7 @@ class _Expected:
     @classmethod
     def of(cls, ev: LossEvaluation, bounds: _Bounds, dt: np.dtype[Any], shape: tuple[int, ...]) -> _Expected:
         value = ev.derivative()
-        fmax = mpmath.mpf(float(np.finfo(dt).max))
+        fmax = mpmath.mpf(float(finfo(dt).max))
         big = [j for j, v in enumerate(value.reshape(-1)) if abs(v) > fmax]
         if big:
             j = big[0]
@@ -382,7 +382,7 @@ def _verify(
         "reduction": loss.reduction,
         "scale": loss.scale,
         "dtype": dt.name,
-        "unit_roundoff": f"2^-{int(np.finfo(dt).nmant) + 1}",
+        "unit_roundoff": f"2^-{int(finfo(dt).nmant) + 1}",
         "elements": int(p0.size),
         "inputs_rounded": rounded,
         "dps": ev.dps,
