@@ -94,7 +94,7 @@ class ExactArray:
           InputError: an element is NaN, infinite, complex or not a number.
         """
         array = np.asarray(data, dtype=object) if not isinstance(data, np.ndarray) else data
-        if array.dtype.kind == "f":
+        if array.dtype.kind == "f" or array.dtype.name == "bfloat16":  # bfloat16 (ml_dtypes) has kind "V"
             return cls._from_float(array, name)
         if array.dtype.kind in "iu":
             return cls(_int_array(array.astype(object)), 1)
@@ -109,7 +109,7 @@ class ExactArray:
 
     @classmethod
     def _from_float(cls, array: np.ndarray, name: str) -> ExactArray:
-        a = array.astype(np.float64)  # float16/32 widen exactly
+        a = array.astype(np.float64)  # float16, bfloat16 and float32 widen exactly
         bad = ~np.isfinite(a)
         if bad.any():
             where = tuple(int(i) for i in np.argwhere(bad)[0])

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from symjac.check._report import Finding
+from symjac.check._rounding import is_float
 
 #: Seconds one call of the implementation may take before it is a ``timeout`` finding.
 DEFAULT_TIMEOUT = 60.0
@@ -53,7 +54,7 @@ def first_difference(a: np.ndarray, b: np.ndarray) -> int:
     """Flat index of the first element where ``a`` and ``b`` differ (NaN equals NaN)."""
     fa, fb = a.reshape(-1), b.reshape(-1)
     eq = fa == fb
-    if fa.dtype.kind == "f":
+    if fa.dtype.kind == "f" or is_float(fa.dtype):
         eq |= np.isnan(fa) & np.isnan(fb)
     return int(np.flatnonzero(~eq)[0])
 
@@ -200,7 +201,7 @@ class Guard:
             expected = "one number" if shape == () else str(shape)
             self.flag("shape", "bad_output", f"{role} returned shape {arr.shape}; expected {expected}{shape_note}")
             return None
-        if arr.dtype.kind not in "fiu":
+        if arr.dtype.kind not in "fiu" and not is_float(arr.dtype):  # bfloat16's kind is "V"
             self.flag("kind", "bad_output", f"{role} returned an array of dtype {arr.dtype}; expected "
                       f"{dtype or 'real numbers'}")
             return None

@@ -7,13 +7,15 @@ the exact analysis does. Each *family* targets a bug class:
 - ``ties``: zeros and ones (max pooling's Clarke policy at ties);
 - ``all_negative``: distinct negative integers (a max pooling that treats padding as
   the value 0 routes gradient into the padding of windows that touch it);
-- ``near_ties``: consecutive floats of the working dtype, 1, 1 + ulp, 1 + 2 ulp, ...:
-  distinct, but equal after rounding to the next lower precision (float64 ->
-  float32, float32 -> float16, float16 and bfloat16 -> one bit fewer), so an argmax
-  or an accumulation done in lower precision shows.
+- ``near_ties``: 1, 1 + eps, 1 + 2 eps, ...: distinct in the working dtype, but equal
+  after rounding to the next lower precision (float64 -> float32, float32 ->
+  float16, float16 and bfloat16 -> one bit fewer), so an argmax or an accumulation
+  done in lower precision shows.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -23,6 +25,9 @@ from symjac.pool._geometry import Geometry
 from symjac.pool._graph import input_colouring
 
 GENERATORS = ("distinct", "ties", "random", "all_negative", "near_ties")
+#: How messages name each family ("at near-tie inputs: ...").
+FAMILY_NAMES = {"distinct": "distinct", "given": "the given", "ties": "tied", "all_negative": "all-negative",
+                "near_ties": "near-tie"}
 #: Precision p (bits) of "the next lower precision" below each working dtype.
 LOWER_PRECISION = {"float64": 24, "float32": 11, "float16": 10, "bfloat16": 7}
 
@@ -80,25 +85,37 @@ def all_negative_input(g: Geometry, dtype: np.dtype | type = np.float64, seed: i
     return g.from_canonical(_ordered(-1 - _window_ranks(g, seed + 4), dtype), g.in_spatial)
 
 
-def near_tie_input(g: Geometry, dtype: np.dtype | type = np.float64, seed: int = 0) -> np.ndarray:
-    """Consecutive floats above 1 of the working dtype, distinct within every window.
+def _near_tie_values(ranks: np.ndarray, dt: np.dtype[Any]) -> np.ndarray:
+    """1 + q*eps for ranks q in [0, n): exact in ``dt``, all within half an ulp of 1 in
+    the next lower precision (so they round to 1 there), and spread as far apart as
+    that allows, so that arithmetic done in the lower precision is far off.
 
-    Value of rank q: 1 + q ulp (the bit pattern of 1.0 plus q): exact, and rounding
-    to :data:`LOWER_PRECISION` maps ranks q < 2^(p - 1 - p_low) all to 1 (float64:
-    2^28 ranks, float32: 2^12), so every window ties there; one bit fewer (float16,
-    bfloat16) merges neighbouring pairs.
+    eps = 2^-(p_low + 1 + ceil(log2 n)), but at least one ulp of ``dt``: then (float16,
+    bfloat16, whose lower precision is one bit fewer) neighbours differ in the last bit.
+    """
+    n = int(ranks.max()) + 1 if ranks.size else 1
+    spread = (precision(dt) - 1) - (LOWER_PRECISION[dt.name] + 1) - max(n - 1, 1).bit_length()
+    return _consecutive(ranks * 2 ** max(spread, 0), dt)
+
+
+def near_tie_input(g: Geometry, dtype: np.dtype | type = np.float64, seed: int = 0) -> np.ndarray:
+    """Near ties: distinct within every window in the working dtype, equal one precision lower.
+
+    Value of rank q: 1 + q eps (:func:`_near_tie_values`): float64 inputs all round to 1
+    in float32 and float32 inputs in float16 (up to 2^11 ranks), so an argmax or a sum
+    taken there is off; in float16 and bfloat16 neighbouring ranks differ in the last bit.
     """
     dt = np.dtype(dtype)
-    return g.from_canonical(_consecutive(_window_ranks(g, seed + 5), dt), g.in_spatial)
+    return g.from_canonical(_near_tie_values(_window_ranks(g, seed + 5), dt), g.in_spatial)
 
 
 def near_tie_dy(g: Geometry, dtype: np.dtype | type = np.float64, seed: int = 0) -> np.ndarray:
-    """Output gradients +-(1 + q ulp) with distinct q per window: a backward that
-    accumulates in lower precision loses their low bits."""
+    """Output gradients +-(1 + q eps) with distinct q per window (as :func:`near_tie_input`):
+    a backward that accumulates in lower precision loses their low bits."""
     dt = np.dtype(dtype)
     rng = np.random.default_rng(seed + 6)
     n = g.batch * g.n_out
-    values = _consecutive(rng.permutation(n), dt) * rng.choice(np.array([-1, 1], dtype=dt), size=n)
+    values = _near_tie_values(rng.permutation(n), dt) * rng.choice(np.array([-1, 1], dtype=dt), size=n)
     return g.from_canonical(values.reshape(g.batch, g.n_out), g.out_spatial)
 
 
@@ -136,8 +153,10 @@ def touches_padding(g: Geometry) -> bool:
 def families(g: Geometry) -> tuple[str, ...]:
     """The extra input families worth a dense pass for this geometry, beyond
     ``distinct`` (and ``ties``, which max pooling gets its own probed pass for):
-    ``all_negative`` for max pooling whose windows touch padding, ``near_ties`` always
-    (routing for max, accumulation for avg)."""
+    ``all_negative`` for max pooling whose windows touch padding, ``near_ties`` for max
+    and avg pooling (routing for max, accumulation for avg)."""
+    if g.spec.mode not in ("max", "avg"):
+        return ()  # lp pooling: algebraic derivatives, no exact dense J(x)^T dy to compare with
     extra = ("all_negative",) if g.spec.mode == "max" and touches_padding(g) else ()
     return extra + ("near_ties",)
 
