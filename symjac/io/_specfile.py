@@ -190,7 +190,8 @@ def _case(table: dict[str, Any], source: str, default_name: str) -> Case:
             inputs[key] = value
         else:
             inputs[key] = exact_array(value, where)
-    if not is_loss and "x" not in inputs and "shape" not in inputs:
+    if not is_loss and "x" not in inputs and "shape" not in inputs and ({"dy", "generator"} & set(inputs)):
+        # No input at all is fine: `symjac verify` then checks every shape of the coverage plan.
         raise SpecError(f"{source} [input]: give x (explicit values) or shape (with a generator)")
     if "generator" in inputs and "x" in inputs:
         raise SpecError(f"{source} [input]: give x or a generator, not both")
@@ -275,6 +276,9 @@ def _pool_input(case: Case) -> tuple[Any, np.ndarray, np.ndarray]:
 
     inputs = case.inputs
     seed = int(inputs.get("seed", 0))
+    if "x" not in inputs and "shape" not in inputs:
+        raise SpecError(f"{case.source}: no [input] shape or x; `symjac verify` checks every shape of the coverage "
+                        "plan then, but this needs one shape: add [input] shape = [...]")
     if "x" in inputs:
         x = inputs["x"]
         if "shape" in inputs and tuple(inputs["shape"]) != x.shape:
