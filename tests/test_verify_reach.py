@@ -222,3 +222,21 @@ def test_budget_grows_by_one_dense_call_per_family():
 def test_families_argument_is_checked():
     with pytest.raises(symjac.InputError, match="families="):
         check(Pool("max", 2), Lowered(Pool("max", 2)), input_shape=(1, 1, 4, 4), families=("zeros",))
+
+
+def test_a_timeout_on_the_plan_stops_at_the_first_shape():
+    import threading
+
+    release = threading.Event()
+
+    def hangs(x, dy):
+        release.wait(30)
+        return np.zeros_like(x)
+
+    spec = Pool("avg", 3, stride=2, padding="same")
+    try:
+        report = symjac.verify(spec, backward=hangs, timeout=0.2)
+    finally:
+        release.set()
+    assert report.categories() == ["timeout"] and len(report.stats["shapes"]) == 1
+    assert len(report.stats["coverage_plan"]) == 9 and "8 more shapes not run after the timeout" in report.summary()
