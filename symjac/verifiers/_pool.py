@@ -533,7 +533,8 @@ def _verify_plan(spec: PoolSpec, kwargs: dict[str, Any]) -> Report:
     stats["shapes"] = [{"input_shape": list(shape), "ok": r.ok, "summary": r.summary()} for shape, r in zip(plan, reports)]
     failing = [(shape, r) for shape, r in zip(plan, reports) if not r.ok]
     if not failing:
-        headline = (f"backward matches the exact Jacobian at all {len(plan)} shapes of the coverage plan "
+        shapes_text = f"all {len(plan)} shapes" if len(plan) > 1 else "the one shape"
+        headline = (f"backward matches the exact Jacobian at {shapes_text} of the coverage plan "
                     f"({stats['windows_total']} windows in {kwargs['dtype']}, max error {stats['max_ulp_error']:.2g} ULP, "
                     f"{stats['backward_calls']} backward calls)")
         headline += "; forward and central differences agree" if stats["fd_consistent"] else ""
