@@ -491,14 +491,19 @@ def to_numpy(values: Any, dtype: Any = np.float64) -> np.ndarray:
     """Round mpf values (scalar or object array) to ``dtype``, to nearest.
 
     Rounds through an exact binary fraction of the mpf, so there is no double
-    rounding through float64.
+    rounding through float64; values beyond the dtype's range become +-inf (IEEE
+    round to nearest), not an OverflowError.
     """
     from symjac._exact import round_fraction
 
     arr = np.asarray(values, dtype=object)
     out = np.empty(arr.size, dtype=np.dtype(dtype))
     for i, v in enumerate(arr.reshape(-1)):
-        sign, man, exp, _bc = mpmath.mpf(v)._mpf_  # exact binary value; man_exp would drop the sign
+        v = mpmath.mpf(v)
+        if not mpmath.isfinite(v):  # inf and nan carry no binary fraction
+            out[i] = float(v)
+            continue
+        sign, man, exp, _bc = v._mpf_  # exact binary value; man_exp would drop the sign
         f = (-1 if sign else 1) * Fraction(int(man)) * (Fraction(2) ** int(exp))
         out[i] = round_fraction(f, dtype)
     return out.reshape(arr.shape)

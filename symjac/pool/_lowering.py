@@ -1,4 +1,4 @@
-"""Lowering: the class templates as NumPy forward and VJP for float16/32/64.
+"""Lowering: the class templates as NumPy forward and VJP for float16/bfloat16/32/64.
 
 The same SymPy templates the exact stage uses, evaluated in floats: the sum of
 each average window times its template's exact derivative 1/D rounded to the
@@ -18,18 +18,17 @@ from typing import Any
 import numpy as np
 
 from symjac._errors import InputError
+from symjac.check._rounding import is_float
 from symjac.pool._geometry import Geometry, resolve
 from symjac.pool._spec import PoolSpec, check_pool_spec
 from symjac.pool._beta import Beta, Tie, parse_tie
 from symjac.pool._symbolic import TIE_POLICIES, check_tie, lines, max_members, policy_support, window_weights
 
-FLOAT_DTYPES = (np.float16, np.float32, np.float64)
-
 
 def _check_float(name: str, a: Any, shape: tuple[int, ...]) -> np.ndarray:
     arr = np.asarray(a)
-    if arr.dtype not in [np.dtype(d) for d in FLOAT_DTYPES]:
-        raise InputError(f"{name} has dtype {arr.dtype}; lowered functions take float16, float32 or float64")
+    if not is_float(arr.dtype):
+        raise InputError(f"{name} has dtype {arr.dtype}; lowered functions take float16, bfloat16, float32 or float64")
     if arr.shape != shape:
         raise InputError(f"{name} has shape {arr.shape}; expected {shape}")
     return arr
@@ -49,7 +48,7 @@ class Lowered:
     geometry: Geometry
 
     def forward(self, x: Any) -> np.ndarray:
-        """Pooling forward in x's dtype (float16/32/64), x in the spec's layout.
+        """Pooling forward in x's dtype (float16, bfloat16, float32, float64), x in the spec's layout.
 
         avg: the template's sum, slot by slot in slot order, times its exact
         derivative 1/D rounded to the dtype; max: the template's ``Max``.
