@@ -34,6 +34,7 @@ _EXPORTS = {
     "in_clarke_set": "pool._clarke",
     "tie_census": "pool._census",
     "Census": "pool._census",
+    "cover": "pool._cover",
     "Lowered": "pool._lowering",
     "lower": "pool._lowering",
     "probe_plan": "pool._graph",

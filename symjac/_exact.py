@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from fractions import Fraction
 from typing import Any
 
@@ -19,6 +20,9 @@ import sympy
 from symjac._errors import InputError
 
 _INT64_SAFE = 2**62
+#: Largest decimal exponent accepted in exact number strings ("1e1000" is; "1e1001" is not).
+MAX_EXPONENT = 1000
+_EXPONENT = re.compile(r"[eE]\s*([+-]?\d{1,30})\s*$")
 
 
 def to_fraction(value: Any, name: str = "value") -> Fraction:
@@ -42,11 +46,22 @@ def to_fraction(value: Any, name: str = "value") -> Fraction:
             return Fraction(int(value.p), int(value.q))
         raise InputError(f"{name}={value!r} is not a rational number")
     if isinstance(value, str):
+        _check_exponent(value, name)
         try:
             return Fraction(value.strip())
         except (ValueError, ZeroDivisionError):
             raise InputError(f"{name}={value!r} is not a number (give e.g. '3', '0.25' or '3/4')") from None
     raise InputError(f"{name}={value!r} of type {type(value).__name__} is not a number")
+
+
+def _check_exponent(text: str, name: str) -> None:
+    """Refuse decimal exponents beyond +-MAX_EXPONENT before Fraction expands them:
+    "1e999999999" would build a billion-digit integer (minutes), for a value no float
+    format can hold anyway."""
+    match = _EXPONENT.search(text)
+    if match and abs(int(match.group(1))) > MAX_EXPONENT:
+        raise InputError(f"{name}={text!r} has a decimal exponent beyond +-{MAX_EXPONENT}; "
+                         "give values within float range (|x| < 1.8e308)")
 
 
 def _int_array(values: np.ndarray) -> np.ndarray:
@@ -79,7 +94,7 @@ class ExactArray:
           InputError: an element is NaN, infinite, complex or not a number.
         """
         array = np.asarray(data, dtype=object) if not isinstance(data, np.ndarray) else data
-        if array.dtype.kind == "f":
+        if array.dtype.kind == "f" or array.dtype.name == "bfloat16":  # bfloat16 (ml_dtypes) has kind "V"
             return cls._from_float(array, name)
         if array.dtype.kind in "iu":
             return cls(_int_array(array.astype(object)), 1)
@@ -94,7 +109,7 @@ class ExactArray:
 
     @classmethod
     def _from_float(cls, array: np.ndarray, name: str) -> ExactArray:
-        a = array.astype(np.float64)  # float16/32 widen exactly
+        a = array.astype(np.float64)  # float16, bfloat16 and float32 widen exactly
         bad = ~np.isfinite(a)
         if bad.any():
             where = tuple(int(i) for i in np.argwhere(bad)[0])
@@ -147,8 +162,12 @@ class ExactArray:
 def round_fraction(value: Fraction, dtype: Any) -> Any:
     """``value`` rounded to nearest in ``dtype`` (no double rounding through float64)."""
     dt = np.dtype(dtype)
+    try:
+        as_float = float(value)  # float() of a Fraction is correctly rounded
+    except OverflowError:  # beyond float64's range: beyond every supported dtype's too
+        as_float = math.inf if value > 0 else -math.inf
     with np.errstate(over="ignore"):
-        guess = dt.type(float(value))  # float() of a Fraction is correctly rounded
+        guess = dt.type(as_float)
     if dt == np.float64 or not np.isfinite(guess):
         return guess
     lo = np.nextafter(guess, dt.type(-np.inf))

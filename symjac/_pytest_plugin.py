@@ -32,7 +32,7 @@ DTYPE_OPTION = "--symjac-dtype"
 
 def pytest_addoption(parser: Any) -> None:
     group = parser.getgroup("symjac", "symjac exact-gradient checks")
-    group.addoption(DTYPE_OPTION, default="float64", choices=("float16", "float32", "float64"),
+    group.addoption(DTYPE_OPTION, default="float64", choices=("float16", "bfloat16", "float32", "float64"),
                     help="dtype the symjac_dtype fixture gives (default float64)")
 
 

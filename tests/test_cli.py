@@ -341,3 +341,106 @@ def test_golden_and_explain_take_globs_directories_and_selection(tmp_path):
     assert r.stdout.split() == [str(out / "maxpool_ties_3x3.json")]
     r = symjac("golden", "specs/seeds", "--out", str(out), "--format", "json")
     assert r.returncode == 0 and len(r.stdout.split()) == 10  # 5 pooling cases + the 5-case loss family
+
+
+# -- issue 10: malformed spec files and imports exit 2 with one line ----------------------
+POOL_HEAD = '[operator]\nkind = "pool"\nmode = "avg"\nkernel = 2\n[input]\nshape = [2, 2]\n'
+
+
+@pytest.mark.parametrize("text, message", [
+    ('[operator]\nkind = {x=1}\n', r"\[operator\]\.kind: \{'x': 1\} is not valid; give one of pool"),
+    ('[operator]\nkind = ["pool"]\n', r"\[operator\]\.kind: \['pool'\] is not valid"),
+    ('operator = "pool"\n', r"\[operator\]: expected a table .* got str 'pool'"),
+    ("case = 5\n", r"case = 5 is not valid; give \[\[case\]\] tables"),
+    ("case = [1, 2]\n", r"case = \[1, 2\] is not valid"),
+    (POOL_HEAD + 'seed = "x"\n', r"\[input\]\.seed: 'x' is not valid; give an integer >= 0"),
+    (POOL_HEAD + "seed = -1\n", r"\[input\]\.seed: -1 is not valid; give an integer >= 0"),
+    (b'name = "\xff\xfe"\n', r"not UTF-8 text \(byte 8: invalid start byte\)"),
+    ('[operator]\nkind = "pool"\nmode = "avg"\nkernel = 2\n[input]\nx = [[1, "1e999999999"], [3, 4]]\n',
+     r"\[input\]\.x\[0, 1\]='1e999999999' has a decimal exponent beyond"),
+])
+def test_malformed_spec_file_values_exit_2_with_one_line(tmp_path, text, message):
+    import re
+
+    p = tmp_path / "bad.toml"
+    if isinstance(text, bytes):
+        p.write_bytes(text)
+    else:
+        p.write_text(text)
+    r = symjac("verify", str(p), "--impl", FIXED)
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert re.search(message, lines[0]), lines[0]
+
+
+def test_impl_whose_import_exits_0_is_a_usage_error(tmp_path):
+    # Was: symjac verify exits 0 and prints nothing (a false success).
+    (tmp_path / "exits.py").write_text("import sys\nsys.exit(0)\n")
+    r = symjac("verify", SEED000, "--impl", str(tmp_path / "exits.py") + ":fixed")
+    assert r.returncode == 2 and r.stdout == ""
+    assert "importing" in r.stderr and "called sys.exit(0)" in r.stderr
+
+
+# -- issue 10: spec files without [input] use the coverage plan; --timeout -----------------
+NO_INPUT = '[operator]\nkind = "pool"\nmode = "avg"\nkernel = 3\nstride = 2\npadding = "same"\n'
+SAME_IMPLS = '''
+import numpy as np
+
+
+def pads(L, swap):  # TF SAME, kernel 3, stride 2: total = max((ceil(L/2)-1)*2 + 3 - L, 0), extra cell high
+    total = max((-(-L // 2) - 1) * 2 + 3 - L, 0)
+    lo, hi = total // 2, total - total // 2
+    return (hi, lo) if swap else (lo, hi)
+
+
+class Same:
+    def __init__(self, swap):
+        self.swap = swap
+
+    def windows(self, H, W):
+        (t, _), (l, _) = pads(H, self.swap), pads(W, self.swap)
+        for i in range(-(-H // 2)):
+            for j in range(-(-W // 2)):
+                yield i, j, [(p, q) for p in range(2 * i - t, 2 * i - t + 3) for q in range(2 * j - l, 2 * j - l + 3)
+                             if 0 <= p < H and 0 <= q < W]
+
+    def forward(self, x):
+        y = np.zeros(x.shape[:2] + (-(-x.shape[2] // 2), -(-x.shape[3] // 2)), x.dtype)
+        for i, j, cells in self.windows(*x.shape[2:]):
+            y[:, :, i, j] = sum(x[:, :, p, q] for p, q in cells) / len(cells)
+        return y
+
+    def backward(self, x, dy):
+        dx = np.zeros_like(x)
+        for i, j, cells in self.windows(*x.shape[2:]):
+            for p, q in cells:
+                dx[:, :, p, q] += dy[:, :, i, j] / len(cells)
+        return dx
+
+
+good, swapped = Same(False), Same(True)
+'''
+
+
+def test_spec_file_without_input_verifies_the_coverage_plan(tmp_path):
+    (tmp_path / "s.toml").write_text(NO_INPUT)
+    (tmp_path / "impls.py").write_text(SAME_IMPLS)
+    r = symjac("verify", str(tmp_path / "s.toml"), "--impl", str(tmp_path / "impls.py") + ":good", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    assert len(doc["coverage_plan"]) == len(doc["shapes"]) >= 2 and all(s["ok"] for s in doc["shapes"])
+    # The low/high pad swap passes at 5x5 (pads (1, 1) both ways) but not on the plan.
+    r = symjac("verify", str(tmp_path / "s.toml"), "--impl", str(tmp_path / "impls.py") + ":swapped")
+    assert r.returncode == 1 and "shapes of the coverage plan" in r.stdout, r.stdout + r.stderr
+
+
+def test_timeout_flag_turns_a_hanging_backward_into_a_finding(tmp_path):
+    (tmp_path / "hang.py").write_text("import time\n\ndef backward(x, dy):\n    time.sleep(30)\n    return x\n")
+    r = symjac("verify", SEED000, "--impl", str(tmp_path / "hang.py"), "--timeout", "0.5", "--json")
+    assert r.returncode == 1, r.stdout + r.stderr
+    doc = json.loads(r.stdout)  # the rest of the report still comes back
+    assert doc["findings"][0]["category"] == "timeout" and doc["windows_total"] == 4
+    assert "did not return within 0.5 s" in doc["findings"][0]["message"]
+    r = symjac("verify", SEED000, "--impl", str(tmp_path / "hang.py"), "--timeout", "-1")
+    assert r.returncode == 2 and "--timeout -1" in r.stderr

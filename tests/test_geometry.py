@@ -97,3 +97,80 @@ def test_channels_last_shapes(shape, lead, spatial, trail):
     assert (g.lead, g.in_spatial, g.trail) == (lead, spatial, trail)
     a = np.arange(int(np.prod(shape))).reshape(shape)
     assert np.array_equal(g.from_canonical(g.to_canonical(a), spatial), a)
+
+
+# -- issue 10: no crash, no hang on huge kernels and pads ---------------------------------
+import time  # noqa: E402
+
+import symjac.pool as pool_package  # noqa: E402
+from symjac import SpecError  # noqa: E402
+
+
+def test_huge_same_kernel_stores_only_cells_that_exist():
+    # Was a MemoryError after allocating gigabytes. Stride = kernel = 10^9 on 7x7:
+    # one window per axis, SAME pads total 10^9 - 7, and its 7 real cells per axis.
+    t = time.perf_counter()
+    g = symjac.resolve(Pool("avg", 10**9, padding="same"), (7, 7))
+    assert time.perf_counter() - t < 5  # generous: the point is "not 42 s / not GBs"
+    assert g.out_spatial == (1, 1) and g.cells.shape == (1, 49) and g.divisor.tolist() == [49]
+
+
+def test_huge_pad_is_refused_up_front():
+    # Was 42 s building 2*10^8 windows before refusing; the first window reads only padding.
+    t = time.perf_counter()
+    with pytest.raises(SpecError, match=r"window 0 reads only padding"):
+        symjac.resolve(Pool("avg", (3,), stride=(1,), padding=10**8), (7,))
+    assert time.perf_counter() - t < 5
+
+
+def test_budget_refuses_and_is_adjustable(monkeypatch):
+    spec = Pool("avg", 3, stride=1)
+    # 4 slices x 2x2 windows x 9 slots = 144 entries; 4 x 16 inputs = 64.
+    with pytest.raises(SpecError, match=r"144 Jacobian entries exceed the budget of 100.*max_nnz"):
+        symjac.resolve(spec, (2, 2, 4, 4), max_nnz=100)
+    assert symjac.resolve(spec, (2, 2, 4, 4), max_nnz=144).out_spatial == (2, 2)
+    monkeypatch.setattr(pool_package, "MAX_NNZ", 100)
+    with pytest.raises(SpecError, match=r"budget of 100"):
+        symjac.resolve(spec, (2, 2, 4, 4))
+    with pytest.raises(SpecError, match=r"too large"):
+        symjac.resolve(Pool("max", 2), (10**6, 10**6))  # no array is built first
+
+
+def test_trimmed_slots_keep_windows_and_divisors():
+    # kernel 7 with pads (5, 5) on L=3, stride 1: windows start at -5..-1 (out = 3+10-7+1 = 7,
+    # starts -5..1). Stored slots: only those that ever hit [0, 3).
+    g = symjac.resolve(Pool("avg", (7,), stride=1, padding=5, divisor="include_pad"), (3,))
+    starts = range(-5, 2)
+    expect = [sorted(c for c in range(s, s + 7) if 0 <= c < 3) for s in starts]
+    assert [sorted(c[c >= 0].tolist()) for c in g.cells] == expect
+    # include_pad counts kernel cells inside [-5, 8): all 7 for every window.
+    assert g.divisor.tolist() == [7] * 7
+
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("x, k, s, pad", [([1.0, 2.0], 3, 3, 0), ([1.0], 3, 3, 0), ([1.0, 2.0, 4.0], 5, 4, 1),
+                                          ([1.0, 2.0], 4, 2, 1)])
+def test_ceil_mode_kernel_longer_than_input_follows_pytorch(x, k, s, pad):
+    # PyTorch defines these (issue 10: avg_pool1d([1, 2], k=3, s=3, ceil_mode=True) = [1.5]).
+    F = torch.nn.functional
+    xt = torch.tensor([[x]], dtype=torch.float64)
+    for mode in ("avg", "max"):
+        if mode == "avg":
+            want = F.avg_pool1d(xt, k, s, pad, ceil_mode=True, count_include_pad=True)
+            spec = Pool("avg", (k,), stride=s, padding=pad, ceil_mode=True, divisor="include_pad")
+        else:
+            if pad > k // 2:
+                continue  # PyTorch: pad must be at most half the kernel
+            want = F.max_pool1d(xt, k, s, pad, ceil_mode=True)
+            spec = Pool("max", (k,), stride=s, padding=pad, ceil_mode=True)
+        got = symjac.forward(spec, [[x]])
+        assert [float(v) for v in got.ravel()] == want.ravel().tolist()
+
+
+def test_ceil_mode_first_case_is_one_and_a_half():
+    got = symjac.forward(Pool("avg", (3,), stride=3, ceil_mode=True, divisor="include_pad"), [1, 2])
+    assert [str(v) for v in got] == ["3/2"]
+    ref = torch.nn.functional.avg_pool1d(torch.tensor([[1.0, 2.0]]), 3, 3, ceil_mode=True)
+    assert ref.tolist() == [[1.5]]

@@ -379,3 +379,10 @@ def test_public_names():
     for name in ("Loss", "verify_loss", "check_loss_family", "loss_value", "loss_derivative",
                  "loss_derivative_set", "LossImpl", "FamilyTable"):
         assert name in symjac.__all__ and hasattr(symjac, name)
+
+
+def test_to_numpy_beyond_float_range_is_inf_not_overflow():
+    # Issue 10: was OverflowError. 1e400 exceeds float64's 1.8e308 and float32's 3.4e38.
+    big = [mpmath.mpf("1e400"), -mpmath.mpf("1e400"), mpmath.mpf("1e39"), mpmath.inf]
+    assert L.to_numpy(big).tolist() == [np.inf, -np.inf, 1e39, np.inf]
+    assert L.to_numpy(big, np.float32).tolist() == [np.inf, -np.inf, np.inf, np.inf]

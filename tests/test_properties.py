@@ -123,14 +123,19 @@ def ref_axis(case: Case, axis: int) -> list[tuple[list[int], int]]:
     else:
         lo, hi = case.padding[axis]
     padded = L + lo + hi
-    if extent > padded:
-        raise Infeasible
     if case.ceil_mode:
         # PyTorch/ONNX: ceil, then drop a last window that starts in the high padding.
+        # PyTorch's pooling_output_shape: floor((padded - extent + s - 1) / s) + 1 with
+        # floor division, so a kernel longer than the input still gives a window when
+        # that is >= 1 (avg_pool1d([1, 2], 3, 3, ceil_mode=True) = [1.5]).
         out = -(-(padded - extent) // s) + 1
         if (out - 1) * s >= L + lo:
             out -= 1
+        if out < 1:
+            raise Infeasible
     else:
+        if extent > padded:
+            raise Infeasible
         out = (padded - extent) // s + 1
     wins = []
     for o in range(out):

@@ -99,3 +99,38 @@ def test_not_a_spec():
 def test_public_api_is_importable():
     for name in symjac.__all__:
         assert getattr(symjac, name) is not None
+
+
+# -- issue 10: no silent wrong operator -------------------------------------------------
+import numpy as np  # noqa: E402
+
+
+@pytest.mark.parametrize("make, field", [
+    (lambda: Pool(np.array(["avg"]), 2), "mode"),                      # was accepted and computed max pooling
+    (lambda: Pool("avg", 2, layout=np.array(["channels_last"])), "layout"),
+    (lambda: Pool("avg", 2, divisor=np.array(["include_pad"])), "divisor"),
+    (lambda: AdaptivePool(np.array(["max"]), 2), "mode"),
+    (lambda: GlobalPool(np.array(["avg"])), "mode"),
+])
+def test_string_fields_take_strings_only(make, field):
+    with pytest.raises(SpecError, match=rf"{field}=array\(.*\) is not valid \(ndarray, not str\): give one of"):
+        make()
+
+
+def test_numpy_integers_are_accepted_wherever_ints_are():
+    i = np.int64
+    p = Pool("avg", i(2), stride=i(1), padding=i(1), dilation=np.int32(1), divisor=i(3))
+    assert p == Pool("avg", 2, stride=1, padding=1, dilation=1, divisor=3)
+    assert type(p.divisor) is int and all(type(k) is int for k in p.kernel)
+    assert Pool("avg", (2,), padding=((i(1), i(0)),)).padding == ((1, 0),)
+    assert Pool("max", 2, ceil_mode=np.bool_(True)).ceil_mode is True
+    assert AdaptivePool("avg", (i(3),)).output_size == (3,)
+    assert GlobalPool("avg", rank=i(3)) == GlobalPool("avg", rank=3)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: Pool("avg", 2**31), lambda: Pool("avg", 2, padding=2**40), lambda: Pool("avg", 2, divisor=2**63),
+])
+def test_sizes_beyond_int32_are_refused(make):
+    with pytest.raises(SpecError, match=r"give sizes <= 2\^31 - 1"):
+        make()

@@ -51,7 +51,8 @@ def test_exact_values_in_strings(tmp_path):
     ('[operator]\nkind = "pol"\n', r"kind: 'pol' is not valid \(did you mean 'pool'\?\)"),
     ('[operator]\nkind = "pool"\nmode = "avg"\nkernel = 0\n[input]\nshape = [2, 2]\n', r"kernel=0 is not valid"),
     ('[operator]\nkind = "pool"\nmode = "avg"\nkernel = 2\n[input]\nx = [[1, "a"]]\n', r"\[input\]\.x"),
-    ('[operator]\nkind = "pool"\nmode = "avg"\nkernel = 2\n', r"give x \(explicit values\) or shape"),
+    # No [input] at all is valid (verify uses the coverage plan); a dy without x or shape is not.
+    ('[operator]\nkind = "pool"\nmode = "avg"\nkernel = 2\n[input]\ndy = [[1]]\n', r"give x \(explicit values\) or shape"),
     ('[operator]\nkind = "pool"\nmode = "avg"\nkernel = 2\n[input]\nshape = [2, 2]\ngenerator = "gauss"\n',
      r"generator: 'gauss' is not valid"),
     ('[operator]\nkind = "loss"\nloss = "mse"\nscale = -1\n', r"scale=-1 is not valid"),

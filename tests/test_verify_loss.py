@@ -470,3 +470,37 @@ def test_forward_failing_only_at_stencil_points():
 
 def test_public_api_reexports():
     assert symjac.verify_loss is verify_loss and symjac.check_loss_family is check_loss_family
+
+
+# -- issue 10: a forward that rightly returns inf ------------------------------------------
+def test_forward_returning_inf_for_an_exact_loss_beyond_the_dtype_is_not_bad_output():
+    # MSE mean of pred [300, 300], label 0: L = 300^2 = 90000 > 65504, float16's largest
+    # finite value, so L rounds to inf in float16; dL/dpred = 2*300/2 = 300 fits.
+    loss = symjac.Loss("mse")
+
+    def derivative(z, y):
+        return (2 * (z - y) / z.size).astype(z.dtype)
+
+    def forward(z, y):  # float64 arithmetic, one rounding to float16 at the end: inf
+        return np.float16(np.mean((z.astype(np.float64) - y) ** 2))
+
+    report = symjac.verify_loss(loss, derivative=derivative, forward=forward, pred=[300.0, 300.0], label=[0.0, 0.0],
+                                dtype="float16")
+    assert report.ok, report
+    assert report.stats["fd"].startswith("skipped: the exact loss overflows float16")
+    # reduction "none": element 0 overflows (90000), element 1 does not (1); a forward
+    # that returns inf for element 1 too is still wrong.
+    per = symjac.Loss("mse", reduction="none")
+
+    def derivative_none(z, y, u):
+        return (2 * (z - y) * u).astype(z.dtype)
+
+    def forward_none(z, y):
+        return ((z.astype(np.float64) - y) ** 2).astype(np.float16)
+
+    ok = symjac.verify_loss(per, derivative=derivative_none, forward=forward_none, pred=[300.0, 1.0], label=[0.0, 0.0],
+                            dtype="float16")
+    assert ok.ok, ok
+    bad = symjac.verify_loss(per, derivative=derivative_none, forward=lambda z, y: np.full(z.shape, np.inf, z.dtype),
+                             pred=[300.0, 1.0], label=[0.0, 0.0], dtype="float16")
+    assert bad.categories() == ["bad_output"] and "loss[1]" in bad.findings[0].message

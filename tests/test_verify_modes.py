@@ -27,8 +27,10 @@ def test_forward_only_passes_and_says_only_the_forward_was_checked():
     report = symjac.verify(symjac.Pool("max", 2, stride=1), forward=fwd, input_shape=(1, 2, 4, 4))
     assert report.ok, report
     assert report.summary().endswith("only the forward was checked (no backward given)")
-    # max: the forward runs at the distinct input, at the tied input, and twice more at x (determinism)
-    assert report.stats["checked"] == "forward" and report.stats["forward_calls"] == 4
+    # max: the forward runs at the distinct input, at the tied input, at the near-tie family's input
+    # (no padding here, so no all-negative family), and twice more at x (determinism)
+    assert report.stats["checked"] == "forward" and report.stats["forward_calls"] == 5
+    assert report.stats["families"] == {"distinct": 0, "ties": 0, "near_ties": 0}
     assert report.stats["backward_ok"] is None and report.stats["backward_calls"] == 0
 
 

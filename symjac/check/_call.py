@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from symjac.check._report import Finding
+from symjac.check._rounding import is_float
 
 #: Seconds one call of the implementation may take before it is a ``timeout`` finding.
 DEFAULT_TIMEOUT = 60.0
@@ -58,7 +59,7 @@ def first_difference(a: np.ndarray, b: np.ndarray) -> int:
     """Flat index of the first element where ``a`` and ``b`` differ (NaN equals NaN)."""
     fa, fb = a.reshape(-1), b.reshape(-1)
     eq = fa == fb
-    if fa.dtype.kind == "f":
+    if fa.dtype.kind == "f" or is_float(fa.dtype):
         eq |= np.isnan(fa) & np.isnan(fb)
     return int(np.flatnonzero(~eq)[0])
 
@@ -193,20 +194,22 @@ class Guard:
         return True, value
 
     def array(self, *args: Any, shape: tuple[int, ...] | None, dtype: np.dtype[Any] | None, index_name: str = "",
-              shape_note: str = "", again: bool = False) -> np.ndarray | None:
+              shape_note: str = "", again: bool = False, infinite: Any = None) -> np.ndarray | None:
         """One call whose result must be an array of ``shape`` and ``dtype``, all finite.
 
         ``shape=()`` asks for one number (a scalar or any one-element array); None
-        accepts any shape, and ``dtype=None`` any real dtype.
+        accepts any shape, and ``dtype=None`` any real dtype. ``infinite`` (broadcast
+        to the result) holds +-inf where the exact value, rounded to the dtype,
+        overflows: the same infinity there is the right answer, not a bad output.
 
         Returns the result (a copy), or None when it is unusable (the reason flagged).
         A wrong float dtype is flagged but the values are still returned for checking.
         """
         ok, value = self.call(*args, again=again)
-        return self.check_output(value, shape, dtype, index_name, shape_note) if ok else None
+        return self.check_output(value, shape, dtype, index_name, shape_note, infinite) if ok else None
 
     def check_output(self, value: Any, shape: tuple[int, ...] | None, dtype: np.dtype[Any] | None, index_name: str = "",
-                     shape_note: str = "") -> np.ndarray | None:
+                     shape_note: str = "", infinite: Any = None) -> np.ndarray | None:
         """See :meth:`array`; for a value obtained by :meth:`call`."""
         role = self.role
         what = _what_came_back(value) if shape != () else None
@@ -225,13 +228,16 @@ class Guard:
             expected = "one number" if shape == () else str(shape)
             self.flag("shape", "bad_output", f"{role} returned shape {arr.shape}; expected {expected}{shape_note}")
             return None
-        if arr.dtype.kind not in "fiu":
+        if arr.dtype.kind not in "fiu" and not is_float(arr.dtype):  # bfloat16's kind is "V"
             self.flag("kind", "bad_output", f"{role} returned an array of dtype {arr.dtype}; expected "
                       f"{dtype or 'real numbers'}")
             return None
         if dtype is not None and arr.dtype != dtype:
             self.flag("dtype", "bad_output", f"{role} returned dtype {arr.dtype}; expected {dtype}")
         finite = np.isfinite(arr)
+        if infinite is not None:
+            with np.errstate(invalid="ignore"):
+                finite |= np.isinf(arr) & (arr == np.asarray(infinite, dtype=np.float64))
         if not finite.all():
             j = int(np.flatnonzero(~finite.reshape(-1))[0])
             self.flag("finite", "bad_output",

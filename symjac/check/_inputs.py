@@ -1,18 +1,67 @@
-"""Input generators: exact-in-every-dtype values for verification and golden data.
+"""Input generators: exact values for verification and golden data.
 
-All values are small integers or quarter-integers, so they are exact in float16,
-float32 and float64 and the implementation sees exactly what the exact analysis does.
+Every value is exact in the working dtype, so the implementation sees exactly what
+the exact analysis does. Each *family* targets a bug class:
+
+- ``distinct``: small integers, distinct within every window (routing);
+- ``ties``: zeros and ones (max pooling's Clarke policy at ties);
+- ``all_negative``: distinct negative integers (a max pooling that treats padding as
+  the value 0 routes gradient into the padding of windows that touch it);
+- ``near_ties``: 1, 1 + eps, 1 + 2 eps, ...: distinct in the working dtype, but equal
+  after rounding to the next lower precision (float64 -> float32, float32 ->
+  float16, float16 and bfloat16 -> one bit fewer), so an argmax or an accumulation
+  done in lower precision shows.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from symjac._errors import InputError
+from symjac.check._rounding import precision
 from symjac.pool._geometry import Geometry
 from symjac.pool._graph import input_colouring
 
-GENERATORS = ("distinct", "ties", "random")
+GENERATORS = ("distinct", "ties", "random", "all_negative", "near_ties")
+#: How messages name each family ("at near-tie inputs: ...").
+FAMILY_NAMES = {"distinct": "distinct", "given": "the given", "ties": "tied", "all_negative": "all-negative",
+                "near_ties": "near-tie"}
+#: Precision p (bits) of "the next lower precision" below each working dtype.
+LOWER_PRECISION = {"float64": 24, "float32": 11, "float16": 10, "bfloat16": 7}
+
+
+def _ordered(ranks: np.ndarray, dtype: np.dtype | type) -> np.ndarray:
+    """Integer ranks as exact values of ``dtype`` in the same order.
+
+    Small integers are themselves; beyond the dtype's exact-integer range 2^p
+    (256 in bfloat16) the ranks map, by sign, to consecutive representable values
+    from 1 upward, which keeps them distinct, ordered and exact.
+    """
+    dt = np.dtype(dtype)
+    r = np.asarray(ranks, dtype=np.int64)
+    if r.size == 0 or int(np.abs(r).max()) <= 2 ** precision(dt):
+        return r.astype(dt)
+    out: np.ndarray = np.sign(r).astype(dt) * _consecutive(np.maximum(np.abs(r) - 1, 0), dt) * (r != 0).astype(dt)
+    return out
+
+
+def _consecutive(steps: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """The floats ``steps`` places above 1.0 in ``dt`` (bit pattern of 1.0 plus steps)."""
+    uint = np.dtype(f"u{dt.itemsize}")
+    one = np.ones(1, dtype=dt).view(uint)[0]
+    top = np.array([np.inf], dtype=np.float64).astype(dt).view(uint)[0] - 1  # the largest finite value
+    bits = np.minimum(one.astype(np.int64) + np.asarray(steps, dtype=np.int64), int(top))
+    out: np.ndarray = bits.astype(uint).view(dt)
+    return out
+
+
+def _window_ranks(g: Geometry, seed: int) -> np.ndarray:
+    """(batch, n_in) ranks 0..n-1, distinct within every window, permuted per slice."""
+    colours, n = input_colouring(g)
+    rng = np.random.default_rng(seed)
+    return np.stack([rng.permutation(n)[colours] for _ in range(g.batch)]) if g.batch else np.zeros((0, g.n_in), int)
 
 
 def distinct_input(g: Geometry, dtype: np.dtype | type = np.float64, seed: int = 0) -> np.ndarray:
@@ -22,10 +71,52 @@ def distinct_input(g: Geometry, dtype: np.dtype | type = np.float64, seed: int =
     value makes every window's values distinct; a permutation per (N, C) slice moves
     the maxima around. Integers below 2^11 are exact in every float dtype.
     """
-    colours, n = input_colouring(g)
-    rng = np.random.default_rng(seed)
-    xc = np.stack([rng.permutation(n)[colours] for _ in range(g.batch)]) - n // 2
-    return g.from_canonical(xc, g.in_spatial).astype(dtype)
+    n = input_colouring(g)[1]
+    return g.from_canonical(_ordered(_window_ranks(g, seed) - n // 2, dtype), g.in_spatial)
+
+
+def all_negative_input(g: Geometry, dtype: np.dtype | type = np.float64, seed: int = 0) -> np.ndarray:
+    """Distinct negative integers -n .. -1 (n input colours), distinct within every window.
+
+    Every window's maximum is negative, so a max pooling that pads with 0 instead of
+    -inf (or excludes padding) outputs 0 and routes the gradient nowhere at the
+    windows that touch padding.
+    """
+    return g.from_canonical(_ordered(-1 - _window_ranks(g, seed + 4), dtype), g.in_spatial)
+
+
+def _near_tie_values(ranks: np.ndarray, dt: np.dtype[Any]) -> np.ndarray:
+    """1 + q*eps for ranks q in [0, n): exact in ``dt``, all within half an ulp of 1 in
+    the next lower precision (so they round to 1 there), and spread as far apart as
+    that allows, so that arithmetic done in the lower precision is far off.
+
+    eps = 2^-(p_low + 1 + ceil(log2 n)), but at least one ulp of ``dt``: then (float16,
+    bfloat16, whose lower precision is one bit fewer) neighbours differ in the last bit.
+    """
+    n = int(ranks.max()) + 1 if ranks.size else 1
+    spread = (precision(dt) - 1) - (LOWER_PRECISION[dt.name] + 1) - max(n - 1, 1).bit_length()
+    return _consecutive(ranks * 2 ** max(spread, 0), dt)
+
+
+def near_tie_input(g: Geometry, dtype: np.dtype | type = np.float64, seed: int = 0) -> np.ndarray:
+    """Near ties: distinct within every window in the working dtype, equal one precision lower.
+
+    Value of rank q: 1 + q eps (:func:`_near_tie_values`): float64 inputs all round to 1
+    in float32 and float32 inputs in float16 (up to 2^11 ranks), so an argmax or a sum
+    taken there is off; in float16 and bfloat16 neighbouring ranks differ in the last bit.
+    """
+    dt = np.dtype(dtype)
+    return g.from_canonical(_near_tie_values(_window_ranks(g, seed + 5), dt), g.in_spatial)
+
+
+def near_tie_dy(g: Geometry, dtype: np.dtype | type = np.float64, seed: int = 0) -> np.ndarray:
+    """Output gradients +-(1 + q eps) with distinct q per window (as :func:`near_tie_input`):
+    a backward that accumulates in lower precision loses their low bits."""
+    dt = np.dtype(dtype)
+    rng = np.random.default_rng(seed + 6)
+    n = g.batch * g.n_out
+    values = _near_tie_values(rng.permutation(n), dt) * rng.choice(np.array([-1, 1], dtype=dt), size=n)
+    return g.from_canonical(values.reshape(g.batch, g.n_out), g.out_spatial)
 
 
 def tie_input(g: Geometry, dtype: np.dtype | type = np.float64, seed: int = 0) -> np.ndarray:
@@ -44,21 +135,42 @@ def random_dyadic(g: Geometry, spatial: tuple[int, ...], dtype: np.dtype | type 
 
 def distinct_dy(g: Geometry, dtype: np.dtype | type = np.float64, seed: int = 0) -> np.ndarray:
     """Output gradients with distinct magnitudes (as far as the dtype holds integers
-    exactly: 2^11 in float16) and random signs, in quarters: a backward that swaps the
+    exactly: 2^11 in float16, 2^8 in bfloat16) and random signs, in quarters: a backward that swaps the
     gradient of two windows changes the result."""
     rng = np.random.default_rng(seed + 3)
     n = g.batch * g.n_out
-    limit = 2**11 if np.dtype(dtype) == np.float16 else 2**24
+    limit = 2 ** precision(np.dtype(dtype))
     values = (rng.permutation(n) % limit + 1) * rng.choice([-1, 1], size=n) / 4
     return g.from_canonical(values.reshape(g.batch, g.n_out), g.out_spatial).astype(dtype)
 
 
+def touches_padding(g: Geometry) -> bool:
+    """Whether some window of a :class:`~symjac.Pool` has a kernel slot outside the input."""
+    kernel = getattr(g.spec, "kernel", None)
+    return kernel is not None and bool((g.valid.sum(axis=1) < np.prod(kernel)).any())
+
+
+def families(g: Geometry) -> tuple[str, ...]:
+    """The extra input families worth a dense pass for this geometry, beyond
+    ``distinct`` (and ``ties``, which max pooling gets its own probed pass for):
+    ``all_negative`` for max pooling whose windows touch padding, ``near_ties`` for max
+    and avg pooling (routing for max, accumulation for avg)."""
+    if g.spec.mode not in ("max", "avg"):
+        return ()  # lp pooling: algebraic derivatives, no exact dense J(x)^T dy to compare with
+    extra = ("all_negative",) if g.spec.mode == "max" and touches_padding(g) else ()
+    return extra + ("near_ties",)
+
+
 def generate_input(g: Geometry, generator: str, dtype: np.dtype | type = np.float64, seed: int = 0) -> np.ndarray:
-    """x by name: ``"distinct"``, ``"ties"`` or ``"random"``."""
+    """x by name: one of :data:`GENERATORS`."""
     if generator == "distinct":
         return distinct_input(g, dtype, seed)
     if generator == "ties":
         return tie_input(g, dtype, seed)
     if generator == "random":
         return random_dyadic(g, g.in_spatial, dtype, seed)
+    if generator == "all_negative":
+        return all_negative_input(g, dtype, seed)
+    if generator == "near_ties":
+        return near_tie_input(g, dtype, seed)
     raise InputError(f"generator={generator!r} is not valid: give one of {', '.join(map(repr, GENERATORS))}")

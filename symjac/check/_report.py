@@ -107,7 +107,10 @@ class Finding:
       cells: input indices concerned.
       expected / observed: values (exact values as strings in JSON).
       detail: further facts, e.g. an exception's ``traceback`` and the ``arguments``
-        (shapes and dtypes) the implementation was called with.
+        (shapes and dtypes) the implementation was called with, or the ``input_shape``
+        of a coverage-plan shape.
+      family: the input family that exposed it (``"distinct"``, ``"ties"``,
+        ``"all_negative"``, ``"near_ties"``, ``"given"`` for a caller's x), if any.
       consequence_of: when this finding follows from an earlier root cause (values
         compared after the implementation returned the wrong dtype), that cause's
         message; such findings are listed but are no category of their own.
@@ -120,6 +123,7 @@ class Finding:
     expected: Any = None
     observed: Any = None
     detail: dict[str, Any] | None = None
+    family: str | None = None
     consequence_of: str | None = None
 
     def __post_init__(self) -> None:
@@ -135,6 +139,7 @@ class Finding:
             "expected": jsonable(self.expected),
             "observed": jsonable(self.observed),
             "detail": jsonable(self.detail),
+            "family": self.family,
             "consequence_of": self.consequence_of,
         }
 

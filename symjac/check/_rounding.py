@@ -1,7 +1,7 @@
 """Rounding bounds, once for every verifier: floating dtypes, unit roundoff, γ and ULPs.
 
 With ``u`` the unit roundoff of a dtype (half the distance from 1 to the next float:
-2^-11 for float16, 2^-24 for float32, 2^-53 for float64), Higham's
+2^-11 for float16, 2^-8 for bfloat16, 2^-24 for float32, 2^-53 for float64), Higham's
 ``γ_n = n·u / (1 - n·u)`` bounds the relative error of n rounded operations
 (*Accuracy and Stability of Numerical Algorithms*, §3.1); errors are reported in
 units in the last place (ULPs) of the exact value in the dtype.
@@ -9,6 +9,10 @@ units in the last place (ULPs) of the exact value in the dtype.
 The NumPy forms (:func:`gamma`, :func:`ulps`) serve the pooling verifier's vectorised
 rows; the mpmath forms (:func:`gamma_mp`, :func:`ulp_mp`) serve the loss verifier,
 whose exact values are mpmath numbers.
+
+bfloat16 is not a NumPy dtype; ``ml_dtypes`` (the package JAX and TensorFlow use)
+provides it, as the optional extra ``symjac[bfloat16]``, imported only when bfloat16
+is asked for. :func:`finfo` answers for all four dtypes.
 """
 
 from __future__ import annotations
@@ -21,15 +25,27 @@ import numpy as np
 from symjac._errors import InputError
 
 #: The floating dtypes symjac verifies in, by name.
-FLOAT_DTYPES = ("float16", "float32", "float64")
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def _bfloat16() -> np.dtype[Any]:
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise InputError("dtype 'bfloat16' needs the ml_dtypes package: pip install 'symjac[bfloat16]'") from None
+    dt: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
+    return dt
 
 
 def float_dtype(dtype: Any) -> np.dtype[Any]:
     """``dtype`` as a NumPy dtype, if it is one symjac verifies in.
 
     Raises:
-      InputError: anything else, naming the valid dtypes.
+      InputError: anything else (or bfloat16 without ml_dtypes), naming the valid dtypes.
     """
+    name = dtype if isinstance(dtype, str) else getattr(dtype, "__name__", getattr(dtype, "name", None))
+    if name == "bfloat16":
+        return _bfloat16()
     try:
         dt: np.dtype[Any] | None = np.dtype(dtype)
     except TypeError:
@@ -39,9 +55,29 @@ def float_dtype(dtype: Any) -> np.dtype[Any]:
     return dt
 
 
+def is_float(dtype: np.dtype[Any]) -> bool:
+    """Whether ``dtype`` is one of :data:`FLOAT_DTYPES`."""
+    return dtype.name in FLOAT_DTYPES
+
+
+def finfo(dtype: Any) -> Any:
+    """Machine limits of a float dtype, bfloat16 included (``ml_dtypes.finfo``)."""
+    dt = float_dtype(dtype)
+    if dt.name == "bfloat16":
+        import ml_dtypes
+
+        return ml_dtypes.finfo(dt)  # type: ignore[no-untyped-call]
+    return np.finfo(dt)
+
+
+def precision(dtype: Any) -> int:
+    """Significand bits p, the implicit bit included: 11, 8, 24, 53."""
+    return int(finfo(dtype).nmant) + 1
+
+
 def unit_roundoff(dtype: Any) -> float:
     """u = 2^-p for a dtype with p significand bits (an exact power of two)."""
-    return 2.0 ** -(int(np.finfo(dtype).nmant) + 1)
+    return 2.0 ** -precision(dtype)
 
 
 def gamma(n: Any, u: float) -> np.ndarray:
@@ -54,13 +90,13 @@ def ulps(error: np.ndarray, exact: np.ndarray, dtype: Any) -> np.ndarray:
     """``error`` in units in the last place of ``exact`` rounded to ``dtype``."""
     with np.errstate(over="ignore"):
         spacing = np.spacing(np.abs(exact).astype(dtype)).astype(np.float64)
-    tiny = float(np.finfo(dtype).smallest_subnormal)
+    tiny = float(finfo(dtype).smallest_subnormal)
     return np.asarray(error / np.maximum(spacing, tiny))
 
 
 def unit_roundoff_mp(dtype: Any) -> mpmath.mpf:
     """:func:`unit_roundoff` as an mpmath number."""
-    return mpmath.ldexp(1, -int(np.finfo(dtype).nmant) - 1)
+    return mpmath.ldexp(1, -precision(dtype))
 
 
 def gamma_mp(k: int, u: mpmath.mpf) -> mpmath.mpf:
@@ -75,5 +111,5 @@ def ulp_mp(dtype: Any, magnitude: Any) -> mpmath.mpf:
     with np.errstate(over="ignore"):
         v = dt.type(float(abs(magnitude)))
     if not np.isfinite(v):
-        v = np.finfo(dt).max
+        v = finfo(dt).max
     return mpmath.mpf(float(np.spacing(v)))

@@ -38,6 +38,8 @@ def load_impl(target: str) -> Any:
             module = importlib.import_module(module_part)
     except UsageError:
         raise
+    except SystemExit as exc:  # would otherwise end symjac with the module's code: exit 0 and no verdict
+        raise UsageError(f"--impl {target!r}: importing {module_part} called sys.exit({exc.code!r})") from None
     except Exception as exc:  # noqa: BLE001 - the user's module failed to import
         raise UsageError(f"--impl {target!r}: importing {module_part} failed: {type(exc).__name__}: {exc}") from None
     if not attr:

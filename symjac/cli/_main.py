@@ -15,12 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from symjac.check._call import DEFAULT_TIMEOUT
 from symjac.cli import _census
 from symjac.cli import _conform
 from symjac.cli._impl import UsageError, load_impl
 
 EXIT_OK, EXIT_FINDING, EXIT_USAGE = 0, 1, 2
-DTYPES = ("float16", "float32", "float64")
+DTYPES = ("float16", "bfloat16", "float32", "float64")  # bfloat16 needs symjac[bfloat16] (ml_dtypes)
 DEFAULT_DTYPE = "float64"
 
 
@@ -50,6 +51,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     skipped with a line saying so, unless that leaves nothing to verify."""
     from symjac.verifiers._case import verify_case
 
+    if args.timeout < 0:
+        raise UsageError(f"--timeout {args.timeout:g}: give seconds > 0, or 0 for no limit")
     cases = _selected(args)
     impl = load_impl(args.impl)
     runnable, skipped = [], []
@@ -60,7 +63,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             skipped.append((case, exc))
     if not runnable:
         raise skipped[0][1]
-    reports = [(case, verify_case(case, impl, args.dtype)) for case, _ in runnable]
+    reports = [(case, verify_case(case, impl, args.dtype, args.timeout or None)) for case, _ in runnable]
     failed = any(not r.ok for _, r in reports)
     if args.json:
         out = [{"case": c.name, "file": c.source.split("#")[0], **r.to_dict()} for c, r in reports]
@@ -173,6 +176,9 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
     add_spec_arguments(p)
     p.add_argument("--impl", required=True, metavar="MODULE_OR_PATH[:ATTR]", help=IMPL_HELP)
     p.add_argument("--dtype", default=DEFAULT_DTYPE, choices=DTYPES, help=DTYPE_HELP)
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                   help=f"per call of the implementation (default {DEFAULT_TIMEOUT:g}; 0: no limit); "
+                        "a call that takes longer is a timeout finding")
     p.add_argument("--json", action="store_true", help="print the full report as JSON (a list for several cases)")
     p.add_argument("-v", "--verbose", action="store_true", help="after a FAIL line, print every finding")
 

@@ -287,9 +287,10 @@ def _pool_family(mode: str, rank: int) -> Callable[[np.random.Generator], Config
         k = int(rng.integers(1, 4))
         s = int(rng.integers(1, 4))
         d = int(rng.integers(1, 3)) if mode == "max" and rng.random() < 0.4 else 1
-        # PyTorch: padding at most half the kernel (1-D/2-D max pools: of the dilated kernel);
+        # PyTorch: padding at most half the kernel size, dilation or not (torch 2.13: max_pool1d(k=3,
+        # dilation=2, padding=2) raises "padding should be at most half of kernel size");
         # avg_pool3d also rejects an unpadded side shorter than the kernel.
-        p = int(rng.integers(0, ((d * (k - 1) + 1) if mode == "max" and rank < 3 else k) // 2 + 1))
+        p = int(rng.integers(0, k // 2 + 1))
         if mode == "avg" and rank == 3 and min(shape[2:]) < k:
             return None
         ceil = bool(rng.random() < 0.4)

@@ -12,7 +12,8 @@ Formats:
 - ``json``: exact values as strings ("3/4", or decimal digits for a loss value
   that is no exact binary fraction) beside the rounded value per dtype;
 - ``npz``: one array per quantity and dtype (``x.float32``, ``jac_rows``, ...) and
-  its bound (``dx.float32.max_abs_error``);
+  its bound (``dx.float32.max_abs_error``); ``*.bfloat16`` arrays hold bfloat16 bit
+  patterns as ``<u2`` (``"bits_of": "bfloat16"`` in ``index.json``);
 - ``bin``: raw little-endian arrays, one file each, with an ``index.json`` naming
   every file's dtype, shape and order, so a C test reads them without Python
   (``contrib/symjac_golden.h``).
@@ -36,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from symjac._exact import round_fractions
-from symjac.check._rounding import gamma, ulps, unit_roundoff
+from symjac.check._rounding import float_dtype, gamma, ulps, unit_roundoff
 
 FORMATS = ("json", "npz", "bin")
 _FIXED_DATE = (1980, 1, 1, 0, 0, 0)
@@ -237,7 +238,15 @@ def _is_int_array(a: np.ndarray) -> bool:
 
 def _rounded(a: np.ndarray, dtype: str) -> np.ndarray:
     arr = np.asarray(a, dtype=object)
-    return round_fractions(_fractions(arr).reshape(-1), dtype).reshape(arr.shape)
+    return round_fractions(_fractions(arr).reshape(-1), float_dtype(dtype)).reshape(arr.shape)
+
+
+def _stored(rounded: np.ndarray) -> np.ndarray:
+    """Little-endian, as files hold it. bfloat16 has no NumPy type code a reader knows:
+    its bit patterns go as ``<u2`` (the top half of the float32 with the same value)."""
+    if rounded.dtype.name == "bfloat16":
+        return rounded.view("<u2")
+    return rounded.astype(rounded.dtype.newbyteorder("<"))
 
 
 def _shaped(values: list[Any], shape: tuple[int, ...]) -> Any:
@@ -284,7 +293,7 @@ def _typed(case: Any, qs: dict[str, np.ndarray], dtypes: list[str]) -> dict[str,
             out[name] = arr.astype("<i8")
             continue
         for dt in dtypes:
-            out[f"{name}.{dt}"] = _rounded(arr, dt).astype(np.dtype(dt).newbyteorder("<"))
+            out[f"{name}.{dt}"] = _stored(_rounded(arr, dt))
             if name in bounds[dt]:
                 out[f"{name}.{dt}.max_abs_error"] = bounds[dt][name].astype("<f8")
     return out
@@ -324,7 +333,10 @@ def _write_bin(folder: Path, typed: dict[str, np.ndarray], meta: dict[str, Any],
         arr = typed[name]
         fname = f"{name}.bin"
         (folder / fname).write_bytes(arr.tobytes(order="C"))
-        entry = {"file": fname, "dtype": arr.dtype.str, "shape": list(arr.shape), "count": int(arr.size)}
+        entry: dict[str, Any] = {"file": fname, "dtype": arr.dtype.str, "shape": list(arr.shape), "count": int(arr.size)}
+        if name.endswith(".bfloat16"):
+            entry["bits_of"] = "bfloat16"
+            arr = arr.view(float_dtype("bfloat16"))
         if f"{name}.max_abs_error" in typed:
             entry["max_abs_error_file"] = f"{name}.max_abs_error.bin"
             entry["max_ulp"] = float(_ulp_bound(typed[f"{name}.max_abs_error"], arr).max(initial=0.0))

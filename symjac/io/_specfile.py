@@ -123,9 +123,11 @@ def exact_array(value: Any, where: str) -> np.ndarray:
         raise SpecError(message if message.startswith(where) else f"{where}: {message}") from None
 
 
-def _operator(table: dict[str, Any], where: str) -> Any:
+def _operator(table: Any, where: str) -> Any:
+    if not isinstance(table, dict):
+        raise SpecError(f"{where}: expected a table with kind = \"pool\" | ..., got {type(table).__name__} {table!r}")
     kind = table.get("kind")
-    if kind not in OPERATOR_KEYS:
+    if not isinstance(kind, str) or kind not in OPERATOR_KEYS:
         near = difflib.get_close_matches(str(kind), OPERATOR_KEYS, n=1)
         hint = f" (did you mean {near[0]!r}?)" if near else ""
         raise SpecError(f"{where}.kind: {kind!r} is not valid{hint}; give one of {', '.join(OPERATOR_KEYS)}")
@@ -180,11 +182,16 @@ def _case(table: dict[str, Any], source: str, default_name: str) -> Case:
         where = f"{source} [input].{key}"
         if key == "shape":
             inputs[key] = tuple(value) if isinstance(value, list) else value
-        elif key in ("generator", "seed"):
+        elif key == "seed":
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise SpecError(f"{where}: {value!r} is not valid; give an integer >= 0")
+            inputs[key] = value
+        elif key == "generator":
             inputs[key] = value
         else:
             inputs[key] = exact_array(value, where)
-    if not is_loss and "x" not in inputs and "shape" not in inputs:
+    if not is_loss and "x" not in inputs and "shape" not in inputs and ({"dy", "generator"} & set(inputs)):
+        # No input at all is fine: `symjac verify` then checks every shape of the coverage plan.
         raise SpecError(f"{source} [input]: give x (explicit values) or shape (with a generator)")
     if "generator" in inputs and "x" in inputs:
         raise SpecError(f"{source} [input]: give x or a generator, not both")
@@ -220,6 +227,8 @@ def read_toml(path: str | Path, what: str = "spec file") -> tuple[Path, dict[str
         return p, tomllib.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SpecError(f"{p}: no such {what}") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{p}: not UTF-8 text (byte {exc.start}: {exc.reason}); TOML files are UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{p}: not valid TOML: {exc}") from None
 
@@ -234,6 +243,8 @@ def load(path: str | Path) -> SpecFile:
     p, data = read_toml(path)
     _check_keys(str(p), data, TOP_KEYS)
     if "case" in data:
+        if not isinstance(data["case"], list) or not all(isinstance(c, dict) for c in data["case"]):
+            raise SpecError(f"{p}: case = {data['case']!r} is not valid; give [[case]] tables")
         extra = [k for k in data if k not in ("case", "name", "description")]
         if extra:
             raise SpecError(f"{p}: a file with [[case]] tables takes no top-level {extra[0]!r}; put it in each case")
@@ -265,6 +276,9 @@ def _pool_input(case: Case) -> tuple[Any, np.ndarray, np.ndarray]:
 
     inputs = case.inputs
     seed = int(inputs.get("seed", 0))
+    if "x" not in inputs and "shape" not in inputs:
+        raise SpecError(f"{case.source}: no [input] shape or x; `symjac verify` checks every shape of the coverage "
+                        "plan then, but this needs one shape: add [input] shape = [...]")
     if "x" in inputs:
         x = inputs["x"]
         if "shape" in inputs and tuple(inputs["shape"]) != x.shape:

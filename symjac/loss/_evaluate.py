@@ -154,9 +154,10 @@ class LossEvaluation:
 
 
 def _working_dps(loss: Loss, pred: np.ndarray) -> int:
-    # exp(|z|) next to 1 cancels ~|z|·log10(e) digits (σ(z) - y, softmax - t at large
-    # logits): add them so DPS significant digits survive.
-    if loss.kind not in ("sigmoid_ce", "softmax_ce"):
+    # exp(|z|) next to 1 cancels ~|z|·log10(e) digits (softmax - t at large logits):
+    # add them so DPS significant digits survive. (sigmoid_ce's template is written
+    # so that nothing cancels: see loss._templates.)
+    if loss.kind != "softmax_ce":
         return DPS
     big = max((abs(v) for v in pred.reshape(-1)), default=Fraction(0))
     return DPS + int(float(big) * 0.4343) + 1
@@ -209,17 +210,37 @@ def evaluate(
         names the argument and the first offending index.
     """
     check_loss(loss)
+    z = _read_pred(pred)
+    kind = loss.kind
+    classes = int(z.shape[-1]) if kind == "softmax_ce" else 1
+    tpl = loss_template(loss, classes)
+    element_shape = tuple(z.shape[:-1]) if kind == "softmax_ce" else tuple(z.shape)
+    t, counted = _read_labels(loss, z, label, element_shape, classes)
+    _check_domains(loss, z, t)
+    params = _class_params(loss, z, classes)
+    factor, den, denominator_ops = _reduction(loss, upstream, element_shape, t, counted, classes)
+    dps = _working_dps(loss, z)
+    with mpmath.workdps(dps):
+        fields = _evaluate_elements(tpl, z, t, params, counted, element_shape, values, derivatives, bounds)
+    return LossEvaluation(loss=loss, template=tpl, pred=z, counted=counted, factor=factor, denominator=den,
+                          denominator_ops=denominator_ops, dps=dps, **fields)
+
+
+def _read_pred(pred: Any) -> np.ndarray:
+    """The exact predictions, at least 1-D and non-empty."""
     z = _exact(pred, "pred")
     if z.ndim == 0:
         raise InputError("pred is a scalar; give an array with at least one axis (e.g. [0.0])")
     if z.size == 0:
         raise InputError(f"pred has shape {z.shape} with no elements; give at least one")
-    kind = loss.kind
-    classes = int(z.shape[-1]) if kind == "softmax_ce" else 1
-    tpl = loss_template(loss, classes)
-    element_shape = tuple(z.shape[:-1]) if kind == "softmax_ce" else tuple(z.shape)
+    return z
 
-    # ---- labels
+
+def _read_labels(loss: Loss, z: np.ndarray, label: Any, element_shape: tuple[int, ...],
+                 classes: int) -> tuple[np.ndarray | None, np.ndarray]:
+    """The exact labels in pred's shape (class indices become one-hot rows) and, per
+    element, whether it counts (False for rows equal to ``ignore_index``)."""
+    kind = loss.kind
     counted = np.ones(element_shape, dtype=bool)
     t: np.ndarray | None = None
     if kind == "constant_derivative":
@@ -253,8 +274,12 @@ def evaluate(
         if t.shape != z.shape:
             raise InputError(f"label has shape {t.shape} but pred has shape {z.shape}: kind={kind!r} needs "
                              f"label of pred's shape")
+    return t, counted
 
-    # ---- domains (exact comparisons on the rational inputs)
+
+def _check_domains(loss: Loss, z: np.ndarray, t: np.ndarray | None) -> None:
+    """Exact comparisons on the rational inputs: each kind's domain for pred and label."""
+    kind = loss.kind
     unit = "[0, 1]"
     if kind in ("sigmoid_ce", "bce") or (kind == "softmax_ce" and loss.labels == "probabilities") or (
         kind == "kld" and not loss.log_target
@@ -271,7 +296,10 @@ def evaluate(
         _check_range("pred", z, lambda v: 0 < v <= 1, "(0, 1]",
                      "kld takes the probability Q (log Q and -P/Q need Q > 0); use log_input=True for log Q")
 
-    # ---- options per class
+
+def _class_params(loss: Loss, z: np.ndarray, classes: int) -> list[list[Fraction]]:
+    """The template's option values (weights, pos_weight, ε, δ), per class along pred's last axis."""
+    kind = loss.kind
     params_per_class: list[list[Fraction]]
     if kind == "softmax_ce":
         params_per_class = [_per_class("weight", loss.weight, classes, Fraction(1)) + [loss.label_smoothing or Fraction(0)]]
@@ -288,8 +316,14 @@ def evaluate(
             params_per_class = [[wc, pc] for wc, pc in zip(w, pw)]
     else:
         params_per_class = [[]]
+    return params_per_class
 
-    # ---- reduction
+
+def _reduction(loss: Loss, upstream: Any, element_shape: tuple[int, ...], t: np.ndarray | None,
+               counted: np.ndarray, classes: int) -> tuple[np.ndarray, Fraction, int]:
+    """Per element the exact reduction factor r_i (0 for ignored rows), the denominator
+    D and the roundings an implementation needs to form D."""
+    kind = loss.kind
     n_el = int(np.prod(element_shape)) if element_shape else 1
     factor = np.empty(element_shape, dtype=object)
     denominator_ops = 0
@@ -341,87 +375,70 @@ def evaluate(
             den = Fraction(n_el)
         factor[...] = scalar / den
     factor[~counted] = Fraction(0)
+    return factor, den, denominator_ops
 
-    # ---- exact evaluation, element by element
-    dps = _working_dps(loss, z)
-    elements = np.empty(element_shape, dtype=object)
-    element_cond = np.empty(element_shape, dtype=object) if bounds else None
-    element_run = np.empty(element_shape, dtype=object) if bounds else None
-    h = np.empty(z.shape, dtype=object)
-    h_cond = np.empty(z.shape, dtype=object) if bounds else None
-    h_run = np.empty(z.shape, dtype=object) if bounds else None
-    h_lo = np.empty(z.shape, dtype=object)
-    h_hi = np.empty(z.shape, dtype=object)
+
+def _element_args(tpl: LossTemplate, z: np.ndarray, t: np.ndarray | None, params_per_class: list[list[Fraction]],
+                  key: tuple[int, ...]) -> tuple[tuple[mpmath.mpf, ...], list[tuple[int, ...]]]:
+    """The template's mpmath arguments (pred, label, options) of element ``key``, and
+    the pred positions its derivatives go to."""
+    if tpl.kind == "softmax_ce":
+        zs, ts, ps = list(z[key]), list(t[key]) if t is not None else [], params_per_class[0]
+        positions = [key + (c,) for c in range(tpl.classes)]
+    else:
+        zs, ts = [z[key]], [] if t is None else [t[key]]
+        ps = params_per_class[key[-1] % len(params_per_class)] if len(params_per_class) > 1 else params_per_class[0]
+        positions = [key]
+    return tuple(_mpf(v) for v in zs + ts + list(ps)), positions
+
+
+def _element(tpl: LossTemplate, a: tuple[mpmath.mpf, ...], values: bool, derivatives: bool,
+             bounds: bool) -> tuple[list[Any], list[list[Any]]]:
+    """One counted element: [ℓ, cond, run] and per derivative [h, lo, hi, cond, run]
+    (zeros and Nones for what was not asked)."""
+    zero = mpmath.mpf(0)
+    if bounds:
+        value = list(tpl.loss_cond_fn(*a))
+    else:
+        value = [tpl.value_fn(*a)[0] if values else zero, None, None]
+    n = tpl.classes
+    if not (derivatives or bounds):
+        return value, [[zero, zero, zero, None, None] for _ in range(n)]
+    hv = list(tpl.derivative_fn(*a))
+    lo, hi = hv, hv
+    if tpl.kink_fn is not None and any(k == 0 for k in tpl.kink_fn(*a)):
+        both = tpl.clarke_fn(*a)  # the Clarke set: the hull of the derivatives with sign = ±1
+        lo = [min(p, q) for p, q in zip(both[:n], both[n:])]
+        hi = [max(p, q) for p, q in zip(both[:n], both[n:])]
+    hc = list(tpl.derivative_cond_fn(*a)) if bounds else [None] * (2 * n)
+    return value, [[hv[c], lo[c], hi[c], hc[c], hc[n + c]] for c in range(n)]
+
+
+def _evaluate_elements(tpl: LossTemplate, z: np.ndarray, t: np.ndarray | None, params_per_class: list[list[Fraction]],
+                       counted: np.ndarray, element_shape: tuple[int, ...], values: bool, derivatives: bool,
+                       bounds: bool) -> dict[str, Any]:
+    """The template's lowered functions element by element (inside the caller's workdps):
+    the fields of :class:`LossEvaluation` that hold values (ignored rows are 0)."""
+    zero = mpmath.mpf(0)
+    per_element = {name: np.empty(element_shape, dtype=object) for name in ("elements", "element_cond", "element_run")}
+    per_entry = {name: np.empty(z.shape, dtype=object) for name in ("h", "h_lo", "h_hi", "h_cond", "h_run")}
     args = np.empty(element_shape, dtype=object)
-    with mpmath.workdps(dps):
-        zero = mpmath.mpf(0)
-        for i in range(n_el):
-            key = tuple(_index(element_shape, i))
-            if kind == "softmax_ce":
-                zs = list(z[key])
-                ts = list(t[key]) if t is not None else []
-                ps = params_per_class[0]
-                hw = [key + (c,) for c in range(classes)]
-            else:
-                zs = [z[key]]
-                ts = [] if t is None else [t[key]]
-                ps = params_per_class[key[-1] % len(params_per_class)] if len(params_per_class) > 1 else (
-                    params_per_class[0])
-                hw = [key]
-            a = tuple(_mpf(v) for v in zs + ts + list(ps))
-            args[key] = a
-            if not counted[key]:
-                elements[key] = zero
-                if element_cond is not None and element_run is not None:
-                    element_cond[key] = element_run[key] = zero
-                for pos in hw:
-                    h[pos] = h_lo[pos] = h_hi[pos] = zero
-                    if h_cond is not None and h_run is not None:
-                        h_cond[pos] = h_run[pos] = zero
-                continue
-            if bounds:
-                v, c, run = tpl.loss_cond_fn(*a)
-                elements[key] = v
-                assert element_cond is not None and element_run is not None
-                element_cond[key], element_run[key] = c, run
-            elif values:
-                elements[key] = tpl.value_fn(*a)[0]
-            else:
-                elements[key] = zero
-            if derivatives or bounds:
-                hv = tpl.derivative_fn(*a)
-                lo, hi = list(hv), list(hv)
-                if tpl.kink_fn is not None and any(k == 0 for k in tpl.kink_fn(*a)):
-                    both = tpl.clarke_fn(*a)
-                    lo = [min(p, q) for p, q in zip(both[: len(hv)], both[len(hv):])]
-                    hi = [max(p, q) for p, q in zip(both[: len(hv)], both[len(hv):])]
-                hc = tpl.derivative_cond_fn(*a) if bounds else [None] * (2 * len(hv))
-                for pos, v_, l_, u_, c_, r_ in zip(hw, hv, lo, hi, hc[: len(hv)], hc[len(hv):]):
-                    h[pos], h_lo[pos], h_hi[pos] = v_, l_, u_
-                    if h_cond is not None and h_run is not None:
-                        h_cond[pos], h_run[pos] = c_, r_
-            else:
-                for pos in hw:
-                    h[pos] = h_lo[pos] = h_hi[pos] = zero
-    return LossEvaluation(
-        loss=loss,
-        template=tpl,
-        pred=z,
-        args=args,
-        counted=counted,
-        elements=elements,
-        element_cond=element_cond,
-        element_run=element_run,
-        h=h,
-        h_cond=h_cond,
-        h_run=h_run,
-        h_lo=h_lo,
-        h_hi=h_hi,
-        factor=factor,
-        denominator=den,
-        denominator_ops=denominator_ops,
-        dps=dps,
-    )
+    for i in range(int(np.prod(element_shape)) if element_shape else 1):
+        key = tuple(_index(element_shape, i))
+        args[key], positions = _element_args(tpl, z, t, params_per_class, key)
+        if counted[key]:
+            value, entries = _element(tpl, args[key], values, derivatives, bounds)
+        else:
+            value, entries = [zero] * 3, [[zero] * 5 for _ in positions]
+        for name, v in zip(per_element, value):
+            per_element[name][key] = v
+        for pos, entry in zip(positions, entries):
+            for name, v in zip(per_entry, entry):
+                per_entry[name][pos] = v
+    if not bounds:
+        for name in ("element_cond", "element_run", "h_cond", "h_run"):
+            (per_element if name.startswith("element") else per_entry)[name] = None  # type: ignore[assignment]
+    return {"args": args, **per_element, **per_entry}
 
 
 def loss_value(loss: Loss, pred: Any, label: Any = None) -> Any:
@@ -474,14 +491,19 @@ def to_numpy(values: Any, dtype: Any = np.float64) -> np.ndarray:
     """Round mpf values (scalar or object array) to ``dtype``, to nearest.
 
     Rounds through an exact binary fraction of the mpf, so there is no double
-    rounding through float64.
+    rounding through float64; values beyond the dtype's range become +-inf (IEEE
+    round to nearest), not an OverflowError.
     """
     from symjac._exact import round_fraction
 
     arr = np.asarray(values, dtype=object)
     out = np.empty(arr.size, dtype=np.dtype(dtype))
     for i, v in enumerate(arr.reshape(-1)):
-        sign, man, exp, _bc = mpmath.mpf(v)._mpf_  # exact binary value; man_exp would drop the sign
+        v = mpmath.mpf(v)
+        if not mpmath.isfinite(v):  # inf and nan carry no binary fraction
+            out[i] = float(v)
+            continue
+        sign, man, exp, _bc = v._mpf_  # exact binary value; man_exp would drop the sign
         f = (-1 if sign else 1) * Fraction(int(man)) * (Fraction(2) ** int(exp))
         out[i] = round_fraction(f, dtype)
     return out.reshape(arr.shape)

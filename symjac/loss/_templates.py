@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import sympy
+from sympy.codegen.cfunctions import log1p
 
 from symjac._errors import SpecError
 
@@ -83,7 +84,8 @@ def running_error(e: sympy.Basic) -> sympy.Expr:
     - n-term sum: ``Σ E(a_i) + (n-1)·Σ|a_i|`` (recursive summation, γ_{n-1}Σ|a_i|);
     - product: ``Σ_i E(a_i)·Π_{j≠i}|a_j| + m·|Π a_i|``, m the inexact multiplications;
     - ``b^k`` (integer k): ``|k·b^(k-1)|·E(b) + ops·|b^k|``;
-    - ``exp(a)``: ``|exp a|·E(a) + 2|exp a|``; ``log(a)``: ``E(a)/|a| + 2|log a|``
+    - ``exp(a)``: ``|exp a|·E(a) + 2|exp a|``; ``log(a)``: ``E(a)/|a| + 2|log a|``;
+      ``log1p(a)``: ``E(a)/|1 + a| + 2|log1p a|``
       (libm within 1 ulp = 2u); other functions ``|f'(a)|·E(a) + 2|f(a)|``;
     - ``Abs``: ``E(a)``; ``sign``: 0; Piecewise: per branch; a non-dyadic constant: ``|c|``.
 
@@ -128,6 +130,9 @@ def _running_error(e: sympy.Basic) -> sympy.Expr:
     if isinstance(e, sympy.log):
         a = e.args[0]
         return running_error(a) / sympy.Abs(a) + _OP_COST_TRANSCENDENTAL * sympy.Abs(e)
+    if isinstance(e, log1p):
+        a = e.args[0]
+        return running_error(a) / sympy.Abs(1 + a) + _OP_COST_TRANSCENDENTAL * sympy.Abs(e)
     if isinstance(e, sympy.Abs):
         return running_error(e.args[0])
     if isinstance(e, sympy.sign):
@@ -157,6 +162,9 @@ class LossTemplate:
         deepest derivative.
       kink_args: arguments of ``sign`` in the derivatives: where one is exactly 0
         the derivative is a Clarke set (the hull of its values with sign = ±1).
+      stable_loss / stable_derivatives: the same functions (checked by SymPy) written
+        so that nothing cancels at any magnitude; the exact values are evaluated from
+        these, the rounding bounds from ``loss`` and ``derivatives``.
     """
 
     kind: str
@@ -166,6 +174,8 @@ class LossTemplate:
     params: tuple[sympy.Symbol, ...]
     loss: sympy.Expr
     derivatives: tuple[sympy.Expr, ...]
+    stable_loss: sympy.Expr
+    stable_derivatives: tuple[sympy.Expr, ...]
     loss_depth: int
     derivative_depth: int
     kink_args: tuple[sympy.Expr, ...]
@@ -181,12 +191,12 @@ class LossTemplate:
     @functools.cached_property
     def value_fn(self) -> Callable[..., Any]:
         """mpmath: args -> [ℓ]."""
-        return self._lower([self.loss])
+        return self._lower([self.stable_loss])
 
     @functools.cached_property
     def derivative_fn(self) -> Callable[..., Any]:
         """mpmath: args -> [dℓ/dz_0, ...]."""
-        return self._lower(self.derivatives)
+        return self._lower(self.stable_derivatives)
 
     def _cond(self, expr: sympy.Expr) -> sympy.Expr:
         # Σ_m |∂e/∂x_m|·|x_m|: the first-order effect of perturbing every input by one
@@ -202,7 +212,7 @@ class LossTemplate:
     @functools.cached_property
     def loss_cond_fn(self) -> Callable[..., Any]:
         """mpmath: args -> [ℓ, Σ_m |∂ℓ/∂x_m|·|x_m|, running_error(ℓ)]."""
-        return self._lower([self.loss, self._cond(self.loss), running_error(self.loss)])
+        return self._lower([self.stable_loss, self._cond(self.loss), running_error(self.loss)])
 
     @functools.cached_property
     def derivative_cond_fn(self) -> Callable[..., Any]:
@@ -260,9 +270,13 @@ def _template(kind: str, classes: int, log_input: bool, log_target: bool) -> Los
             w, p = _real("w"), _real("pos_weight")
             params = (w, p)
             # -log σ(z) = log(1 + e^-z) and -log(1 - σ(z)) = z + log(1 + e^-z): the same
-            # function, written without 1 - σ so mpmath need not cancel.
+            # function, written without 1 - σ (the form implementations evaluate, so the
+            # running-error bounds model it).
             softplus = sympy.log(1 + sympy.exp(-zz))
             loss = w * (p * y * softplus + (1 - y) * (zz + softplus))
+            # For the exact values: log1p(e^-z) and log1p(e^z), where nothing cancels at
+            # any |z| and log1p keeps e^-|z| when tiny, so mpmath needs no extra digits.
+            stable = w * (p * y * log1p(sympy.exp(-zz)) + (1 - y) * log1p(sympy.exp(zz)))
         elif kind == "bce":
             w = _real("w")
             params = (w,)
@@ -279,6 +293,15 @@ def _template(kind: str, classes: int, log_input: bool, log_target: bool) -> Los
         else:  # pragma: no cover - KINDS is closed
             raise SpecError(f"kind={kind!r} is not valid")
     derivatives = tuple(sympy.diff(loss, s) for s in pred)
+    stable_derivatives = derivatives
+    if kind == "sigmoid_ce":
+        if sympy.simplify(loss - stable.rewrite(sympy.log)) != 0:
+            raise AssertionError(f"stable form {stable} of {loss} is not the same function")
+        # SymPy's derivative over one denominator, w(-p·y + (1 - y)e^z)/(e^z + 1): the
+        # 1 - e^-z/(1 + e^-z) of the raw form would cancel ~|z|·log10(e) digits.
+        stable_derivatives = tuple(sympy.together(h) for h in derivatives)
+    else:
+        stable = loss
     kinks = tuple(dict.fromkeys(a.args[0] for h in derivatives for a in h.atoms(sympy.sign)))
     return LossTemplate(
         kind=kind,
@@ -288,6 +311,8 @@ def _template(kind: str, classes: int, log_input: bool, log_target: bool) -> Los
         params=params,
         loss=loss,
         derivatives=derivatives,
+        stable_loss=stable,
+        stable_derivatives=stable_derivatives,
         loss_depth=_depth(loss),
         derivative_depth=max(_depth(h) for h in derivatives),
         kink_args=kinks,

@@ -1,1 +1,7 @@
 """Pooling: spec → geometry → SymPy window templates → exact Jacobian → NumPy lowering → window graph."""
+
+#: The size budget of one resolved geometry: batch x windows x stored kernel slots (an
+#: upper bound of the Jacobian's nonzeros), and batch x input cells. ``resolve``
+#: refuses larger problems up front with a SpecError instead of allocating
+#: gigabytes; raise it here (or per call: ``resolve(..., max_nnz=...)``) for bigger runs.
+MAX_NNZ = 2**26

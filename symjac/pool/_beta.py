@@ -147,12 +147,12 @@ def beta_jacobian(g: Geometry, x: ExactArray | None, beta: Beta) -> SparseJacobi
     """Exact sparse J_β: entries of J_split and J_first combined, zeros dropped."""
     import sympy
 
-    from symjac.pool._jacobian import SparseJacobian, _sparse, routes
+    from symjac.pool._jacobian import SparseJacobian, _sparse, stamp
 
     b = sympy.Rational(beta.value.numerator, beta.value.denominator)
     entries: dict[tuple[int, int], Any] = {}
     for weight, tie in ((b, "split"), (1 - b, "first")):
-        J = _sparse(routes(g, x, tie))
+        J = _sparse(stamp(g, x, tie))
         for r, c, v in zip(J.rows.tolist(), J.cols.tolist(), J.values):
             entries[r, c] = entries.get((r, c), 0) + weight * v
     keys = sorted(k for k, v in entries.items() if v != 0)
@@ -166,6 +166,6 @@ def beta_jacobian(g: Geometry, x: ExactArray | None, beta: Beta) -> SparseJacobi
 
 def exact_jacobian(g: Geometry, x: ExactArray | None, tie: Tie) -> SparseJacobian:
     """The exact sparse Jacobian at an exact x for any tie policy (golden data)."""
-    from symjac.pool._jacobian import _sparse, routes
+    from symjac.pool._jacobian import _sparse, stamp
 
-    return beta_jacobian(g, x, tie) if isinstance(tie, Beta) else _sparse(routes(g, x, tie))
+    return beta_jacobian(g, x, tie) if isinstance(tie, Beta) else _sparse(stamp(g, x, tie))

@@ -65,7 +65,30 @@ class AxisWindows:
         return in_window & (cells >= -self.pad[0]) & (cells < self.length + self.pad[1])
 
 
-def _axis_pool(spec: Pool, axis: int, length: int) -> AxisWindows:
+@dataclasses.dataclass(frozen=True)
+class _AxisPlan:
+    """One axis of a :class:`Pool`, in O(1): pads, output length and the slot range.
+
+    ``slots`` is the range [first, last] of kernel slots that are a real input cell
+    in at least one window; slots outside it read padding in every window and are
+    not stored (a kernel of 10^9 over 7 cells stores 7 slots, not 10^9).
+    """
+
+    pad: tuple[int, int]
+    out: int
+    slots: tuple[int, int]
+
+
+def _valid_slots(t: Any, k: int, d: int, length: int) -> tuple[Any, Any]:
+    """First and last kernel slot j in [0, k) with 0 <= t + j*d < length, for window
+    starts t (a Python int, or an int64 array: one pair per window)."""
+    first, last = -(t // d), (length - 1 - t) // d  # ceil(-t/d), floor((L-1-t)/d)
+    if isinstance(t, np.ndarray):
+        return np.maximum(first, 0), np.minimum(last, k - 1)
+    return max(first, 0), min(last, k - 1)
+
+
+def _pool_plan(spec: Pool, axis: int, length: int) -> _AxisPlan:
     k, s, d = spec.kernel[axis], spec.stride[axis], spec.dilation[axis]  # type: ignore[index]
     extent = d * (k - 1) + 1
     name = AXIS_NAMES[spec.rank][axis]
@@ -80,41 +103,71 @@ def _axis_pool(spec: Pool, axis: int, length: int) -> AxisWindows:
     else:
         lo, hi = spec.padding[axis]
     span = length + lo + hi - extent
-    if span < 0:
+    if spec.ceil_mode:
+        # PyTorch/ONNX: out = ceil(span / s) + 1 with floor division (so a kernel
+        # longer than the padded input still gives a window when the ceil reaches it),
+        # and a last window that starts in the high padding is dropped.
+        out = -(-span // s) + 1
+        if (out - 1) * s >= length + lo:
+            out -= 1
+    else:
+        out = span // s + 1 if span >= 0 else 0
+    if out < 1:
         raise SpecError(
             f"kernel={spec.kernel!r}: along axis {axis} ({name}) the window extent {extent} "
             f"(kernel {k}, dilation {d}) exceeds the padded input length {length + lo + hi} "
             f"(L={length}, padding ({lo}, {hi})); valid: extent <= padded length"
         )
-    if spec.ceil_mode:
-        out = -(-span // s) + 1
-        # PyTorch/ONNX: a last window that starts in the high padding is dropped.
-        if (out - 1) * s >= length + lo:
-            out -= 1
-    else:
-        out = span // s + 1
-    starts = np.arange(out) * s - lo
-    offsets = np.arange(k) * d
-    cells = starts[:, None] + offsets[None, :]
-    counted = ((cells >= -lo) & (cells < length + hi)).sum(axis=1)
-    windows = AxisWindows(length, (lo, hi), starts, offsets, np.full(out, k), counted)
+    # The first and last windows are the ones most likely to read only padding;
+    # checking them here refuses a huge pad before any array is built.
+    for i in (0, out - 1):
+        first, last = _valid_slots(i * s - lo, k, d, length)
+        if first > last:
+            raise _only_padding(spec, axis, length, (lo, hi), i, i * s - lo, extent)
+    first = int(_valid_slots((out - 1) * s - lo, k, d, length)[0])
+    last = int(_valid_slots(-lo, k, d, length)[1])
+    return _AxisPlan((lo, hi), out, (first, last))
+
+
+def _only_padding(spec: Pool, axis: int, length: int, pad: tuple[int, int], i: int, start: int,
+                  extent: int) -> SpecError:
+    name = AXIS_NAMES[spec.rank][axis]
+    k, d = spec.kernel[axis], spec.dilation[axis]
+    cells = str([start + j * d for j in range(k)]) if k <= 8 else f"[{start}, {start + d}, ..., {start + extent - 1}]"
+    return SpecError(
+        f"padding={spec.padding!r}: along axis {axis} ({name}) window {i} reads only padding "
+        f"(cells {cells} all lie outside [0, {length})) with pads {pad}; "
+        f"valid: each pad smaller than the window extent {extent}"
+    )
+
+
+def _axis_pool(spec: Pool, axis: int, length: int) -> AxisWindows:
+    plan = _pool_plan(spec, axis, length)
+    k, s, d = spec.kernel[axis], spec.stride[axis], spec.dilation[axis]  # type: ignore[index]
+    lo, hi = plan.pad
+    starts = np.arange(plan.out, dtype=np.int64) * s - lo
+    offsets = np.arange(plan.slots[0], plan.slots[1] + 1, dtype=np.int64) * d
+    # include_pad counts the kernel slots inside [-lo, L + hi), stored or not.
+    first, last = _valid_slots(starts + lo, k, d, length + lo + hi)
+    counted = np.maximum(last - first + 1, 0)
+    windows = AxisWindows(length, (lo, hi), starts, offsets, np.full(plan.out, offsets.size), counted)
     empty = np.flatnonzero(~windows.valid.any(axis=1))
-    if empty.size:
+    if empty.size:  # a window between the first and last one that falls in a dilation gap
         i = int(empty[0])
-        raise SpecError(
-            f"padding={spec.padding!r}: along axis {axis} ({name}) window {i} reads only padding "
-            f"(cells {cells[i].tolist()} all lie outside [0, {length})) with pads ({lo}, {hi}); "
-            f"valid: each pad smaller than the window extent {extent}"
-        )
+        raise _only_padding(spec, axis, length, (lo, hi), i, int(starts[i]), d * (k - 1) + 1)
     return windows
 
 
-def _axis_adaptive(out: int, axis: int, length: int, rank: int) -> AxisWindows:
+def _axis_adaptive_check(out: int, axis: int, length: int, rank: int) -> None:
     if out > length:
         raise SpecError(
             f"output_size: along axis {axis} ({AXIS_NAMES[rank][axis]}) output size {out} is larger "
             f"than the input length {length}; valid: 1 <= output_size <= {length}"
         )
+
+
+def _axis_adaptive(out: int, axis: int, length: int, rank: int) -> AxisWindows:
+    _axis_adaptive_check(out, axis, length, rank)
     i = np.arange(out)
     starts = (i * length) // out
     ends = -((-(i + 1) * length) // out)
@@ -258,14 +311,49 @@ def _check_shape(input_shape: object) -> tuple[int, ...]:
     return tuple(int(s) for s in shape)
 
 
-def resolve(spec: PoolSpec, input_shape: tuple[int, ...]) -> Geometry:
+def resolve(spec: PoolSpec, input_shape: tuple[int, ...], *, max_nnz: int | None = None) -> Geometry:
     """Resolve ``spec`` at ``input_shape`` into its exact windows.
+
+    The size of the result is checked first, in O(rank) arithmetic: the window
+    table holds (batch x windows x stored slots) entries, an upper bound of the
+    Jacobian's nonzeros, and with the input it must fit ``max_nnz`` (default
+    ``symjac.pool.MAX_NNZ``, 2^26). Geometry work is then O(output + nnz): kernel
+    slots that read padding in every window are not stored.
 
     Raises:
       SpecError: the shape does not fit the spec (wrong rank, kernel larger than the
-        padded input, a window reading only padding, adaptive output too large).
+        padded input, a window reading only padding, adaptive output too large), or
+        the Jacobian would exceed the budget.
     """
-    return _resolve(check_pool_spec(spec), _check_shape(input_shape))
+    spec, shape = check_pool_spec(spec), _check_shape(input_shape)
+    _check_budget(spec, shape, max_nnz)
+    return _resolve(spec, shape)
+
+
+def _check_budget(spec: PoolSpec, shape: tuple[int, ...], max_nnz: int | None) -> None:
+    import symjac.pool
+
+    budget = symjac.pool.MAX_NNZ if max_nnz is None else max_nnz
+    lead, spatial, trail = _split_shape(spec, shape)
+    windows = slots = 1
+    for axis, length in enumerate(spatial):
+        if isinstance(spec, Pool):
+            plan = _pool_plan(spec, axis, length)
+            out, width = plan.out, plan.slots[1] - plan.slots[0] + 1
+        else:
+            out = spec.output_size[axis] if isinstance(spec, AdaptivePool) else 1
+            _axis_adaptive_check(out, axis, length, spec.rank)
+            width = -(-length // out) + 1  # an adaptive window spans at most ceil(L/o) + 1 cells
+        windows, slots = windows * out, slots * width
+    batch = math.prod(lead) * math.prod(trail)
+    size = batch * max(windows * slots, math.prod(spatial))
+    if size > budget:
+        raise SpecError(
+            f"{spec!r} at input_shape={shape!r} is too large: {batch} slices x {windows} windows x {slots} "
+            f"kernel slots (or {batch} x {math.prod(spatial)} inputs) = {size} Jacobian entries exceed the "
+            f"budget of {budget}; use a smaller shape or kernel, or raise the budget with "
+            f"resolve(..., max_nnz=...) or symjac.pool.MAX_NNZ"
+        )
 
 
 @functools.lru_cache(maxsize=64)

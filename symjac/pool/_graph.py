@@ -27,9 +27,9 @@ import numpy as np
 import sympy
 
 from symjac.pool._geometry import AxisWindows, Geometry, resolve
-from symjac.pool._jacobian import _input, routes
+from symjac.pool._jacobian import _input, stamp
 from symjac.pool._spec import PoolSpec, check_pool_spec
-from symjac.pool._symbolic import tie_members, window_classes
+from symjac.pool._symbolic import max_members, window_classes
 
 
 def _colour(graph: nx.Graph) -> np.ndarray:
@@ -76,6 +76,7 @@ def window_colouring(geometry: Geometry) -> tuple[np.ndarray, int]:
 
 
 @functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=64)
 def input_colouring(geometry: Geometry) -> tuple[np.ndarray, int]:
     """(colour of each spatial input cell, number of colours); no window reads two
     cells of one colour (Curtis–Powell–Reid groups for finite differences)."""
@@ -105,22 +106,16 @@ def window_graph(spec: PoolSpec, x: Any, *, tie: str = "first") -> nx.DiGraph:
     weights: dict[tuple[int, int, int], int] = {}
     q = 1
     if geometry.spec.mode == "avg" or exact is not None:
-        r = routes(geometry, exact, tie)
-        q = r.q
-        for rt in r.routes:
-            w = np.broadcast_to(rt.weight, (geometry.batch, rt.windows.size))
-            for b in range(geometry.batch):
-                for win, cell, val in zip(rt.windows.tolist(), rt.cells.tolist(), w[b].tolist()):
-                    weights[b, win, cell] = val
+        st = stamp(geometry, exact, tie)
+        q = st.q
+        num = np.broadcast_to(st.support * st.weight[..., None], (geometry.batch,) + geometry.cells.shape)
+        for b, w, k in zip(*np.nonzero(geometry.valid[None] & np.ones((geometry.batch, 1, 1), dtype=bool))):
+            weights[int(b), int(w), int(geometry.cells[w, k])] = int(num[b, w, k])
     member: dict[tuple[int, int, int], bool] = {}
     if geometry.spec.mode == "max" and exact is not None:
-        xc = geometry.to_canonical(exact.num)
-        for c in window_classes(geometry):
-            m = tie_members(c.template, xc[:, c.cells])
-            for b in range(geometry.batch):
-                for i, win in enumerate(c.windows.tolist()):
-                    for j, cell in enumerate(c.cells[i].tolist()):
-                        member[b, win, cell] = bool(m[b, i, j])
+        m = max_members(geometry, geometry.to_canonical(exact.num), pads=True)  # pad_value=0: a pad cell competes
+        for b, w, k in zip(*np.nonzero(geometry.valid[None] & np.ones((geometry.batch, 1, 1), dtype=bool))):
+            member[int(b), int(w), int(geometry.cells[w, k])] = bool(m[b, w, k])
     in_shape, out_shape = geometry.input_shape, geometry.output_shape
     for c in window_classes(geometry):
         for b in range(geometry.batch):

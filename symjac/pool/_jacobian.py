@@ -1,9 +1,12 @@
 """The exact Jacobian, VJP and forward, stamped from the class templates.
 
-Each (window class, slot) pair is a *route*: the windows of the class, the input
-cell each reads at that slot, and the exact derivative (an integer weight over a
-common denominator ``q``). Within one route every window reads a different cell,
-so scatter-adds are collision-free NumPy assignments, vectorised over the batch.
+A :class:`Stamp` holds, for every window and slot of the geometry, whether the
+entry is nonzero and its exact value (an integer weight over a common denominator
+``q``), taken from the window's class template. Work runs one slot across
+all windows, or one window across all slots, whichever is shorter (a line): within
+a line every pair reads a different cell, so scatter-adds are collision-free NumPy
+assignments, vectorised over the batch; Python loops are O(min(windows, K)), never
+O(classes x K) or O(nnz).
 """
 
 from __future__ import annotations
@@ -21,27 +24,42 @@ from symjac._exact import ExactArray, _int_array
 from symjac.pool._geometry import Geometry, resolve
 from symjac.pool._spec import PoolSpec, check_pool_spec
 from symjac.pool._beta import Beta, Tie, parse_tie
-from symjac.pool._symbolic import TIE_POLICIES, class_weights, tie_members, window_classes
+from symjac.pool._symbolic import (
+    TIE_POLICIES,
+    Line,
+    lines,
+    max_members,
+    max_support,
+    window_classes,
+    window_weights,
+)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class Route:
-    """Windows, the cell each reads at one slot, and the weight ``weight / q``.
+class Stamp:
+    """The exact Jacobian of a geometry, stamped from the class templates.
 
-    ``weight`` has shape (1, nw) when it does not depend on x (average pooling) or
-    (batch, nw) when it does (max pooling at a given x).
+    Entry (b, w, k) of the Jacobian, the derivative of window w of slice b with
+    respect to the cell ``geometry.cells[w, k]``, is ``support * weight / q``.
+    Arrays have a leading axis of 1 when they do not depend on x (average
+    pooling: the support is the valid mask, the weight the class template's 1/D)
+    or of ``batch`` when they do (max pooling at a given x and tie policy).
+
+    Attributes:
+      geometry: the windows.
+      support: (1 | batch, windows, K) bool, the nonzero entries.
+      weight: (1 | batch, windows) int64 numerator of every window's entries.
+      q: the common denominator.
     """
 
-    windows: np.ndarray
-    cells: np.ndarray
-    weight: np.ndarray
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Routes:
     geometry: Geometry
-    routes: tuple[Route, ...]
+    support: np.ndarray
+    weight: np.ndarray
     q: int
+
+    def coefficients(self, line: Line) -> np.ndarray:
+        """(1 | batch, len(line)) integer entries of a line (0 where the support leaves a slot out)."""
+        return np.where(self.support[:, line.w, line.k], self.weight[:, line.w], 0)
 
 
 def _input(geometry_or_spec: Any, x: Any, name: str = "x") -> tuple[Geometry, ExactArray | None]:
@@ -53,50 +71,42 @@ def _input(geometry_or_spec: Any, x: Any, name: str = "x") -> tuple[Geometry, Ex
     return resolve(spec, exact.shape), exact
 
 
-def routes(geometry: Geometry, x: ExactArray | None, tie: str = "first") -> Routes:
-    """The exact routes of ``geometry``; max pooling needs ``x`` to find its ties."""
-    out: list[Route] = []
+def stamp(geometry: Geometry, x: ExactArray | None, tie: str = "first") -> Stamp:
+    """The exact Jacobian of ``geometry``; max pooling needs ``x`` to find its ties."""
     if geometry.spec.mode == "avg":
-        q = math.lcm(*(w.denominator for c in window_classes(geometry) for w in c.template.weights))
-        for c in window_classes(geometry):
-            for j, w in enumerate(c.template.weights):
-                weight = np.full((1, c.windows.size), w.numerator * (q // w.denominator), dtype=np.int64)
-                out.append(Route(c.windows, c.cells[:, j], weight))
-        return Routes(geometry, tuple(out), q)
+        weight, q = window_weights(geometry)
+        return Stamp(geometry, geometry.valid[None], weight[None], q)
     if x is None:
         raise InputError("max pooling's Jacobian depends on x: pass the input values, not only its shape")
-    xc = geometry.to_canonical(x.num)
-    parts = [(c, class_weights(c, xc[:, c.cells], tie)) for c in window_classes(geometry)]  # values: (batch, nw, n)
-    q = math.lcm(*(qc for _, (_, _, qc) in parts)) if parts else 1
-    for c, (member, weights, qc) in parts:
-        weights = weights * (q // qc)
-        for j in range(member.shape[-1]):
-            out.append(Route(c.windows, c.cells[:, j], weights[..., j]))
-    return Routes(geometry, tuple(out), q)
+    return Stamp(geometry, *max_support(geometry, geometry.to_canonical(x.num), tie))
 
 
-def _apply(r: Routes, source: ExactArray, transpose: bool) -> ExactArray:
+def _apply(st: Stamp, source: ExactArray, transpose: bool) -> ExactArray:
     """y = J x (transpose=False) or dx = J^T dy (transpose=True), exactly.
 
-    Integers over the common denominator ``source.den * r.q``: int64 when no sum can
-    reach 2^62 (each target gets at most one term per route), Python ints otherwise.
+    Integers over the common denominator ``source.den * st.q``, one line of the
+    (windows, slots) grid at a time (:func:`lines`): int64 when no sum can reach
+    2^62 (a target gets at most K terms), Python ints otherwise.
     """
-    g = r.geometry
+    g = st.geometry
     src_spatial, dst_spatial = (g.out_spatial, g.in_spatial) if transpose else (g.in_spatial, g.out_spatial)
     s = g.to_canonical(source.num, src_spatial)
-    wmax = max((int(np.abs(rt.weight).max()) for rt in r.routes if rt.weight.size), default=0)
+    n_slots = g.cells.shape[1]
+    wmax = int(np.abs(st.weight).max()) if st.weight.size else 0
     smax = int(np.abs(s).max()) if s.size else 0
-    small = s.dtype != object and smax * wmax * max(len(r.routes), 1) < 2**62
+    small = s.dtype != object and smax * wmax * max(n_slots, 1) < 2**62
     kind: Any = np.int64 if small else object
     s = s.astype(kind)
     acc = np.zeros((g.batch, math.prod(dst_spatial)), dtype=kind)
-    for rt in r.routes:
-        # Within one route every window reads a different cell: no index repeats.
+    for line in lines(g):
+        coeff = st.coefficients(line).astype(kind)
         if transpose:
-            acc[:, rt.cells] += s[:, rt.windows] * rt.weight.astype(kind)
+            acc[:, line.cells] += s[:, line.w] * coeff
+        elif line.window is None:
+            acc[:, line.w] += s[:, line.cells] * coeff
         else:
-            acc[:, rt.windows] += s[:, rt.cells] * rt.weight.astype(kind)
-    return ExactArray(_int_array(g.from_canonical(acc, dst_spatial)), source.den * r.q)
+            acc[:, line.window] += (s[:, line.cells] * coeff).sum(axis=1)
+    return ExactArray(_int_array(g.from_canonical(acc, dst_spatial)), source.den * st.q)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -171,25 +181,33 @@ class SparseJacobian:
         return dense
 
 
-def _sparse(r: Routes) -> SparseJacobian:
-    g = r.geometry
-    rows, cols, weights = [], [], []
-    batch = np.arange(g.batch)[:, None]
-    for rt in r.routes:
-        w = np.broadcast_to(rt.weight, (g.batch, rt.windows.size))
-        nz = w != 0
-        b = np.broadcast_to(batch, w.shape)[nz]
-        rows.append(g.flat_index(b, np.broadcast_to(rt.windows, w.shape)[nz], g.out_spatial))
-        cols.append(g.flat_index(b, np.broadcast_to(rt.cells, w.shape)[nz], g.in_spatial))
-        weights.append(w[nz])
-    row = np.concatenate(rows) if rows else np.zeros(0, np.int64)
-    col = np.concatenate(cols) if cols else np.zeros(0, np.int64)
-    weight = np.concatenate(weights) if weights else np.zeros(0, np.int64)
-    order = np.lexsort((col, row))
-    distinct, ids = np.unique(weight, return_inverse=True)
-    table = tuple(sympy.Rational(int(v), r.q) for v in distinct)
-    return SparseJacobian(g.output_shape, g.input_shape, row[order], col[order], ids.reshape(-1)[order], table,
-                          spec=g.spec)
+def _sparse(st: Stamp) -> SparseJacobian:
+    """COO of the stamp, sorted by (row, col), without a sort where the layout allows.
+
+    Entries are generated slice by slice, window-major with slots in row-major
+    order, so both rows and (within a row) columns increase; only channels_last
+    with several channels interleaves rows and needs a stable sort by row.
+    """
+    g = st.geometry
+    distinct, inverse = np.unique(st.weight, return_inverse=True)
+    weight_ids = inverse.reshape(st.weight.shape)
+    rows, cols, ids = [], [], []
+    for b in range(g.batch):
+        s = min(b, st.support.shape[0] - 1)
+        if b == 0 or st.support.shape[0] > 1:
+            w, k = np.nonzero(st.support[s])
+            cells, wid = g.cells[w, k], weight_ids[s][w]
+            del k
+        rows.append(g.flat_index(np.full(w.size, b), w, g.out_spatial))
+        cols.append(g.flat_index(np.full(w.size, b), cells, g.in_spatial))
+        ids.append(wid)
+    row, col, vid = (np.concatenate(a) if a else np.zeros(0, np.int64) for a in (rows, cols, ids))
+    del rows, cols, ids
+    if row.size and (row[1:] < row[:-1]).any():
+        order = np.argsort(row, kind="stable")
+        row, col, vid = row[order], col[order], vid[order]
+    table = tuple(sympy.Rational(int(v), st.q) for v in distinct)
+    return SparseJacobian(g.output_shape, g.input_shape, row, col, vid.astype(np.int64), table, spec=g.spec)
 
 
 def jacobian(spec: PoolSpec, x: Any, *, tie: Tie = "first") -> SparseJacobian:
@@ -220,7 +238,7 @@ def jacobian(spec: PoolSpec, x: Any, *, tie: Tie = "first") -> SparseJacobian:
         from symjac.pool._beta import beta_jacobian
 
         return beta_jacobian(geometry, exact, tie)
-    return _sparse(routes(geometry, exact, tie))
+    return _sparse(stamp(geometry, exact, tie))
 
 
 def vjp(spec: PoolSpec, x: Any, dy: Any, *, tie: Tie = "first") -> np.ndarray:
@@ -239,7 +257,7 @@ def vjp(spec: PoolSpec, x: Any, dy: Any, *, tie: Tie = "first") -> np.ndarray:
         from symjac.pool._beta import beta_vjp
 
         return beta_vjp(geometry, exact, g, tie).to_sympy()
-    return _apply(routes(geometry, exact, tie), g, transpose=True).to_sympy()
+    return _apply(stamp(geometry, exact, tie), g, transpose=True).to_sympy()
 
 
 def _check_dy(geometry: Geometry, dy: Any, name: str = "dy") -> ExactArray:
@@ -267,12 +285,12 @@ def forward(spec: PoolSpec, x: Any) -> np.ndarray:
 
 def exact_forward(geometry: Geometry, x: ExactArray) -> ExactArray:
     """Exact forward on an exact input (for other stages)."""
-    return _apply(routes(geometry, x, "first"), x, transpose=False)
+    return _apply(stamp(geometry, x, "first"), x, transpose=False)
 
 
 def exact_vjp(geometry: Geometry, x: ExactArray | None, dy: ExactArray, tie: str = "first") -> ExactArray:
     """Exact input gradient on exact arrays (for other stages)."""
-    return _apply(routes(geometry, x, tie), dy, transpose=True)
+    return _apply(stamp(geometry, x, tie), dy, transpose=True)
 
 
 def tie_sets(spec: PoolSpec, x: Any) -> np.ndarray:
@@ -285,19 +303,13 @@ def tie_sets(spec: PoolSpec, x: Any) -> np.ndarray:
     geometry, exact = _input(spec, x)
     if exact is None or geometry.spec.mode != "max":
         raise SpecError("tie_sets needs a max pooling spec and input values")
-    xc = geometry.to_canonical(exact.num)
-    found: dict[tuple[int, int], list[int]] = {}
-    for c in window_classes(geometry):
-        member = tie_members(c.template, xc[:, c.cells])
-        b, w, j = np.nonzero(member)
-        cells = c.cells[w, j]
-        rows = geometry.flat_index(b, c.windows[w], geometry.out_spatial)
-        cols = geometry.flat_index(b, cells, geometry.in_spatial)
-        for r, col in zip(rows.tolist(), cols.tolist()):
-            found.setdefault(r, []).append(col)
+    member = max_members(geometry, geometry.to_canonical(exact.num), pads=True) & geometry.valid  # pad cells left out
     out = np.empty(math.prod(geometry.output_shape), dtype=object)
-    for r in range(out.size):
-        out[r] = tuple(tuple(int(i) for i in np.unravel_index(col, geometry.input_shape)) for col in sorted(found.get(r, [])))  # type: ignore[call-overload]
+    for b, w in np.ndindex(*member.shape[:2]):
+        cells = geometry.cells[w, member[b, w]]
+        cols = sorted(geometry.flat_index(np.full(cells.size, b), cells, geometry.in_spatial).tolist())
+        row = int(geometry.flat_index(np.array(b), np.array(w), geometry.out_spatial))
+        out[row] = tuple(tuple(int(i) for i in np.unravel_index(col, geometry.input_shape)) for col in cols)
     return out.reshape(geometry.output_shape)
 
 

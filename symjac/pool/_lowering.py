@@ -1,33 +1,34 @@
-"""Lowering: the class templates as NumPy forward and VJP for float16/32/64.
+"""Lowering: the class templates as NumPy forward and VJP for float16/bfloat16/32/64.
 
-The same SymPy templates the exact stage uses are lowered with
-:func:`sympy.lambdify`: the forward expression of each class, its constant
-derivatives (average pooling) and the Heaviside arguments of ``d Max`` (max
-pooling). Arithmetic happens in the input's dtype, batched over N and C, in the
-spec's layout. These are reference implementations: the verifier checks them like
-any other, and they agree with the exact values within float rounding.
+The same SymPy templates the exact stage uses, evaluated in floats: the sum of
+each average window times its template's exact derivative 1/D rounded to the
+dtype, and the Heaviside arguments of ``d Max(a, r)/da`` (lambdified) for the tie
+sets of max windows. Arithmetic happens in the input's dtype, batched over N and
+C, one slot at a time over all windows, in the spec's layout. These are reference
+implementations: the verifier checks them like any other, and they agree with the
+exact values within float rounding.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from symjac._errors import InputError
+from symjac.check._rounding import is_float
 from symjac.pool._geometry import Geometry, resolve
 from symjac.pool._spec import PoolSpec, check_pool_spec
 from symjac.pool._beta import Beta, Tie, parse_tie
-from symjac.pool._symbolic import TIE_POLICIES, check_tie, class_weights, window_classes
-
-FLOAT_DTYPES = (np.float16, np.float32, np.float64)
+from symjac.pool._symbolic import TIE_POLICIES, check_tie, lines, max_support, pad_cells, window_weights
 
 
 def _check_float(name: str, a: Any, shape: tuple[int, ...]) -> np.ndarray:
     arr = np.asarray(a)
-    if arr.dtype not in [np.dtype(d) for d in FLOAT_DTYPES]:
-        raise InputError(f"{name} has dtype {arr.dtype}; lowered functions take float16, float32 or float64")
+    if not is_float(arr.dtype):
+        raise InputError(f"{name} has dtype {arr.dtype}; lowered functions take float16, bfloat16, float32 or float64")
     if arr.shape != shape:
         raise InputError(f"{name} has shape {arr.shape}; expected {shape}")
     return arr
@@ -37,6 +38,9 @@ def _check_float(name: str, a: Any, shape: tuple[int, ...]) -> np.ndarray:
 class Lowered:
     """NumPy forward and VJP of one spec at one input shape.
 
+    Both run one line of the (windows, slots) grid at a time
+    (:func:`symjac.pool._symbolic.lines`: O(batch x line) memory, whatever the window size), in the input's dtype.
+
     Attributes:
       geometry: the resolved windows.
     """
@@ -44,7 +48,11 @@ class Lowered:
     geometry: Geometry
 
     def forward(self, x: Any) -> np.ndarray:
-        """Pooling forward in x's dtype (float16/32/64), x in the spec's layout."""
+        """Pooling forward in x's dtype (float16, bfloat16, float32, float64), x in the spec's layout.
+
+        avg: the template's sum, slot by slot in slot order, times its exact
+        derivative 1/D rounded to the dtype; max: the template's ``Max``.
+        """
         g = self.geometry
         x = _check_float("x", x, g.input_shape)
         if g.spec.mode == "lp":
@@ -52,11 +60,19 @@ class Lowered:
 
             return lowered_forward(g, x)
         xc = g.to_canonical(x)
-        y = np.empty((g.batch, g.n_out), dtype=x.dtype)
-        for c in window_classes(g):
-            slots = [xc[:, c.cells[:, j]] for j in range(c.cells.shape[1])]
-            y[:, c.windows] = c.template.forward_numpy(*slots)
-        return g.from_canonical(y)
+        avg = g.spec.mode == "avg"
+        acc = np.full((g.batch, g.n_out), 0 if avg else -np.inf, dtype=x.dtype)
+        op = np.add if avg else np.maximum
+        for line in lines(g):
+            values = xc[:, line.cells]
+            if line.window is None:
+                acc[:, line.w] = op(acc[:, line.w], values)
+            else:
+                acc[:, line.window] = op(acc[:, line.window], op.reduce(values, axis=1))
+        pads = pad_cells(g)
+        if pads is not None:  # Pool(pad_value=0): a window holding pad cells has 0 among its values
+            acc = np.where(pads.any(axis=1), np.maximum(acc, x.dtype.type(0)), acc)
+        return g.from_canonical(acc * self._weights(x.dtype) if avg else acc)
 
     def vjp(self, x: Any, dy: Any, tie: Tie = "first") -> np.ndarray:
         """Input gradient ``J(x)^T dy`` in x's dtype; ``tie`` as for :func:`symjac.jacobian`."""
@@ -75,20 +91,22 @@ class Lowered:
             return lowered_vjp(g, x, dy)
         xc, dyc = g.to_canonical(x), g.to_canonical(dy, g.out_spatial)
         dx = np.zeros((g.batch, g.n_in), dtype=x.dtype)
-        for c in window_classes(g):
-            g_up = dyc[:, c.windows]
-            if g.spec.mode == "avg":
-                for j, d in enumerate(c.template.derivatives_numpy):
-                    dx[:, c.cells[:, j]] += g_up * x.dtype.type(d(*([0] * c.cells.shape[1])))
-                continue
-            _, weights, q = class_weights(c, xc[:, c.cells], tie)
-            for j in range(c.cells.shape[1]):
-                w = weights[..., j]
-                if q == 1:
-                    dx[:, c.cells[:, j]] += np.where(w != 0, g_up, x.dtype.type(0))
-                else:
-                    dx[:, c.cells[:, j]] += g_up * (w / q).astype(x.dtype)
+        if g.spec.mode == "avg":
+            up = dyc * self._weights(x.dtype)
+            for line in lines(g):
+                dx[:, line.cells] += up[:, line.w]
+            return g.from_canonical(dx, g.in_spatial)
+        support, weight, q = max_support(g, xc, tie)
+        up = dyc if q == 1 else dyc * (weight / q).astype(x.dtype)
+        for line in lines(g):
+            dx[:, line.cells] += np.where(support[:, line.w, line.k], up[:, line.w], x.dtype.type(0))
         return g.from_canonical(dx, g.in_spatial)
+
+    def _weights(self, dtype: np.dtype) -> np.ndarray:
+        """(windows,) each window's exact derivative 1/D (its class template's) rounded to ``dtype``."""
+        weight, q = window_weights(self.geometry)
+        return np.array([float(Fraction(int(w), q)) for w in np.unique(weight)], dtype=dtype)[
+            np.searchsorted(np.unique(weight), weight)]
 
 
 def lower(spec: PoolSpec, input_shape: tuple[int, ...]) -> Lowered:

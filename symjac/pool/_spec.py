@@ -13,6 +13,8 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from symjac._errors import SpecError, did_you_mean
 
 MODES = ("max", "avg")
@@ -23,6 +25,9 @@ PADDING_MODES = ("valid", "same", "same_lower")
 DIVISOR_RULES = ("exclude_pad", "include_pad")
 LAYOUTS = ("channels_first", "channels_last")
 MAX_RANK = 3
+#: Sizes (kernel, stride, dilation, padding, divisor, output size) are at most this:
+#: window arithmetic stays in int64.
+MAX_SIZE = 2**31 - 1
 
 #: Other libraries' spellings, accepted as ours (TF/Keras "SAME"/"VALID", ONNX auto_pad).
 PADDING_ALIASES = {"SAME": "same", "VALID": "valid", "SAME_UPPER": "same", "SAME_LOWER": "same_lower"}
@@ -36,7 +41,13 @@ Padding = str | Pads
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    """A Python or NumPy integer (not a bool)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def _check_size(field: str, value: Any, item: int) -> None:
+    if item > MAX_SIZE:
+        raise SpecError(f"{field}={value!r} is not valid: {item} > {MAX_SIZE}; give sizes <= 2^31 - 1")
 
 
 def _ints(field: str, value: Any, rank: int | None, minimum: int) -> tuple[int, ...]:
@@ -58,6 +69,7 @@ def _ints(field: str, value: Any, rank: int | None, minimum: int) -> tuple[int, 
             raise SpecError(f"{field}={value!r} is not valid: {item!r} is not an integer; give {what}")
         if item < minimum:
             raise SpecError(f"{field}={value!r} is not valid: {item} < {minimum}; give {what}")
+        _check_size(field, value, int(item))
     return tuple(int(i) for i in items)
 
 
@@ -83,6 +95,7 @@ def _padding(value: Any, rank: int) -> Padding:
     if _is_int(value):
         if value < 0:
             raise SpecError(f"padding={value!r} is not valid: padding must be >= 0")
+        _check_size("padding", value, int(value))
         return ((int(value), int(value)),) * rank
     if isinstance(value, Sequence) and len(value) == rank:
         pads = []
@@ -97,6 +110,8 @@ def _padding(value: Any, rank: int) -> Padding:
                     f"padding={value!r} is not valid: each of the {rank} entries must be an int >= 0 "
                     "or a (low, high) pair of ints >= 0"
                 )
+            for p in pair:
+                _check_size("padding", value, int(p))
             pads.append((int(pair[0]), int(pair[1])))
         return tuple(pads)
     raise SpecError(
@@ -106,9 +121,12 @@ def _padding(value: Any, rank: int) -> Padding:
 
 
 def _choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
-    if value not in choices:
+    # Strings only: an array's ``in`` is elementwise, so np.array(["avg"]) would pass
+    # ``value in choices`` and store str(value) == "['avg']" (seen computing max pooling).
+    if not isinstance(value, str) or value not in choices:
+        kind = "" if isinstance(value, str) else f" ({type(value).__name__}, not str)"
         hint = did_you_mean(value, choices, SYNONYMS)
-        raise SpecError(f"{field}={value!r} is not valid{hint}: give one of {', '.join(map(repr, choices))}")
+        raise SpecError(f"{field}={value!r} is not valid{kind}{hint}: give one of {', '.join(map(repr, choices))}")
     return str(value)
 
 
@@ -192,17 +210,19 @@ class Pool:
         put(self, "stride", kernel if self.stride is None else _ints("stride", self.stride, rank, 1))
         put(self, "dilation", _ints("dilation", self.dilation, rank, 1))
         put(self, "padding", _padding(self.padding, rank))
-        if not isinstance(self.ceil_mode, bool):
+        if not isinstance(self.ceil_mode, (bool, np.bool_)):
             raise SpecError(f"ceil_mode={self.ceil_mode!r} is not valid: give True or False")
+        put(self, "ceil_mode", bool(self.ceil_mode))
         if self.ceil_mode and isinstance(self.padding, str) and self.padding != "valid":
             raise SpecError(
                 f"ceil_mode=True has no meaning with padding={self.padding!r} (SAME fixes the output "
                 "size at ceil(L/stride)); use ceil_mode=False, or explicit padding"
             )
-        divisor = self.divisor
-        if isinstance(divisor, int) and _is_int(divisor):
+        divisor: Any = self.divisor
+        if _is_int(divisor):
             if divisor < 1:
                 raise SpecError(f"divisor={divisor!r} is not valid: an integer divisor must be >= 1")
+            _check_size("divisor", divisor, int(divisor))
             divisor = int(divisor)
         else:
             divisor = _choice("divisor", divisor, DIVISOR_RULES)
@@ -282,6 +302,7 @@ class GlobalPool:
         object.__setattr__(self, "mode", _choice("mode", self.mode, MODES))
         if not _is_int(self.rank) or not 1 <= self.rank <= MAX_RANK:
             raise SpecError(f"rank={self.rank!r} is not valid: give 1, 2 or 3")
+        object.__setattr__(self, "rank", int(self.rank))
         object.__setattr__(self, "layout", _choice("layout", self.layout, LAYOUTS))
 
 

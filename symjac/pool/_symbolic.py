@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterator
 from fractions import Fraction
 from typing import Any
 
@@ -27,76 +28,95 @@ TIE_POLICIES = ("first", "last", "split")
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Template:
-    """The forward expression of one window class and its exact partial derivatives.
+    """The forward expression of one window class and its exact partial derivative.
+
+    Both window reductions are symmetric and associative, so SymPy works on a
+    two-argument form whatever the window size: ``f(a, r)`` with ``a`` one slot
+    and ``r`` the reduction of the other slots, which does not depend on ``a``:
+
+    - avg: ``sum(s)/D = (a + r)/D`` and ``d/da (a + r)/D = 1/D`` (a constant);
+    - max: ``Max(s) = Max(a, r)`` and ``d/da Max(a, r) = Heaviside(a - r)``.
+
+    By symmetry every slot's derivative is that one result at ``(s_i, r_i)``: the
+    SymPy work of a class is O(1) in its cell count (a 1,369-cell adaptive window
+    costs what a 9-cell one does). The n-slot expressions are built only on demand
+    (:attr:`expr`, :attr:`derivatives`), for inspection at small shapes.
 
     Attributes:
       mode: ``"avg"`` or ``"max"``.
-      symbols: one symbol per valid slot, ``s0 .. s{n-1}``.
-      expr: the forward expression.
-      derivatives: ``diff(expr, s_i)`` for each slot, as SymPy returned it.
-      weights: avg only: the derivatives as exact fractions (they are constants).
-      tie_arg: max only: NumPy function ``(a, m) -> a - m``, the argument of SymPy's
-        ``diff(Max(a, m), a) = Heaviside(a - m)``. With ``a = s_i`` and ``m`` the max
-        of the other slots (max is associative), > 0 means s_i is the strict
-        maximum, == 0 that it ties for the maximum, < 0 that it loses.
+      n: number of valid slots.
+      divisor: the averaging divisor D.
+      pair: ``f(a, r)``, the two-argument form.
+      derivative: ``diff(pair, a)`` as SymPy returned it.
+      weight: avg only: the derivative as an exact fraction (it is a constant).
+      tie_arg: max only: NumPy function ``(a, r) -> a - r``, the argument of SymPy's
+        ``Heaviside``: > 0 means s_i is the strict maximum, == 0 that it ties for the
+        maximum, < 0 that it loses.
     """
 
     mode: str
-    symbols: tuple[sympy.Symbol, ...]
-    expr: sympy.Expr
-    derivatives: tuple[sympy.Expr, ...]
-    weights: tuple[Fraction, ...] = ()
+    n: int
+    divisor: int
+    pair: sympy.Expr
+    derivative: sympy.Expr
+    weight: Fraction | None = None
     tie_arg: Callable[..., Any] | None = None
-    constant: int | None = None  # max with pad cells of Pool(pad_value=0): Max(s0, ..., 0)
 
     @functools.cached_property
-    def forward_numpy(self) -> Callable[..., Any]:
-        """The forward expression lowered to NumPy with :func:`sympy.lambdify`."""
-        fn: Callable[..., Any] = sympy.lambdify(self.symbols, self.expr, modules="numpy")
-        return fn
+    def symbols(self) -> tuple[sympy.Symbol, ...]:
+        """One symbol per valid slot, ``s0 .. s{n-1}``."""
+        return tuple(sympy.symbols(f"s0:{self.n}", real=True)) if self.n > 1 else (sympy.Symbol("s0", real=True),)
 
     @functools.cached_property
-    def derivatives_numpy(self) -> tuple[Callable[..., Any], ...]:
-        """avg: each constant derivative lowered to NumPy (a float of the dtype used)."""
-        return tuple(sympy.lambdify(self.symbols, d, modules="numpy") for d in self.derivatives)
+    def expr(self) -> sympy.Expr:
+        """The n-slot forward expression (O(n) to build: inspection only)."""
+        a, r = _PAIR
+        if self.n == 1:
+            return self.pair.xreplace({a: self.symbols[0], r: _IDENTITY[self.mode]})
+        if self.mode == "avg":
+            return sympy.Add(*self.symbols) / sympy.Integer(self.divisor)
+        return sympy.Max(*self.symbols, evaluate=False)
+
+    @functools.cached_property
+    def derivatives(self) -> tuple[sympy.Expr, ...]:
+        """``d expr/d s_i`` per slot: :attr:`derivative` at ``(s_i, r_i)`` (O(n^2): inspection only)."""
+        a, r = _PAIR
+        if self.n == 1:
+            return (self.pair.xreplace({r: _IDENTITY[self.mode]}).diff(a),)
+        out = []
+        for s in self.symbols:
+            others = [o for o in self.symbols if o is not s]
+            rest = sympy.Add(*others) if self.mode == "avg" else sympy.Max(*others, evaluate=False)
+            out.append(self.derivative.xreplace({a: s, r: rest}))
+        return tuple(out)
+
+
+# Generic slot a and the reduction r of the other slots; the identity of each
+# reduction stands in for r when a window has one slot.
+_PAIR = sympy.symbols("a r", real=True)
+_IDENTITY = {"avg": sympy.Integer(0), "max": sympy.S.NegativeInfinity}
 
 
 @functools.lru_cache(maxsize=256)
-def template(mode: str, n: int, divisor: int, constant: int | None = None) -> Template:
-    """Build and differentiate the template of a class with ``n`` valid slots.
-
-    ``constant``: max pooling over windows that hold pad cells of ``Pool(pad_value=0)``:
-    the expression is ``Max(s0, ..., s{n-1}, constant)``, a constant argument of Max.
-    """
-    symbols = tuple(sympy.symbols(f"s0:{n}", real=True)) if n > 1 else (sympy.Symbol("s0", real=True),)
+def template(mode: str, n: int, divisor: int) -> Template:
+    """Build and differentiate the template of a class with ``n`` valid slots (O(1) SymPy work)."""
+    a, r = _PAIR
     if mode == "avg":
-        expr = sympy.Add(*symbols) / sympy.Integer(divisor)
-        derivatives = tuple(sympy.diff(expr, s) for s in symbols)
-        if not all(d.is_Rational for d in derivatives):
-            raise AssertionError(f"average template {expr} has a non-constant derivative")
-        # The template is linear: expr == sum(d_i * s_i) exactly, so y = J x.
-        if sympy.expand(expr - sum(d * s for d, s in zip(derivatives, symbols))) != 0:
-            raise AssertionError(f"average template {expr} is not linear")
-        weights = tuple(Fraction(int(d.p), int(d.q)) for d in derivatives)
-        return Template(mode, symbols, expr, derivatives, weights=weights)
-    # Max is associative: Max(s_0..s_n) = Max(s_i, m_i) with m_i the max of the other
-    # slots, which does not depend on s_i. SymPy differentiates the two-argument Max
-    # once; each slot's derivative is that result at (s_i, m_i). (Differentiating the
-    # n-argument Max directly costs O(n^2) per slot in SymPy's Max simplification.)
-    a, m = sympy.symbols("a m", real=True)
-    d2 = sympy.diff(sympy.Max(a, m), a)
-    if d2 != sympy.Heaviside(a - m):
-        raise AssertionError(f"d Max(a, m)/da = {d2}: expected Heaviside(a - m) from SymPy")
-    const = () if constant is None else (sympy.Integer(constant),)
-    args = symbols + const
-    expr = sympy.Max(*args, evaluate=False) if len(args) > 1 else symbols[0]
-    derivatives = tuple(
-        d2.xreplace({a: s, m: sympy.Max(*(o for o in args if o is not s), evaluate=False)}) if len(args) > 1
-        else sympy.Integer(1)
-        for s in symbols
-    )
-    tie_arg = sympy.lambdify((a, m), d2.args[0], modules="numpy")
-    return Template(mode, symbols, expr, derivatives, tie_arg=tie_arg, constant=constant)
+        pair = (a + r) / sympy.Integer(divisor)
+        d = sympy.diff(pair, a)
+        if not d.is_Rational:
+            raise AssertionError(f"average template {pair} has a non-constant derivative {d}")
+        # Linear: pair == d*a + d_r*r exactly with d_r == d (the sum is symmetric),
+        # so y = J x with every slot weighted by d.
+        if sympy.diff(pair, r) != d or sympy.expand(pair - d * a - d * r) != 0:
+            raise AssertionError(f"average template {pair} is not linear and symmetric")
+        return Template(mode, n, divisor, pair, d, weight=Fraction(int(d.p), int(d.q)))
+    pair = sympy.Max(a, r)
+    d = sympy.diff(pair, a)
+    if d != sympy.Heaviside(a - r):
+        raise AssertionError(f"d Max(a, r)/da = {d}: expected Heaviside(a - r) from SymPy")
+    tie_arg = sympy.lambdify((a, r), d.args[0], modules="numpy")
+    return Template(mode, n, divisor, pair, d, tie_arg=tie_arg)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -104,30 +124,38 @@ class WindowClass:
     """Windows sharing valid slots and divisor.
 
     Attributes:
+      geometry: the geometry the windows belong to.
       slots: indices of the valid slots (columns of ``geometry.cells``).
       divisor: the averaging divisor.
       windows: (nw,) window numbers.
-      cells: (nw, n) flat spatial input cell of each valid slot.
       template: the class's :class:`Template`.
-      pad_slots: ``Pool(pad_value=0)``: the slots holding pad cells (constants in the
-        max), in the same numbering as ``slots``; empty otherwise.
     """
 
+    geometry: Geometry
     slots: tuple[int, ...]
     divisor: int
     windows: np.ndarray
-    cells: np.ndarray
     template: Template
-    pad_slots: tuple[int, ...] = ()
+
+    @functools.cached_property
+    def cells(self) -> np.ndarray:
+        """(nw, n) flat spatial input cell of each valid slot (a copy: built on demand)."""
+        cells: np.ndarray = self.geometry.cells[self.windows][:, list(self.slots)]
+        return cells
 
 
 def window_classes(geometry: Geometry) -> tuple[WindowClass, ...]:
     """Group the windows of ``geometry`` into classes and attach their templates."""
-    return _classes(geometry)
+    return _classes(geometry)[0]
+
+
+def class_ids(geometry: Geometry) -> np.ndarray:
+    """(windows,) the index into :func:`window_classes` of each window."""
+    return _classes(geometry)[1]
 
 
 @functools.lru_cache(maxsize=64)
-def _classes(geometry: Geometry) -> tuple[WindowClass, ...]:
+def _classes(geometry: Geometry) -> tuple[tuple[WindowClass, ...], np.ndarray]:
     # Windows are separable, so a window's class is the tuple of its per-axis
     # classes (valid pattern and include-pad count of the axis window): classify
     # each small axis, then combine the ids in mixed radix.
@@ -143,19 +171,119 @@ def _classes(geometry: Geometry) -> tuple[WindowClass, ...]:
     counts = np.bincount(ids)
     bounds = np.concatenate([[0], np.cumsum(counts)])
     mode = geometry.spec.mode
-    classes = []
+    classes: list[WindowClass] = []
+    dense = np.zeros(counts.size, dtype=np.int64)
     for c in np.flatnonzero(counts):
         windows = order[bounds[c] : bounds[c + 1]]
         first = int(windows[0])
         slots = tuple(int(i) for i in np.flatnonzero(geometry.valid[first]))
         divisor = int(geometry.divisor[first])
-        cells = geometry.cells[windows][:, slots]
-        pad_value = getattr(geometry.spec, "pad_value", None)
-        pads = () if pad_value is None else tuple(
-            int(i) for i in np.flatnonzero(geometry.padded[first] & ~geometry.valid[first]))
-        tmpl = template(mode, len(slots), divisor, pad_value if pads else None)
-        classes.append(WindowClass(slots, divisor, windows, cells, tmpl, pads))
-    return tuple(classes)
+        dense[c] = len(classes)
+        classes.append(WindowClass(geometry, slots, divisor, windows, template(mode, len(slots), divisor)))
+    ids = dense[ids]
+    ids.setflags(write=False)
+    return tuple(classes), ids
+
+
+def window_weights(geometry: Geometry) -> tuple[np.ndarray, int]:
+    """Average pooling: every window's exact weight, stamped from its class template.
+
+    Returns:
+      (weights, q): (windows,) int64 with ``weights[w] / q`` the derivative of window
+      w with respect to each of its valid cells (the same for every slot, by the
+      symmetry of the sum).
+    """
+    classes = window_classes(geometry)
+    fractions = [c.template.weight for c in classes]
+    assert all(f is not None for f in fractions)
+    q = math.lcm(*(f.denominator for f in fractions if f is not None))
+    per_class = np.array([f.numerator * (q // f.denominator) for f in fractions if f is not None], dtype=np.int64)
+    return per_class[class_ids(geometry)], q
+
+
+@dataclasses.dataclass(frozen=True)
+class Line:
+    """One line of the (windows, slots) grid of a geometry: a slot across all windows,
+    or a window across all its slots, whichever the grid has fewer of.
+
+    Attributes:
+      w, k: index arrays of the line's (window, slot) pairs (valid slots only).
+      cells: the input cell each pair reads; all distinct within a line (in a slot
+        line window starts differ along every axis; in a window line slots do), so
+        scatter-adds over a line are collision-free.
+      window: the window of a window line, None for a slot line.
+    """
+
+    w: np.ndarray
+    k: np.ndarray
+    cells: np.ndarray
+    window: int | None
+
+
+def lines(geometry: Geometry) -> Iterator[Line]:
+    """Cover the valid (window, slot) pairs by min(windows, slots) collision-free lines.
+
+    Python iterations stay at most sqrt(windows x slots): 9 for a 3x3 pool at any
+    size, one for global pooling, 49 for an adaptive 7x7 head.
+    """
+    n_win, n_slots = geometry.cells.shape
+    if n_slots <= n_win:
+        for k in range(n_slots):
+            w = np.flatnonzero(geometry.valid[:, k])
+            yield Line(w, np.full(w.size, k), geometry.cells[w, k], None)
+    else:
+        for win in range(n_win):
+            slots = np.flatnonzero(geometry.valid[win])
+            yield Line(np.full(slots.size, win), slots, geometry.cells[win, slots], win)
+
+
+def pad_cells(geometry: Geometry) -> np.ndarray | None:
+    """``Pool(pad_value=0)``: (windows, K) the pad slots (constants 0 in the max); else None."""
+    if geometry.spec.mode != "max" or getattr(geometry.spec, "pad_value", None) is None:
+        return None
+    pads: np.ndarray = geometry.padded & ~geometry.valid
+    return pads
+
+
+def max_members(geometry: Geometry, xc: np.ndarray, pads: bool = False) -> np.ndarray:
+    """Max pooling: which slots of every window attain its maximum.
+
+    Every max class has the template ``Max(a, r)`` whose SymPy derivative is
+    ``Heaviside(a - r)`` (:func:`template`): slot k is in the tie set iff that
+    argument is >= 0 at ``a = s_k`` and ``r`` = the max of the other slots
+    (:func:`tie_members`). Windows go in blocks of about 2^22 (window, slot) values,
+    with invalid slots below every value, so memory stays O(block) beyond the result.
+
+    Args:
+      geometry: the windows.
+      xc: (batch, n_in) canonical input values (exact integers, or floats: the sign
+        of ``a - r`` is exact in floating point too).
+      pads: ``Pool(pad_value=0)``: the pad slots (:func:`pad_cells`) hold the value 0
+        and take part in the max (0 is 0 in canonical integers too).
+
+    Returns:
+      (batch, windows, K) bool, False on invalid slots (pad slots may be True when
+      ``pads``).
+    """
+    tmpl = template("max", 2, 2)
+    n_win, n_slots = geometry.cells.shape
+    pad = pad_cells(geometry) if pads else None
+    if xc.dtype.kind == "f":
+        low: Any = -np.inf
+    else:
+        xc = xc if xc.dtype == object or not xc.size or int(np.abs(xc).max()) < 2**60 else xc.astype(object)
+        low = min(xc.min() if xc.size else 0, 0) - 1  # below every value and 0: the max of no slots
+    member = np.zeros((xc.shape[0], n_win, n_slots), dtype=bool)
+    step = max(1, 2**22 // max(1, xc.shape[0] * n_slots))
+    for start in range(0, n_win, step):
+        block = slice(start, start + step)
+        valid = geometry.valid[block]
+        values = np.where(valid, xc[:, np.where(valid, geometry.cells[block], 0)], low)
+        if pad is not None:  # pad cells hold the constant 0, a competitor in the max
+            valid = valid | pad[block]
+            values = np.where(pad[block], 0, values)
+        member[:, block] = tie_members(tmpl, values) & valid
+    return member
 
 
 def tie_members(tmpl: Template, values: np.ndarray) -> np.ndarray:
@@ -170,52 +298,18 @@ def tie_members(tmpl: Template, values: np.ndarray) -> np.ndarray:
       (..., n) bool: slot i is in the tie set (its Heaviside argument is >= 0).
     """
     n = values.shape[-1]
-    assert tmpl.tie_arg is not None
     if n == 1:
-        if tmpl.constant is None:
-            return np.ones(values.shape, dtype=bool)  # a lone cell always attains the max
-        return np.asarray(tmpl.tie_arg(values, tmpl.constant)) >= 0
-    # m_i, the max of the other slots (and of the constant): the second largest value
-    # for the (first) argmax slot, the largest for every other slot.
+        return np.ones(values.shape, dtype=bool)  # a lone cell always attains the max
+    assert tmpl.tie_arg is not None
+    # r_i, the max of the other slots: the second largest value for the (first)
+    # argmax slot, the largest for every other slot.
     top = values.max(axis=-1, keepdims=True)
     pos = values.argmax(axis=-1)[..., None]
     masked = values.copy()
     np.put_along_axis(masked, pos, values.min(axis=-1, keepdims=True), axis=-1)
     second = masked.max(axis=-1, keepdims=True)
     others = np.where(np.arange(n) == pos, second, top)
-    if tmpl.constant is not None:
-        others = np.maximum(others, tmpl.constant)
     return np.asarray(tmpl.tie_arg(values, others)) >= 0
-
-
-def constant_ties(tmpl: Template, values: np.ndarray) -> np.ndarray:
-    """(...,) bool: the template's constant (the pad cells) attains the window maximum."""
-    if tmpl.constant is None:
-        return np.zeros(values.shape[:-1], dtype=bool)
-    assert tmpl.tie_arg is not None
-    return np.asarray(tmpl.tie_arg(tmpl.constant, values.max(axis=-1))) >= 0
-
-
-def class_weights(c: WindowClass, values: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray, int]:
-    """(member, weights, q) of one window class at slot ``values`` (..., n).
-
-    Without pad cells: :func:`policy_weights` of the tie set. With pad cells (each
-    holding the constant), the policy runs over all slots of the padded window in
-    row-major order, pad slots included, and the pad slots' weights are dropped: a
-    window whose routed maximum is a pad cell sends its gradient to no input.
-    """
-    member = tie_members(c.template, values)
-    if not c.pad_slots:
-        weights, q = policy_weights(member, tie)
-        return member, weights, q
-    order = sorted(c.slots + c.pad_slots)
-    valid_pos = [order.index(s) for s in c.slots]
-    pad_pos = [order.index(s) for s in c.pad_slots]
-    full = np.zeros(member.shape[:-1] + (len(order),), dtype=bool)
-    full[..., valid_pos] = member
-    full[..., pad_pos] = constant_ties(c.template, values)[..., None]
-    weights, q = policy_weights(full, tie)
-    return member, weights[..., valid_pos], q
 
 
 def check_tie(tie: str) -> str:
@@ -225,19 +319,51 @@ def check_tie(tie: str) -> str:
     return tie
 
 
-def policy_weights(member: np.ndarray, tie: str) -> tuple[np.ndarray, int]:
-    """Integer routing weights over a common denominator for a tie policy.
+def policy_support(member: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """The Jacobian element a tie policy picks, as support and per-window weight.
 
-    Returns (weights, q) with ``weights / q`` the Jacobian row of each window:
-    ``first``/``last`` put 1 on the first/last tied slot (row-major order), ``split``
-    puts 1/|I| on each of the |I| tied slots (the minimal-norm Clarke element).
+    Args:
+      member: (..., windows, K) tie sets (:func:`max_members`).
+      tie: ``first``/``last`` put 1 on the first/last tied slot (row-major order),
+        ``split`` puts 1/|I| on each of the |I| tied slots (the minimal-norm Clarke
+        element).
+
+    Returns:
+      (support, weight, q): ``support`` (..., windows, K) bool, ``weight`` (...,
+      windows) int64; the Jacobian row of each window is ``support * weight / q``.
     """
     check_tie(tie)
     n = member.shape[-1]
     if tie == "split":
-        count = member.sum(axis=-1, keepdims=True)
+        count = member.sum(axis=-1)
         q = int(np.lcm.reduce(np.unique(count[count > 0]))) if (count > 0).any() else 1
-        return np.where(member, q // np.maximum(count, 1), 0).astype(np.int64), q
+        return member, (q // np.maximum(count, 1)).astype(np.int64), q
     pick = member.argmax(axis=-1) if tie == "first" else n - 1 - member[..., ::-1].argmax(axis=-1)
-    weights = (np.arange(n) == pick[..., None]) & member.any(axis=-1, keepdims=True)
-    return weights.astype(np.int64), 1
+    support = np.zeros(member.shape, dtype=bool)
+    np.put_along_axis(support, pick[..., None], member.any(axis=-1, keepdims=True), axis=-1)
+    return support, np.ones(member.shape[:-1], dtype=np.int64), 1
+
+
+def policy_weights(member: np.ndarray, tie: str) -> tuple[np.ndarray, int]:
+    """Integer routing weights over a common denominator for a tie policy.
+
+    Returns (weights, q) with ``weights / q`` the Jacobian row of each window
+    (:func:`policy_support`, multiplied out).
+    """
+    support, weight, q = policy_support(member, tie)
+    return support * weight[..., None], q
+
+
+def max_support(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """Max pooling: :func:`policy_support` of the tie sets at canonical values ``xc``.
+
+    With ``Pool(pad_value=0)`` the policy runs over every slot of the padded window
+    in row-major order, pad cells included; a window routed to a pad cell (a
+    constant) then sends its gradient to no input, so the support keeps only valid
+    slots.
+    """
+    pads = pad_cells(geometry) is not None
+    support, weight, q = policy_support(max_members(geometry, xc, pads=pads), tie)
+    if pads:
+        support = support & geometry.valid
+    return support, weight, q

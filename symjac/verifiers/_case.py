@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from symjac._errors import InputError
+from symjac.check._call import DEFAULT_TIMEOUT
 
 
 def impl_candidates(holder: Any, needed: tuple[str, ...] = ("backward", "derivative")) -> list[str]:
@@ -56,8 +57,10 @@ def case_callables(impl: Any, case: Any) -> dict[str, Any]:
     return {needed: fn, "forward": fwd if callable(fwd) else None}
 
 
-def verify_case(case: Any, impl: Any, dtype: str) -> Any:
-    """The :class:`symjac.Report` of ``impl`` on ``case`` at the case's inputs, in ``dtype``."""
+def verify_case(case: Any, impl: Any, dtype: str, timeout: float | None = DEFAULT_TIMEOUT) -> Any:
+    """The :class:`symjac.Report` of ``impl`` on ``case`` at the case's inputs, in ``dtype``
+    (a pooling case without ``[input]``: at every shape of its coverage plan), each call
+    of the implementation limited to ``timeout`` seconds (None: no limit)."""
     from symjac.io._specfile import pool_input
 
     fns = case_callables(impl, case)
@@ -67,12 +70,16 @@ def verify_case(case: Any, impl: Any, dtype: str) -> Any:
         inputs = {k: np.array(case.inputs[k], dtype=np.float64) if k in case.inputs else None
                   for k in ("pred", "label", "upstream")}
         return verify_loss(case.operator, derivative=fns["derivative"], forward=fns["forward"],
-                           pred=inputs["pred"], label=inputs["label"], upstream=inputs["upstream"], dtype=dtype)
+                           pred=inputs["pred"], label=inputs["label"], upstream=inputs["upstream"], dtype=dtype,
+                           timeout=timeout)
     from symjac.verifiers._pool import verify
 
+    seed = int(case.inputs.get("seed", 0))
+    if "x" not in case.inputs and "shape" not in case.inputs:  # no [input]: the coverage plan
+        return verify(case.operator, **fns, dtype=dtype, seed=seed, timeout=timeout, tie=case.tie or "any")
     _, x, dy = pool_input(case)
     explicit = "x" in case.inputs
     return verify(case.operator, **fns, x=x.astype(np.float64) if explicit else None,
                   input_shape=None if explicit else x.shape,
                   dy=dy.astype(np.float64) if "dy" in case.inputs else None, dtype=dtype,
-                  seed=int(case.inputs.get("seed", 0)), tie=case.tie or "any")
+                  seed=seed, timeout=timeout, tie=case.tie or "any")

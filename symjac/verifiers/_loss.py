@@ -95,8 +95,8 @@ import numpy as np
 from symjac._errors import InputError
 from symjac.check._report import Finding, Report
 from symjac.check._call import DEFAULT_TIMEOUT, Guard, same, sha256
-from symjac.check._rounding import float_dtype, gamma_mp, ulp_mp, unit_roundoff_mp
-from symjac.loss._evaluate import LossEvaluation, _index, _mpf, complete_inputs, evaluate
+from symjac.check._rounding import finfo, float_dtype, gamma_mp, ulp_mp, unit_roundoff_mp
+from symjac.loss._evaluate import LossEvaluation, _index, _mpf, complete_inputs, evaluate, to_numpy
 from symjac.loss._spec import Loss, check_loss
 
 MAX_FD_PROBES = 32  # FD costs 2 forward calls per probed element; larger preds are sampled evenly
@@ -123,7 +123,7 @@ class _Bounds:
     @classmethod
     def of(cls, ev: LossEvaluation, dt: np.dtype[Any]) -> _Bounds:
         u = unit_roundoff_mp(dt)
-        p = int(np.finfo(dt).nmant) + 1
+        p = int(finfo(dt).nmant) + 1
         den = ev.denominator
         representable = den.denominator == 1 and den.numerator <= 2**p
         k_r = 2 + ev.denominator_ops + (0 if representable else 1)
@@ -139,7 +139,7 @@ class _Bounds:
             ev=ev,
             dt=dt,
             u=u,
-            eta=mpmath.mpf(float(np.finfo(dt).smallest_subnormal)),
+            eta=mpmath.mpf(float(finfo(dt).smallest_subnormal)),
             k_loss=tpl.loss_depth,
             k_deriv=tpl.loss_depth + tpl.derivative_depth + k_r,
             amp=amp,
@@ -354,7 +354,7 @@ class _Expected:
     @classmethod
     def of(cls, ev: LossEvaluation, bounds: _Bounds, dt: np.dtype[Any], shape: tuple[int, ...]) -> _Expected:
         value = ev.derivative()
-        fmax = mpmath.mpf(float(np.finfo(dt).max))
+        fmax = mpmath.mpf(float(finfo(dt).max))
         big = [j for j, v in enumerate(value.reshape(-1)) if abs(v) > fmax]
         if big:
             j = big[0]
@@ -392,7 +392,7 @@ def _verify(
         "reduction": loss.reduction,
         "scale": loss.scale,
         "dtype": dt.name,
-        "unit_roundoff": f"2^-{int(np.finfo(dt).nmant) + 1}",
+        "unit_roundoff": f"2^-{int(finfo(dt).nmant) + 1}",
         "elements": int(p0.size),
         "inputs_rounded": rounded,
         "dps": ev.dps,
@@ -469,7 +469,9 @@ def _headline(loss: Loss, n: int, with_forward: bool, stats: dict[str, Any], fin
         f"(worst {float(stats.get('max_error_ulps', 0)):.3g} ulp, bound there "
         f"{float(stats.get('bound_ulps_at_worst', 0)):.3g} ulp)"
     )
-    if with_forward:
+    if with_forward and "fd_checked" not in stats and str(stats.get("fd", "")).startswith("skipped: the exact loss"):
+        headline += "; forward right (the exact loss overflows: inf); no finite differences"
+    elif with_forward:
         headline += f"; forward within bound; FD-consistent at {stats.get('fd_checked', 0)} points"
     return headline
 
@@ -636,12 +638,22 @@ class _ForwardCheck:
         self.stencil_value: str | None = None  # the forward at a stencil point beyond its bound
 
     def value(self, pred: np.ndarray | None = None) -> np.ndarray | None:
-        """The implementation's forward at pred (default: the base point), float64, or None."""
+        """The implementation's forward at pred (default: the base point), float64, or None.
+
+        At the base point, +-inf is right where the exact loss rounds to it in the dtype.
+        """
         none = self.ev.loss.reduction == "none"
         out = self.fwd.array(*self.args_of.forward_args(pred), shape=self.ev.element_shape if none else (),
                              dtype=None, index_name="loss",
-                             shape_note=" (reduction='none': one loss per element)" if none else "")
+                             shape_note=" (reduction='none': one loss per element)" if none else "",
+                             infinite=self.rounded() if pred is None else None)
         return None if out is None else out.astype(np.float64)
+
+    def rounded(self) -> np.ndarray:
+        """The exact loss (per element for "none") correctly rounded to the dtype: inf where it overflows."""
+        exact = self.ells if self.ev.loss.reduction == "none" else [self.ev.value()]
+        return to_numpy(exact, self.dt).astype(np.float64).reshape(self.ev.element_shape
+                                                                   if self.ev.loss.reduction == "none" else ())
 
     def run(self, out1: np.ndarray | None, bnd: np.ndarray, scale_found: Fraction | None) -> None:
         f0 = self.value()
@@ -649,6 +661,9 @@ class _ForwardCheck:
             self.stats["fd"] = "skipped: the forward gave no usable value"
             return
         self.forward_ok = self.check_base(f0)
+        if not np.isfinite(f0).all():
+            self.stats["fd"] = f"skipped: the exact loss overflows {self.dt.name} (the forward rightly returns inf)"
+            return
         if out1 is None:
             self.stats["fd"] = "skipped: the derivative gave no usable value"
             return
@@ -657,9 +672,12 @@ class _ForwardCheck:
     def check_base(self, f0: np.ndarray) -> bool:
         """Forward values at the given inputs: per element ("none"), or the reduced L."""
         ev, bounds, dt = self.ev, self.bounds, self.dt
+        rounded = self.rounded().reshape(-1)
         if ev.loss.reduction == "none":
             for i, (v, e, c, q) in enumerate(zip(f0.reshape(-1), self.ells, self.conds, self.runs)):
                 b = bounds.element(e, c, q)
+                if np.isinf(v) and v == rounded[i]:  # the exact value overflows the dtype: inf is right
+                    continue
                 if abs(mpmath.mpf(float(v)) - e) > b:
                     ulp = ulp_mp(dt, abs(e))
                     self.findings.append(Finding(
@@ -672,6 +690,8 @@ class _ForwardCheck:
             return True
         exact = ev.value()
         b = bounds.forward(self.ells, self.conds, self.runs, self.factors)
+        if np.isinf(f0.reshape(-1)[0]) and f0.reshape(-1)[0] == rounded[0]:
+            return True  # the exact loss overflows the dtype: inf is right
         v = mpmath.mpf(float(f0.reshape(-1)[0]))
         if abs(v - exact) <= b:
             return True

@@ -20,7 +20,7 @@ unit roundoff of the dtype; errors are reported in ULPs of the exact value.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -29,11 +29,13 @@ import numpy as np
 from symjac._errors import InputError
 from symjac._exact import ExactArray
 from symjac.check._call import DEFAULT_TIMEOUT, Guard
-from symjac.check._inputs import distinct_dy, distinct_input, tie_input
+from symjac.check._inputs import FAMILY_NAMES, distinct_dy, distinct_input, generate_input, near_tie_dy, tie_input
+from symjac.check._inputs import families as default_families
 from symjac.check._report import MAX_LISTED, Finding, Report, fmt_index, listing
 from symjac.check._rounding import float_dtype, gamma, unit_roundoff
+from symjac.pool._cover import cover
 from symjac.pool._geometry import Geometry, resolve
-from symjac.pool._jacobian import exact_forward
+from symjac.pool._jacobian import exact_forward, exact_vjp
 from symjac.pool._spec import PoolSpec, check_pool_spec
 from symjac.pool._symbolic import TIE_POLICIES
 from symjac.pool._beta import Beta, parse_tie
@@ -41,7 +43,8 @@ from symjac.verifiers._pool_beta import beta_name, outside_clarke
 from symjac.verifiers._pool_diagnose import Diagnosis
 from symjac.pool._lp import exact_forward as lp_forward
 from symjac.verifiers._pool_lp import forward_tolerance as lp_forward_tolerance, zero_window_policy
-from symjac.verifiers._pool_fd import check_fd, finite_differences
+from symjac.pool._graph import input_colouring
+from symjac.verifiers._pool_fd import MAX_COLOURS, check_fd, check_fd_directions, directional_fd, finite_differences
 from symjac.verifiers._pool_probe import Prober
 from symjac.verifiers._pool_rows import ExactRows, Rows, exact_rows, scatter
 
@@ -97,6 +100,7 @@ class _Verifier:
         self.stats: dict[str, Any] = {}
         self.superposition_reported = False
         self.zero_policies: set[str] = set()  # lp: rows seen at all-zero windows ("zero", "one", "other")
+        self.families_run: list[str] = []
 
     def backward(self, x: np.ndarray, dy_c: np.ndarray) -> np.ndarray | None:
         """The implementation's backward on canonical (B, n_out) dy; canonical float64 dx or None."""
@@ -234,25 +238,101 @@ class _Verifier:
         if self.fwd is None or self.g.spec.mode == "lp":
             return None  # lp: the FD error model (exact or γ-summed forward) does not cover the root
         g = self.g
+        usable = ~exact.tied & (exact.gap > 0.5)
+        if input_colouring(g)[1] > MAX_COLOURS:
+            directions = directional_fd(g, self.forward, x, self.dtype, self.u)
+            if directions is None:
+                return None
+            return check_fd_directions(g, rows, directions, usable, self.u, self.findings)
         found = finite_differences(g, self.forward, x, self.dtype, self.u)
         if found is None:
             return None
         fd, fd_tol = found
-        usable = ~exact.tied & (exact.gap > 0.5)
         if g.n_in * g.batch <= 4096 and usable.all():
             self.stats["fd_gradient"] = g.from_canonical(scatter(g, dy_c, fd), g.in_spatial)
         return check_fd(g, rows, fd, fd_tol, usable, self.u, self.findings)
 
-    def run_forward_only(self, x: np.ndarray, tie_x: np.ndarray | None) -> Report:
-        """No backward (a forward-only runtime): the forward at x, at tied inputs (max), and
-        once more at x for determinism; the report says that only the forward was checked."""
+    def tag(self, start: int, family: str, said: str = "") -> None:
+        """Name the input family on the findings from ``start`` on (and in their message)."""
+        for i in range(start, len(self.findings)):
+            f = self.findings[i]
+            if f.family is None:
+                message = f"{said}: {f.message}" if said else f.message
+                self.findings[i] = dataclasses.replace(f, family=family, message=message)
+
+    def family_pass(self, family: str, seed: int) -> bool | None:
+        """One dense backward call (and one forward call) at an input of ``family``,
+        against the exact ``J(x)^T dy``: the budget of an extra family.
+
+        A side already found wrong at the earlier inputs is not called again: its
+        report stands, and a second finding about the same bug would only blur it.
+        Returns the forward check's verdict (None: not checked).
+        """
+        g = self.g
+        categories = {f.category for f in self.findings}
+        check_fwd = self.fwd is not None and not self.fwd.bad and "forward_values" not in categories
+        check_bwd = self.bwd is not None and not self.bwd.bad and not categories & set(BACKWARD_CATEGORIES)
+        if not (check_fwd or check_bwd):
+            return None
+        self.families_run.append(family)
+        start = len(self.findings)
+        x = generate_input(g, family, self.dtype, seed)
+        forward_ok = self.check_forward(x) if check_fwd else None
+        if check_bwd:
+            dy = (near_tie_dy if family == "near_ties" else distinct_dy)(g, self.dtype, seed)
+            dy_c = g.to_canonical(dy, g.out_spatial).astype(np.float64)
+            dx = self.backward(x, dy_c)
+            if dx is not None:
+                self.dense_check(x, dy, dy_c, dx)
+        self.tag(start, family, f"at {FAMILY_NAMES[family]} inputs")
+        return forward_ok
+
+    def dense_check(self, x: np.ndarray, dy: np.ndarray, dy_c: np.ndarray, dx: np.ndarray) -> None:
+        """dx against the exact ``J(x)^T dy`` (rounded once to float64), within
+        γ_{m+2}·Σ|terms| for a cell that sums m window contributions."""
+        g = self.g
+        ex = ExactArray.from_any(x) if g.spec.mode == "max" else None
+        want = g.to_canonical(exact_vjp(g, ex, ExactArray.from_any(dy)).to_numpy(np.float64))
+        rows = exact_rows(g, x, self.dtype).rows
+        bound = scatter(g, np.abs(dy_c), np.abs(rows))
+        count = scatter(g, np.ones_like(dy_c), (rows != 0).astype(np.float64))
+        tol = gamma(count + 2, self.u) * bound + 2.0**-60 * bound
+        bad = np.argwhere(np.abs(dx - want) > tol)
+        if not bad.size:
+            return
+        b_idx, c_idx = bad[:, 0], bad[:, 1]
+        if ((want[b_idx, c_idx] == 0) & (dx[b_idx, c_idx] != 0)).any():
+            category, what = "wrong_cells", "gradient arrives at cells the exact Jacobian gives none"
+        elif (np.abs(dx[b_idx, c_idx]) < np.abs(want[b_idx, c_idx])).all():
+            category, what = "partial_windows", "gradient is lost"
+        else:
+            category, what = "wrong_weights", "gradient arrives with wrong weights"
+        cells = [g.input_index(b, c) for b, c in bad.tolist()]
+        self.findings.append(Finding(
+            category, f"with a dense dy the backward differs from the exact J(x)^T dy at {len(bad)} of {dx.size} "
+                      f"cells ({what}): {listing([fmt_index(c) for c in cells])}",
+            cells=tuple(cells[:MAX_LISTED]),
+            expected=[float(want[b, c]) for b, c in bad[:MAX_LISTED].tolist()],
+            observed=[float(dx[b, c]) for b, c in bad[:MAX_LISTED].tolist()]))
+
+    def run_forward_only(self, x: np.ndarray, tie_x: np.ndarray | None, main_family: str,
+                         extra: Sequence[str], seed: int) -> Report:
+        """No backward (a forward-only runtime): the forward at x, at tied inputs (max), at
+        each extra family's input, and once more at x for determinism; the report says that
+        only the forward was checked."""
         assert self.fwd is not None
         forward_ok = self.check_forward(x)
-        for extra in self.extra_inputs(x, tie_x):
-            forward_ok = bool(self.check_forward(extra)) and bool(forward_ok)
+        self.tag(0, main_family)
+        if tie_x is not None:
+            start = len(self.findings)
+            forward_ok = bool(self.check_forward(tie_x)) and bool(forward_ok)
+            self.tag(start, "ties", f"at {FAMILY_NAMES['ties']} inputs")
+        for family in extra:
+            forward_ok = bool(self.family_pass(family, seed)) and bool(forward_ok)
         first, again = self.forward(x), self.forward(x)
         if first is not None and again is not None:
             self.fwd.compare(first, again, "y")
+        self.tag(0, main_family)
         self.mark_consequences()
         self.stats.update(self.figures(forward_ok, False, None, None))
         total = self.g.batch * self.g.n_out
@@ -264,24 +344,12 @@ class _Verifier:
             line = f"{self.findings_line()}; {note}"
         return Report(repr(self.spec), tuple(self.findings), self.stats, line)
 
-    def negative_input(self, x: np.ndarray) -> np.ndarray | None:
-        """Max pooling over padding: x shifted to be all negative, so that whether pad cells
-        take part in the max (``pad_value``) shows in the forward and in the routing."""
+    def run(self, x: np.ndarray, dy: np.ndarray | None, tie_x: np.ndarray | None, *, main_family: str = "distinct",
+            extra: Sequence[str] = (), seed: int = 0) -> Report:
         g = self.g
-        if g.spec.mode != "max" or not (g.padded & ~g.valid).any():
-            return None
-        shifted = x.astype(np.float64) - (float(x.astype(np.float64).max()) + 1)
-        return shifted.astype(self.dtype) if np.array_equal(shifted.astype(self.dtype), shifted) else None
-
-    def extra_inputs(self, x: np.ndarray, tie_x: np.ndarray | None) -> list[np.ndarray]:
-        """The inputs besides x: tied (max) and all-negative (max over padding)."""
-        negative = self.negative_input(x)
-        return [a for a in (tie_x, negative) if a is not None]
-
-    def run(self, x: np.ndarray, dy: np.ndarray | None, tie_x: np.ndarray | None) -> Report:
-        g = self.g
+        self.families_run = [main_family] + (["ties"] if tie_x is not None else [])
         if self.bwd is None:
-            return self.run_forward_only(x, tie_x)
+            return self.run_forward_only(x, tie_x, main_family, extra, seed)
         forward_ok = self.check_forward(x)
         # The dense confirmation uses distinct dy values, so gradient swapped between
         # windows shows; a caller's dy is one more dense call, reported in the stats.
@@ -300,12 +368,14 @@ class _Verifier:
                 self.stats["expected_gradient"] = g.from_canonical(scatter(g, dy_c, exact.rows), g.in_spatial)
             mass = (float(rows.obs.sum()) + sum(v for vs in rows.stray.values() for _, _, v in vs),
                     float(exact.rows.sum()))
+            self.tag(0, main_family)
             if g.spec.mode in ("max", "lp") and tie_x is not None:
+                start = len(self.findings)
                 self.backward_pass(tie_x, " at tied inputs", [])
-            negative = self.negative_input(x)
-            if negative is not None:
-                forward_ok = bool(self.check_forward(negative)) and bool(forward_ok)
-                self.backward_pass(negative, " at all-negative inputs", [])
+                self.tag(start, "ties")
+            for family in extra:
+                forward_ok = self.family_pass(family, seed) is not False and forward_ok
+        self.tag(0, main_family)
         tie_policy = self.tie_policy_verdict()
         self.mark_consequences()
         self.stats.update(self.figures(forward_ok, main is not None, fd_ok, tie_policy))
@@ -349,7 +419,16 @@ class _Verifier:
             "forward_calls": self.fwd.calls if self.fwd else 0,
             "window_colours": self.prober.n_colours,
             "dtype": str(self.dtype),
+            "families": self.family_counts(),
         }
+
+    def family_counts(self) -> dict[str, int]:
+        """Findings per input family that ran (0: it exposed nothing)."""
+        counts = dict.fromkeys(self.families_run, 0)
+        for f in self.findings:
+            if f.family is not None:
+                counts[f.family] = counts.get(f.family, 0) + 1
+        return counts
 
     def headline(self, fd_ok: bool | None, tie_policy: str | None, mass: tuple[float, float]) -> str:
         """The one-line summary: a pass, the missing windows (seed 000's shape of bug), or the findings."""
@@ -456,7 +535,8 @@ def _hint(spec: PoolSpec, report: Report, forward: Callable[..., Any] | None, ba
 def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forward: Callable[..., Any] | None = None,
            input_shape: tuple[int, ...] | None = None, x: Any = None, dy: Any = None, dtype: Any = None,
            tie: str | Beta = "any", seed: int = 0, one_hot_budget: int = 64,
-           timeout: float | None = DEFAULT_TIMEOUT, isolate: bool = False, hints: bool = True) -> Report:
+           timeout: float | None = DEFAULT_TIMEOUT, families: Sequence[str] | None = None, isolate: bool = False,
+           hints: bool = True) -> Report:
     """Verify an implementation's backward (and forward) against the exact Jacobian.
 
     Args:
@@ -467,13 +547,15 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forwar
         says that only the forward was checked.
       forward: optional ``forward(x) -> y``; enables the forward check and the
         finite-difference oracle. At least one of the two is needed.
-      input_shape: the full input shape; or give ``x`` (both only if they agree).
+      input_shape: the full input shape; or give ``x`` (both only if they agree). With neither, every shape of
+        the coverage plan :func:`symjac.cover` is verified and the report combines
+        them (each finding names its shape).
       x: input values (default: small integers distinct within every window).
       dy: an upstream gradient for one more dense call, whose expected, observed
         and finite-difference gradients go in ``stats`` (the confirmation call always
         uses distinct dyadic values, so gradient swapped between windows shows).
-      dtype: ``"float16"``, ``"float32"`` or ``"float64"``; default: the dtype of a
-        float ``x``, else float64.
+      dtype: ``"float16"``, ``"bfloat16"`` (needs ``symjac[bfloat16]``), ``"float32"``
+        or ``"float64"``; default: the dtype of a float ``x``, else float64.
       tie: ``"any"`` accepts any routing in the Clarke set at max-pooling ties and
         names the policy seen (``stats["tie_policy"]``: ``first``, ``last``,
         ``split``, ``beta:<b>`` for rows β·J_split + (1−β)·J_first, or ``other``;
@@ -485,6 +567,10 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forwar
       timeout: seconds each call of the implementation may take (None: no limit, and
         calls run in the caller's thread); a call that takes longer is a ``timeout``
         finding.
+      families: extra input families, each one dense backward call (and one forward
+        call) at its input: ``"all_negative"`` and/or ``"near_ties"``. Default: those
+        that can matter (all-negative for max pooling whose windows touch padding,
+        near-ties always); ``()`` for none. Ties run for max pooling regardless.
       isolate: call the implementation in a worker process (forked on Linux, so the
         callables need not pickle; see :mod:`symjac.check._isolate`): an abort,
         segfault or SIGFPE becomes a ``crashed`` finding naming the signal, and a hung
@@ -494,7 +580,9 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forwar
         the implementation matches exactly (``stats["hint"]`` and the headline).
 
     Returns:
-      A :class:`Report`; ``report.ok`` is True when nothing was found.
+      A :class:`Report`; ``report.ok`` is True when nothing was found. Each finding's
+      ``family`` names the input family that exposed it; ``stats["families"]`` counts
+      the findings per family run.
 
     Raises:
       SpecError / InputError: the spec, shape, dtype or inputs are invalid (the
@@ -510,8 +598,19 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forwar
         raise InputError("backward and forward must be callables on NumPy arrays")
     if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
         raise InputError(f"timeout={timeout!r} is not valid: give seconds > 0, or None for no limit")
+    if families is not None:
+        if isinstance(families, str) or not all(f in ("all_negative", "near_ties") for f in families):
+            raise InputError(f"families={families!r} is not valid: give a sequence of 'all_negative', 'near_ties'")
+        if families and spec.mode not in ("max", "avg"):
+            raise InputError(f"families={families!r}: the extra input families check max and avg pooling "
+                             f"(mode={spec.mode!r} has algebraic derivatives); give families=()")
+    kwargs = dict(backward=backward, forward=forward, dtype=dt, tie=tie, seed=seed, one_hot_budget=one_hot_budget,
+                  timeout=timeout, families=families, isolate=isolate, hints=hints)
+    if x is None and input_shape is None and dy is None:
+        return _verify_plan(spec, kwargs)
     g, x_arr, dy_arr = _inputs(spec, dt, input_shape, x, dy, seed)
     tie_x = tie_input(g, dt, seed) if spec.mode in ("max", "lp") else None
+    extra = tuple(dict.fromkeys(default_families(g) if families is None else families))
     worker = None
     if isolate:
         from symjac.check._isolate import Worker
@@ -520,10 +619,69 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forwar
                         timeout=timeout)
     try:
         report = _Verifier(spec, g, backward, forward, dt, tie_name, one_hot_budget, timeout, worker).run(
-            x_arr, dy_arr, tie_x)
+            x_arr, dy_arr, tie_x, main_family="given" if x is not None else "distinct", extra=extra, seed=seed)
     finally:
         if worker is not None:
             worker.close()
     if hints and not report.ok:
         report = _hint(spec, report, forward, backward, g, dt, seed, isolate)
     return report
+
+
+#: Stats combined over the shapes of a coverage plan: how each figure aggregates.
+_ALL, _SUM, _MAX = ("forward_ok", "backward_ok", "fd_consistent"), (
+    "windows_total", "windows_missing", "windows_partial", "edges_missing", "edges_extra", "weights_wrong",
+    "backward_calls", "forward_calls"), ("max_abs_error", "max_ulp_error", "window_colours")
+
+
+def _verify_plan(spec: PoolSpec, kwargs: dict[str, Any]) -> Report:
+    """Verify at every shape of :func:`symjac.cover` and combine the reports."""
+    shapes = cover(spec)
+    reports: list[Report] = []
+    for shape in shapes:
+        reports.append(verify(spec, input_shape=shape, **kwargs))
+        if "timeout" in reports[-1].categories():
+            break  # each further shape would wait out the timeout again
+    plan = shapes[:len(reports)]
+    findings = []
+    for shape, r in zip(plan, reports):
+        for f in r.findings:
+            detail = dict(f.detail or {}, input_shape=shape)
+            findings.append(dataclasses.replace(f, message=f"at input shape {shape}: {f.message}", detail=detail))
+    stats: dict[str, Any] = {}
+    for key in _ALL:
+        values = [r.stats.get(key) for r in reports if r.stats.get(key) is not None]
+        stats[key] = all(values) if values else None
+    stats.update({key: sum(r.stats.get(key, 0) for r in reports) for key in _SUM})
+    stats.update({key: max(r.stats.get(key, 0) for r in reports) for key in _MAX})
+    policies = {r.stats["tie_policy"] for r in reports if r.stats.get("tie_policy")}
+    stats["tie_policy"] = (next(iter(policies)) if len(policies) == 1 else "other") if policies else None
+    stats["mutated_inputs"] = sorted({m for r in reports for m in r.stats.get("mutated_inputs", [])})
+    stats["dtype"] = str(kwargs["dtype"])
+    families_seen: dict[str, int] = {}
+    for r in reports:
+        for name, n in r.stats.get("families", {}).items():
+            families_seen[name] = families_seen.get(name, 0) + n
+    stats["families"] = families_seen
+    stats["coverage_plan"] = [list(shape) for shape in shapes]
+    stats["shapes"] = [{"input_shape": list(shape), "ok": r.ok, "summary": r.summary()} for shape, r in zip(plan, reports)]
+    failing = [(shape, r) for shape, r in zip(plan, reports) if not r.ok]
+    if not failing:
+        shapes_text = f"all {len(plan)} shapes" if len(plan) > 1 else "the one shape"
+        if kwargs["backward"] is None:
+            headline = (f"forward matches the exact forward at {shapes_text} of the coverage plan "
+                        f"({stats['windows_total']} outputs in {kwargs['dtype']}, {stats['forward_calls']} forward "
+                        "calls); only the forward was checked (no backward given)")
+        else:
+            headline = (f"backward matches the exact Jacobian at {shapes_text} of the coverage plan "
+                        f"({stats['windows_total']} windows in {kwargs['dtype']}, "
+                        f"max error {stats['max_ulp_error']:.2g} ULP, {stats['backward_calls']} backward calls)")
+        headline += "; forward and central differences agree" if stats["fd_consistent"] else ""
+        headline += f"; tie policy {stats['tie_policy']}" if stats["tie_policy"] else ""
+    else:
+        shape, first = failing[0]
+        headline = (f"fails at {len(failing)} of {len(plan)} shapes of the coverage plan; "
+                    f"at input shape {shape}: {first.summary()}")
+        if len(plan) < len(shapes):
+            headline += f" ({len(shapes) - len(plan)} more shapes not run after the timeout)"
+    return Report(repr(spec), tuple(findings), stats, headline)

@@ -5,6 +5,12 @@ the cost is 2 × (input colours) forward calls, not 2n. With h = 1/4 every pertu
 input stays exact in the dtype (checked), and each forward output carries at most
 ``B_w = γ_{n+1}·Σ|x|/d`` (avg; max is exact), so ``(y+ - y-)/(2h)`` is within
 ``(B_w(x+) + B_w(x-))/(2h)``.
+
+Large windows need many input colours (a k×k stride-1 pool k², a global pool one
+per cell). Above :data:`MAX_COLOURS`, the oracle checks directional derivatives
+instead: for a few random sign vectors v, every window's ``(f(x+hv) - f(x-hv))/(2h)``
+against the observed row times v — 2 × :data:`DIRECTIONS` forward calls at any
+window size, and a wrong row passes only if its error is orthogonal to every v.
 """
 
 from __future__ import annotations
@@ -18,9 +24,12 @@ from symjac.check._report import Finding, fmt_index, listing
 from symjac.check._rounding import gamma
 from symjac.pool._geometry import Geometry
 from symjac.pool._graph import input_colouring
+from symjac.pool._symbolic import lines
 from symjac.verifiers._pool_rows import Rows, tolerance
 
 STEP = 0.25
+MAX_COLOURS = 32  # above this many input colours, check directions rather than entries
+DIRECTIONS = 3
 
 
 def finite_differences(g: Geometry, forward: Callable[[np.ndarray], np.ndarray | None], x: np.ndarray,
@@ -32,10 +41,24 @@ def finite_differences(g: Geometry, forward: Callable[[np.ndarray], np.ndarray |
     if not (np.array_equal((xc + h).astype(dtype), xc + h) and np.array_equal((xc - h).astype(dtype), xc - h)):
         return None
     in_colours, n = input_colouring(g)
-    fd = np.zeros((g.batch, g.n_out, g.cells.shape[1]))
+    n_slots = g.cells.shape[1]
+    fd = np.zeros((g.batch, g.n_out, n_slots))
     tol = np.zeros_like(fd)
     n_cells = g.valid.sum(axis=1)
-    safe = np.where(g.valid, g.cells, 0)
+    # Each window reads at most one cell of a colour: group the valid (window, slot)
+    # pairs by the colour of their cell once, so each colour's pass touches only its
+    # own pairs (O(nnz) in all) instead of the whole (W, K) grid.
+    pairs = np.flatnonzero(g.valid)
+    pair_colour = in_colours[g.cells.reshape(-1)[pairs]]
+    order = np.argsort(pair_colour, kind="stable")
+    bounds = np.searchsorted(pair_colour[order], np.arange(n + 1))
+    base = np.zeros((g.batch, g.n_out))
+    if g.spec.mode == "avg":
+        for line in lines(g):  # Σ|x| over each window
+            if line.window is None:
+                base[:, line.w] += np.abs(xc[:, line.cells])
+            else:
+                base[:, line.window] += np.abs(xc[:, line.cells]).sum(axis=1)
     for colour in range(n):
         e = (in_colours == colour).astype(np.float64)
         plus = forward(g.from_canonical(xc + h * e, g.in_spatial).astype(dtype))
@@ -43,19 +66,83 @@ def finite_differences(g: Geometry, forward: Callable[[np.ndarray], np.ndarray |
         if plus is None or minus is None:
             return None
         p, m = g.to_canonical(plus, g.out_spatial), g.to_canonical(minus, g.out_spatial)
-        slope = (p - m) / (2 * h)
-        hit = (in_colours[safe] == colour) & g.valid  # (W, K): at most one per window
+        sel = pairs[order[bounds[colour] : bounds[colour + 1]]]
+        w_idx, k_idx = np.divmod(sel, n_slots)
+        slope = (p - m)[:, w_idx] / (2 * h)
         if g.spec.mode == "avg":
-            mass_p = np.abs(np.where(g.valid, (xc + h * e)[:, safe], 0)).sum(axis=2) / g.divisor
-            mass_m = np.abs(np.where(g.valid, (xc - h * e)[:, safe], 0)).sum(axis=2) / g.divisor
-            err = gamma(n_cells + 1, u) * (mass_p + mass_m) / (2 * h)
+            # the window's Σ|x ± h·e|: only its one cell of this colour moved
+            xv = xc[:, g.cells[w_idx, k_idx]]
+            others = base[:, w_idx] - np.abs(xv)
+            mass = (2 * others + np.abs(xv + h) + np.abs(xv - h)) / g.divisor[w_idx]
+            err = gamma(n_cells[w_idx] + 1, u) * mass / (2 * h)
         else:
             err = np.zeros_like(slope)
-        err = err + 2.0**-52 * np.abs(slope)
-        w_idx, k_idx = np.nonzero(hit)
-        fd[:, w_idx, k_idx] = slope[:, w_idx]
-        tol[:, w_idx, k_idx] = err[:, w_idx]
+        fd[:, w_idx, k_idx] = slope
+        tol[:, w_idx, k_idx] = err + 2.0**-52 * np.abs(slope)
     return fd, tol
+
+
+def _window_error(g: Geometry, xp: np.ndarray, xm: np.ndarray, u: float) -> np.ndarray | float:
+    """The forward's rounding bound at x+ and x-, over 2h: ``γ_{n+1}·(Σ|x+| + Σ|x-|)/(d·2h)`` (avg)."""
+    if g.spec.mode != "avg":
+        return 0.0
+    safe = np.where(g.valid, g.cells, 0)
+    mass = sum(np.abs(np.where(g.valid, a[:, safe], 0)).sum(axis=2) for a in (xp, xm)) / g.divisor
+    return np.asarray(gamma(g.valid.sum(axis=1) + 1, u) * mass / (2 * STEP))
+
+
+def directional_fd(g: Geometry, forward: Callable[[np.ndarray], np.ndarray | None], x: np.ndarray,
+                   dtype: np.dtype[Any], u: float, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
+    """Per random sign direction v: (v, slope (B, W), error bound (B, W)), or None when the
+    forward failed or ``x ± h·v`` is not exact in the dtype."""
+    h = STEP
+    xc = g.to_canonical(x).astype(np.float64)
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(DIRECTIONS):
+        v = rng.choice(np.array([-1.0, 1.0]), size=xc.shape)
+        xp, xm = xc + h * v, xc - h * v
+        if not (np.array_equal(xp.astype(dtype), xp) and np.array_equal(xm.astype(dtype), xm)):
+            return None
+        plus = forward(g.from_canonical(xp, g.in_spatial).astype(dtype))
+        minus = forward(g.from_canonical(xm, g.in_spatial).astype(dtype))
+        if plus is None or minus is None:
+            return None
+        slope = (g.to_canonical(plus, g.out_spatial) - g.to_canonical(minus, g.out_spatial)) / (2 * h)
+        out.append((v, slope, _window_error(g, xp, xm, u) + 2.0**-52 * np.abs(slope)))
+    return out
+
+
+def check_fd_directions(g: Geometry, rows: Rows, found: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+                        usable: np.ndarray, u: float, findings: list[Finding]) -> bool:
+    """Observed rows times each direction vs the directional central differences."""
+    safe = np.where(g.valid, g.cells, 0)
+    bad = np.zeros(usable.shape, dtype=bool)
+    first: tuple[float, float] | None = None
+    for v, slope, err in found:
+        vk = np.where(g.valid[None], v[:, safe], 0.0)  # (B, W, K)
+        terms = rows.obs * vk
+        predicted = terms.sum(axis=2)
+        tol = err + (tolerance(rows.obs, u) * np.abs(vk)).sum(axis=2) + gamma(g.cells.shape[1], 2.0**-53) * np.abs(
+            terms).sum(axis=2)
+        off = np.abs(predicted - slope) > tol
+        for b, w in rows.stray:
+            off[b, w] = True
+        if first is None and (off & usable).any():
+            b, w = np.argwhere(off & usable)[0].tolist()
+            first = (float(slope[b, w]), float(predicted[b, w]))
+        bad |= off
+    where = np.argwhere(bad & usable)
+    if where.size:
+        assert first is not None
+        names = [fmt_index(g.output_index(b, w)) for b, w in where.tolist()]
+        b, w = where[0].tolist()
+        findings.append(Finding(
+            "not_fd_consistent",
+            f"backward disagrees with central differences of its own forward along random directions at "
+            f"{len(where)} windows: {listing(names)}",
+            window=g.output_index(b, w), expected=[first[0]], observed=[first[1]]))
+    return not where.size
 
 
 def check_fd(g: Geometry, rows: Rows, fd: np.ndarray, fd_tol: np.ndarray, usable: np.ndarray, u: float,

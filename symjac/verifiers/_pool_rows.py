@@ -16,8 +16,8 @@ import numpy as np
 from symjac._exact import ExactArray
 from symjac.check._rounding import gamma
 from symjac.pool._geometry import Geometry
-from symjac.pool._jacobian import routes
-from symjac.pool._symbolic import constant_ties, tie_members, window_classes
+from symjac.pool._jacobian import stamp
+from symjac.pool._symbolic import lines, max_members, pad_cells
 
 
 @dataclasses.dataclass
@@ -44,40 +44,40 @@ class ExactRows:
 
 
 def exact_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
-    """The exact rows at ``x`` (policy "first" at ties), from the window-class templates.
+    """The exact rows at ``x`` (policy "first" at ties), stamped from the window-class templates.
 
-    lp pooling: rows rounded from the exact algebraic values, with their bounds; its
-    "tied" windows are those with power sum 0 (:mod:`symjac.verifiers._pool_lp`).
+    Every array is (B, W, K) or smaller: c·nnz elements, never more. lp pooling:
+    rows rounded from the exact algebraic values, with their bounds; its "tied"
+    windows are those with power sum 0 (:mod:`symjac.verifiers._pool_lp`).
     """
     if g.spec.mode == "lp":
         return _lp_rows(g, x, dtype)
     ex = ExactArray.from_any(x) if g.spec.mode == "max" else None
-    r = routes(g, ex, "first")
-    K = g.cells.shape[1]
-    rows = np.zeros((g.batch, g.n_out, K))
-    member = np.zeros((g.batch, g.n_out, K), dtype=bool)
-    gap = np.full((g.batch, g.n_out), np.inf)
-    pad_tied = np.zeros((g.batch, g.n_out), dtype=bool)
-    dyadic = np.ones((g.batch, g.n_out, K), dtype=bool)
-    i = 0
-    xc = g.to_canonical(x).astype(np.float64)
-    for c in window_classes(g):
-        slots = np.array(c.slots)
-        for j in range(len(c.slots)):
-            weight = np.broadcast_to(r.routes[i].weight, (g.batch, c.windows.size))
-            rows[:, c.windows, c.slots[j]] = weight / r.q
-            reduced = r.q // np.gcd(weight, r.q)  # the value's denominator in lowest terms
-            dyadic[:, c.windows, c.slots[j]] = (reduced & (reduced - 1)) == 0
-            i += 1
-        if ex is not None:
-            values = g.to_canonical(ex.num)[:, c.cells]
-            member[:, c.windows[:, None], slots[None, :]] = tie_members(c.template, values)
-            pad_tied[:, c.windows] = constant_ties(c.template, values)
-            vals = xc[:, c.cells]
-            if c.template.constant is not None:  # the pad cells' constant competes for the max too
-                vals = np.concatenate([vals, np.full(vals.shape[:-1] + (1,), float(c.template.constant))], axis=-1)
-            vals = np.sort(vals, axis=-1)
-            gap[:, c.windows] = vals[..., -1] - vals[..., -2] if vals.shape[-1] > 1 else np.inf
+    st = stamp(g, ex, "first")
+    shape = (g.batch, g.n_out, g.cells.shape[1])
+    num = st.support * st.weight[..., None]  # (1 | B, W, K) exact numerators over q
+    rows = np.broadcast_to(num / st.q, shape).copy()
+    reduced = st.q // np.gcd(num, st.q)  # each value's denominator in lowest terms
+    dyadic = np.broadcast_to((reduced & (reduced - 1)) == 0, shape)
+    del num, reduced
+    pads = pad_cells(g)
+    if ex is not None:
+        member = max_members(g, g.to_canonical(ex.num), pads=True)
+        values = np.where(g.valid[None], g.to_canonical(x).astype(np.float64)[:, g.cells], -np.inf)
+        if pads is not None:  # pad cells hold 0 and compete for the max (and the gap) too
+            pad_tied = (member & pads).any(axis=-1)
+            member &= g.valid
+            values = np.where(pads[None], 0.0, values)
+        else:
+            pad_tied = np.zeros(shape[:2], dtype=bool)
+        top2 = -np.partition(-values, 1, axis=-1)[..., :2] if shape[2] > 1 else np.concatenate(
+            [values, np.full(values.shape, -np.inf)], axis=-1)
+        del values
+        gap = top2[..., 0] - top2[..., 1]  # inf for a one-cell window
+    else:
+        member = np.zeros(shape, dtype=bool)
+        gap = np.full(shape[:2], np.inf)
+        pad_tied = np.zeros(shape[:2], dtype=bool)
     tied = member.sum(axis=2) + pad_tied >= 2
     with np.errstate(over="ignore", under="ignore"):
         held = dyadic & (rows.astype(dtype).astype(np.float64) == rows)
@@ -99,9 +99,8 @@ def _lp_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
 def scatter(g: Geometry, per_window: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """``sum_w per_window[b, w] * rows[b, w, k]`` into cells: J^T v for row arrays."""
     out = np.zeros((g.batch, g.n_in))
-    for k in range(g.cells.shape[1]):
-        ok = g.valid[:, k]
-        out[:, g.cells[ok, k]] += per_window[:, ok] * rows[:, ok, k]
+    for line in lines(g):
+        out[:, line.cells] += per_window[:, line.w] * rows[:, line.w, line.k]
     return out
 
 

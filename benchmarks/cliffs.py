@@ -1,0 +1,242 @@
+"""Issue 11's cases in one table: time, nnz and peak RSS, each case in its own process.
+
+Engine rows time ``symjac.jacobian`` + ``symjac.vjp`` (cold caches, imports warm);
+verify rows time ``symjac.verify`` with the forward, so the finite-difference oracle
+runs too, of the lowered reference (``symjac.lower``; adaptive and global) or of
+:class:`BoxPool`, a fast NumPy k x k pool (probing needs one backward call per window
+colour, k² of them, so an O(nnz) backward would make verify O(k²·nnz)); loss rows time
+``loss_derivative`` and ``verify_loss``; the last rows put symjac next to
+``torch.autograd.gradcheck`` (slow mode) on 3x3 pooling (benchmarks/verify.py's
+NumPy implementations). Peak RSS is the child's ``ru_maxrss``. A case that exceeds
+``--timeout`` seconds is printed as such.
+
+Run: python benchmarks/cliffs.py [--timeout 120] [--only SUBSTRING]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _pool(kind: str, mode: str, arg: int) -> Any:
+    import symjac
+
+    if kind == "pool":
+        return symjac.Pool(mode, arg, stride=1, padding="same")
+    if kind == "adaptive":
+        return symjac.AdaptivePool(mode, (7, 7))
+    return symjac.GlobalPool(mode)
+
+
+def case_engine(kind: str, mode: str, size: int, arg: int = 3) -> dict[str, Any]:
+    import numpy as np
+
+    import symjac
+
+    spec = _pool(kind, mode, arg)
+    shape = (1, 1, size, size)
+    x = (np.random.default_rng(0).permutation(size * size).reshape(shape) - size * size // 2) * 0.25
+    dy = np.ones(symjac.lower(spec, shape).geometry.output_shape)
+    symjac.pool._geometry._resolve.cache_clear()
+    symjac.pool._symbolic._classes.cache_clear()
+    symjac.pool._symbolic.template.cache_clear()
+    t0 = time.perf_counter()
+    nnz = symjac.jacobian(spec, x).nnz
+    symjac.vjp(spec, x, dy)
+    return {"seconds": time.perf_counter() - t0, "nnz": nnz}
+
+
+class BoxPool:
+    """A fast NumPy k x k stride-1 SAME pool (odd k) on (1, 1, H, W): avg by separable
+    sliding sums (O(cells·k) per call), max by a sliding-window argmax that the
+    backward computes once per x (as frameworks save indices in the forward)."""
+
+    def __init__(self, mode: str, k: int):
+        self.mode, self.k, self.p = mode, k, k // 2
+        self.saved: dict[bytes, Any] = {}
+
+    def _box(self, a: Any) -> Any:
+        import numpy as np
+
+        # separable: a sliding sum of k along W, then along H (2k - 2 roundings a cell)
+        ap = np.pad(a, [(0, 0)] * (a.ndim - 2) + [(self.p, self.p)] * 2)
+        rows = np.lib.stride_tricks.sliding_window_view(ap, self.k, axis=-1).sum(axis=-1)
+        return np.lib.stride_tricks.sliding_window_view(rows, self.k, axis=-2).sum(axis=-1)
+
+    def _count(self, x: Any) -> Any:
+        import numpy as np
+
+        return self._box(np.ones(x.shape[-2:], x.dtype))
+
+    def _windows(self, x: Any) -> Any:
+        import numpy as np
+
+        xp = np.pad(x, [(0, 0)] * (x.ndim - 2) + [(self.p, self.p)] * 2, constant_values=-np.inf)
+        return np.lib.stride_tricks.sliding_window_view(xp, (self.k, self.k), axis=(-2, -1))
+
+    def forward(self, x: Any) -> Any:
+        if self.mode == "avg":
+            return self._box(x) / self._count(x)
+        return self._windows(x).max(axis=(-2, -1))
+
+    def backward(self, x: Any, dy: Any) -> Any:
+        import numpy as np
+
+        if self.mode == "avg":
+            return self._box(dy / self._count(x))  # the stencil is symmetric: J^T is the same box
+        key = x.tobytes()
+        if key not in self.saved:
+            w = self._windows(x)
+            first = w.reshape(w.shape[:-2] + (self.k * self.k,)).argmax(axis=-1)
+            di, dj = np.divmod(first, self.k)
+            h, wd = x.shape[-2:]
+            self.saved = {key: (np.arange(h)[:, None] + di - self.p, np.arange(wd)[None, :] + dj - self.p)}
+        rows, cols = self.saved[key]
+        dx = np.zeros_like(x)
+        np.add.at(dx, (0, 0, rows[0, 0], cols[0, 0]), dy[0, 0])
+        return dx
+
+
+def case_verify(kind: str, mode: str, size: int, arg: int = 3) -> dict[str, Any]:
+    import symjac
+
+    spec = _pool(kind, mode, arg)
+    shape = (1, 1, size, size)
+    low: Any = symjac.lower(spec, shape)
+    nnz = int(low.geometry.valid.sum())
+    if kind == "pool":
+        low = BoxPool(mode, arg)
+        low.vjp = low.backward
+    t0 = time.perf_counter()
+    report = symjac.verify(spec, backward=low.vjp, forward=low.forward, input_shape=shape, timeout=None)
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "nnz": nnz, "ok": report.ok, "calls": report.stats["backward_calls"]}
+
+
+def case_loss(kind: str, what: str, magnitude: float, rows: int, classes: int) -> dict[str, Any]:
+    import numpy as np
+
+    import symjac
+
+    loss = symjac.Loss(kind)
+    rng = np.random.default_rng(0)
+    shape = (rows, classes)
+    pred = rng.choice(np.array([-1.0, 1.0]), size=shape) * magnitude
+    pred[:, 0] = 0.5
+    if kind == "softmax_ce":
+        label = np.zeros(shape)
+        label[:, 1] = 1.0
+    else:
+        label = rng.choice(np.array([0.0, 0.25, 1.0]), size=shape)
+    t0 = time.perf_counter()
+    if what == "derivative":
+        symjac.loss_derivative(loss, pred, label)
+        ok = None
+    else:
+        exact = symjac.loss_derivative(loss, pred, label)
+        values = symjac.loss._evaluate.to_numpy(exact)
+        t0 = time.perf_counter()
+        ok = symjac.verify_loss(loss, derivative=lambda z, y: values, pred=pred, label=label).ok
+    return {"seconds": time.perf_counter() - t0, "nnz": pred.size, "ok": ok}
+
+
+def case_gradcheck(mode: str, size: int) -> dict[str, Any]:
+    sys.path.insert(0, HERE)
+    from verify import run_gradcheck, run_symjac  # benchmarks/verify.py: NumPy 3x3 impls
+
+    run_symjac(mode, 8)  # warm imports, as run_gradcheck warms torch at 4x4 (caches are cleared per run)
+    ours, report, _ = run_symjac(mode, size)
+    theirs = run_gradcheck(mode, size)
+    return {"seconds": ours, "nnz": size * size * 9, "ok": report.ok, "gradcheck": theirs}
+
+
+CASES: list[tuple[str, str, list[Any]]] = []
+for _k in (3, 7, 15):
+    for _m in ("avg", "max"):
+        CASES.append((f"engine {_m} k{_k} s1 same 256^2", "case_engine", ["pool", _m, 256, _k]))
+for _s in (64, 1024):
+    for _m in ("avg", "max"):
+        CASES.append((f"engine {_m} 3x3 {_s}^2", "case_engine", ["pool", _m, _s, 3]))
+for _s in (224, 256):
+    for _m in ("avg", "max"):
+        CASES.append((f"engine adaptive {_m} {_s}^2->7^2", "case_engine", ["adaptive", _m, _s]))
+        CASES.append((f"verify adaptive {_m} {_s}^2->7^2", "case_verify", ["adaptive", _m, _s]))
+for _s in (64, 256):
+    for _m in ("avg", "max"):
+        CASES.append((f"verify global {_m} {_s}^2", "case_verify", ["global", _m, _s]))
+for _m in ("avg", "max"):
+    CASES.append((f"verify {_m} k15 s1 same 256^2", "case_verify", ["pool", _m, 256, 15]))
+CASES.append(("verify avg 3x3 1024^2", "case_verify", ["pool", "avg", 1024, 3]))
+for _kind in ("mse", "sigmoid_ce", "softmax_ce"):
+    for _z in (1.0, 1e4, 1e6, 1e300):
+        CASES.append((f"loss_derivative {_kind} |z|={_z:g}", "case_loss", [_kind, "derivative", _z, 2, 3]))
+        CASES.append((f"verify_loss {_kind} |z|={_z:g}", "case_loss", [_kind, "verify", _z, 2, 3]))
+CASES.append(("verify_loss softmax_ce 10,000 x 10", "case_loss", ["softmax_ce", "verify", 1.0, 10_000, 10]))
+CASES.append(("verify_loss mse 100,000", "case_loss", ["mse", "verify", 1.0, 10_000, 10]))
+CASES.append(("verify_loss sigmoid_ce 100,000", "case_loss", ["sigmoid_ce", "verify", 1.0, 10_000, 10]))
+for _s in (32, 48):
+    for _m in ("avg", "max"):
+        CASES.append((f"symjac vs gradcheck {_m} 3x3 {_s}^2", "case_gradcheck", [_m, _s]))
+
+
+def child(name: str) -> None:
+    import numpy  # noqa: F401 - imports are not part of a case's time
+    import sympy  # noqa: F401
+
+    import symjac
+    import symjac.loss._evaluate  # noqa: F401
+
+    symjac.jacobian  # noqa: B018 - resolve the lazy exports
+    for label, fn, args in CASES:
+        if label == name:
+            out = globals()[fn](*args)
+            out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            print(json.dumps(out))
+            return
+    raise SystemExit(f"no case {name!r}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--timeout", type=float, default=120)
+    parser.add_argument("--only", default="")
+    parser.add_argument("--child", default=None)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child)
+        return
+    print(f"{'case':44} {'seconds':>9} {'nnz':>11} {'s/Mnnz':>8} {'RSS MB':>7}  note")
+    for label, _fn, _args in CASES:
+        if args.only not in label:
+            continue
+        try:
+            done = subprocess.run([sys.executable, __file__, "--child", label], capture_output=True, text=True,
+                                  timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            print(f"{label:44} {'> ' + str(int(args.timeout)):>9}  timeout")
+            continue
+        if done.returncode != 0:
+            tail = (done.stderr.strip().splitlines() or ["?"])[-1][:60]
+            print(f"{label:44} {'error':>9}  {tail}")
+            continue
+        r = json.loads(done.stdout.strip().splitlines()[-1])
+        note = "" if r.get("ok") in (None, True) else "NOT OK"
+        if "gradcheck" in r and r["gradcheck"]:
+            note += f"gradcheck {r['gradcheck']:.2f} s = {r['gradcheck'] / r['seconds']:.0f}x symjac"
+        if "calls" in r:
+            note += f"{r['calls']} backward calls"
+        per = r["seconds"] / r["nnz"] * 1e6 if r["nnz"] else 0
+        print(f"{label:44} {r['seconds']:9.3f} {r['nnz']:11,d} {per:8.3f} {r['rss_mb']:7.0f}  {note}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""Shape-coverage plan: the plan's shapes produce every window class seen at any length."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import symjac
+from symjac import AdaptivePool, GlobalPool, Pool, SpecError
+from symjac.pool._cover import length_bound
+
+
+def classes_at(spec: Pool, length: int) -> set | None:
+    """Brute force, one window at a time: (kernel slots on real cells, divisor) of every
+    window of a 1-D spec at length L; None when the spec refuses L."""
+    try:
+        g = symjac.resolve(spec, (length,))
+    except SpecError:
+        return None
+    (k,), (d,) = spec.kernel, spec.dilation
+    out = set()
+    for w, start in enumerate(g.axes[0].starts.tolist()):
+        slots = tuple(j for j in range(k) if 0 <= start + j * d < length)
+        assert sorted(start + j * d for j in slots) == sorted(c for c in g.cells[w].tolist() if c >= 0)
+        out.add((slots, int(g.divisor[w]) if spec.mode == "avg" else None))
+    return out
+
+
+one_d = st.builds(
+    lambda mode, k, s, d, pad, ceil, div: Pool(
+        mode, (k,), stride=s, dilation=d, ceil_mode=ceil and not isinstance(pad, str),
+        padding=pad, divisor=div if mode == "avg" else "exclude_pad"),
+    st.sampled_from(["avg", "max"]), st.integers(1, 5), st.integers(1, 4), st.integers(1, 3),
+    st.one_of(st.sampled_from(["valid", "same", "same_lower"]),
+              st.tuples(st.integers(0, 4), st.integers(0, 4)).map(lambda p: (p,))),
+    st.booleans(), st.sampled_from(["exclude_pad", "include_pad", 3]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(one_d)
+def test_plan_covers_every_class_up_to_three_times_the_bound(spec):
+    try:
+        plan = symjac.cover(spec)
+    except SpecError as e:
+        # Only when no length fits (a pad at least the extent, say): then no L has a class.
+        assert "fits no input length" in str(e)
+        assert all(classes_at(spec, L) is None for L in range(1, 60))
+        return
+    lengths = sorted({shape[-1] for shape in plan})
+    covered = set().union(*(classes_at(spec, L) for L in lengths))
+    for L in range(1, 3 * length_bound(spec, 0) + 1):
+        seen = classes_at(spec, L)
+        assert seen is None or seen <= covered, (L, seen - covered, lengths)
+
+
+@settings(max_examples=60, deadline=None)
+@given(one_d)
+def test_plan_has_every_residue_of_the_long_lengths(spec):
+    try:
+        plan = symjac.cover(spec)
+    except SpecError:
+        return
+    lengths = {shape[-1] for shape in plan}
+    s = spec.stride[0]
+    # "Long": both ends' windows distinct with one between, i.e. L >= extent + lo + hi + 2s
+    # (SAME: pads up to the extent).
+    extent = spec.dilation[0] * (spec.kernel[0] - 1) + 1
+    long = extent + (sum(spec.padding[0]) if not isinstance(spec.padding, str) else extent) + 2 * s
+    long_residues = {L % s for L in range(long, long + s) if classes_at(spec, L) is not None}
+    assert long_residues <= {L % s for L in lengths if L >= long}
+
+
+def test_plan_shapes_have_batch_and_channels_and_combine_axes():
+    spec = Pool("avg", 3, stride=2, padding="same")
+    plan = symjac.cover(spec)
+    assert all(sh[:2] == (2, 3) for sh in plan)
+    rows, cols = {sh[2] for sh in plan}, {sh[3] for sh in plan}
+    assert {sh[2:] for sh in plan} == {(r, c) for r in rows for c in cols}  # every combination
+    last = symjac.cover(Pool("avg", 3, stride=2, padding="same", layout="channels_last"))
+    assert all(sh[0] == 2 and sh[-1] == 3 for sh in last)
+    # k3 s2 SAME: the low/high pads are (1, 1) for odd L and (0, 1) for even L (out = ceil(L/2),
+    # total = (out-1)*2 + 3 - L); a long length of each parity is in the plan.
+    assert {r % 2 for r in rows if r >= 6} == {0, 1}
+
+
+def test_adaptive_and_global_plans():
+    # Adaptive: L = o (size-1 windows), 2o (disjoint), 2o+1 (overlapping, two sizes).
+    assert {sh[2] for sh in symjac.cover(AdaptivePool("avg", (3, 2)))} == {3, 6, 7}
+    assert {sh[3] for sh in symjac.cover(AdaptivePool("avg", (3, 2)))} == {2, 4, 5}
+    assert {sh[2:] for sh in symjac.cover(GlobalPool("max", rank=1))} == {(1,), (2,), (3,)}
+
+
+def test_cover_refuses_kernels_too_long_to_enumerate():
+    with pytest.raises(SpecError, match=r"cover: along axis 0 lengths up to .* give input_shape explicitly"):
+        symjac.cover(Pool("avg", 10**6, padding="same"))
+
+
+def test_cover_is_public_and_deterministic():
+    spec = Pool("max", (2, 3), stride=(1, 2), padding=((0, 1), (1, 0)))
+    assert symjac.cover(spec) == symjac.cover(spec)
+    assert all(isinstance(v, int) for sh in symjac.cover(spec) for v in sh)
+    assert np.all([symjac.resolve(spec, sh).batch == 6 for sh in symjac.cover(spec)])
