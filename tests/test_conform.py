@@ -104,6 +104,24 @@ def test_torch_small_grid_has_no_false_alarm():
     assert sum(r["status"] == "pass" for r in result.results) >= 60
 
 
+def test_torch_small_grid_has_no_false_alarm_in_bfloat16():
+    pytest.importorskip("torch")
+    pytest.importorskip("ml_dtypes")
+    result = symjac.conform("torch", grid="small", dtypes=("bfloat16",), families=("distinct", "ties"))
+    assert result.ok, result.table()
+    # PyTorch has no CPU bfloat16 kernel for avg_pool3d ("avg_pool3d_out_frame" not implemented): unsupported
+    for r in result.results:
+        assert r["status"] == ("unsupported" if r["config"]["op"] == "avg_pool3d" else "pass"), r
+
+
+def test_onnxruntime_bfloat16_is_unsupported():
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("ml_dtypes")
+    result = symjac.conform("onnxruntime", grid="small", dtypes=("bfloat16",), families=("distinct",))
+    assert {r["status"] for r in result.results} == {"unsupported"}
+    assert all("no bfloat16 kernel" in r["reason"] for r in result.results)
+
+
 # -- the two framework defects of issue 9, reproduced by conform (skipped without the framework) --
 
 

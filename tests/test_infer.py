@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 import symjac
-from symjac.verifiers._infer import hint, neighbours
+from symjac.verifiers._infer import distinct_values, hint, neighbours
 
 
 def _torch_impl(op, **kwargs):
@@ -129,3 +129,10 @@ def test_hint_names_the_matching_divisor():
 def test_bad_impl_is_an_input_error():
     with pytest.raises(symjac.InputError, match="neither a forward nor a backward"):
         symjac.infer(object(), kernel=2, input_shape=(4, 4))
+
+
+def test_distinct_values_in_bfloat16():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = distinct_values((1, 1, 10, 10), ml_dtypes.bfloat16)
+    # bfloat16 has 8 significand bits: the integers up to 2^8 = 256 are exact, so 100 values stay distinct
+    assert x.dtype.name == "bfloat16" and len(set(x.astype(float).ravel().tolist())) == 100

@@ -175,6 +175,9 @@ def make(config: Config) -> tuple[Any, Impl]:
 
 def limitation(config: Config, dtype: Any) -> str | None:
     """Why ONNX Runtime cannot run ``config`` in ``dtype`` (a kernel or case it rejects), or None."""
+    if np.dtype(dtype).name == "bfloat16":  # its MaxPool(22) etc. raise NOT_IMPLEMENTED for bfloat16
+        return "ONNX Runtime's CPU provider has no bfloat16 kernel for MaxPool, AveragePool, GlobalMaxPool, " \
+               "GlobalAveragePool"
     if np.dtype(dtype) == np.float64 and config.op != "max_pool":
         return "ONNX Runtime's CPU provider has no float64 kernel for AveragePool, GlobalMaxPool, GlobalAveragePool"
     kw = config.kwargs

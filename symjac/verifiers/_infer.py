@@ -27,6 +27,7 @@ import numpy as np
 
 from symjac._errors import InputError, SpecError, SymjacError
 from symjac._exact import ExactArray
+from symjac.check._rounding import precision, unit_roundoff
 from symjac.pool._geometry import Geometry, resolve
 from symjac.pool._jacobian import exact_forward
 from symjac.pool._spec import Pool, PoolSpec
@@ -105,7 +106,7 @@ def distinct_values(shape: tuple[int, ...], dtype: np.dtype, seed: int = 0) -> n
     """Globally distinct small integers in a seeded order (exact in the dtype up to its
     integer range; shapes beyond it repeat values, which only weakens the screen)."""
     n = math.prod(shape)
-    limit = 2 ** (np.finfo(dtype).nmant + 1)
+    limit = 2 ** precision(dtype)
     values = np.random.default_rng(seed).permutation(n) % limit
     values = values - min(n, limit) // 2
     out: np.ndarray = values.reshape(shape).astype(dtype)
@@ -130,7 +131,7 @@ def _forward_difference(g: Geometry, x: np.ndarray, y: np.ndarray | str) -> tupl
     if y.shape != g.output_shape:
         return 2.0, f"output shape: expected {g.output_shape}, observed {y.shape}"
     exact = exact_forward(g, ExactArray.from_any(x.astype(np.float64))).to_numpy(np.float64)
-    u = 2.0 ** -(np.finfo(x.dtype).nmant + 1)
+    u = unit_roundoff(x.dtype)
     tol = 4 * g.cells.shape[1] * u * np.abs(exact)
     bad = np.argwhere(np.abs(y - exact) > tol)
     if not bad.size:
