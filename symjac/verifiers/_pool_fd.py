@@ -117,12 +117,14 @@ def check_fd_directions(g: Geometry, rows: Rows, found: list[tuple[np.ndarray, n
     """Observed rows times each direction vs the directional central differences."""
     bad = np.zeros(usable.shape, dtype=bool)
     first: tuple[float, float] | None = None
+    # Directions are sign vectors, so |v_k| is 1 on every valid slot (and rows are 0 on
+    # the others): the rounding terms sum |row| and tolerance(row) over the window,
+    # the same for every direction.
+    weights = tolerance(rows.obs, u).sum(axis=2) + gamma(g.cells.shape[1], 2.0**-53) * np.abs(rows.obs).sum(axis=2)
     for v, slope, err in found:
-        vk = g.gather(v)  # (B, W, K)
-        terms = rows.obs * vk
-        predicted = terms.sum(axis=2)
-        tol = err + (tolerance(rows.obs, u) * np.abs(vk)).sum(axis=2) + gamma(g.cells.shape[1], 2.0**-53) * np.abs(
-            terms).sum(axis=2)
+        assert np.all(np.abs(v) == 1), "directional FD directions are sign vectors"
+        predicted = (rows.obs * g.gather(v)).sum(axis=2)
+        tol = err + weights
         off = np.abs(predicted - slope) > tol
         for b, w in rows.stray:
             off[b, w] = True
