@@ -105,7 +105,7 @@ def _apply(st: Stamp, source: ExactArray, transpose: bool) -> ExactArray:
     kind: Any = np.int64 if small else object
     s = s.astype(kind)
     acc = np.zeros((g.batch, math.prod(dst_spatial)), dtype=kind)
-    if st.support.shape[0] > 1 or 4 * int(np.count_nonzero(st.support)) < int(np.count_nonzero(g.valid)):
+    if not st.full and 2 * int(np.count_nonzero(st.support)) <= int(np.count_nonzero(g.valid)):
         _apply_pairs(st, s, acc, transpose)
         return ExactArray(_int_array(g.from_canonical(acc, dst_spatial)), source.den * st.q)
     for line in lines(g):
