@@ -130,12 +130,12 @@ def case_verify(kind: str, mode: str, size: int, arg: int = 3) -> dict[str, Any]
                 spent[0] += time.perf_counter() - t
         return call
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     report = symjac.verify(spec, backward=timed(low.vjp), forward=timed(low.forward), input_shape=shape,
                            timeout=None)
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     return {"seconds": seconds, "nnz": nnz, "ok": report.ok, "calls": report.stats["backward_calls"],
-            "impl": spent[0]}
+            "impl": spent[0], "cpu": cpu}
 
 
 def case_refused(mode: str, size: int) -> dict[str, Any]:
@@ -269,7 +269,7 @@ def main() -> None:
         r = json.loads(done.stdout.strip().splitlines()[-1])
         note = "" if r.get("ok") in (None, True) else "NOT OK"
         if "cpu" in r:
-            note += f"cpu {r['cpu']:.2f} s"
+            note += f"cpu {r['cpu']:.2f} s; "
         if "gradcheck" in r and r["gradcheck"]:
             note += f"gradcheck {r['gradcheck']:.2f} s = {r['gradcheck'] / r['seconds']:.0f}x symjac"
         if "calls" in r:

@@ -113,7 +113,7 @@ class _Verifier:
         if g.spec.mode == "lp":  # algebraic values: the bound of symjac.pool._lp
             e_c, tol = lp_forward_tolerance(g, x, self.dtype)
             exact_lp = g.to_canonical(lp_forward(g, ExactArray.from_any(x)), g.out_spatial)
-            return self.forward_findings(y_c, e_c, tol, exact_lp)
+            return self.forward_findings(y_c, e_c, tol, lambda: exact_lp)
         exact_y = exact_forward(g, ExactArray.from_any(x))
         e_c = g.to_canonical(exact_y.to_numpy(np.float64), g.out_spatial)
         if g.spec.mode == "avg":
@@ -123,14 +123,17 @@ class _Verifier:
             tol = gamma(n + 1, self.u) * mass + 2.0**-60 * np.abs(e_c)
         else:
             tol = np.zeros_like(e_c)
-        return self.forward_findings(y_c, e_c, tol, g.to_canonical(exact_y.to_fractions(), g.out_spatial))
+        # Fractions only if a finding lists them (building one per output costs ~2 us each)
+        return self.forward_findings(y_c, e_c, tol, lambda: g.to_canonical(exact_y.to_fractions(), g.out_spatial))
 
-    def forward_findings(self, y_c: np.ndarray, e_c: np.ndarray, tol: np.ndarray, exact: np.ndarray) -> bool:
+    def forward_findings(self, y_c: np.ndarray, e_c: np.ndarray, tol: np.ndarray,
+                         exact_of: Callable[[], np.ndarray]) -> bool:
         """A ``forward_values`` finding for outputs off the exact ones (``e_c`` in float64,
-        ``exact`` as exact numbers) by more than ``tol``."""
+        ``exact_of()`` as exact numbers, built only for a finding) by more than ``tol``."""
         g = self.g
         bad = np.argwhere(np.abs(y_c - e_c) > tol)
         if bad.size:
+            exact = exact_of()
             names = [fmt_index(g.output_index(b, w)) for b, w in bad.tolist()]
             self.findings.append(Finding(
                 "forward_values", f"forward differs from the exact forward at {len(bad)} of {y_c.size} outputs: "
