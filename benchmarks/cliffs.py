@@ -7,7 +7,10 @@ runs too, of the lowered reference (``symjac.lower``; adaptive and global) or of
 colour, k² of them, so an O(nnz) backward would make verify O(k²·nnz)); loss rows time
 ``loss_derivative`` and ``verify_loss``; the last rows put symjac next to
 ``torch.autograd.gradcheck`` (slow mode) on 3x3 pooling (benchmarks/verify.py's
-NumPy implementations). Peak RSS is the child's ``ru_maxrss``. A case that exceeds
+NumPy implementations). Verify rows also give the seconds spent inside the
+implementation's forward and backward (the rest is symjac's own work); engine rows
+give the CPU seconds too (wall time on a loaded machine overstates the work). The
+4096^2 row is beyond ``symjac.pool.MAX_NNZ``: it shows how fast it is refused. Peak RSS is the child's ``ru_maxrss``. A case that exceeds
 ``--timeout`` seconds is printed as such.
 
 Run: python benchmarks/cliffs.py [--timeout 120] [--only SUBSTRING]
@@ -49,10 +52,10 @@ def case_engine(kind: str, mode: str, size: int, arg: int = 3) -> dict[str, Any]
     symjac.pool._geometry._resolve.cache_clear()
     symjac.pool._symbolic._classes.cache_clear()
     symjac.pool._symbolic.template.cache_clear()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     nnz = symjac.jacobian(spec, x).nnz
     symjac.vjp(spec, x, dy)
-    return {"seconds": time.perf_counter() - t0, "nnz": nnz}
+    return {"seconds": time.perf_counter() - t0, "nnz": nnz, "cpu": time.process_time() - c0}
 
 
 class BoxPool:
@@ -116,10 +119,39 @@ def case_verify(kind: str, mode: str, size: int, arg: int = 3) -> dict[str, Any]
     if kind == "pool":
         low = BoxPool(mode, arg)
         low.vjp = low.backward
+    spent = [0.0]  # seconds inside the implementation (forward and backward calls)
+
+    def timed(fn: Any) -> Any:
+        def call(*a: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return fn(*a)
+            finally:
+                spent[0] += time.perf_counter() - t
+        return call
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    report = symjac.verify(spec, backward=timed(low.vjp), forward=timed(low.forward), input_shape=shape,
+                           timeout=None)
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"seconds": seconds, "nnz": nnz, "ok": report.ok, "calls": report.stats["backward_calls"],
+            "impl": spent[0], "cpu": cpu}
+
+
+def case_refused(mode: str, size: int) -> dict[str, Any]:
+    """A map beyond ``symjac.pool.MAX_NNZ``: refused up front (SpecError), timed to the refusal."""
+    import numpy as np
+
+    import symjac
+
+    spec = symjac.Pool(mode, 3, stride=1, padding="same")
+    shape = (1, 1, size, size)
     t0 = time.perf_counter()
-    report = symjac.verify(spec, backward=low.vjp, forward=low.forward, input_shape=shape, timeout=None)
-    seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "nnz": nnz, "ok": report.ok, "calls": report.stats["backward_calls"]}
+    try:
+        symjac.verify(spec, backward=lambda x, dy: np.zeros(shape), input_shape=shape, timeout=None)
+    except symjac.SpecError as exc:
+        return {"seconds": time.perf_counter() - t0, "nnz": size * size * 9, "refused": str(exc)[-80:]}
+    return {"seconds": time.perf_counter() - t0, "nnz": size * size * 9, "ok": False}
 
 
 def case_loss(kind: str, what: str, magnitude: float, rows: int, classes: int) -> dict[str, Any]:
@@ -176,6 +208,7 @@ for _s in (64, 256):
 for _m in ("avg", "max"):
     CASES.append((f"verify {_m} k15 s1 same 256^2", "case_verify", ["pool", _m, 256, 15]))
 CASES.append(("verify avg 3x3 1024^2", "case_verify", ["pool", "avg", 1024, 3]))
+CASES.append(("verify avg 3x3 4096^2 (over MAX_NNZ)", "case_refused", ["avg", 4096]))
 for _kind in ("mse", "sigmoid_ce", "softmax_ce"):
     for _z in (1.0, 1e4, 1e6, 1e300):
         CASES.append((f"loss_derivative {_kind} |z|={_z:g}", "case_loss", [_kind, "derivative", _z, 2, 3]))
@@ -190,12 +223,17 @@ for _s in (32, 48):
 
 def child(name: str) -> None:
     import numpy  # noqa: F401 - imports are not part of a case's time
-    import sympy  # noqa: F401
+    import sympy
 
     import symjac
     import symjac.loss._evaluate  # noqa: F401
 
     symjac.jacobian  # noqa: B018 - resolve the lazy exports
+    # SymPy imports sympy.tensor and combinatorics on the first sum of symbols (~0.13 s)
+    # and lambdify its NumPy namespace on the first call (~0.3 s): once-per-process
+    # imports, not a case's work (without this the 64^2 rows are mostly these imports).
+    a, r = sympy.symbols("a r")
+    sympy.lambdify((a, r), a + r, modules="numpy")
     for label, fn, args in CASES:
         if label == name:
             out = globals()[fn](*args)
@@ -230,10 +268,14 @@ def main() -> None:
             continue
         r = json.loads(done.stdout.strip().splitlines()[-1])
         note = "" if r.get("ok") in (None, True) else "NOT OK"
+        if "cpu" in r:
+            note += f"cpu {r['cpu']:.2f} s; "
         if "gradcheck" in r and r["gradcheck"]:
             note += f"gradcheck {r['gradcheck']:.2f} s = {r['gradcheck'] / r['seconds']:.0f}x symjac"
         if "calls" in r:
-            note += f"{r['calls']} backward calls"
+            note += f"{r['calls']} backward calls, {r['impl']:.2f} s in the implementation"
+        if "refused" in r:
+            note += f"refused: ...{r['refused']}"
         per = r["seconds"] / r["nnz"] * 1e6 if r["nnz"] else 0
         print(f"{label:44} {r['seconds']:9.3f} {r['nnz']:11,d} {per:8.3f} {r['rss_mb']:7.0f}  {note}", flush=True)
 

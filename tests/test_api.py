@@ -56,3 +56,13 @@ def test_import_is_light():
     code = "import sys, symjac; print(sorted(m for m in ('sympy', 'numpy', 'networkx') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_quickstart_lists_every_finding_category():
+    from pathlib import Path
+
+    from symjac.check._report import CATEGORIES
+
+    text = (Path(__file__).parent.parent / "docs" / "quickstart.md").read_text()
+    listed = text[text.index("Finding categories:"):]
+    assert [c for c in CATEGORIES if f"`{c}`" not in listed] == []

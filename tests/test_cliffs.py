@@ -137,3 +137,108 @@ def test_sigmoid_ce_needs_no_extra_digits_at_any_magnitude(z: float) -> None:
         want_value = mpmath.log1p(mpmath.exp(-mpmath.mpf(z)))
         for got in ev.elements:
             assert abs(got - want_value) <= want_value * mpmath.mpf(10) ** (-40)
+
+
+# -- large kernels and maps: what jacobian + vjp and the verifier do per nnz -------------------------------------
+
+
+def test_max_tie_sets_are_computed_once_per_x(monkeypatch: pytest.MonkeyPatch) -> None:
+    # jacobian, vjp and forward at one x share the tie sets: one O(windows x K) pass, not three.
+    calls = []
+    real = _symbolic._max_members
+
+    def counting(g: object, xc: np.ndarray) -> np.ndarray:
+        calls.append(xc.copy())
+        return real(g, xc)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_symbolic, "_max_members", counting)
+    _symbolic._LAST_MEMBERS.clear()
+    spec = symjac.Pool("max", 3, stride=1, padding="same")
+    x = np.arange(36.0).reshape(1, 1, 6, 6)
+    symjac.jacobian(spec, x)
+    symjac.vjp(spec, x, np.ones((1, 1, 6, 6)))
+    symjac.forward(spec, x)
+    assert len(calls) == 1
+    (member,) = _symbolic._LAST_MEMBERS.values()
+    assert not member.flags.writeable  # shared: no caller may alter it
+    symjac.vjp(spec, -x, np.ones((1, 1, 6, 6)))  # another x: computed afresh
+    assert len(calls) == 2
+
+
+def test_max_vjp_of_a_one_slot_support_reads_only_its_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Policy "first" keeps one slot a window: the VJP scatters those pairs, never the
+    # windows x K lines (which would make a k=15 max VJP 225 passes for 1 nnz a window).
+    def no_lines(g: object) -> None:
+        raise AssertionError("lines() walked for a sparse support")
+
+    monkeypatch.setattr("symjac.pool._jacobian.lines", no_lines)
+    spec = symjac.Pool("max", 2, stride=1)
+    # x increases along rows and columns, so every 2x2 window's max is its bottom-right
+    # cell: cell (i, j) of the 3x3 input gets dy of window (i-1, j-1) when i, j >= 1.
+    x = np.arange(9.0).reshape(1, 1, 3, 3)
+    dy = np.array([[[[1.0, 2.0], [3.0, 4.0]]]])
+    dx = symjac.vjp(spec, x, dy)
+    assert dx.reshape(3, 3).tolist() == [[0, 0, 0], [0, 1, 2], [0, 3, 4]]
+    # stride 1 windows overlap: a constant 3x3 ties everywhere, "first" picks each
+    # window's top-left, so cell (i, j) for i, j <= 1 gets its own window's dy only.
+    dx = symjac.vjp(spec, np.zeros((1, 1, 3, 3)), dy)
+    assert dx.reshape(3, 3).tolist() == [[1, 2, 0], [3, 4, 0], [0, 0, 0]]
+
+
+def test_geometry_gather_fills_padding_slots() -> None:
+    # 3x3 same on a 2x2 map: window (0, 0) reads cells (0,0),(0,1),(1,0),(1,1) in its
+    # slots 4, 5, 7, 8 (row-major over the 3x3 kernel, centred); the others are padding.
+    g = resolve(symjac.Pool("avg", 3, stride=1, padding="same"), (2, 2))
+    got = g.gather(np.array([[10.0, 11.0, 12.0, 13.0]]), fill=-1.0)
+    assert got.shape == (1, 4, 9)
+    assert got[0, 0].tolist() == [-1, -1, -1, -1, 10, 11, -1, 12, 13]
+
+
+def test_cell_counts_are_the_windows_reading_each_cell() -> None:
+    from symjac.verifiers._pool_rows import cell_counts
+
+    # 3x3 same on 4x4: a corner cell is read by the 2x2 windows centred next to it,
+    # an edge cell by 2x3, an interior cell by 3x3.
+    g = resolve(symjac.Pool("avg", 3, stride=1, padding="same"), (4, 4))
+    assert cell_counts(g).reshape(4, 4).tolist() == [[4, 6, 6, 4], [6, 9, 9, 6], [6, 9, 9, 6], [4, 6, 6, 4]]
+
+
+@pytest.mark.parametrize(("divisor", "held"), [(9, False), (4, True)])
+def test_exact_rows_held_per_window(divisor: int, held: bool) -> None:
+    from symjac.verifiers._pool_rows import exact_rows
+
+    # 3x3 avg valid on 3x3 with a fixed divisor: one window, 9 entries of 1/divisor;
+    # 1/9 is not dyadic (float64 cannot hold it), 1/4 is.
+    spec = symjac.Pool("avg", 3, divisor=divisor)
+    g = resolve(spec, (1, 1, 3, 3))
+    ex = exact_rows(g, np.zeros((1, 1, 3, 3)), np.dtype(np.float64))
+    assert ex.rows.shape == (1, 1, 9)
+    assert np.all(ex.rows == 1 / divisor)
+    assert bool(ex.held.all()) is held
+
+
+@pytest.mark.parametrize("shape", [(2, 5, 4, 3), (2, 3, 5, 4)])
+def test_sparse_jacobian_is_sorted_by_row_then_col(shape: tuple[int, ...]) -> None:
+    # channels_last with 3 channels interleaves rows (sorted once); channels_first does not.
+    layout = "channels_last" if shape[-1] == 3 else "channels_first"
+    jac = symjac.jacobian(symjac.Pool("avg", 3, stride=1, padding="same", layout=layout), shape)
+    key = jac.rows * jac.shape[1] + jac.cols
+    assert np.all(np.diff(key) > 0)
+    # 3x3 same along an axis of length L: the two end windows read 2 cells, the others 3,
+    # so 3L - 2 pairs; a 5x4 map has (3*5 - 2)(3*4 - 2) pairs, and there are 2 x 3 maps.
+    assert jac.nnz == 6 * (3 * 5 - 2) * (3 * 4 - 2)
+
+
+def test_map_beyond_the_budget_is_refused_up_front() -> None:
+    # 4096^2 3x3: 16.7 M windows x 9 slots = 151 M entries > MAX_NNZ = 2^26: a SpecError
+    # before any window table is built (no allocation of the size of the map's Jacobian).
+    spec = symjac.Pool("avg", 3, stride=1, padding="same")
+    shape = (1, 1, 4096, 4096)
+    tracemalloc.start()
+    with pytest.raises(symjac.SpecError, match="too large.*max_nnz"):
+        symjac.verify(spec, backward=lambda x, dy: x, input_shape=shape)
+    with pytest.raises(symjac.SpecError, match="too large"):
+        symjac.jacobian(spec, shape)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 16 * 2**20

@@ -262,6 +262,16 @@ class Geometry:
         return np.asarray((batch % max(math.prod(self.lead), 1)) * (n_sp * c) + position * c
                           + batch // max(math.prod(self.lead), 1))
 
+    def gather(self, values: np.ndarray, fill: Any = 0.0) -> np.ndarray:
+        """(B, W, K) ``values[b, cells[w, k]]`` of canonical (B, n_in) values, ``fill`` on invalid slots.
+
+        Invalid slots hold cell -1, so one sentinel column appended after the cells
+        serves them: a single gather, no index or result masking.
+        """
+        v = np.asarray(values)
+        ext = np.concatenate([v, np.full(v.shape[:-1] + (1,), fill, dtype=v.dtype)], axis=-1)
+        return np.asarray(ext[..., self.cells])
+
     def output_index(self, batch: int, window: int) -> tuple[int, ...]:
         """Layout multi-index of output window ``window`` of canonical slice ``batch``."""
         flat = int(self.flat_index(np.array(batch), np.array(window), self.out_spatial))

@@ -50,15 +50,20 @@ class Stamp:
       support: (1 | batch, windows, K) bool, the nonzero entries.
       weight: (1 | batch, windows) int64 numerator of every window's entries.
       q: the common denominator.
+      full: the support is exactly ``geometry.valid`` (average pooling), so a line's
+        coefficients need no support lookup.
     """
 
     geometry: Geometry
     support: np.ndarray
     weight: np.ndarray
     q: int
+    full: bool = False  # the support is every valid slot (average pooling)
 
     def coefficients(self, line: Line) -> np.ndarray:
         """(1 | batch, len(line)) integer entries of a line (0 where the support leaves a slot out)."""
+        if self.full:  # a line holds valid slots only
+            return np.asarray(self.weight[:, line.w])
         return np.where(self.support[:, line.w, line.k], self.weight[:, line.w], 0)
 
 
@@ -75,7 +80,7 @@ def stamp(geometry: Geometry, x: ExactArray | None, tie: str = "first") -> Stamp
     """The exact Jacobian of ``geometry``; max pooling needs ``x`` to find its ties."""
     if geometry.spec.mode == "avg":
         weight, q = window_weights(geometry)
-        return Stamp(geometry, geometry.valid[None], weight[None], q)
+        return Stamp(geometry, geometry.valid[None], weight[None], q, full=True)
     if x is None:
         raise InputError("max pooling's Jacobian depends on x: pass the input values, not only its shape")
     return Stamp(geometry, *max_support(geometry, geometry.to_canonical(x.num), tie))
@@ -98,6 +103,9 @@ def _apply(st: Stamp, source: ExactArray, transpose: bool) -> ExactArray:
     kind: Any = np.int64 if small else object
     s = s.astype(kind)
     acc = np.zeros((g.batch, math.prod(dst_spatial)), dtype=kind)
+    if not st.full and 2 * int(np.count_nonzero(st.support)) <= int(np.count_nonzero(g.valid)):
+        _apply_pairs(st, s, acc, transpose)
+        return ExactArray(_int_array(g.from_canonical(acc, dst_spatial)), source.den * st.q)
     for line in lines(g):
         coeff = st.coefficients(line).astype(kind)
         if transpose:
@@ -107,6 +115,25 @@ def _apply(st: Stamp, source: ExactArray, transpose: bool) -> ExactArray:
         else:
             acc[:, line.window] += (s[:, line.cells] * coeff).sum(axis=1)
     return ExactArray(_int_array(g.from_canonical(acc, dst_spatial)), source.den * st.q)
+
+
+def _apply_pairs(st: Stamp, s: np.ndarray, acc: np.ndarray, transpose: bool) -> None:
+    """:func:`_apply` over the support's own (window, slot) pairs, one slice at a time.
+
+    For a sparse support (max pooling's one slot a window, or any x-dependent
+    support) this is O(support) instead of O(windows x K) lines; pairs may share a
+    cell, so the scatter is ``np.add.at`` (exact on int64 and on Python ints).
+    """
+    g = st.geometry
+    for b in range(g.batch):
+        sb = min(b, st.support.shape[0] - 1)
+        w, k = np.nonzero(st.support[sb])
+        cells, coeff = g.cells[w, k], st.weight[sb, w].astype(acc.dtype)
+        del k
+        if transpose:
+            np.add.at(acc[b], cells, s[b, w] * coeff)
+        else:
+            np.add.at(acc[b], w, s[b, cells] * coeff)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -195,19 +222,25 @@ def _sparse(st: Stamp) -> SparseJacobian:
     for b in range(g.batch):
         s = min(b, st.support.shape[0] - 1)
         if b == 0 or st.support.shape[0] > 1:
-            w, k = np.nonzero(st.support[s])
-            cells, wid = g.cells[w, k], weight_ids[s][w]
-            del k
-        rows.append(g.flat_index(np.full(w.size, b), w, g.out_spatial))
-        cols.append(g.flat_index(np.full(w.size, b), cells, g.in_spatial))
+            # Boolean-mask reads go row-major (window, then slot): no (w, k) index pair arrays.
+            support = st.support[s]
+            per_window = np.count_nonzero(support, axis=1)
+            w = np.repeat(np.arange(g.n_out), per_window)
+            cells = g.cells[support]
+            wid = np.repeat(weight_ids[s], per_window)
+            del support, per_window
+        first = b == 0 and not g.trail  # flat index = canonical index: no copy
+        rows.append(w if first else g.flat_index(np.asarray(b), w, g.out_spatial))
+        cols.append(cells if first else g.flat_index(np.asarray(b), cells, g.in_spatial))
         ids.append(wid)
-    row, col, vid = (np.concatenate(a) if a else np.zeros(0, np.int64) for a in (rows, cols, ids))
+    del w, cells, wid
+    row, col, vid = (a[0] if len(a) == 1 else np.concatenate(a) for a in (rows, cols, ids))
     del rows, cols, ids
-    if row.size and (row[1:] < row[:-1]).any():
+    if math.prod(g.trail) > 1:  # channels_last with several channels: rows interleave
         order = np.argsort(row, kind="stable")
         row, col, vid = row[order], col[order], vid[order]
     table = tuple(sympy.Rational(int(v), st.q) for v in distinct)
-    return SparseJacobian(g.output_shape, g.input_shape, row, col, vid.astype(np.int64), table, spec=g.spec)
+    return SparseJacobian(g.output_shape, g.input_shape, row, col, vid.astype(np.int64, copy=False), table, spec=g.spec)
 
 
 def jacobian(spec: PoolSpec, x: Any, *, tie: Tie = "first") -> SparseJacobian:

@@ -220,6 +220,17 @@ class Line:
     window: int | None
 
 
+@functools.lru_cache(maxsize=4)
+def _slot_major(geometry: Geometry) -> tuple[np.ndarray, np.ndarray]:
+    """``valid.T`` and ``cells.T`` contiguous (int32 when the cells fit): a slot line reads
+    one contiguous row instead of a column of the window-major arrays (a cache line a pair)."""
+    cells = geometry.cells.T.astype(np.int32 if geometry.n_in < 2**31 else np.int64, order="C")
+    valid = np.ascontiguousarray(geometry.valid.T)
+    for a in (cells, valid):
+        a.setflags(write=False)
+    return valid, cells
+
+
 def lines(geometry: Geometry) -> Iterator[Line]:
     """Cover the valid (window, slot) pairs by min(windows, slots) collision-free lines.
 
@@ -228,9 +239,10 @@ def lines(geometry: Geometry) -> Iterator[Line]:
     """
     n_win, n_slots = geometry.cells.shape
     if n_slots <= n_win:
+        valid_t, cells_t = _slot_major(geometry)
         for k in range(n_slots):
-            w = np.flatnonzero(geometry.valid[:, k])
-            yield Line(w, np.full(w.size, k), geometry.cells[w, k], None)
+            w = np.flatnonzero(valid_t[k])
+            yield Line(w, np.full(w.size, k), cells_t[k][w], None)
     else:
         for win in range(n_win):
             slots = np.flatnonzero(geometry.valid[win])
@@ -245,7 +257,28 @@ def pad_cells(geometry: Geometry) -> np.ndarray | None:
     return pads
 
 
+# The last tie sets computed: jacobian, vjp, forward and the verifier's exact rows
+# ask for the same x in turn. Keyed by the input's bytes (exact: no hash collision
+# can return another x's sets), numeric dtypes only; read-only so no caller can
+# alter a shared result.
+_LAST_MEMBERS: dict[tuple[Any, ...], np.ndarray] = {}
+
+
 def max_members(geometry: Geometry, xc: np.ndarray, pads: bool = False) -> np.ndarray:
+    """Max pooling: which slots of every window attain its maximum (:func:`_max_members`), cached for the last x."""
+    pads = pads and pad_cells(geometry) is not None  # without pad cells both ask for the same sets
+    key = None if xc.dtype == object else (geometry, pads, xc.dtype.str, xc.shape, np.ascontiguousarray(xc).tobytes())
+    if key is not None and key in _LAST_MEMBERS:
+        return _LAST_MEMBERS[key]
+    member = _max_members(geometry, xc, pads=True) if pads else _max_members(geometry, xc)
+    member.setflags(write=False)
+    if key is not None:
+        _LAST_MEMBERS.clear()
+        _LAST_MEMBERS[key] = member
+    return member
+
+
+def _max_members(geometry: Geometry, xc: np.ndarray, pads: bool = False) -> np.ndarray:
     """Max pooling: which slots of every window attain its maximum.
 
     Every max class has the template ``Max(a, r)`` whose SymPy derivative is
@@ -273,16 +306,17 @@ def max_members(geometry: Geometry, xc: np.ndarray, pads: bool = False) -> np.nd
     else:
         xc = xc if xc.dtype == object or not xc.size or int(np.abs(xc).max()) < 2**60 else xc.astype(object)
         low = min(xc.min() if xc.size else 0, 0) - 1  # below every value and 0: the max of no slots
+    # One sentinel column after the cells: invalid slots (cell -1) read ``low``, so a
+    # single gather gives every window's values and no invalid slot can tie.
+    xs = np.concatenate([xc, np.full((xc.shape[0], 1), low, dtype=xc.dtype)], axis=1)
     member = np.zeros((xc.shape[0], n_win, n_slots), dtype=bool)
     step = max(1, 2**22 // max(1, xc.shape[0] * n_slots))
     for start in range(0, n_win, step):
         block = slice(start, start + step)
-        valid = geometry.valid[block]
-        values = np.where(valid, xc[:, np.where(valid, geometry.cells[block], 0)], low)
+        values = xs[:, geometry.cells[block]]
         if pad is not None:  # pad cells hold the constant 0, a competitor in the max
-            valid = valid | pad[block]
             values = np.where(pad[block], 0, values)
-        member[:, block] = tie_members(tmpl, values) & valid
+        member[:, block] = tie_members(tmpl, values)
     return member
 
 
@@ -301,15 +335,12 @@ def tie_members(tmpl: Template, values: np.ndarray) -> np.ndarray:
     if n == 1:
         return np.ones(values.shape, dtype=bool)  # a lone cell always attains the max
     assert tmpl.tie_arg is not None
-    # r_i, the max of the other slots: the second largest value for the (first)
-    # argmax slot, the largest for every other slot.
+    # r_i, the max of the other slots, is the window max t for every slot that is
+    # not the (first) argmax; for that slot r_i = second largest <= t = s_i, and
+    # s_i - r_i >= 0 as s_i - t = 0 >= 0. So ``tie_arg(s_i, t) >= 0`` is the same
+    # verdict for every slot, with one reduction instead of four.
     top = values.max(axis=-1, keepdims=True)
-    pos = values.argmax(axis=-1)[..., None]
-    masked = values.copy()
-    np.put_along_axis(masked, pos, values.min(axis=-1, keepdims=True), axis=-1)
-    second = masked.max(axis=-1, keepdims=True)
-    others = np.where(np.arange(n) == pos, second, top)
-    return np.asarray(tmpl.tie_arg(values, others)) >= 0
+    return np.asarray(tmpl.tie_arg(values, top)) >= 0
 
 
 def check_tie(tie: str) -> str:

@@ -46,7 +46,7 @@ from symjac.verifiers._pool_lp import forward_tolerance as lp_forward_tolerance,
 from symjac.pool._graph import input_colouring
 from symjac.verifiers._pool_fd import MAX_COLOURS, check_fd, check_fd_directions, directional_fd, finite_differences
 from symjac.verifiers._pool_probe import Prober
-from symjac.verifiers._pool_rows import ExactRows, Rows, exact_rows, scatter
+from symjac.verifiers._pool_rows import ExactRows, Rows, cell_counts, exact_rows, scatter, scatter_pair
 
 BACKWARD_CATEGORIES = ("missing_windows", "partial_windows", "wrong_cells", "wrong_weights", "tie_not_subgradient",
                        "tie_beta_outside_clarke", "tie_policy")
@@ -128,24 +128,27 @@ class _Verifier:
         if g.spec.mode == "lp":  # algebraic values: the bound of symjac.pool._lp
             e_c, tol = lp_forward_tolerance(g, x, self.dtype)
             exact_lp = g.to_canonical(lp_forward(g, ExactArray.from_any(x)), g.out_spatial)
-            return self.forward_findings(y_c, e_c, tol, exact_lp)
+            return self.forward_findings(y_c, e_c, tol, lambda: exact_lp)
         exact_y = exact_forward(g, ExactArray.from_any(x))
         e_c = g.to_canonical(exact_y.to_numpy(np.float64), g.out_spatial)
         if g.spec.mode == "avg":
             xc = np.abs(g.to_canonical(x).astype(np.float64))
-            mass = (np.where(g.valid, xc[:, np.where(g.valid, g.cells, 0)], 0.0)).sum(axis=2) / g.divisor
+            mass = g.gather(xc).sum(axis=2) / g.divisor
             n = g.valid.sum(axis=1)
             tol = gamma(n + 1, self.u) * mass + 2.0**-60 * np.abs(e_c)
         else:
             tol = np.zeros_like(e_c)
-        return self.forward_findings(y_c, e_c, tol, g.to_canonical(exact_y.to_fractions(), g.out_spatial))
+        # Fractions only if a finding lists them (building one per output costs ~2 us each)
+        return self.forward_findings(y_c, e_c, tol, lambda: g.to_canonical(exact_y.to_fractions(), g.out_spatial))
 
-    def forward_findings(self, y_c: np.ndarray, e_c: np.ndarray, tol: np.ndarray, exact: np.ndarray) -> bool:
+    def forward_findings(self, y_c: np.ndarray, e_c: np.ndarray, tol: np.ndarray,
+                         exact_of: Callable[[], np.ndarray]) -> bool:
         """A ``forward_values`` finding for outputs off the exact ones (``e_c`` in float64,
-        ``exact`` as exact numbers) by more than ``tol``."""
+        ``exact_of()`` as exact numbers, built only for a finding) by more than ``tol``."""
         g = self.g
         bad = np.argwhere(np.abs(y_c - e_c) > tol)
         if bad.size:
+            exact = exact_of()
             names = [fmt_index(g.output_index(b, w)) for b, w in bad.tolist()]
             self.findings.append(Finding(
                 "forward_values", f"forward differs from the exact forward at {len(bad)} of {y_c.size} outputs: "
@@ -199,9 +202,8 @@ class _Verifier:
         again = self.backward(x, dy) if repeat else None
         if again is not None and self.bwd is not None:
             self.bwd.compare(g.from_canonical(dx, g.in_spatial), g.from_canonical(again, g.in_spatial), "dx")
-        predicted = scatter(g, dy, rows.obs)
-        bound = scatter(g, np.abs(dy), np.abs(rows.obs))
-        count = scatter(g, np.ones_like(dy), np.ones_like(rows.obs))
+        predicted, bound = scatter_pair(g, dy, rows.obs)
+        count = np.broadcast_to(cell_counts(g).astype(np.float64), predicted.shape).copy()
         for (b, w), vs in rows.stray.items():
             for bb, c, v in vs:
                 predicted[bb, c] += dy[b, w] * v

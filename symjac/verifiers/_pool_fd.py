@@ -86,8 +86,7 @@ def _window_error(g: Geometry, xp: np.ndarray, xm: np.ndarray, u: float) -> np.n
     """The forward's rounding bound at x+ and x-, over 2h: ``γ_{n+1}·(Σ|x+| + Σ|x-|)/(d·2h)`` (avg)."""
     if g.spec.mode != "avg":
         return 0.0
-    safe = np.where(g.valid, g.cells, 0)
-    mass = sum(np.abs(np.where(g.valid, a[:, safe], 0)).sum(axis=2) for a in (xp, xm)) / g.divisor
+    mass = sum(g.gather(np.abs(a)).sum(axis=2) for a in (xp, xm)) / g.divisor
     return np.asarray(gamma(g.valid.sum(axis=1) + 1, u) * mass / (2 * STEP))
 
 
@@ -116,15 +115,16 @@ def directional_fd(g: Geometry, forward: Callable[[np.ndarray], np.ndarray | Non
 def check_fd_directions(g: Geometry, rows: Rows, found: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
                         usable: np.ndarray, u: float, findings: list[Finding]) -> bool:
     """Observed rows times each direction vs the directional central differences."""
-    safe = np.where(g.valid, g.cells, 0)
     bad = np.zeros(usable.shape, dtype=bool)
     first: tuple[float, float] | None = None
+    # Directions are sign vectors, so |v_k| is 1 on every valid slot (and rows are 0 on
+    # the others): the rounding terms sum |row| and tolerance(row) over the window,
+    # the same for every direction.
+    weights = tolerance(rows.obs, u).sum(axis=2) + gamma(g.cells.shape[1], 2.0**-53) * np.abs(rows.obs).sum(axis=2)
     for v, slope, err in found:
-        vk = np.where(g.valid[None], v[:, safe], 0.0)  # (B, W, K)
-        terms = rows.obs * vk
-        predicted = terms.sum(axis=2)
-        tol = err + (tolerance(rows.obs, u) * np.abs(vk)).sum(axis=2) + gamma(g.cells.shape[1], 2.0**-53) * np.abs(
-            terms).sum(axis=2)
+        assert np.all(np.abs(v) == 1), "directional FD directions are sign vectors"
+        predicted = (rows.obs * g.gather(v)).sum(axis=2)
+        tol = err + weights
         off = np.abs(predicted - slope) > tol
         for b, w in rows.stray:
             off[b, w] = True

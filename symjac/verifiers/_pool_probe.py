@@ -51,7 +51,7 @@ class Prober:
             if dx is None:
                 return None
             cells, valid = g.cells[wins], g.valid[wins]
-            obs[:, wins, :] = np.where(valid[None], dx[:, np.where(valid, cells, 0)], 0.0)
+            obs[:, wins, :] = np.concatenate([dx, np.zeros((dx.shape[0], 1))], axis=1)[:, cells]  # -1: the 0 column
             covered = np.zeros(g.n_in, dtype=bool)
             covered[cells[valid]] = True
             for b, cell in np.argwhere((dx != 0) & ~covered[None, :]).tolist():

@@ -55,18 +55,24 @@ def exact_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
     ex = ExactArray.from_any(x) if g.spec.mode == "max" else None
     st = stamp(g, ex, "first")
     shape = (g.batch, g.n_out, g.cells.shape[1])
-    num = st.support * st.weight[..., None]  # (1 | B, W, K) exact numerators over q
-    rows = np.broadcast_to(num / st.q, shape).copy()
-    reduced = st.q // np.gcd(num, st.q)  # each value's denominator in lowest terms
-    dyadic = np.broadcast_to((reduced & (reduced - 1)) == 0, shape)
-    del num, reduced
+    # Every entry of a window is support * weight / q: the value, whether its lowest-terms
+    # denominator is a power of two and whether the dtype holds it are per-window facts,
+    # spread over the slots at the end (no nnz-sized integer temporaries, no nnz gcd).
+    value = st.weight / st.q  # (1 | B, W)
+    reduced = st.q // np.gcd(st.weight, st.q)  # each window's denominator in lowest terms
+    with np.errstate(over="ignore", under="ignore"):
+        held_w = ((reduced & (reduced - 1)) == 0) & (value.astype(dtype).astype(np.float64) == value)
+    rows = np.empty(shape)
+    np.multiply(st.support, value[..., None], out=rows)
+    held = np.broadcast_to(~st.support | held_w[..., None], shape)  # a 0 entry is held exactly
+    del reduced, held_w
     pads = pad_cells(g)
     if ex is not None:
         member = max_members(g, g.to_canonical(ex.num), pads=True)
-        values = np.where(g.valid[None], g.to_canonical(x).astype(np.float64)[:, g.cells], -np.inf)
+        values = g.gather(g.to_canonical(x).astype(np.float64), -np.inf)
         if pads is not None:  # pad cells hold 0 and compete for the max (and the gap) too
             pad_tied = (member & pads).any(axis=-1)
-            member &= g.valid
+            member = member & g.valid
             values = np.where(pads[None], 0.0, values)
         else:
             pad_tied = np.zeros(shape[:2], dtype=bool)
@@ -79,8 +85,6 @@ def exact_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
         gap = np.full(shape[:2], np.inf)
         pad_tied = np.zeros(shape[:2], dtype=bool)
     tied = member.sum(axis=2) + pad_tied >= 2
-    with np.errstate(over="ignore", under="ignore"):
-        held = dyadic & (rows.astype(dtype).astype(np.float64) == rows)
     return ExactRows(rows, member, tied, gap, held, pad_tied)
 
 
@@ -98,16 +102,28 @@ def _lp_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
 
 def scatter(g: Geometry, per_window: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """``sum_w per_window[b, w] * rows[b, w, k]`` into cells: J^T v for row arrays."""
-    out = np.zeros((g.batch, g.n_in))
+    return scatter_pair(g, per_window, rows)[0]
+
+
+def scatter_pair(g: Geometry, per_window: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`scatter` and its magnitude ``sum_w |per_window[b, w] * rows[b, w, k]|`` in one pass over the lines."""
+    out, mag = np.zeros((g.batch, g.n_in)), np.zeros((g.batch, g.n_in))
     for line in lines(g):
-        out[:, line.cells] += per_window[:, line.w] * rows[:, line.w, line.k]
-    return out
+        term = per_window[:, line.w] * rows[:, line.w, line.k]
+        out[:, line.cells] += term
+        mag[:, line.cells] += np.abs(term)
+    return out, mag
+
+
+def cell_counts(g: Geometry) -> np.ndarray:
+    """(n_in,) how many (window, slot) pairs read each cell: the terms of a cell's sum in J^T v."""
+    return np.bincount(g.cells[g.valid], minlength=g.n_in)
 
 
 def tolerance(exact: np.ndarray, u: float, terms: int | np.ndarray = 1) -> np.ndarray:
     """An entry from ``terms`` rounded products, one rounded weight and one rounded output:
     ``γ_{terms+2}·|e|`` (plus a 2^-60 relative guard for float64 noise in the bound itself)."""
-    return np.asarray(gamma(np.asarray(terms) + 2, u) * np.abs(exact) + 2.0**-60 * np.abs(exact))
+    return np.asarray(np.abs(exact) * (gamma(np.asarray(terms) + 2, u) + 2.0**-60))
 
 
 def row_tolerance(exact: ExactRows, u: float) -> np.ndarray:
