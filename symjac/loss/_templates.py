@@ -382,7 +382,7 @@ def _in_exponentials(z: Sequence[sympy.Symbol]) -> tuple[tuple[sympy.Symbol, ...
 
 def _is_zero(rational: sympy.Expr) -> bool:
     """A rational function is identically 0 iff its numerator over one denominator expands to 0."""
-    return sympy.expand(sympy.numer(sympy.together(rational))) == 0
+    return bool(sympy.expand(sympy.numer(sympy.together(rational))) == 0)
 
 
 def _stable_softmax_ce(z: Sequence[sympy.Symbol], a: Sequence[sympy.Expr],
