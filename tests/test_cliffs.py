@@ -274,3 +274,25 @@ def test_far_below_the_dtype_rounds_to_signed_zero_without_expanding() -> None:
         out = to_numpy(np.array([tiny, -tiny, 1 / tiny, mpmath.mpf(2) ** -1074], dtype=object))
     assert out[0] == 0 and not np.signbit(out[0]) and out[1] == 0 and np.signbit(out[1])
     assert out[2] == np.inf and out[3] == np.float64(5e-324)
+
+
+@pytest.mark.parametrize("kind", ["mse", "mae", "smooth_l1", "huber", "sigmoid_ce", "softmax_ce"])
+def test_every_unbounded_kind_evaluates_at_1e300(kind: str) -> None:
+    # The kinds whose pred is unbounded (bce and kld take probabilities) evaluate with
+    # their bounds at |z| = 1e300 at DPS digits: values and bounds finite, and the
+    # derivative is S·dℓ/dz at the sign the definition gives (mse 2(z - y) = ±2e300;
+    # mae, smooth_l1 sign(z - y); huber δ·sign(z - y), δ = 1; sigmoid_ce σ(z) - y;
+    # softmax_ce softmax - onehot = 1 - 0 at the max logit, -1 at the label).
+    loss = symjac.Loss(kind, reduction="sum")
+    if kind == "softmax_ce":
+        pred, label, expected = [[1e300, -1e300]], [[0.0, 1.0]], [1, -1]
+    else:
+        pred, label = [1e300, -1e300], [0.0, 1.0]
+        expected = {"mse": [2e300, -2e300], "sigmoid_ce": [1, -1]}.get(kind, [1, -1])
+    ev = evaluate(loss, pred, label, values=True, derivatives=True, bounds=True)
+    assert ev.dps == DPS
+    assert ev.h_cond is not None and ev.element_run is not None
+    for v in list(ev.elements.reshape(-1)) + list(ev.h_cond.reshape(-1)) + list(ev.element_run.reshape(-1)):
+        assert mpmath.isfinite(v)
+    got = [float(v) for v in ev.derivative().reshape(-1)]
+    assert got == pytest.approx(expected, rel=1e-15)
