@@ -14,6 +14,23 @@ give the CPU seconds too (wall time on a loaded machine overstates the work). Th
 ``--timeout`` seconds is printed as such.
 
 Run: python benchmarks/cliffs.py [--timeout 120] [--only SUBSTRING]
+
+Loss rows measured 2026-11-30 (issue-11b, 2-core machine under other agents' load,
+each once, seconds; "before" from issue 11 / the brief):
+
+    case                              |z|=1   1e4    1e6    1e300   before (1e6 / 1e300)
+    loss_derivative mse               0.040  0.058  0.045  0.050
+    verify_loss mse                   0.193  0.039  0.061  0.053
+    loss_derivative sigmoid_ce        0.357  0.275  0.600  0.627   (fixed earlier in issue 11)
+    verify_loss sigmoid_ce            0.254  0.200  0.471  0.383
+    loss_derivative softmax_ce        0.277  0.137  0.176  0.145   6.1 s / TypeError
+    verify_loss softmax_ce            0.467  0.693  0.604  0.729   20 s / TypeError
+
+    verify_loss softmax_ce 10,000 x 10   > 60 s   (target < 5 s: not met)
+    verify_loss mse 100,000              15.8 s   (target < 5 s: not met; 13 s before)
+    verify_loss sigmoid_ce 100,000       34.4 s   (target < 5 s: not met; 33.5 s before)
+
+The size rows are still the per-element mpmath loop (evaluation, bounds, ULP checks).
 """
 
 from __future__ import annotations

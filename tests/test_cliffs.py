@@ -242,3 +242,57 @@ def test_map_beyond_the_budget_is_refused_up_front() -> None:
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 16 * 2**20
+
+
+@pytest.mark.parametrize("z", [1.0, 1e4, 1e6, 1e300])
+def test_softmax_ce_needs_no_extra_digits_at_any_magnitude(z: float) -> None:
+    # Row [0.5, z, -z], label class 1: d/dz_c = softmax_c - [c == 1]. The oracle is the
+    # definition at 1,200 bits, enough to hold 0.5 - 1e300 exactly and far more than the
+    # 60 digits compared: softmax_0 = e^0.5/Σ, softmax_2 = e^-z/Σ, and
+    # softmax_1 - 1 = -(e^0.5 + e^-z)/Σ with Σ = e^0.5 + e^z + e^-z.
+    loss = symjac.Loss("softmax_ce", reduction="sum")
+    ev = evaluate(loss, [[0.5, z, -z]], [[0.0, 1.0, 0.0]], values=True, derivatives=True)
+    assert ev.dps == DPS  # precision does not grow with |z|
+    got = list(ev.derivative().reshape(-1))
+    with mpmath.workprec(1200):
+        zz = mpmath.mpf(z)
+        total = mpmath.exp(0.5) + mpmath.exp(zz) + mpmath.exp(-zz)
+        expected = [mpmath.exp(0.5) / total, -(mpmath.exp(0.5) + mpmath.exp(-zz)) / total, mpmath.exp(-zz) / total]
+        for g, want in zip(got, expected):
+            assert abs(g - want) <= abs(want) * mpmath.mpf(10) ** (-40)
+        # ℓ = log Σ - z_1 = log1p((e^0.5 + e^-z)/e^z), the exact remainder
+        want_value = mpmath.log1p((mpmath.exp(0.5) + mpmath.exp(-zz)) / mpmath.exp(zz))
+        assert abs(ev.elements[0] - want_value) <= want_value * mpmath.mpf(10) ** (-40)
+
+
+def test_far_below_the_dtype_rounds_to_signed_zero_without_expanding() -> None:
+    # e^-(1e300) is below half float64's smallest subnormal (2^-1075): it rounds to
+    # ±0, and overflows to ±inf beyond 2^1025, without forming 2^(-1.4e300) exactly.
+    from symjac.loss._evaluate import to_numpy
+    with mpmath.workdps(60):
+        tiny = mpmath.exp(-mpmath.mpf(1e300))
+        out = to_numpy(np.array([tiny, -tiny, 1 / tiny, mpmath.mpf(2) ** -1074], dtype=object))
+    assert out[0] == 0 and not np.signbit(out[0]) and out[1] == 0 and np.signbit(out[1])
+    assert out[2] == np.inf and out[3] == np.float64(5e-324)
+
+
+@pytest.mark.parametrize("kind", ["mse", "mae", "smooth_l1", "huber", "sigmoid_ce", "softmax_ce"])
+def test_every_unbounded_kind_evaluates_at_1e300(kind: str) -> None:
+    # The kinds whose pred is unbounded (bce and kld take probabilities) evaluate with
+    # their bounds at |z| = 1e300 at DPS digits: values and bounds finite, and the
+    # derivative is S·dℓ/dz at the sign the definition gives (mse 2(z - y) = ±2e300;
+    # mae, smooth_l1 sign(z - y); huber δ·sign(z - y), δ = 1; sigmoid_ce σ(z) - y;
+    # softmax_ce softmax - onehot = 1 - 0 at the max logit, -1 at the label).
+    loss = symjac.Loss(kind, reduction="sum")
+    if kind == "softmax_ce":
+        pred, label, expected = [[1e300, -1e300]], [[0.0, 1.0]], [1, -1]
+    else:
+        pred, label = [1e300, -1e300], [0.0, 1.0]
+        expected = {"mse": [2e300, -2e300], "sigmoid_ce": [1, -1]}.get(kind, [1, -1])
+    ev = evaluate(loss, pred, label, values=True, derivatives=True, bounds=True)
+    assert ev.dps == DPS
+    assert ev.h_cond is not None and ev.element_run is not None
+    for v in list(ev.elements.reshape(-1)) + list(ev.h_cond.reshape(-1)) + list(ev.element_run.reshape(-1)):
+        assert mpmath.isfinite(v)
+    got = [float(v) for v in ev.derivative().reshape(-1)]
+    assert got == pytest.approx(expected, rel=1e-15)

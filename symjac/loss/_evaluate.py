@@ -154,13 +154,10 @@ class LossEvaluation:
 
 
 def _working_dps(loss: Loss, pred: np.ndarray) -> int:
-    # exp(|z|) next to 1 cancels ~|z|·log10(e) digits (softmax - t at large logits):
-    # add them so DPS significant digits survive. (sigmoid_ce's template is written
-    # so that nothing cancels: see loss._templates.)
-    if loss.kind != "softmax_ce":
-        return DPS
-    big = max((abs(v) for v in pred.reshape(-1)), default=Fraction(0))
-    return DPS + int(float(big) * 0.4343) + 1
+    # Every template's exact values come from a stable form in which nothing cancels
+    # at any |z| (see loss._templates: sigmoid_ce through log1p(e^±z), softmax_ce
+    # shifted exactly by the row's max logit), so DPS digits suffice at any magnitude.
+    return DPS
 
 
 def _per_class(name: str, values: tuple[Fraction, ...] | None, classes: int, default: Fraction) -> list[Fraction]:
@@ -496,14 +493,24 @@ def to_numpy(values: Any, dtype: Any = np.float64) -> np.ndarray:
     """
     from symjac._exact import round_fraction
 
+    dt = np.dtype(dtype)
+    info = np.finfo(dt)
     arr = np.asarray(values, dtype=object)
-    out = np.empty(arr.size, dtype=np.dtype(dtype))
+    out = np.empty(arr.size, dtype=dt)
     for i, v in enumerate(arr.reshape(-1)):
         v = mpmath.mpf(v)
         if not mpmath.isfinite(v):  # inf and nan carry no binary fraction
             out[i] = float(v)
             continue
-        sign, man, exp, _bc = v._mpf_  # exact binary value; man_exp would drop the sign
+        sign, man, exp, bc = v._mpf_  # exact binary value; man_exp would drop the sign
+        if man and exp + bc < int(info.minexp) - int(info.nmant) - 1:
+            # |v| < 2^(exp+bc) <= η/2 (half the smallest subnormal): rounds to a signed
+            # zero, and 2**exp of a 1e300-sized logit's e^-|z| would never finish
+            out[i] = -dt.type(0) if sign else dt.type(0)
+            continue
+        if man and exp + bc > int(info.maxexp) + 1:  # |v| >= 2^(maxexp+1): beyond max + ulp/2
+            out[i] = dt.type(-np.inf if sign else np.inf)
+            continue
         f = (-1 if sign else 1) * Fraction(int(man)) * (Fraction(2) ** int(exp))
         out[i] = round_fraction(f, dtype)
     return out.reshape(arr.shape)

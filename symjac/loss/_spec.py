@@ -41,8 +41,9 @@ SYNONYMS = {
 }
 LABEL_FORMS = ("probabilities", "indices")
 
-#: Significant decimal digits of every mpmath evaluation (at least; more when
-#: large logits make exp/log cancel, see :func:`_working_dps`).
+#: Significant decimal digits of every mpmath evaluation, at any magnitude of the
+#: logits: the exact values come from forms in which nothing cancels (see
+#: symjac.loss._templates: sigmoid_ce via log1p(e^±z), softmax_ce shifted by its max).
 DPS = 60
 
 _ELEMENTWISE = ("mse", "mae", "smooth_l1", "huber", "sigmoid_ce", "bce", "kld", "constant_derivative")

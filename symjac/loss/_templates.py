@@ -7,6 +7,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import mpmath
 import sympy
 from sympy.codegen.cfunctions import log1p
 
@@ -188,15 +189,55 @@ class LossTemplate:
     def _lower(self, exprs: Sequence[sympy.Expr]) -> Callable[..., Any]:
         return sympy.lambdify(self.symbols, list(exprs), modules="mpmath", cse=True)  # type: ignore[no-any-return]
 
-    @functools.cached_property
-    def value_fn(self) -> Callable[..., Any]:
-        """mpmath: args -> [ℓ]."""
-        return self._lower([self.stable_loss])
+    def _shifted(self, args: Sequence[Any]) -> tuple[list[Any], list[int]]:
+        """The arguments the stable forms take, and the class order they are in.
+
+        softmax_ce's stable forms assume class 0 holds the largest logit and that it
+        is 0: the classes (z, t, w together; ℓ is symmetric under that) are reordered
+        so the argmax comes first, and every logit is shifted by it *exactly*
+        (``mpmath.fsub(..., exact=True)``: z_c - max z of two doubles may need more
+        bits than the working precision, and exp of a rounded 1e300-sized difference
+        would be wrong in every digit). Other kinds: unchanged.
+        """
+        n = self.classes
+        if self.kind != "softmax_ce":
+            return list(args), [0]
+        z = list(args[:n])
+        k = max(range(n), key=lambda c: z[c])
+        order = [k] + [c for c in range(n) if c != k]
+        top = z[k]
+        shifted = [mpmath.fsub(z[c], top, exact=True) for c in order]
+        t, w = args[n:2 * n], args[2 * n:3 * n]
+        return shifted + [t[c] for c in order] + [w[c] for c in order] + list(args[3 * n:]), order
+
+    def _lower_stable(self, exprs: Sequence[sympy.Expr]) -> Callable[..., Any]:
+        if self.kind == "softmax_ce":
+            # _shifted passes z_0 = 0 and z_c - max z exactly: with z_0 written as 0 the
+            # lowered code forms no z_c - z_0, which would round at the working precision
+            exprs = [e.subs(self.pred[0], 0) for e in exprs]
+        return self._lower(exprs)
 
     @functools.cached_property
-    def derivative_fn(self) -> Callable[..., Any]:
-        """mpmath: args -> [dℓ/dz_0, ...]."""
-        return self._lower(self.stable_derivatives)
+    def _stable_value(self) -> Callable[..., Any]:
+        return self._lower_stable([self.stable_loss])
+
+    @functools.cached_property
+    def _stable_derivatives(self) -> Callable[..., Any]:
+        return self._lower_stable(self.stable_derivatives)
+
+    def value_fn(self, *args: Any) -> list[Any]:
+        """mpmath: args -> [ℓ] (from the stable form)."""
+        shifted, _ = self._shifted(args)
+        return list(self._stable_value(*shifted))
+
+    def derivative_fn(self, *args: Any) -> list[Any]:
+        """mpmath: args -> [dℓ/dz_0, ...] (from the stable forms, in the caller's class order)."""
+        shifted, order = self._shifted(args)
+        hs = self._stable_derivatives(*shifted)
+        out = [hs[0]] * len(order)
+        for pos, c in enumerate(order):
+            out[c] = hs[pos]
+        return out
 
     def _cond(self, expr: sympy.Expr) -> sympy.Expr:
         # Σ_m |∂e/∂x_m|·|x_m|: the first-order effect of perturbing every input by one
@@ -210,9 +251,13 @@ class LossTemplate:
         return sympy.Add(*terms)
 
     @functools.cached_property
-    def loss_cond_fn(self) -> Callable[..., Any]:
-        """mpmath: args -> [ℓ, Σ_m |∂ℓ/∂x_m|·|x_m|, running_error(ℓ)]."""
-        return self._lower([self.stable_loss, self._cond(self.loss), running_error(self.loss)])
+    def _loss_cond(self) -> Callable[..., Any]:
+        return self._lower([self._cond(self.loss), running_error(self.loss)])
+
+    def loss_cond_fn(self, *args: Any) -> list[Any]:
+        """mpmath: args -> [ℓ, Σ_m |∂ℓ/∂x_m|·|x_m|, running_error(ℓ)] (ℓ from the stable
+        form; the bounds from the form implementations evaluate)."""
+        return self.value_fn(*args) + list(self._loss_cond(*args))
 
     @functools.cached_property
     def derivative_cond_fn(self) -> Callable[..., Any]:
@@ -247,10 +292,10 @@ def _template(kind: str, classes: int, log_input: bool, log_target: bool) -> Los
         w = tuple(_real(f"w{c}") for c in range(classes))
         eps = _real("epsilon")
         lse = sympy.log(sympy.Add(*(sympy.exp(zc) for zc in z)))
-        loss = -sympy.Add(
-            *(((1 - eps) * t[c] + eps / classes) * w[c] * (z[c] - lse) for c in range(classes))
-        )
+        a = [((1 - eps) * t[c] + eps / classes) * w[c] for c in range(classes)]
+        loss = -sympy.Add(*(a[c] * (z[c] - lse) for c in range(classes)))
         pred, label, params = z, t, w + (eps,)
+        stable, stable_softmax = _stable_softmax_ce(z, a, loss)
     else:
         zz, y = _real("z"), _real("y")
         pred, label = (zz,), (y,)
@@ -294,13 +339,16 @@ def _template(kind: str, classes: int, log_input: bool, log_target: bool) -> Los
             raise SpecError(f"kind={kind!r} is not valid")
     derivatives = tuple(sympy.diff(loss, s) for s in pred)
     stable_derivatives = derivatives
-    if kind == "sigmoid_ce":
+    if kind == "softmax_ce":
+        _check_softmax_derivatives(z, derivatives, stable_softmax)
+        stable_derivatives = stable_softmax
+    elif kind == "sigmoid_ce":
         if sympy.simplify(loss - stable.rewrite(sympy.log)) != 0:
             raise AssertionError(f"stable form {stable} of {loss} is not the same function")
         # SymPy's derivative over one denominator, w(-p·y + (1 - y)e^z)/(e^z + 1): the
         # 1 - e^-z/(1 + e^-z) of the raw form would cancel ~|z|·log10(e) digits.
         stable_derivatives = tuple(sympy.together(h) for h in derivatives)
-    else:
+    elif kind != "softmax_ce":
         stable = loss
     kinks = tuple(dict.fromkeys(a.args[0] for h in derivatives for a in h.atoms(sympy.sign)))
     return LossTemplate(
@@ -317,6 +365,66 @@ def _template(kind: str, classes: int, log_input: bool, log_target: bool) -> Los
         derivative_depth=max(_depth(h) for h in derivatives),
         kink_args=kinks,
     )
+
+
+def _in_exponentials(z: Sequence[sympy.Symbol]) -> tuple[tuple[sympy.Symbol, ...], Callable[[sympy.Expr], sympy.Expr]]:
+    """Positive symbols p_c for e^{z_c}, and a map writing an expression in which z
+    appears only inside e^{z_c} and e^{z_c - z_0} as a rational function of them."""
+    p = tuple(sympy.Symbol(f"p{c}", positive=True) for c in range(len(z)))
+    rep = {sympy.exp(zc): pc for zc, pc in zip(z, p)}
+    rep.update({sympy.exp(zc - z[0]): pc / p[0] for zc, pc in zip(z[1:], p[1:])})
+
+    def to_p(e: sympy.Expr) -> sympy.Expr:
+        return e.xreplace(rep)
+
+    return p, to_p
+
+
+def _is_zero(rational: sympy.Expr) -> bool:
+    """A rational function is identically 0 iff its numerator over one denominator expands to 0."""
+    return bool(sympy.expand(sympy.numer(sympy.together(rational))) == 0)
+
+
+def _stable_softmax_ce(z: Sequence[sympy.Symbol], a: Sequence[sympy.Expr],
+                       loss: sympy.Expr) -> tuple[sympy.Expr, tuple[sympy.Expr, ...]]:
+    """softmax_ce written for class 0 holding the largest logit (the evaluator reorders
+    the classes so it does, and shifts by it: see :meth:`LossTemplate._shifted`).
+
+    With E_c = e^{z_c - z_0} <= 1 (E_0 = 1) and S = Σ_{c>0} E_c:
+    ``lse = z_0 + log1p(S)``, so ``ℓ = -Σ_c a_c·((z_c - z_0) - log1p(S))``: every term
+    has one sign, and log1p keeps S when it is below the working precision. The
+    derivative ``W·softmax_j - a_j`` (W = Σ a_c) over the one denominator 1 + S is
+    ``Σ_{c≠j} (a_c·E_j - a_j·E_c) / (1 + S)``: the c = j terms, which cancel
+    (softmax_j - 1 near p_j = 1 cancels ~|z|·log10(e) digits), are taken out before
+    anything is evaluated. Both are checked equal to the SymPy forms (``loss`` here,
+    the derivatives in :func:`_check_softmax_derivatives`).
+    """
+    n = len(z)
+    e = [sympy.exp(z[c] - z[0]) for c in range(n)]
+    s = sympy.Add(*e[1:])
+    lse = z[0] + log1p(s)
+    stable = -sympy.Add(*(a[c] * ((z[c] - z[0]) - log1p(s)) for c in range(n)))
+    # ℓ is linear in lse: the same function iff e^{z_0}·(1 + S) = Σ e^{z_c} (in p_c = e^{z_c}).
+    lse_sym = sympy.Symbol("lse")
+    p, to_p = _in_exponentials(z)
+    ell = -sympy.Add(*(a[c] * (z[c] - lse_sym) for c in range(n)))
+    if (sympy.expand(ell.subs(lse_sym, lse) - stable) != 0
+            or not _is_zero(p[0] * (1 + to_p(s)) - sympy.Add(*p))
+            or sympy.expand(loss - ell.subs(lse_sym, sympy.log(sympy.Add(*(sympy.exp(zc) for zc in z))))) != 0):
+        raise AssertionError(f"stable softmax_ce form {stable} is not the same function as {loss}")
+    derivatives = tuple(
+        sympy.Add(*(a[c] * e[j] - a[j] * e[c] for c in range(n) if c != j)) / (1 + s) for j in range(n))
+    return stable, derivatives
+
+
+def _check_softmax_derivatives(z: Sequence[sympy.Symbol], derivatives: Sequence[sympy.Expr],
+                               stable: Sequence[sympy.Expr]) -> None:
+    """Each stable derivative equals SymPy's: both are rational in e^{z_c} (z appears only
+    inside exp), so their difference cancels to 0 as a rational function of p_c = e^{z_c}."""
+    _p, to_p = _in_exponentials(z)
+    for h, hs in zip(derivatives, stable):
+        if not _is_zero(to_p(h) - to_p(hs)):
+            raise AssertionError(f"stable softmax_ce derivative {hs} is not {h}")
 
 
 def loss_template(loss: Loss, classes: int = 1) -> LossTemplate:
