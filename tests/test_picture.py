@@ -89,3 +89,17 @@ def test_svg_is_reproducible(tmp_path):
     write_graph(case, b, None)
     assert a.read_bytes() == b.read_bytes()
     assert b"<dc:date>" not in a.read_bytes()
+
+
+def test_bfloat16_picture_draws(tmp_path):
+    # np.finfo has no bfloat16: the picture's tolerance comes from check._rounding.
+    pytest.importorskip("ml_dtypes")
+    import nntrainer_pool
+
+    from symjac.io._picture import write_graph
+    from symjac.io._specfile import load
+
+    case = load(SEED000).cases[0]
+    fns = {"backward": nntrainer_pool.fixed.backward, "forward": nntrainer_pool.fixed.forward}
+    messages, ok = write_graph(case, tmp_path / "g.png", fns, dtype="bfloat16")
+    assert ok and (tmp_path / "g.png").exists(), messages

@@ -156,6 +156,7 @@ def _draw(case: Any, g: Any, x: np.ndarray, b: int, slice_label: str, report: An
     from matplotlib.patches import Rectangle
 
     from symjac._exact import ExactArray
+    from symjac.check._rounding import unit_roundoff
     from symjac.pool._jacobian import exact_vjp
 
     exact = exact_vjp(g, ExactArray.from_any(x), ExactArray.from_any(np.ones(g.output_shape, dtype=np.int64))).to_fractions()
@@ -173,7 +174,7 @@ def _draw(case: Any, g: Any, x: np.ndarray, b: int, slice_label: str, report: An
     wrong = np.zeros(shape2d, dtype=bool)
     if observed is not None:
         obs = grid(observed).astype(np.float64)
-        eps = float(np.finfo(np.dtype(dtype)).eps)
+        eps = 2 * unit_roundoff(dtype)  # machine epsilon; check._rounding knows bfloat16 too
         scale = max(float(np.abs(expected).max()), 1.0)
         wrong = ~(np.abs(obs - expected) <= 8 * eps * scale) | ~np.isfinite(obs)
         panels.append(("implementation's gradient", obs, None))
