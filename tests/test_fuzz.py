@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import symjac
 from symjac import AdaptivePool, GlobalPool, InputError, Pool, SpecError
+from test_verify_reach import Lowered
 
 EXPECTED = (SpecError, InputError)
 #: Examples per run: 600 keeps CI well under a minute; SYMJAC_FUZZ_EXAMPLES=5000 for a longer campaign.
@@ -70,17 +71,6 @@ def small_enough(g) -> bool:
     # Keep the exact engine's work tiny: few cells, and max windows of <= 9 cells (the
     # SymPy Max template grows fast with the window size).
     return g.batch * g.n_in <= 400 and g.valid.sum(axis=1).max() <= 9
-
-
-class Lowered:
-    def __init__(self, spec):
-        self.spec = spec
-
-    def forward(self, x):
-        return symjac.lower(self.spec, x.shape).forward(x)
-
-    def backward(self, x, dy):
-        return symjac.lower(self.spec, x.shape).vjp(x, dy)
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
