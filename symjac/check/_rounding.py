@@ -7,8 +7,8 @@ With ``u`` the unit roundoff of a dtype (half the distance from 1 to the next fl
 units in the last place (ULPs) of the exact value in the dtype.
 
 The NumPy forms (:func:`gamma`, :func:`ulps`) serve the pooling verifier's vectorised
-rows; the mpmath forms (:func:`gamma_mp`, :func:`ulp_mp`) serve the loss verifier,
-whose exact values are mpmath numbers.
+rows; the multiple-precision forms (:func:`gamma_mp`, :func:`ulp_mp`) serve the loss
+verifier, whose exact values are MPFR numbers (:mod:`symjac.loss._numbers`).
 
 bfloat16 is not a NumPy dtype; ``ml_dtypes`` (the package JAX and TensorFlow use)
 provides it, as the optional extra ``symjac[bfloat16]``, imported only when bfloat16
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import mpmath
+import gmpy2
 import numpy as np
 
 from symjac._errors import InputError
@@ -94,22 +94,23 @@ def ulps(error: np.ndarray, exact: np.ndarray, dtype: Any) -> np.ndarray:
     return np.asarray(error / np.maximum(spacing, tiny))
 
 
-def unit_roundoff_mp(dtype: Any) -> mpmath.mpf:
-    """:func:`unit_roundoff` as an mpmath number."""
-    return mpmath.ldexp(1, -precision(dtype))
+def unit_roundoff_mp(dtype: Any) -> Any:
+    """:func:`unit_roundoff` as an MPFR number (exact)."""
+    return gmpy2.mul_2exp(gmpy2.mpfr(1), -precision(dtype))
 
 
-def gamma_mp(k: int, u: mpmath.mpf) -> mpmath.mpf:
-    """γ_k in mpmath; infinite once k·u >= 1 (no bound left)."""
-    ku = k * u
-    return ku / (1 - ku) if ku < 1 else mpmath.inf
+def gamma_mp(k: int, u: Any) -> Any:
+    """γ_k in MPFR; infinite once k·u >= 1 (no bound left)."""
+    with gmpy2.context(gmpy2.get_context(), precision=200):
+        ku = k * gmpy2.mpfr(u)
+        return ku / (1 - ku) if ku < 1 else gmpy2.inf()
 
 
-def ulp_mp(dtype: Any, magnitude: Any) -> mpmath.mpf:
-    """The spacing of ``dtype`` at ``|magnitude|`` (at the largest finite value beyond the range)."""
+def ulp_mp(dtype: Any, magnitude: Any) -> Any:
+    """The spacing of ``dtype`` at ``|magnitude|`` (at the largest finite value beyond the range), in MPFR."""
     dt = np.dtype(dtype)
     with np.errstate(over="ignore"):
         v = dt.type(float(abs(magnitude)))
     if not np.isfinite(v):
         v = finfo(dt).max
-    return mpmath.mpf(float(np.spacing(v)))
+    return gmpy2.mpfr(float(np.spacing(v)))

@@ -186,11 +186,10 @@ def _loss_bounds(case: Any, qs: dict[str, np.ndarray], dtype: str) -> dict[str, 
     Empty when an input is not exact in ``dtype``: the implementation would then see
     other inputs than the golden values were computed at.
     """
-    import mpmath
-
     from symjac.check._rounding import float_dtype, ulp_mp
+    from symjac.loss import _numbers
     from symjac.loss._evaluate import evaluate
-    from symjac.verifiers._loss import _Bounds, _prepare
+    from symjac.verifiers._loss import _Bounds, _ForwardSums, _prepare
 
     dt = float_dtype(dtype)
     pred, label, upstream, rounded = _prepare(case.operator, qs["pred"], qs.get("label"), qs.get("upstream"), dt)
@@ -198,20 +197,16 @@ def _loss_bounds(case: Any, qs: dict[str, np.ndarray], dtype: str) -> dict[str, 
         return {}
     ev = evaluate(case.operator, pred, label, upstream, values=True, derivatives=True, bounds=True)
     bounds = _Bounds.of(ev, dt)
-    with mpmath.workdps(ev.dps):
-        assert ev.element_cond is not None and ev.element_run is not None
-        ells, conds, runs = (list(a.reshape(-1)) for a in (ev.elements, ev.element_cond, ev.element_run))
-        if case.operator.reduction == "none":
-            value = [bounds.element(e, c, q) for e, c, q in zip(ells, conds, runs)]
-        else:
-            value = [bounds.forward(ells, conds, runs, list(ev.factor.reshape(-1)))]
-        derivative = list(bounds.derivative(case.operator.scale).reshape(-1))
+    sums = _ForwardSums(bounds)
+    value = list(sums.errs) if case.operator.reduction == "none" else [sums.at()[1]]
+    derivative = list(bounds.derivative(case.operator.scale).reshape(-1))
 
-        def total(bs: list[Any], exact: np.ndarray) -> np.ndarray:
-            return np.array([float((b + ulp_mp(dt, v) / 2) * (1 + mpmath.mpf(2) ** -30))
+    def total(bs: list[Any], exact: np.ndarray) -> np.ndarray:
+        with _numbers.context():
+            return np.array([float((b + ulp_mp(dt, v) / 2) * (1 + _numbers.number(2.0**-30)))
                              for b, v in zip(bs, exact.reshape(-1))]).reshape(exact.shape)
 
-        return {"value": total(value, qs["value"]), "derivative": total(derivative, qs["derivative"])}
+    return {"value": total(value, qs["value"]), "derivative": total(derivative, qs["derivative"])}
 
 
 def _ulp_bound(bound: np.ndarray, rounded: np.ndarray) -> np.ndarray:

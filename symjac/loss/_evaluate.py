@@ -4,10 +4,12 @@ A :class:`Loss` says *which* loss is meant (kind, reduction, loss scale S, optio
 For every kind SymPy builds the per-element loss ``ℓ`` once (per number of classes
 for ``softmax_ce``) over symbols for the prediction, the label and the options, and
 differentiates it with :func:`sympy.diff`; nothing is differentiated by hand. The
-expressions are lowered with :func:`sympy.lambdify` to mpmath and evaluated at
-``DPS`` >= 50 significant digits (inside a local :func:`mpmath.workdps`), on the
-exact rational values of the inputs (:class:`symjac.exact.ExactArray`). The
-reduction is exact (rational factors).
+expressions are lowered with :func:`sympy.lambdify` to MPFR (:mod:`symjac.loss._numbers`:
+every element of the input at once, each operation correctly rounded to 200 bits) and
+evaluated at ``DPS`` = 60 significant digits on the exact rational values of the inputs
+(:class:`symjac.exact.ExactArray`); elements with an input beyond 2^24 in magnitude
+(beyond MPFR's exponent range once exponentiated) go through mpmath, element by
+element. The reduction is exact (rational factors).
 
 Values returned by :func:`loss_value`, :func:`loss_derivative` and
 :func:`loss_derivative_set` are ``mpmath.mpf`` numbers (a scalar, or an ``object``
@@ -37,6 +39,7 @@ import numpy as np
 from symjac._errors import InputError, SpecError
 from symjac._exact import ExactArray
 
+from symjac.loss import _numbers
 from symjac.loss._spec import DPS, Loss, check_loss
 from symjac.loss._templates import LossTemplate, loss_template
 
@@ -66,6 +69,9 @@ def _exact(data: Any, name: str) -> np.ndarray:
 class LossEvaluation:
     """Everything exact about one loss at one input, at :data:`DPS`-digit precision.
 
+    Values are MPFR numbers (:mod:`symjac.loss._numbers`) in ``object`` arrays; the
+    public functions below hand them out as mpmath numbers.
+
     Shapes: ``pred_shape``; the element shape is ``pred_shape`` (element-wise kinds)
     or ``pred_shape[:-1]`` (``softmax_ce``: one element per row).
 
@@ -73,12 +79,13 @@ class LossEvaluation:
       loss: the spec.
       template: the SymPy template used.
       pred: exact prediction (object array of Fraction).
-      args: per element, the exact mpmath argument tuple of the template.
+      columns: the template's exact arguments (Fractions), one array per template
+        symbol over the flattened elements (see :func:`element_values`).
       counted: per element, False for rows equal to ``ignore_index``.
-      elements: ``ℓ_i`` (mpf; 0 for ignored rows).
+      elements: ``ℓ_i`` (0 for ignored rows).
       element_cond: ``Σ_m |∂ℓ_i/∂x_m|·|x_m|`` (None unless ``bounds``).
       element_run: :func:`running_error` of ``ℓ_i`` in units of u (None unless ``bounds``).
-      h: per prediction entry, the unreduced unscaled ``dℓ_i/dz_j`` (mpf).
+      h: per prediction entry, the unreduced unscaled ``dℓ_i/dz_j``.
       h_cond: ``Σ_m |∂h_j/∂x_m|·|x_m|`` (None unless ``bounds``).
       h_run: :func:`running_error` of ``h_j`` in units of u (None unless ``bounds``).
       h_lo / h_hi: the Clarke set of ``dℓ_i/dz_j`` (equal to ``h`` where smooth).
@@ -93,7 +100,7 @@ class LossEvaluation:
     loss: Loss
     template: LossTemplate
     pred: np.ndarray
-    args: np.ndarray
+    columns: list[np.ndarray]
     counted: np.ndarray
     elements: np.ndarray
     element_cond: np.ndarray | None
@@ -123,12 +130,11 @@ class LossEvaluation:
         return np.repeat(per_element[..., None], self.template.classes, axis=-1)
 
     def value(self) -> Any:
-        """``L``: an mpf for reduced losses, an object array of ``ℓ_i`` for ``"none"``."""
-        with mpmath.workdps(self.dps):
-            if self.loss.reduction == "none":
-                return self.elements.copy()
-            total = mpmath.fsum(self.elements.reshape(-1).tolist())
-            return total / _mpf(self.denominator)
+        """``L``: one number for reduced losses, an object array of ``ℓ_i`` for ``"none"``."""
+        if self.loss.reduction == "none":
+            return self.elements.copy()
+        with _numbers.context():
+            return _numbers.total(self.elements.reshape(-1)) / _numbers.number(self.denominator)
 
     def derivative(self, scale: Fraction | None = None) -> np.ndarray:
         """``S·r_i·dℓ_i/dz_j`` in pred's shape (S = the spec's scale unless given)."""
@@ -139,25 +145,11 @@ class LossEvaluation:
         """The Clarke set of the scaled derivative, elementwise ``[lo, hi]``."""
         s = self.loss.scale if scale is None else scale
         a, b = self._scaled(self.h_lo, s), self._scaled(self.h_hi, s)
-        with mpmath.workdps(self.dps):
-            lo = np.array([min(x, y) for x, y in zip(a.reshape(-1), b.reshape(-1))] + [None], dtype=object)[:-1]
-            hi = np.array([max(x, y) for x, y in zip(a.reshape(-1), b.reshape(-1))] + [None], dtype=object)[:-1]
-        return lo.reshape(a.shape), hi.reshape(a.shape)
+        return np.minimum(a, b), np.maximum(a, b)
 
     def _scaled(self, h: np.ndarray, s: Fraction) -> np.ndarray:
-        factor = self.expand(self.factor)
-        out = np.empty(h.size, dtype=object)
-        with mpmath.workdps(self.dps):
-            for i, (hv, r) in enumerate(zip(h.reshape(-1), factor.reshape(-1))):
-                out[i] = _mpf(s * r) * hv
-        return out.reshape(h.shape)
-
-
-def _working_dps(loss: Loss, pred: np.ndarray) -> int:
-    # Every template's exact values come from a stable form in which nothing cancels
-    # at any |z| (see loss._templates: sigmoid_ce through log1p(e^±z), softmax_ce
-    # shifted exactly by the row's max logit), so DPS digits suffice at any magnitude.
-    return DPS
+        with _numbers.context():
+            return np.asarray(_numbers.from_fractions(self.expand(self.factor), times=s) * h, dtype=object)
 
 
 def _per_class(name: str, values: tuple[Fraction, ...] | None, classes: int, default: Fraction) -> list[Fraction]:
@@ -216,11 +208,10 @@ def evaluate(
     _check_domains(loss, z, t)
     params = _class_params(loss, z, classes)
     factor, den, denominator_ops = _reduction(loss, upstream, element_shape, t, counted, classes)
-    dps = _working_dps(loss, z)
-    with mpmath.workdps(dps):
-        fields = _evaluate_elements(tpl, z, t, params, counted, element_shape, values, derivatives, bounds)
-    return LossEvaluation(loss=loss, template=tpl, pred=z, counted=counted, factor=factor, denominator=den,
-                          denominator_ops=denominator_ops, dps=dps, **fields)
+    cols = _columns(tpl, z, t, params, element_shape)
+    fields = _evaluate_elements(tpl, cols, counted, tuple(z.shape), values, derivatives, bounds)
+    return LossEvaluation(loss=loss, template=tpl, pred=z, columns=cols, counted=counted, factor=factor,
+                          denominator=den, denominator_ops=denominator_ops, dps=DPS, **fields)
 
 
 def _read_pred(pred: Any) -> np.ndarray:
@@ -375,23 +366,84 @@ def _reduction(loss: Loss, upstream: Any, element_shape: tuple[int, ...], t: np.
     return factor, den, denominator_ops
 
 
-def _element_args(tpl: LossTemplate, z: np.ndarray, t: np.ndarray | None, params_per_class: list[list[Fraction]],
-                  key: tuple[int, ...]) -> tuple[tuple[mpmath.mpf, ...], list[tuple[int, ...]]]:
-    """The template's mpmath arguments (pred, label, options) of element ``key``, and
-    the pred positions its derivatives go to."""
+def _columns(tpl: LossTemplate, z: np.ndarray, t: np.ndarray | None, params_per_class: list[list[Fraction]],
+             element_shape: tuple[int, ...]) -> list[np.ndarray]:
+    """The template's arguments (pred, label, options) as exact columns over the
+    flattened elements: one object array of Fractions per template symbol."""
+    n = int(np.prod(element_shape)) if element_shape else 1
     if tpl.kind == "softmax_ce":
-        zs, ts, ps = list(z[key]), list(t[key]) if t is not None else [], params_per_class[0]
-        positions = [key + (c,) for c in range(tpl.classes)]
+        rows_z = z.reshape(n, tpl.classes)
+        cols = [rows_z[:, c] for c in range(tpl.classes)]
+        if t is not None:
+            rows_t = t.reshape(n, tpl.classes)
+            cols += [rows_t[:, c] for c in range(tpl.classes)]
+        per_element = np.zeros(n, dtype=np.intp)
     else:
-        zs, ts = [z[key]], [] if t is None else [t[key]]
-        ps = params_per_class[key[-1] % len(params_per_class)] if len(params_per_class) > 1 else params_per_class[0]
-        positions = [key]
-    return tuple(_mpf(v) for v in zs + ts + list(ps)), positions
+        cols = [z.reshape(-1)] + ([] if t is None else [t.reshape(-1)])
+        last = z.shape[-1] if z.ndim else 1
+        per_element = np.arange(n) % last if len(params_per_class) > 1 else np.zeros(n, dtype=np.intp)
+    table = np.empty((len(params_per_class), len(params_per_class[0])), dtype=object)
+    for i, row in enumerate(params_per_class):
+        table[i, :] = row
+    return cols + [table[per_element, p] for p in range(table.shape[1])]
+
+
+_FIELDS = ("elements", "element_cond", "element_run", "h", "h_lo", "h_hi", "h_cond", "h_run")
+
+
+def element_values(tpl: LossTemplate, cols: list[np.ndarray], *, values: bool = True, derivatives: bool = True,
+                   bounds: bool = False) -> dict[str, np.ndarray]:
+    """The template at a batch of elements (exact columns, see :func:`_columns`), as MPFR
+    numbers: per element ``elements`` (ℓ), ``element_cond``, ``element_run``; per element
+    and class (shape (n, classes)) ``h``, ``h_lo``, ``h_hi``, ``h_cond``, ``h_run``.
+    What was not asked is 0. Elements with an input beyond ``_numbers.LIMIT`` (and any the
+    MPFR range cannot hold) go through mpmath one by one (:func:`_element`)."""
+    n = len(cols[0])
+    big = np.zeros(n, dtype=bool)
+    for c in cols:
+        big |= np.asarray(np.abs(c) > _numbers.LIMIT, dtype=bool)
+    out = {name: _numbers.zeros((n,) if name.startswith("element") else (n, tpl.classes)) for name in _FIELDS}
+    with _numbers.context():
+        small = np.flatnonzero(~big)
+        if small.size:
+            got = _vectorised(tpl, [_numbers.from_fractions(c[small]) for c in cols], values, derivatives, bounds)
+            for name, arr in got.items():
+                out[name][small] = arr
+            overflow = ~np.all([_numbers.finite(arr.reshape(small.size, -1)).all(axis=1) for arr in got.values()],
+                               axis=0)
+            big[small[overflow]] = True
+        for i in np.flatnonzero(big):
+            with mpmath.workdps(DPS):
+                value, entries = _element(tpl, tuple(_mpf(c[i]) for c in cols), values, derivatives, bounds)
+            for name, v in zip(_FIELDS[:3], value):
+                out[name][i] = _numbers.from_mpf(v if v is not None else mpmath.mpf(0))
+            for k, name in enumerate(_FIELDS[3:]):
+                out[name][i] = [_numbers.from_mpf(e[k] if e[k] is not None else mpmath.mpf(0)) for e in entries]
+    return out
+
+
+def _vectorised(tpl: LossTemplate, cols: list[np.ndarray], values: bool, derivatives: bool,
+                bounds: bool) -> dict[str, np.ndarray]:
+    """:func:`element_values` for elements MPFR can hold, each function once over all of them."""
+    got: dict[str, np.ndarray] = {}
+    if values or bounds:
+        got["elements"] = tpl.values_at(cols)
+    if bounds:
+        got["element_cond"], got["element_run"] = tpl.loss_bounds_at(cols)
+    if derivatives or bounds:
+        h = tpl.derivatives_at(cols)
+        got["h"], got["h_lo"], got["h_hi"] = h, h.copy(), h.copy()
+        at = tpl.at_kink(cols)
+        if at.any():
+            got["h_lo"][at], got["h_hi"][at] = tpl.clarke_at([c[at] for c in cols])
+    if bounds:
+        got["h_cond"], got["h_run"] = tpl.derivative_bounds_at(cols)
+    return got
 
 
 def _element(tpl: LossTemplate, a: tuple[mpmath.mpf, ...], values: bool, derivatives: bool,
              bounds: bool) -> tuple[list[Any], list[list[Any]]]:
-    """One counted element: [ℓ, cond, run] and per derivative [h, lo, hi, cond, run]
+    """One element in mpmath: [ℓ, cond, run] and per derivative [h, lo, hi, cond, run]
     (zeros and Nones for what was not asked)."""
     zero = mpmath.mpf(0)
     if bounds:
@@ -411,31 +463,22 @@ def _element(tpl: LossTemplate, a: tuple[mpmath.mpf, ...], values: bool, derivat
     return value, [[hv[c], lo[c], hi[c], hc[c], hc[n + c]] for c in range(n)]
 
 
-def _evaluate_elements(tpl: LossTemplate, z: np.ndarray, t: np.ndarray | None, params_per_class: list[list[Fraction]],
-                       counted: np.ndarray, element_shape: tuple[int, ...], values: bool, derivatives: bool,
-                       bounds: bool) -> dict[str, Any]:
-    """The template's lowered functions element by element (inside the caller's workdps):
-    the fields of :class:`LossEvaluation` that hold values (ignored rows are 0)."""
-    zero = mpmath.mpf(0)
-    per_element = {name: np.empty(element_shape, dtype=object) for name in ("elements", "element_cond", "element_run")}
-    per_entry = {name: np.empty(z.shape, dtype=object) for name in ("h", "h_lo", "h_hi", "h_cond", "h_run")}
-    args = np.empty(element_shape, dtype=object)
-    for i in range(int(np.prod(element_shape)) if element_shape else 1):
-        key = tuple(_index(element_shape, i))
-        args[key], positions = _element_args(tpl, z, t, params_per_class, key)
-        if counted[key]:
-            value, entries = _element(tpl, args[key], values, derivatives, bounds)
-        else:
-            value, entries = [zero] * 3, [[zero] * 5 for _ in positions]
-        for name, v in zip(per_element, value):
-            per_element[name][key] = v
-        for pos, entry in zip(positions, entries):
-            for name, v in zip(per_entry, entry):
-                per_entry[name][pos] = v
+def _evaluate_elements(tpl: LossTemplate, cols: list[np.ndarray], counted: np.ndarray, pred_shape: tuple[int, ...],
+                       values: bool, derivatives: bool, bounds: bool) -> dict[str, Any]:
+    """The fields of :class:`LossEvaluation` that hold values (ignored rows are 0)."""
+    element_shape = counted.shape
+    keep = np.flatnonzero(counted.reshape(-1))
+    got = element_values(tpl, [c[keep] for c in cols], values=values, derivatives=derivatives, bounds=bounds)
+    fields: dict[str, Any] = {}
+    for name, arr in got.items():
+        per_element = name.startswith("element")
+        full = _numbers.zeros((counted.size,) if per_element else (counted.size, tpl.classes))
+        full[keep] = arr
+        fields[name] = full.reshape(element_shape if per_element else pred_shape)
     if not bounds:
         for name in ("element_cond", "element_run", "h_cond", "h_run"):
-            (per_element if name.startswith("element") else per_entry)[name] = None  # type: ignore[assignment]
-    return {"args": args, **per_element, **per_entry}
+            fields[name] = None
+    return fields
 
 
 def loss_value(loss: Loss, pred: Any, label: Any = None) -> Any:
@@ -455,7 +498,7 @@ def loss_value(loss: Loss, pred: Any, label: Any = None) -> Any:
         >>> mpmath.nstr(v, 50)   # -log softmax([0, 0])_0 = log 2
         '0.69314718055994530941723212145817656807550013436026'
     """
-    return evaluate(loss, pred, label, values=True, derivatives=False).value()
+    return _numbers.to_mpf(evaluate(loss, pred, label, values=True, derivatives=False).value())
 
 
 def loss_derivative(loss: Loss, pred: Any, label: Any = None, upstream: Any = None) -> np.ndarray:
@@ -470,7 +513,7 @@ def loss_derivative(loss: Loss, pred: Any, label: Any = None, upstream: Any = No
     Raises:
       SpecError, InputError: as :func:`evaluate`.
     """
-    return evaluate(loss, pred, label, upstream, values=False, derivatives=True).derivative()
+    return _numbers.mpf_array(evaluate(loss, pred, label, upstream, values=False, derivatives=True).derivative())
 
 
 def loss_derivative_set(
@@ -481,7 +524,8 @@ def loss_derivative_set(
     ``lo == hi`` wherever the loss is differentiable. (Every loss here is separable
     across elements, so the Clarke set is the product of these intervals.)
     """
-    return evaluate(loss, pred, label, upstream, values=False, derivatives=True).derivative_set()
+    lo, hi = evaluate(loss, pred, label, upstream, values=False, derivatives=True).derivative_set()
+    return _numbers.mpf_array(lo), _numbers.mpf_array(hi)
 
 
 def to_numpy(values: Any, dtype: Any = np.float64) -> np.ndarray:
@@ -498,7 +542,7 @@ def to_numpy(values: Any, dtype: Any = np.float64) -> np.ndarray:
     arr = np.asarray(values, dtype=object)
     out = np.empty(arr.size, dtype=dt)
     for i, v in enumerate(arr.reshape(-1)):
-        v = mpmath.mpf(v)
+        v = v if isinstance(v, mpmath.mpf) else _numbers.to_mpf(v) if _numbers.is_number(v) else mpmath.mpf(v)
         if not mpmath.isfinite(v):  # inf and nan carry no binary fraction
             out[i] = float(v)
             continue

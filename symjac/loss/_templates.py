@@ -8,10 +8,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import mpmath
+import numpy as np
 import sympy
 from sympy.codegen.cfunctions import log1p
 
 from symjac._errors import SpecError
+from symjac.loss import _numbers
 
 from symjac.loss._spec import Loss, check_loss, _is_int
 
@@ -275,6 +277,111 @@ class LossTemplate:
         lo = [h.replace(sympy.sign, lambda *a: sympy.S.NegativeOne) for h in self.derivatives]
         hi = [h.replace(sympy.sign, lambda *a: sympy.S.One) for h in self.derivatives]
         return self._lower(lo + hi)
+
+
+    # ---- the same functions on arrays of MPFR numbers (symjac.loss._numbers), one
+    # array per symbol (``cols``), every element of a batch at once
+
+    @functools.cached_property
+    def _vec_value(self) -> Callable[..., list[Any]]:
+        return _numbers.lambdify(self.symbols, self._stable_exprs([self.stable_loss]))
+
+    @functools.cached_property
+    def _vec_derivatives(self) -> Callable[..., list[Any]]:
+        return _numbers.lambdify(self.symbols, self._stable_exprs(self.stable_derivatives))
+
+    @functools.cached_property
+    def _vec_loss_bounds(self) -> Callable[..., list[Any]]:
+        return _numbers.lambdify(self.symbols, [self._cond(self.loss), running_error(self.loss)])
+
+    @functools.cached_property
+    def _vec_derivative_bounds(self) -> Callable[..., list[Any]]:
+        return _numbers.lambdify(self.symbols, [self._cond(h) for h in self.derivatives]
+                                 + [running_error(h) for h in self.derivatives])
+
+    @functools.cached_property
+    def _vec_kinks(self) -> Callable[..., list[Any]]:
+        return _numbers.lambdify(self.symbols, list(self.kink_args))
+
+    @functools.cached_property
+    def _vec_clarke(self) -> Callable[..., list[Any]]:
+        lo = [h.replace(sympy.sign, lambda *a: sympy.S.NegativeOne) for h in self.derivatives]
+        hi = [h.replace(sympy.sign, lambda *a: sympy.S.One) for h in self.derivatives]
+        return _numbers.lambdify(self.symbols, lo + hi)
+
+    def _stable_exprs(self, exprs: Sequence[sympy.Expr]) -> list[sympy.Expr]:
+        # _shifted_columns passes z_0 = 0 exactly (see _lower_stable)
+        return [e.subs(self.pred[0], 0) for e in exprs] if self.kind == "softmax_ce" else list(exprs)
+
+    def _shifted_columns(self, cols: Sequence[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
+        """:meth:`_shifted` on whole columns: per row, the classes reordered so the
+        largest logit comes first, every logit minus it (exact: the subtraction runs at
+        enough bits for any two inputs below ``_numbers.LIMIT``), and the order."""
+        n = self.classes
+        if self.kind != "softmax_ce":
+            return list(cols), np.zeros((len(cols[0]), 1), dtype=np.intp)
+        z = np.stack(cols[:n], axis=1)
+        top = np.argmax(z, axis=1)
+        classes = np.arange(n)
+        order = np.argsort(np.where(classes == top[:, None], -1, classes), axis=1, kind="stable")
+
+        def take(block: Sequence[np.ndarray]) -> np.ndarray:
+            return np.take_along_axis(np.stack(block, axis=1), order, axis=1)
+
+        zs = take(cols[:n])
+        with _numbers.exact_context():
+            shifted = zs - zs[:, :1]
+        t, w = take(cols[n:2 * n]), take(cols[2 * n:3 * n])
+        out = [shifted[:, c] for c in range(n)] + [t[:, c] for c in range(n)] + [w[:, c] for c in range(n)]
+        return out + list(cols[3 * n:]), order
+
+    def values_at(self, cols: Sequence[np.ndarray]) -> np.ndarray:
+        """ℓ of every element (from the stable form)."""
+        shifted, _ = self._shifted_columns(cols)
+        return np.asarray(self._vec_value(*shifted)[0], dtype=object)
+
+    def derivatives_at(self, cols: Sequence[np.ndarray]) -> np.ndarray:
+        """dℓ/dz_c of every element, shape (elements, classes), in the caller's class order."""
+        shifted, order = self._shifted_columns(cols)
+        hs = np.stack([np.broadcast_to(np.asarray(h, dtype=object), (len(cols[0]),))
+                       for h in self._vec_derivatives(*shifted)], axis=1)
+        out = np.empty_like(hs)
+        np.put_along_axis(out, order, hs, axis=1)
+        return out
+
+    def loss_bounds_at(self, cols: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """[Σ_m |∂ℓ/∂x_m|·|x_m|, running_error(ℓ)] of every element."""
+        return [_full(v, len(cols[0])) for v in self._vec_loss_bounds(*cols)]
+
+    def derivative_bounds_at(self, cols: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """(conditions, running errors) of every dℓ/dz_c, each shape (elements, classes)."""
+        got = [_full(v, len(cols[0])) for v in self._vec_derivative_bounds(*cols)]
+        n = self.classes
+        return np.stack(got[:n], axis=1), np.stack(got[n:], axis=1)
+
+    def kink_values(self, cols: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The sign() arguments of every element (one array per argument; none without a kink)."""
+        return [_full(k, len(cols[0])) for k in self._vec_kinks(*cols)] if self.kink_args else []
+
+    def at_kink(self, cols: Sequence[np.ndarray]) -> np.ndarray:
+        """Per element: is some sign() argument exactly 0 (bool array)?"""
+        at = np.zeros(len(cols[0]), dtype=bool)
+        for k in self.kink_values(cols):
+            at |= np.asarray(k == 0, dtype=bool)
+        return at
+
+    def clarke_at(self, cols: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """The Clarke set [lo, hi] of every dℓ/dz_c (hull over sign() = ±1), each (elements, classes)."""
+        got = [_full(v, len(cols[0])) for v in self._vec_clarke(*cols)]
+        n = self.classes
+        a, b = np.stack(got[:n], axis=1), np.stack(got[n:], axis=1)
+        return np.minimum(a, b), np.maximum(a, b)
+
+
+def _full(value: Any, n: int) -> np.ndarray:
+    """A lowered function's result as an object array of n elements (a constant broadcast)."""
+    arr = np.asarray(value, dtype=object)
+    return arr if arr.shape == (n,) else np.broadcast_to(arr, (n,)).copy()
 
 
 def _real(name: str) -> sympy.Symbol:

@@ -19,6 +19,7 @@ from symjac._errors import InputError, SpecError
 from symjac.check._report import Report, jsonable
 from symjac.check._rounding import float_dtype
 from symjac.loss._spec import Loss
+from symjac.loss import _numbers
 from symjac.verifiers._loss import _verify
 
 #: Verdict precedence in a family table: the most specific finding names the row.
@@ -200,6 +201,7 @@ def check_loss_family(
         cats = outcome.report.categories()
         verdict = "pass" if not cats else min(cats, key=lambda c: VERDICT_ORDER.index(c)
                                               if c in VERDICT_ORDER else len(VERDICT_ORDER))
-        rows.append(FamilyRow(str(name), spec, outcome.base, outcome.expected, outcome.observed, verdict,
+        rows.append(FamilyRow(str(name), spec, _numbers.mpf_array(outcome.base), _numbers.mpf_array(outcome.expected),
+                              outcome.observed, verdict,
                               outcome.report))
     return FamilyTable(s, float_dtype(dtype).name, tuple(rows))

@@ -89,14 +89,16 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
+import gmpy2
 import mpmath
 import numpy as np
 
 from symjac._errors import InputError
 from symjac.check._report import Finding, Report
 from symjac.check._call import DEFAULT_TIMEOUT, Guard, same, sha256
-from symjac.check._rounding import finfo, float_dtype, gamma_mp, ulp_mp, unit_roundoff_mp
-from symjac.loss._evaluate import LossEvaluation, _index, _mpf, complete_inputs, evaluate, to_numpy
+from symjac.check._rounding import finfo, float_dtype, gamma_mp, ulp_mp, ulps, unit_roundoff_mp
+from symjac.loss import _numbers
+from symjac.loss._evaluate import LossEvaluation, _index, complete_inputs, element_values, evaluate, to_numpy
 from symjac.loss._spec import Loss, check_loss
 
 MAX_FD_PROBES = 32  # FD costs 2 forward calls per probed element; larger preds are sampled evenly
@@ -110,81 +112,114 @@ def _frac(x: Any) -> Fraction:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class _Bounds:
-    """Per-dtype bound machinery for one evaluation."""
+    """Per-dtype bound machinery for one evaluation (MPFR numbers; every method takes
+    and returns whole arrays as well as single elements)."""
 
     ev: LossEvaluation
     dt: np.dtype[Any]
-    u: mpmath.mpf
-    eta: mpmath.mpf
+    u: Any
+    eta: Any
     k_loss: int
     k_deriv: int
-    amp: mpmath.mpf
+    amp: Any
 
     @classmethod
     def of(cls, ev: LossEvaluation, dt: np.dtype[Any]) -> _Bounds:
-        u = unit_roundoff_mp(dt)
         p = int(finfo(dt).nmant) + 1
         den = ev.denominator
         representable = den.denominator == 1 and den.numerator <= 2**p
         k_r = 2 + ev.denominator_ops + (0 if representable else 1)
         tpl = ev.template
-        amp = mpmath.mpf(1)
-        for a in ev.args.reshape(-1):
-            for v in a[len(tpl.pred) + len(tpl.label):]:
-                amp = max(amp, abs(v))
+        amp = Fraction(1)
+        for col in ev.columns[len(tpl.pred) + len(tpl.label):]:
+            amp = max([amp] + [abs(v) for v in set(col.tolist())])
         if ev.loss.kind == "smooth_l1":
             assert ev.loss.delta is not None
-            amp = max(amp, 1 / _mpf(ev.loss.delta))
-        return cls(
-            ev=ev,
-            dt=dt,
-            u=u,
-            eta=mpmath.mpf(float(finfo(dt).smallest_subnormal)),
-            k_loss=tpl.loss_depth,
-            k_deriv=tpl.loss_depth + tpl.derivative_depth + k_r,
-            amp=amp,
-        )
+            amp = max(amp, 1 / ev.loss.delta)
+        with _numbers.context():
+            return cls(ev=ev, dt=dt, u=unit_roundoff_mp(dt), eta=_numbers.number(float(finfo(dt).smallest_subnormal)),
+                       k_loss=tpl.loss_depth, k_deriv=tpl.loss_depth + tpl.derivative_depth + k_r,
+                       amp=_numbers.number(amp))
 
     def derivative(self, scale: Fraction) -> np.ndarray:
         """B_j for the emitted derivative with loss scale ``scale``."""
         ev = self.ev
         assert ev.h_cond is not None and ev.h_run is not None
-        factor = ev.expand(ev.factor)
-        g = gamma_mp(self.k_deriv, self.u)
-        run_u = self.u / (1 - self.k_deriv * self.u)  # first order, with the usual γ-style headroom
-        out = np.empty(ev.h.size, dtype=object)
-        for j, (lo, hi, c, run, r) in enumerate(zip(
-            ev.h_lo.reshape(-1), ev.h_hi.reshape(-1), ev.h_cond.reshape(-1), ev.h_run.reshape(-1), factor.reshape(-1)
-        )):
-            sr = abs(_mpf(scale * r))
-            out[j] = sr * (run_u * run + g * (max(abs(lo), abs(hi)) + c)) + self.k_deriv * self.eta * max(
-                1, sr * self.amp)
-        return out.reshape(ev.h.shape)
+        with _numbers.context():
+            sr = np.abs(_numbers.from_fractions(ev.expand(ev.factor), times=scale))
+            g = gamma_mp(self.k_deriv, self.u)
+            run_u = self.u / (1 - self.k_deriv * self.u)  # first order, with the usual γ-style headroom
+            size = np.maximum(np.abs(ev.h_lo), np.abs(ev.h_hi))
+            under = self.k_deriv * self.eta * np.maximum(1, sr * self.amp)
+            return np.asarray(sr * (run_u * ev.h_run + g * (size + ev.h_cond)) + under, dtype=object)
 
-    def element(self, ell: mpmath.mpf, cond: mpmath.mpf, run: mpmath.mpf) -> mpmath.mpf:
-        """e_i: one element's forward bound."""
+    def element(self, ell: Any, cond: Any, run: Any) -> Any:
+        """e_i: the forward bound of one element (or of each, given arrays)."""
         k = self.k_loss
-        return (self.u / (1 - k * self.u) * run + gamma_mp(k, self.u) * (abs(ell) + cond)
-                + max(k, 1) * self.eta * self.amp)
+        with _numbers.context():
+            return (self.u / (1 - k * self.u) * run + gamma_mp(k, self.u) * (abs(ell) + cond)
+                    + max(k, 1) * self.eta * self.amp)
 
-    def forward(self, ells: list[Any], conds: list[Any], runs: list[Any], factors: list[Fraction]) -> mpmath.mpf:
-        """Bound on |L̂ - L| (reduced) or on |Σ u_i (F_i - ℓ_i)| ("none") at one point."""
-        ev = self.ev
-        if ev.loss.reduction == "none":
-            return mpmath.fsum(abs(_mpf(r)) * self.element(e, c, q) for e, c, q, r in zip(ells, conds, runs, factors))
-        r = 1 / _mpf(ev.denominator)
-        n = int(ev.counted.sum())
-        total = mpmath.fsum(e for e, f in zip(ells, factors) if f != 0)
-        per = mpmath.fsum(self.element(e, c, q) for e, c, q, f in zip(ells, conds, runs, factors) if f != 0)
-        summ = gamma_mp(max(n - 1, 0), self.u) * mpmath.fsum(abs(e) for e, f in zip(ells, factors) if f != 0)
-        k_d = ev.denominator_ops + 1
-        return r * (per + summ) + gamma_mp(k_d, self.u) * abs(total * r) + (n + k_d) * self.eta
+
+class _ForwardSums:
+    """The forward bound at the base point and with one element's loss replaced (a
+    finite-difference point), from sums over the elements taken once.
+
+    Bound on |L̂ - L| (reduced) or on |Σ u_i (F_i - ℓ_i)| ("none"): see the module docstring.
+    """
+
+    def __init__(self, bounds: _Bounds):
+        ev = self.ev = bounds.ev
+        self.bounds = bounds
+        assert ev.element_cond is not None and ev.element_run is not None
+        with _numbers.context():
+            self.ells = ev.elements.reshape(-1)
+            self.errs = np.asarray(bounds.element(ev.elements, ev.element_cond, ev.element_run), dtype=object).reshape(-1)
+            self.none = ev.loss.reduction == "none"
+            factors = ev.factor.reshape(-1)
+            self.weights = _numbers.from_fractions(factors) if self.none else (factors != 0).astype(int)
+            self.n = int(ev.counted.sum())
+            self.phi_sum = _numbers.total(self.weights * self.ells)
+            self.err_sum = _numbers.total(np.abs(self.weights) * self.errs)
+            self.abs_sum = _numbers.total(self.weights * np.abs(self.ells))
+
+    def observed(self, forward: np.ndarray) -> Any:
+        """Φ of the implementation's forward values: L, or Σ u_i·F_i for "none"."""
+        with _numbers.context():
+            if self.none:
+                return _numbers.total(self.weights * _numbers.from_floats(forward.reshape(-1)))
+            return _numbers.number(float(forward.reshape(-1)[0]))
+
+    def at(self, i: int | None = None, ell: Any = None, cond: Any = None, run: Any = None) -> tuple[Any, Any]:
+        """(Φ, bound on the implementation's Φ) at the base point, or with element i's ℓ, cond, run replaced."""
+        bounds, ev = self.bounds, self.ev
+        with _numbers.context():
+            phi, err, absum = self.phi_sum, self.err_sum, self.abs_sum
+            if i is not None:
+                w = self.weights[i]
+                e = bounds.element(ell, cond, run)
+                phi = phi + w * (ell - self.ells[i])
+                err = err + abs(w) * (e - self.errs[i])
+                absum = absum + w * (abs(ell) - abs(self.ells[i]))
+            if self.none:
+                return phi, err
+            r = 1 / _numbers.number(ev.denominator)
+            k_d = ev.denominator_ops + 1
+            u = bounds.u
+            bound = r * (err + gamma_mp(max(self.n - 1, 0), u) * absum) + gamma_mp(k_d, u) * abs(phi * r) \
+                + (self.n + k_d) * bounds.eta
+            return phi * r, bound
 
 
 # -------------------------------------------------------------------- the checks
 
 
-def _nice_scale(c: mpmath.mpf) -> Fraction:
+def _show(value: Any, digits: int = 10) -> str:
+    """An exact value for a message (MPFR to mpmath's shortest form)."""
+    return str(mpmath.nstr(_numbers.to_mpf(value), digits))
+
+
+def _nice_scale(c: Any) -> Fraction:
     return Fraction(float(c)).limit_denominator(4096)
 
 
@@ -354,12 +389,12 @@ class _Expected:
     @classmethod
     def of(cls, ev: LossEvaluation, bounds: _Bounds, dt: np.dtype[Any], shape: tuple[int, ...]) -> _Expected:
         value = ev.derivative()
-        fmax = mpmath.mpf(float(finfo(dt).max))
-        big = [j for j, v in enumerate(value.reshape(-1)) if abs(v) > fmax]
-        if big:
-            j = big[0]
+        fmax = _numbers.number(float(finfo(dt).max))
+        big = np.flatnonzero(np.asarray(np.abs(value) > fmax, dtype=bool).reshape(-1))
+        if big.size:
+            j = int(big[0])
             raise InputError(
-                f"the exact derivative at pred{_index(shape, j)} is {mpmath.nstr(value.reshape(-1)[j], 8)}, "
+                f"the exact derivative at pred{_index(shape, j)} is {_show(value.reshape(-1)[j], 8)}, "
                 f"beyond the range of {dt.name}: no {dt.name} implementation can return it; lower the scale or "
                 "use a wider dtype"
             )
@@ -399,7 +434,7 @@ def _verify(
     }
     bounds = _Bounds.of(ev, dt)
     args_of = _ArgFactory(loss, p0, l0, u0)
-    with mpmath.workdps(ev.dps):
+    with _numbers.context():
         ex = _Expected.of(ev, bounds, dt, p0.shape)
         deriv = Guard(derivative, "derivative", args_of.names, findings, timeout=timeout, restore=False)
         out1 = _purity_calls(deriv, args_of, ex, dt, findings)
@@ -427,7 +462,8 @@ def _purity_calls(deriv: Guard, args_of: _ArgFactory, ex: _Expected, dt: np.dtyp
     if out1 is not None and out2 is not None and not same(out1, out2):
         if not mutated:
             deriv.compare(out1, out2, "pred")
-        elif bad2 := _outside(out2, ex.lo, ex.hi, ex.bound, dt):
+        elif (fit2 := _Misfit.of(out2, ex.lo, ex.hi, ex.bound, dt)).bad:
+            bad2 = fit2.bad
             j, err_ulp, bound_ulp = bad2[0]
             findings.append(Finding(
                 "wrong_values",
@@ -435,7 +471,7 @@ def _purity_calls(deriv: Guard, args_of: _ArgFactory, ex: _Expected, dt: np.dtyp
                 f"(it read back the {' and '.join(mutated)} the first call overwrote); worst at "
                 f"pred{_index(shape, j)}: error {err_ulp:.3g} ulp > bound {bound_ulp:.3g} ulp",
                 cells=(tuple(_index(shape, j)),),
-                expected=ex.value.reshape(-1)[j],
+                expected=_numbers.to_mpf(ex.value.reshape(-1)[j]),
                 observed=float(out2.reshape(-1)[j]),
             ))
     out3 = deriv.array(*args_of.fresh(), shape=shape, dtype=dt, index_name="pred")
@@ -449,10 +485,11 @@ def _check_values(out: np.ndarray | None, ex: _Expected, ev: LossEvaluation, dt:
     """The derivative against the exact one; a scale finding names c. Returns the c found."""
     if out is None:
         return None
-    bad = _outside(out, ex.lo, ex.hi, ex.bound, dt)
-    errs = _errors_ulp(out, ex.lo, ex.hi, ex.bound, dt)
-    stats["max_error_ulps"] = max(e for e, _ in errs)
-    stats["bound_ulps_at_worst"] = max(errs, key=lambda eb: eb[0])[1]
+    fit = _Misfit.of(out, ex.lo, ex.hi, ex.bound, dt)
+    bad = fit.bad
+    worst = int(np.argmax(fit.error_ulps))
+    stats["max_error_ulps"] = float(fit.error_ulps[worst])
+    stats["bound_ulps_at_worst"] = float(fit.bound_ulps[worst])
     stats["values_within_bound"] = not bad
     if not bad:
         return None
@@ -499,45 +536,41 @@ class _ArgFactory:
         return self.fresh(pred)[:2]
 
 
-def _dist(o: mpmath.mpf, lo: mpmath.mpf, hi: mpmath.mpf) -> mpmath.mpf:
-    return lo - o if o < lo else (o - hi if o > hi else mpmath.mpf(0))
+def _dist(o: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Elementwise distance of o from [lo, hi] (MPFR arrays)."""
+    with _numbers.context():
+        return np.asarray(np.where(o < lo, lo - o, np.where(o > hi, o - hi, 0)), dtype=object)
 
 
-def _errors_ulp(
-    out: np.ndarray, lo: np.ndarray, hi: np.ndarray, bnd: np.ndarray, dt: np.dtype[Any]
-) -> list[tuple[float, float]]:
-    res = []
-    for o, a, b, e in zip(out.reshape(-1), lo.reshape(-1), hi.reshape(-1), bnd.reshape(-1)):
-        om = mpmath.mpf(float(o))
-        ulp = ulp_mp(dt, max(abs(om), abs(a), abs(b)))
-        res.append((float(_dist(om, a, b) / ulp), float(e / ulp)))
-    return res
+@dataclasses.dataclass(frozen=True)
+class _Misfit:
+    """Observed values against [lo - B, hi + B]: per element the error and bound in
+    ULPs, and ``bad``: (flat index, error ulp, bound ulp) outside, worst first."""
+
+    error_ulps: np.ndarray
+    bound_ulps: np.ndarray
+    bad: list[tuple[int, float, float]]
+
+    @classmethod
+    def of(cls, out: np.ndarray, lo: np.ndarray, hi: np.ndarray, bnd: np.ndarray, dt: np.dtype[Any]) -> _Misfit:
+        obs = _numbers.from_floats(out).reshape(-1)
+        lo, hi, bnd = lo.reshape(-1), hi.reshape(-1), bnd.reshape(-1)
+        dist = _dist(obs, lo, hi)
+        outside = np.flatnonzero(np.asarray(dist > bnd, dtype=bool))
+        size = np.maximum(np.maximum(np.abs(obs), np.abs(lo)), np.abs(hi)).astype(np.float64)
+        size = np.minimum(size, float(finfo(dt).max))  # the spacing at the largest finite value beyond the range
+        err, bound = ulps(dist.astype(np.float64), size, dt), ulps(bnd.astype(np.float64), size, dt)
+        bad = sorted(((int(j), float(err[j]), float(bound[j])) for j in outside), key=lambda t: -t[1])
+        return cls(err, bound, bad)
 
 
-def _outside(
-    out: np.ndarray, lo: np.ndarray, hi: np.ndarray, bnd: np.ndarray, dt: np.dtype[Any]
-) -> list[tuple[int, float, float]]:
-    """Elements outside [lo - B, hi + B]: (flat index, error ulp, bound ulp), worst first."""
-    bad = []
-    for j, (o, a, b, e) in enumerate(zip(out.reshape(-1), lo.reshape(-1), hi.reshape(-1), bnd.reshape(-1))):
-        om = mpmath.mpf(float(o))
-        d = _dist(om, a, b)
-        if d > e:
-            ulp = ulp_mp(dt, max(abs(om), abs(a), abs(b)))
-            bad.append((j, float(d / ulp), float(e / ulp)))
-    bad.sort(key=lambda t: -t[1])
-    return bad
-
-
-def _fits(
-    out: np.ndarray, blo: np.ndarray, bhi: np.ndarray, bnd: np.ndarray, c: mpmath.mpf, s: Fraction
-) -> bool:
-    ratio = max(mpmath.mpf(1), abs(c) / _mpf(s))
-    for o, a, b, e in zip(out.reshape(-1), blo.reshape(-1), bhi.reshape(-1), bnd.reshape(-1)):
-        lo, hi = sorted((c * a, c * b))
-        if _dist(mpmath.mpf(float(o)), lo, hi) > e * ratio:
-            return False
-    return True
+def _fits(out: np.ndarray, blo: np.ndarray, bhi: np.ndarray, bnd: np.ndarray, c: Any, s: Fraction) -> bool:
+    """Are the observed values c·dL/dpred, within the bound (scaled up by |c|/S when |c| > S)?"""
+    with _numbers.context():
+        ratio = max(1, abs(c) / _numbers.number(s))
+        a, b = c * blo.reshape(-1), c * bhi.reshape(-1)
+        dist = _dist(_numbers.from_floats(out).reshape(-1), np.minimum(a, b), np.maximum(a, b))
+        return not np.any(np.asarray(dist > bnd.reshape(-1) * ratio, dtype=bool))
 
 
 def _classify(
@@ -558,47 +591,48 @@ def _classify(
     j, err_ulp, bound_ulp = bad[0]
     where = _index(shape, j)
     worst = (
-        f"worst at pred{where}: expected {mpmath.nstr(expected.reshape(-1)[j], 10)}, observed "
+        f"worst at pred{where}: expected {_show(expected.reshape(-1)[j])}, observed "
         f"{float(out.reshape(-1)[j])!r}, error {err_ulp:.3g} ulp > bound {bound_ulp:.3g} ulp"
     )
-    obs = [mpmath.mpf(float(o)) for o in out.reshape(-1)]
     cells = tuple(tuple(_index(shape, b[0])) for b in bad)
 
     def report(category: str, message: str) -> None:
-        findings.append(Finding(category, message, cells=cells, expected=expected, observed=out))
+        findings.append(Finding(category, message, cells=cells, expected=_numbers.mpf_array(expected), observed=out))
 
-    if s != 1 and _fits(out, blo, bhi, bnd, mpmath.mpf(1), s):
+    if s != 1 and _fits(out, blo, bhi, bnd, 1, s):
         report("missing_scale", f"missing loss scale: the derivative equals the unscaled dL/dpred; expected "
                                 f"S·dL/dpred with S = {s} ({len(bad)} of {out.size} values off; {worst})")
         return Fraction(1)
-    smooth = [(o, b) for o, b, lo_, hi_ in zip(obs, base.reshape(-1), blo.reshape(-1), bhi.reshape(-1))
-              if lo_ == hi_ and b != 0]
-    if smooth:
-        c = mpmath.fsum(o * b for o, b in smooth) / mpmath.fsum(b * b for _, b in smooth)
-        if c != 0:
-            nice = _nice_scale(c)
-            for cand, shown in ((_mpf(nice), nice), (c, None)):
-                if cand != _mpf(s) and _fits(out, blo, bhi, bnd, cand, s):
-                    name = str(shown) if shown is not None else mpmath.nstr(c, 10)
-                    hint = (_scale_hint(shown, s, ev.denominator, int(ev.counted.sum()), ev.loss.reduction, shape)
-                            if shown is not None else "")
-                    report("wrong_scale", f"wrong loss scale: the derivative equals c·dL/dpred with c = {name}{hint}; "
-                                          f"expected S·dL/dpred with S = {s} ({worst})")
-                    return shown if shown is not None else Fraction(float(c))
+    c = _least_squares_scale(out, base, blo, bhi)
+    if c is not None and c != 0:
+        nice = _nice_scale(c)
+        for cand, shown in ((_numbers.number(nice), nice), (c, None)):
+            if cand != _numbers.number(s) and _fits(out, blo, bhi, bnd, cand, s):
+                name = str(shown) if shown is not None else _show(c)
+                hint = (_scale_hint(shown, s, ev.denominator, int(ev.counted.sum()), ev.loss.reduction, shape)
+                        if shown is not None else "")
+                report("wrong_scale", f"wrong loss scale: the derivative equals c·dL/dpred with c = {name}{hint}; "
+                                      f"expected S·dL/dpred with S = {s} ({worst})")
+                return shown if shown is not None else Fraction(float(c))
     zeros = " (all zeros)" if not np.any(out) else ""
     report("wrong_values", f"{len(bad)} of {out.size} derivative values are outside the derived bound{zeros}; "
                            f"no single factor c makes them c·dL/dpred; {worst}")
     return None
 
 
-def _phi_obs(out: np.ndarray, ev: LossEvaluation) -> mpmath.mpf:
-    if ev.loss.reduction == "none":
-        return mpmath.fsum(_mpf(r) * mpmath.mpf(float(v)) for v, r in zip(out.reshape(-1), ev.factor.reshape(-1)))
-    return mpmath.mpf(float(out.reshape(-1)[0]))
+def _least_squares_scale(out: np.ndarray, base: np.ndarray, blo: np.ndarray, bhi: np.ndarray) -> Any:
+    """The c minimising Σ (o - c·b)² over the smooth nonzero entries b of dL/dpred (None if there are none)."""
+    with _numbers.context():
+        b = base.reshape(-1)
+        smooth = np.asarray((blo.reshape(-1) == bhi.reshape(-1)) & (b != 0), dtype=bool)
+        if not smooth.any():
+            return None
+        obs = _numbers.from_floats(out.reshape(-1)[smooth])
+        return _numbers.total(obs * b[smooth]) / _numbers.total(b[smooth] * b[smooth])
 
 
-def _fd_step(loss: Loss, z: float, dt: np.dtype[Any], u: mpmath.mpf) -> float | None:
-    h = 2.0 ** round(float(mpmath.log(mpmath.cbrt(u) * max(1, abs(z)), 2)))
+def _fd_step(loss: Loss, z: float, dt: np.dtype[Any], u: Any) -> float | None:
+    h = 2.0 ** round(math.log2(float(u) ** (1 / 3) * max(1.0, abs(z))))
     if loss.kind == "bce":
         room = min(z, 1 - z) / 2
         h = min(h, 2.0 ** np.floor(np.log2(room)))
@@ -616,9 +650,9 @@ class _Probe:
     derivative there, and the tolerance (derivative bound + truncation + forward noise)."""
 
     j: int
-    fd: mpmath.mpf
-    observed: mpmath.mpf
-    tol: mpmath.mpf
+    fd: Any
+    observed: Any
+    tol: Any
 
 
 class _ForwardCheck:
@@ -629,11 +663,7 @@ class _ForwardCheck:
                  stats: dict[str, Any], findings: list[Finding]):
         self.fwd, self.ev, self.bounds, self.args_of, self.dt = fwd, ev, bounds, args_of, dt
         self.stats, self.findings = stats, findings
-        assert ev.element_cond is not None and ev.element_run is not None
-        self.ells = list(ev.elements.reshape(-1))
-        self.conds = list(ev.element_cond.reshape(-1))
-        self.runs = list(ev.element_run.reshape(-1))
-        self.factors = list(ev.factor.reshape(-1))
+        self.sums = _ForwardSums(bounds)
         self.forward_ok = True
         self.stencil_value: str | None = None  # the forward at a stencil point beyond its bound
 
@@ -651,7 +681,7 @@ class _ForwardCheck:
 
     def rounded(self) -> np.ndarray:
         """The exact loss (per element for "none") correctly rounded to the dtype: inf where it overflows."""
-        exact = self.ells if self.ev.loss.reduction == "none" else [self.ev.value()]
+        exact = self.ev.elements.reshape(-1) if self.ev.loss.reduction == "none" else [self.ev.value()]
         return to_numpy(exact, self.dt).astype(np.float64).reshape(self.ev.element_shape
                                                                    if self.ev.loss.reduction == "none" else ())
 
@@ -671,36 +701,30 @@ class _ForwardCheck:
 
     def check_base(self, f0: np.ndarray) -> bool:
         """Forward values at the given inputs: per element ("none"), or the reduced L."""
-        ev, bounds, dt = self.ev, self.bounds, self.dt
+        ev, dt = self.ev, self.dt
         rounded = self.rounded().reshape(-1)
+        got = f0.reshape(-1)
+        right_inf = np.isinf(got) & (got == rounded)  # the exact value overflows the dtype: inf is right
+        with _numbers.context():
+            if ev.loss.reduction == "none":
+                exact, bound = self.sums.ells, self.sums.errs
+            else:
+                phi, b = self.sums.at()
+                exact, bound = np.array([phi], dtype=object), np.array([b], dtype=object)
+            error = np.abs(_numbers.from_floats(np.where(right_inf, 0, got)) - exact)
+            wrong = np.flatnonzero(np.asarray(error > bound, dtype=bool) & ~right_inf)
+            if not wrong.size:
+                return True
+            i = int(wrong[0])
+            e, b, v = exact[i], bound[i], float(got[i])
+            ulp = ulp_mp(dt, abs(e))
+            detail = f"{_show(e)}, error {float(error[i] / ulp):.3g} ulp > bound {float(b / ulp):.3g} ulp"
         if ev.loss.reduction == "none":
-            for i, (v, e, c, q) in enumerate(zip(f0.reshape(-1), self.ells, self.conds, self.runs)):
-                b = bounds.element(e, c, q)
-                if np.isinf(v) and v == rounded[i]:  # the exact value overflows the dtype: inf is right
-                    continue
-                if abs(mpmath.mpf(float(v)) - e) > b:
-                    ulp = ulp_mp(dt, abs(e))
-                    self.findings.append(Finding(
-                        "forward_values",
-                        f"forward element {_index(ev.element_shape, i)} = {float(v)!r}; exact "
-                        f"{mpmath.nstr(e, 10)}, error {float(abs(mpmath.mpf(float(v)) - e) / ulp):.3g} ulp > bound "
-                        f"{float(b / ulp):.3g} ulp",
-                        window=tuple(_index(ev.element_shape, i)), expected=e, observed=float(v)))
-                    return False
-            return True
-        exact = ev.value()
-        b = bounds.forward(self.ells, self.conds, self.runs, self.factors)
-        if np.isinf(f0.reshape(-1)[0]) and f0.reshape(-1)[0] == rounded[0]:
-            return True  # the exact loss overflows the dtype: inf is right
-        v = mpmath.mpf(float(f0.reshape(-1)[0]))
-        if abs(v - exact) <= b:
-            return True
-        ulp = ulp_mp(dt, abs(exact))
-        self.findings.append(Finding(
-            "forward_values",
-            f"forward returned {float(v)!r}; exact L = {mpmath.nstr(exact, 10)}, error "
-            f"{float(abs(v - exact) / ulp):.3g} ulp > bound {float(b / ulp):.3g} ulp",
-            expected=exact, observed=float(v)))
+            where = tuple(_index(ev.element_shape, i))
+            message = f"forward element {list(where)} = {v!r}; exact {detail}"
+        else:
+            where, message = None, f"forward returned {v!r}; exact L = {detail}"
+        self.findings.append(Finding("forward_values", message, window=where, expected=_numbers.to_mpf(e), observed=v))
         return False
 
     def finite_differences(self, out1: np.ndarray, bnd: np.ndarray, scale_found: Fraction | None) -> None:
@@ -708,32 +732,35 @@ class _ForwardCheck:
         pred = self.args_of.pred
         n = pred.size
         probes = sorted(set(np.linspace(0, n - 1, min(n, MAX_FD_PROBES)).round().astype(int).tolist()))
-        found = [self.probe(j, out1, bnd) for j in probes]
+        stencils = self.stencils(probes)
+        found = [self.probe(st, out1, bnd) for st in stencils]
         checked = [p for p in found if p is not None]
-        worst = max((abs(p.observed - p.fd) / p.tol if p.tol > 0 else
-                     (mpmath.inf if p.observed != p.fd else mpmath.mpf(0)) for p in checked), default=mpmath.mpf(0))
-        fd_bad = [p for p in checked if abs(p.observed - p.fd) > p.tol]
+        with _numbers.context():
+            worst = max((abs(p.observed - p.fd) / p.tol if p.tol > 0 else
+                         (gmpy2.inf() if p.observed != p.fd else 0) for p in checked), default=0)
+            fd_bad = [p for p in checked if abs(p.observed - p.fd) > p.tol]
         if self.stencil_value is not None:
             self.findings.append(Finding("forward_values", self.stencil_value))
         self.stats["fd_checked"] = len(checked)
-        self.stats["fd_skipped"] = len(found) - len(checked)
+        self.stats["fd_skipped"] = len(probes) - len(checked)
         self.stats["fd_worst_error_over_tolerance"] = float(worst)
         self.stats["fd_consistent"] = not fd_bad
         if not fd_bad or scale_found is not None:
             return
-        p = max(fd_bad, key=lambda t: abs(t.observed - t.fd) / t.tol)
+        with _numbers.context():
+            p = max(fd_bad, key=lambda t: abs(t.observed - t.fd) / t.tol)
         why = "" if self.forward_ok else " (the forward itself disagrees with the exact loss: see forward_values)"
         self.findings.append(Finding(
             "not_fd_consistent",
             f"the derivative is not S times the derivative of the implementation's own forward at {len(fd_bad)} of "
             f"{len(checked)} probed elements{why}; worst at pred{_index(pred.shape, p.j)}: S·(F(z+h) - F(z-h))/2h = "
-            f"{mpmath.nstr(p.fd, 10)}, derivative {float(p.observed)!r}, tolerance {mpmath.nstr(p.tol, 3)} "
+            f"{_show(p.fd)}, derivative {float(p.observed)!r}, tolerance {_show(p.tol, 3)} "
             "(truncation + forward rounding + derivative bound)",
-            cells=tuple(tuple(_index(pred.shape, b.j)) for b in fd_bad), expected=p.fd, observed=float(p.observed)))
+            cells=tuple(tuple(_index(pred.shape, b.j)) for b in fd_bad), expected=_numbers.to_mpf(p.fd),
+            observed=float(p.observed)))
 
-    def stencil(self, j: int) -> tuple[Any, Any, Fraction, list[tuple[Any, ...]], int] | None:
-        """The representable points z± around pred element j, or None where no centred
-        stencil fits (a kink inside it, outside the domain, an element that does not count)."""
+    def _point(self, j: int) -> tuple[int, int, float] | None:
+        """(element, slot in the template's arguments, z) of pred entry j, or None if it does not count."""
         ev, pred = self.ev, self.args_of.pred
         where = _index(pred.shape, j)
         softmax = ev.loss.kind == "softmax_ce"
@@ -741,64 +768,82 @@ class _ForwardCheck:
             if ev.element_shape else 0
         if not ev.counted.reshape(-1)[i_flat] or ev.expand(ev.factor).reshape(-1)[j] == 0:
             return None
-        z = float(pred.reshape(-1)[j])
-        h = _fd_step(ev.loss, z, self.dt, self.bounds.u)
-        if h is None:
-            return None
-        zp, zm = self.dt.type(z + h), self.dt.type(z - h)
-        step = _frac(zp) - _frac(zm)
-        if step <= 0:
-            return None
-        if ev.loss.kind == "bce" and not (0 < zm and zp < 1) or (
-            ev.loss.kind == "kld" and not ev.loss.log_input and not (0 < zm and zp <= 1)
-        ):
-            return None
-        base_args = ev.args.reshape(-1)[i_flat]
-        slot = where[-1] if softmax else 0
-        pts = []
-        for zz in (zp, zm):
-            a = list(base_args)
-            a[slot] = _mpf(_frac(zz))
-            pts.append(tuple(a))
-        kink = ev.template.kink_fn
-        if kink is not None:
-            signs = [[mpmath.sign(k) for k in kink(*a)] for a in (pts[0], base_args, pts[1])]
-            if any(0 in sg for sg in signs) or signs[0] != signs[2]:
-                return None
-        return zp, zm, step, pts, i_flat
+        return i_flat, where[-1] if softmax else 0, float(pred.reshape(-1)[j])
 
-    def probe(self, j: int, out1: np.ndarray, bnd: np.ndarray) -> _Probe | None:
-        """One central difference of the implementation's forward at pred element j."""
-        st = self.stencil(j)
-        if st is None:
-            return None
-        zp, zm, step, pts, i_flat = st
+    def stencils(self, probes: list[int]) -> list[_Stencil]:
+        """The stencils z± around the probed entries, with the exact loss at both points
+        (one batch), where a centred stencil fits: not across a kink, inside the domain,
+        on an element that counts."""
+        ev, dt = self.ev, self.dt
+        kept: list[_Stencil] = []
+        for j in probes:
+            point = self._point(j)
+            h = None if point is None else _fd_step(ev.loss, point[2], dt, self.bounds.u)
+            if point is None or h is None:
+                continue
+            i_flat, slot, z = point
+            zp, zm = dt.type(z + h), dt.type(z - h)
+            step = _frac(zp) - _frac(zm)
+            if step <= 0 or (ev.loss.kind == "bce" and not (0 < zm and zp < 1)) or (
+                    ev.loss.kind == "kld" and not ev.loss.log_input and not (0 < zm and zp <= 1)):
+                continue
+            kept.append(_Stencil(j, i_flat, slot, zp, zm, step))
+        cols = [np.array([c[st.i_flat] for st in kept for _ in range(3)], dtype=object) for c in ev.columns]
+        for k, st in enumerate(kept):
+            cols[st.slot][3 * k], cols[st.slot][3 * k + 2] = _frac(st.zp), _frac(st.zm)
+        if not kept:
+            return []
+        if ev.template.kink_args:  # the signs of every kink argument at z+, z, z- must agree and not vanish
+            with _numbers.context():
+                signs = np.stack([np.asarray(k > 0, dtype=int) - np.asarray(k < 0, dtype=int) for k in
+                                  ev.template.kink_values([_numbers.from_fractions(c) for c in cols])], axis=1)
+            signs = signs.reshape(len(kept), 3, -1)
+            smooth = np.all((signs != 0) & (signs == signs[:, :1]), axis=(1, 2))
+            kept = [st for st, ok in zip(kept, smooth) if ok]
+            cols = [c.reshape(-1, 3)[smooth].reshape(-1) for c in cols]
+        got = element_values(ev.template, [c.reshape(-1, 3)[:, ::2].reshape(-1) for c in cols], values=True,
+                             derivatives=False, bounds=True)
+        for k, st in enumerate(kept):
+            st.exact = [(got["elements"][2 * k + m], got["element_cond"][2 * k + m], got["element_run"][2 * k + m])
+                        for m in (0, 1)]
+        return kept
+
+    def probe(self, st: _Stencil, out1: np.ndarray, bnd: np.ndarray) -> _Probe | None:
+        """One central difference of the implementation's forward at a stencil."""
         ev = self.ev
-        phi, errs = [], []
-        for ell, cond, run in (ev.template.loss_cond_fn(*a) for a in pts):
-            e2, c2, q2 = list(self.ells), list(self.conds), list(self.runs)
-            e2[i_flat], c2[i_flat], q2[i_flat] = ell, cond, run
-            if ev.loss.reduction == "none":
-                phi.append(mpmath.fsum(_mpf(f) * e for f, e in zip(self.factors, e2)))
-            else:
-                phi.append(mpmath.fsum(e for e, f in zip(e2, self.factors) if f != 0) / _mpf(ev.denominator))
-            errs.append(self.bounds.forward(e2, c2, q2, self.factors))
-        dstep = _mpf(step)
-        trunc = (phi[0] - phi[1]) / dstep - _mpf(self.factors[i_flat]) * ev.h.reshape(-1)[j]
         obs = []
-        for zz in (zp, zm):
+        for zz in (st.zp, st.zm):
             pz = self.args_of.pred.copy()
-            pz.reshape(-1)[j] = zz
+            pz.reshape(-1)[st.j] = zz
             val = self.value(pz)
             if val is None:
                 return None
-            obs.append(_phi_obs(val, ev))
-        for o, p_, e_, zz in zip(obs, phi, errs, (zp, zm)):
-            if self.forward_ok and abs(o - p_) > e_ and self.stencil_value is None:
-                self.stencil_value = (
-                    f"forward at pred{_index(self.args_of.pred.shape, j)} = {float(zz)!r} (a finite-difference "
-                    f"point) gives {mpmath.nstr(o, 10)}; exact {mpmath.nstr(p_, 10)}, beyond the bound "
-                    f"{mpmath.nstr(e_, 3)}")
-        s = _mpf(ev.loss.scale)
-        tol = bnd.reshape(-1)[j] + s * (abs(trunc) + (errs[0] + errs[1]) / dstep)
-        return _Probe(j, s * (obs[0] - obs[1]) / dstep, mpmath.mpf(float(out1.reshape(-1)[j])), tol)
+            obs.append(self.sums.observed(val))
+        with _numbers.context():
+            (phi_p, err_p), (phi_m, err_m) = (self.sums.at(st.i_flat, *e) for e in st.exact)
+            r = _numbers.number(ev.factor.reshape(-1)[st.i_flat])
+            dstep = _numbers.number(st.step)
+            # Φ(z+) - Φ(z-) = r_i·(ℓ(z+) - ℓ(z-)): formed from the two elements, not the two sums
+            trunc = r * (st.exact[0][0] - st.exact[1][0]) / dstep - r * ev.h.reshape(-1)[st.j]
+            for o, p_, e_, zz in zip(obs, (phi_p, phi_m), (err_p, err_m), (st.zp, st.zm)):
+                if self.forward_ok and abs(o - p_) > e_ and self.stencil_value is None:
+                    self.stencil_value = (
+                        f"forward at pred{_index(self.args_of.pred.shape, st.j)} = {float(zz)!r} (a finite-difference "
+                        f"point) gives {_show(o)}; exact {_show(p_)}, beyond the bound {_show(e_, 3)}")
+            s = _numbers.number(ev.loss.scale)
+            tol = bnd.reshape(-1)[st.j] + s * (abs(trunc) + (err_p + err_m) / dstep)
+            return _Probe(st.j, s * (obs[0] - obs[1]) / dstep, _numbers.number(float(out1.reshape(-1)[st.j])), tol)
+
+
+@dataclasses.dataclass
+class _Stencil:
+    """The representable points z± = fl(z ± h) around pred entry j (element i_flat,
+    template argument ``slot``), and the exact (ℓ, cond, run) at each."""
+
+    j: int
+    i_flat: int
+    slot: int
+    zp: Any
+    zm: Any
+    step: Fraction
+    exact: list[tuple[Any, Any, Any]] = dataclasses.field(default_factory=list)

@@ -1,0 +1,147 @@
+"""The numbers exact loss values are computed in: MPFR (gmpy2), a whole array at a time.
+
+Every operation is correctly rounded to :data:`PRECISION` bits (about 60 significant
+digits, the :data:`symjac.loss._spec.DPS` the results promise), and arrays of MPFR
+numbers are NumPy ``object`` arrays, so one lowered SymPy expression evaluates every
+element of a loss in a few C loops (:func:`lambdify`). mpmath does the same one
+element at a time in Python, 7–10x slower (``benchmarks/cliffs.py`` prints both).
+
+MPFR's exponent range is finite (about 2^±2^30) where mpmath's is not: ``e^z`` for
+``|z| = 1e300`` overflows. Elements with an input beyond :data:`LIMIT` in magnitude
+therefore go through mpmath (``symjac.loss._evaluate``), and their values come back
+here through :func:`from_mpf`. Up to :data:`LIMIT`, ``e^{±k·z}`` stays far inside the
+range for any factor ``k`` a template forms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from fractions import Fraction
+from typing import Any
+
+import gmpy2
+import mpmath
+import numpy as np
+import sympy
+
+PRECISION = 200  # bits: 60 significant digits
+LIMIT = Fraction(2**24)  # larger inputs go through mpmath (unbounded exponents)
+_EXPONENTS = 2**30 - 2  # MPFR's exponent range here: |x| in (2^-_EXPONENTS, 2^_EXPONENTS)
+
+
+def context() -> Any:
+    """The MPFR context of every evaluation: ``with context(): ...``."""
+    return gmpy2.context(gmpy2.get_context(), precision=PRECISION)
+
+
+def _vector(fn: Callable[[Any], Any]) -> Any:
+    return np.frompyfunc(fn, 1, 1)
+
+
+def _rational(p: int, q: int) -> Any:
+    return gmpy2.mpfr(gmpy2.mpq(p, q))
+
+
+# The names lambdify's NumPy printer emits for a template's functions, on object arrays.
+FUNCTIONS: dict[str, Any] = {
+    "exp": _vector(gmpy2.exp),
+    "log": _vector(gmpy2.log),
+    "log1p": _vector(gmpy2.log1p),
+    "sign": _vector(gmpy2.sign),
+    "_rational": _rational,
+}
+
+
+def _exact_constants(expr: sympy.Expr) -> sympy.Expr:
+    """NumPy's printer writes 1/3 as a float: non-dyadic rationals become ``_rational(p, q)``."""
+    rational = sympy.Function("_rational")
+    return expr.replace(lambda e: e.is_Rational and not e.is_Integer and (int(e.q) & (int(e.q) - 1)) != 0,
+                        lambda e: rational(sympy.Integer(e.p), sympy.Integer(e.q)))
+
+
+def lambdify(symbols: Sequence[sympy.Symbol], exprs: Sequence[sympy.Expr]) -> Callable[..., list[np.ndarray]]:
+    """``exprs`` as one function of arrays of MPFR numbers (one array per symbol)."""
+    return sympy.lambdify(symbols, [_exact_constants(e) for e in exprs],  # type: ignore[no-any-return]
+                          modules=[FUNCTIONS, "numpy"], cse=True)
+
+
+def number(value: Fraction | float | int) -> Any:
+    """One exact input as MPFR (exact for every binary float; a rational rounds once)."""
+    return gmpy2.mpfr(value)
+
+
+def from_fractions(values: np.ndarray, times: Fraction = Fraction(1)) -> np.ndarray:
+    """An object array of Fractions as MPFR numbers (each ``v·times``, rounded once),
+    converting each distinct value once."""
+    flat = values.reshape(-1)
+    cache: dict[Any, Any] = {}
+    out = np.empty(flat.size, dtype=object)
+    for i, v in enumerate(flat):
+        got = cache.get(v)
+        if got is None:
+            got = cache[v] = gmpy2.mpfr(v * times if times != 1 else v)
+        out[i] = got
+    return out.reshape(values.shape)
+
+
+def from_floats(values: np.ndarray) -> np.ndarray:
+    """A float array (any width) as MPFR numbers, exactly."""
+    return np.asarray(_vector(gmpy2.mpfr)(np.asarray(values, dtype=np.float64)), dtype=object)
+
+
+def zeros(shape: tuple[int, ...]) -> np.ndarray:
+    out = np.empty(shape, dtype=object)
+    out[...] = gmpy2.mpfr(0)
+    return out
+
+
+def finite(values: np.ndarray) -> np.ndarray:
+    """Elementwise: neither inf nor nan (a bool array)."""
+    return np.asarray(_vector(gmpy2.is_finite)(values), dtype=bool)
+
+
+def from_mpf(value: Any) -> Any:
+    """An mpmath number as MPFR (rounded to :data:`PRECISION`; beyond MPFR's range, ±inf or 0)."""
+    value = mpmath.mpf(value)
+    if not mpmath.isfinite(value):
+        return gmpy2.mpfr(float(value))
+    sign, man, exp, bits = value._mpf_
+    if man and exp + bits > _EXPONENTS:
+        return gmpy2.mpfr("-inf" if sign else "inf")
+    if man and exp + bits < -_EXPONENTS:
+        return -gmpy2.mpfr(0) if sign else gmpy2.mpfr(0)
+    return gmpy2.mul_2exp(gmpy2.mpfr(-man if sign else man), exp)
+
+
+def mpf_array(values: np.ndarray) -> np.ndarray:
+    """An object array of MPFR numbers as mpmath numbers, exactly."""
+    out = np.empty(values.size, dtype=object)
+    for i, v in enumerate(values.reshape(-1)):
+        out[i] = to_mpf(v)
+    return out.reshape(values.shape)
+
+
+def to_mpf(values: Any) -> Any:
+    """One MPFR number as an mpmath number, exactly (an array: see :func:`mpf_array`)."""
+    if isinstance(values, np.ndarray):
+        return mpf_array(values)
+    if not gmpy2.is_finite(values):
+        return mpmath.mpf(float(values))
+    man, exp = values.as_mantissa_exp()
+    return mpmath.mp.make_mpf(mpmath.libmp.from_man_exp(int(man), int(exp)))  # no rounding
+
+
+def total(values: Iterable[Any]) -> Any:
+    """Σ values (MPFR, rounded once per addition at :data:`PRECISION` bits)."""
+    return gmpy2.fsum(list(values))
+
+
+def exact_context() -> Any:
+    """A context in which + and - of two inputs below :data:`LIMIT` are exact (any two
+    binary floats or :data:`PRECISION`-bit numbers: exponents from -1074 to 24)."""
+    return gmpy2.context(gmpy2.get_context(), precision=PRECISION + 1100 + 64)
+
+
+def is_number(value: Any) -> bool:
+    """Is value an MPFR number?"""
+    return isinstance(value, type(gmpy2.mpfr(0)))
