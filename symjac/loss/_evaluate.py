@@ -29,6 +29,7 @@ Example (seed 003, S = 8, sigmoid cross-entropy, logit 0, label 1)::
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
@@ -79,8 +80,8 @@ class LossEvaluation:
       loss: the spec.
       template: the SymPy template used.
       pred: exact prediction (object array of Fraction).
-      columns: the template's exact arguments (Fractions), one array per template
-        symbol over the flattened elements (see :func:`element_values`).
+      columns: the template's arguments (MPFR numbers, exact for binary floats), one
+        array per template symbol over the flattened elements (see :func:`element_values`).
       counted: per element, False for rows equal to ``ignore_index``.
       elements: ``ℓ_i`` (0 for ignored rows).
       element_cond: ``Σ_m |∂ℓ_i/∂x_m|·|x_m|`` (None unless ``bounds``).
@@ -144,12 +145,26 @@ class LossEvaluation:
     def derivative_set(self, scale: Fraction | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The Clarke set of the scaled derivative, elementwise ``[lo, hi]``."""
         s = self.loss.scale if scale is None else scale
+        if self.smooth:
+            d = self._scaled(self.h, s)
+            return d, d
         a, b = self._scaled(self.h_lo, s), self._scaled(self.h_hi, s)
         return np.minimum(a, b), np.maximum(a, b)
 
+    @functools.cached_property
+    def smooth(self) -> bool:
+        """No entry at a kink: the Clarke set is the derivative everywhere."""
+        return bool(np.all(self.h_lo == self.h) and np.all(self.h_hi == self.h))
+
+    @functools.cached_property
+    def factor_numbers(self) -> np.ndarray:
+        """:attr:`factor` as MPFR numbers, in pred's shape (repeated over softmax_ce's classes)."""
+        with _numbers.context():
+            return _numbers.from_fractions(self.expand(self.factor))
+
     def _scaled(self, h: np.ndarray, s: Fraction) -> np.ndarray:
         with _numbers.context():
-            return np.asarray(_numbers.from_fractions(self.expand(self.factor), times=s) * h, dtype=object)
+            return np.asarray(self.factor_numbers * _numbers.number(s) * h, dtype=object)
 
 
 def _per_class(name: str, values: tuple[Fraction, ...] | None, classes: int, default: Fraction) -> list[Fraction]:
@@ -208,7 +223,8 @@ def evaluate(
     _check_domains(loss, z, t)
     params = _class_params(loss, z, classes)
     factor, den, denominator_ops = _reduction(loss, upstream, element_shape, t, counted, classes)
-    cols = _columns(tpl, z, t, params, element_shape)
+    with _numbers.context():
+        cols = _columns(tpl, _numbers_of(pred, z), None if t is None else _numbers_of(label, t), params, element_shape)
     fields = _evaluate_elements(tpl, cols, counted, tuple(z.shape), values, derivatives, bounds)
     return LossEvaluation(loss=loss, template=tpl, pred=z, columns=cols, counted=counted, factor=factor,
                           denominator=den, denominator_ops=denominator_ops, dps=DPS, **fields)
@@ -366,10 +382,18 @@ def _reduction(loss: Loss, upstream: Any, element_shape: tuple[int, ...], t: np.
     return factor, den, denominator_ops
 
 
+def _numbers_of(raw: Any, exact: np.ndarray) -> np.ndarray:
+    """An input as MPFR numbers: from the float array it came as (exact, and fast), else
+    from its Fractions (a rational that is no binary fraction rounds once)."""
+    if isinstance(raw, np.ndarray) and raw.dtype.kind == "f" and raw.shape == exact.shape:
+        return _numbers.from_floats(raw)
+    return _numbers.from_fractions(exact)
+
+
 def _columns(tpl: LossTemplate, z: np.ndarray, t: np.ndarray | None, params_per_class: list[list[Fraction]],
              element_shape: tuple[int, ...]) -> list[np.ndarray]:
-    """The template's arguments (pred, label, options) as exact columns over the
-    flattened elements: one object array of Fractions per template symbol."""
+    """The template's arguments (pred, label, options) as columns over the flattened
+    elements: one object array of MPFR numbers per template symbol."""
     n = int(np.prod(element_shape)) if element_shape else 1
     if tpl.kind == "softmax_ce":
         rows_z = z.reshape(n, tpl.classes)
@@ -384,7 +408,7 @@ def _columns(tpl: LossTemplate, z: np.ndarray, t: np.ndarray | None, params_per_
         per_element = np.arange(n) % last if len(params_per_class) > 1 else np.zeros(n, dtype=np.intp)
     table = np.empty((len(params_per_class), len(params_per_class[0])), dtype=object)
     for i, row in enumerate(params_per_class):
-        table[i, :] = row
+        table[i, :] = [_numbers.number(v) for v in row]
     return cols + [table[per_element, p] for p in range(table.shape[1])]
 
 
@@ -392,21 +416,22 @@ _FIELDS = ("elements", "element_cond", "element_run", "h", "h_lo", "h_hi", "h_co
 
 
 def element_values(tpl: LossTemplate, cols: list[np.ndarray], *, values: bool = True, derivatives: bool = True,
-                   bounds: bool = False) -> dict[str, np.ndarray]:
+                   bounds: bool = False, bounds_of: tuple[str, ...] = ("loss", "derivative")) -> dict[str, np.ndarray]:
     """The template at a batch of elements (exact columns, see :func:`_columns`), as MPFR
     numbers: per element ``elements`` (ℓ), ``element_cond``, ``element_run``; per element
     and class (shape (n, classes)) ``h``, ``h_lo``, ``h_hi``, ``h_cond``, ``h_run``.
     What was not asked is 0. Elements with an input beyond ``_numbers.LIMIT`` (and any the
     MPFR range cannot hold) go through mpmath one by one (:func:`_element`)."""
     n = len(cols[0])
-    big = np.zeros(n, dtype=bool)
-    for c in cols:
-        big |= np.asarray(np.abs(c) > _numbers.LIMIT, dtype=bool)
     out = {name: _numbers.zeros((n,) if name.startswith("element") else (n, tpl.classes)) for name in _FIELDS}
     with _numbers.context():
+        big = np.zeros(n, dtype=bool)
+        for c in cols:
+            big |= np.asarray(np.abs(c) > _numbers.LIMIT, dtype=bool)
         small = np.flatnonzero(~big)
         if small.size:
-            got = _vectorised(tpl, [_numbers.from_fractions(c[small]) for c in cols], values, derivatives, bounds)
+            got = _vectorised(tpl, [c[small] for c in cols], values, derivatives,
+                              bounds_of if bounds else ())
             for name, arr in got.items():
                 out[name][small] = arr
             overflow = ~np.all([_numbers.finite(arr.reshape(small.size, -1)).all(axis=1) for arr in got.values()],
@@ -414,7 +439,8 @@ def element_values(tpl: LossTemplate, cols: list[np.ndarray], *, values: bool = 
             big[small[overflow]] = True
         for i in np.flatnonzero(big):
             with mpmath.workdps(DPS):
-                value, entries = _element(tpl, tuple(_mpf(c[i]) for c in cols), values, derivatives, bounds)
+                value, entries = _element(tpl, tuple(_numbers.to_mpf(c[i]) for c in cols), values, derivatives,
+                                          bounds)
             for name, v in zip(_FIELDS[:3], value):
                 out[name][i] = _numbers.from_mpf(v if v is not None else mpmath.mpf(0))
             for k, name in enumerate(_FIELDS[3:]):
@@ -423,20 +449,20 @@ def element_values(tpl: LossTemplate, cols: list[np.ndarray], *, values: bool = 
 
 
 def _vectorised(tpl: LossTemplate, cols: list[np.ndarray], values: bool, derivatives: bool,
-                bounds: bool) -> dict[str, np.ndarray]:
+                bounds: tuple[str, ...]) -> dict[str, np.ndarray]:
     """:func:`element_values` for elements MPFR can hold, each function once over all of them."""
     got: dict[str, np.ndarray] = {}
-    if values or bounds:
-        got["elements"] = tpl.values_at(cols)
-    if bounds:
+    ell, h = tpl.stable_at(cols, values, derivatives) if values or derivatives else (None, None)
+    if ell is not None:
+        got["elements"] = ell
+    if "loss" in bounds:
         got["element_cond"], got["element_run"] = tpl.loss_bounds_at(cols)
-    if derivatives or bounds:
-        h = tpl.derivatives_at(cols)
+    if h is not None:
         got["h"], got["h_lo"], got["h_hi"] = h, h.copy(), h.copy()
         at = tpl.at_kink(cols)
         if at.any():
             got["h_lo"][at], got["h_hi"][at] = tpl.clarke_at([c[at] for c in cols])
-    if bounds:
+    if "derivative" in bounds:
         got["h_cond"], got["h_run"] = tpl.derivative_bounds_at(cols)
     return got
 

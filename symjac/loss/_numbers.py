@@ -23,6 +23,7 @@ import gmpy2
 import mpmath
 import numpy as np
 import sympy
+from sympy.printing.numpy import NumPyPrinter
 
 PRECISION = 200  # bits: 60 significant digits
 LIMIT = Fraction(2**24)  # larger inputs go through mpmath (unbounded exponents)
@@ -52,17 +53,19 @@ FUNCTIONS: dict[str, Any] = {
 }
 
 
-def _exact_constants(expr: sympy.Expr) -> sympy.Expr:
-    """NumPy's printer writes 1/3 as a float: non-dyadic rationals become ``_rational(p, q)``."""
-    rational = sympy.Function("_rational")
-    return expr.replace(lambda e: e.is_Rational and not e.is_Integer and (int(e.q) & (int(e.q) - 1)) != 0,
-                        lambda e: rational(sympy.Integer(e.p), sympy.Integer(e.q)))
+class _Printer(NumPyPrinter):  # type: ignore[misc]
+    """NumPy's printer, with every rational constant exact: 1/3 as ``_rational(1, 3)``, not a float."""
+
+    def _print_Rational(self, expr: sympy.Rational) -> str:
+        return f"_rational({int(expr.p)}, {int(expr.q)})"
 
 
 def lambdify(symbols: Sequence[sympy.Symbol], exprs: Sequence[sympy.Expr]) -> Callable[..., list[np.ndarray]]:
     """``exprs`` as one function of arrays of MPFR numbers (one array per symbol)."""
-    return sympy.lambdify(symbols, [_exact_constants(e) for e in exprs],  # type: ignore[no-any-return]
-                          modules=[FUNCTIONS, "numpy"], cse=True)
+    printer = _Printer({"fully_qualified_modules": False, "inline": True, "allow_unknown_functions": True,
+                        "user_functions": {name: name for name in FUNCTIONS}})
+    return sympy.lambdify(symbols, list(exprs), modules=[FUNCTIONS, "numpy"],  # type: ignore[no-any-return]
+                          printer=printer, cse=True)
 
 
 def number(value: Fraction | float | int) -> Any:
@@ -74,12 +77,12 @@ def from_fractions(values: np.ndarray, times: Fraction = Fraction(1)) -> np.ndar
     """An object array of Fractions as MPFR numbers (each ``v·times``, rounded once),
     converting each distinct value once."""
     flat = values.reshape(-1)
-    cache: dict[Any, Any] = {}
+    cache: dict[int, Any] = {}  # by identity: repeated options are one object, and Fraction hashing is slow
     out = np.empty(flat.size, dtype=object)
     for i, v in enumerate(flat):
-        got = cache.get(v)
+        got = cache.get(id(v))
         if got is None:
-            got = cache[v] = gmpy2.mpfr(v * times if times != 1 else v)
+            got = cache[id(v)] = gmpy2.mpfr(v * times if times != 1 else v)
         out[i] = got
     return out.reshape(values.shape)
 

@@ -248,8 +248,8 @@ class LossTemplate:
         terms = []
         for s in self.symbols:
             g = sympy.diff(expr, s).replace(sympy.DiracDelta, lambda *a: sympy.S.Zero)
-            if g != 0:
-                terms.append(sympy.Abs(g) * sympy.Abs(s))
+            if g != 0:  # unevaluated: SymPy would query the sign of every subexpression of g
+                terms.append(sympy.Abs(g, evaluate=False) * sympy.Abs(s))
         return sympy.Add(*terms)
 
     @functools.cached_property
@@ -261,10 +261,51 @@ class LossTemplate:
         form; the bounds from the form implementations evaluate)."""
         return self.value_fn(*args) + list(self._loss_cond(*args))
 
+    def _class_swaps(self) -> list[dict[sympy.Symbol, sympy.Symbol]]:
+        """Per class j, the symbols of classes 0 and j swapped (z, t and w together)."""
+        n = self.classes
+        z, t, w = self.pred, self.label, self.params[:n]
+        return [{z[0]: z[j], z[j]: z[0], t[0]: t[j], t[j]: t[0], w[0]: w[j], w[j]: w[0]} for j in range(n)]
+
     @functools.cached_property
-    def derivative_cond_fn(self) -> Callable[..., Any]:
+    def _bound_derivatives(self) -> tuple[sympy.Expr, ...]:
+        """The derivatives the bound functions are built from: softmax_ce's class 0 only.
+
+        softmax_ce is symmetric under permuting the classes (z_c, t_c, w_c together):
+        SymPy's dℓ/dz_j is dℓ/dz_0 with classes 0 and j swapped (checked here), so class
+        j's condition sum and running error are class 0's at the swapped arguments. That
+        keeps the SymPy work O(C²) where building each class's bound is O(C³).
+        """
+        if self.kind != "softmax_ce":
+            return self.derivatives
+        for j, swap in enumerate(self._class_swaps()):
+            if self.derivatives[0].xreplace(swap) != self.derivatives[j]:  # pragma: no cover - SymPy's canonical form
+                raise AssertionError(f"dℓ/dz_{j} is not dℓ/dz_0 with classes 0 and {j} swapped")
+        return self.derivatives[:1]
+
+    def _per_class_args(self, args: Sequence[Any]) -> list[list[Any]]:
+        """The arguments of :attr:`_bound_derivatives`'s functions for each class."""
+        if self.kind != "softmax_ce":
+            return [list(args)]
+        n, out = self.classes, []
+        for j in range(n):
+            a = list(args)
+            for block in (0, n, 2 * n):
+                a[block], a[block + j] = args[block + j], args[block]
+            out.append(a)
+        return out
+
+    @functools.cached_property
+    def _derivative_bounds(self) -> Callable[..., Any]:
+        hs = self._bound_derivatives
+        return self._lower([self._cond(h) for h in hs] + [running_error(h) for h in hs])
+
+    def derivative_cond_fn(self, *args: Any) -> list[Any]:
         """mpmath: args -> [Σ_m |∂h_c/∂x_m|·|x_m| for each h_c] + [running_error(h_c) for each h_c]."""
-        return self._lower([self._cond(h) for h in self.derivatives] + [running_error(h) for h in self.derivatives])
+        got = [list(self._derivative_bounds(*a)) for a in self._per_class_args(args)]
+        if self.kind != "softmax_ce":
+            return got[0]
+        return [g[0] for g in got] + [g[1] for g in got]
 
     @functools.cached_property
     def kink_fn(self) -> Callable[..., Any] | None:
@@ -296,8 +337,8 @@ class LossTemplate:
 
     @functools.cached_property
     def _vec_derivative_bounds(self) -> Callable[..., list[Any]]:
-        return _numbers.lambdify(self.symbols, [self._cond(h) for h in self.derivatives]
-                                 + [running_error(h) for h in self.derivatives])
+        hs = self._bound_derivatives
+        return _numbers.lambdify(self.symbols, [self._cond(h) for h in hs] + [running_error(h) for h in hs])
 
     @functools.cached_property
     def _vec_kinks(self) -> Callable[..., list[Any]]:
@@ -335,19 +376,18 @@ class LossTemplate:
         out = [shifted[:, c] for c in range(n)] + [t[:, c] for c in range(n)] + [w[:, c] for c in range(n)]
         return out + list(cols[3 * n:]), order
 
-    def values_at(self, cols: Sequence[np.ndarray]) -> np.ndarray:
-        """ℓ of every element (from the stable form)."""
-        shifted, _ = self._shifted_columns(cols)
-        return np.asarray(self._vec_value(*shifted)[0], dtype=object)
-
-    def derivatives_at(self, cols: Sequence[np.ndarray]) -> np.ndarray:
-        """dℓ/dz_c of every element, shape (elements, classes), in the caller's class order."""
+    def stable_at(self, cols: Sequence[np.ndarray], values: bool = True,
+                  derivatives: bool = True) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """ℓ of every element and dℓ/dz_c, shape (elements, classes), in the caller's
+        class order (from the stable forms; None for what was not asked)."""
         shifted, order = self._shifted_columns(cols)
-        hs = np.stack([np.broadcast_to(np.asarray(h, dtype=object), (len(cols[0]),))
-                       for h in self._vec_derivatives(*shifted)], axis=1)
+        ell = np.asarray(_full(self._vec_value(*shifted)[0], len(cols[0])), dtype=object) if values else None
+        if not derivatives:
+            return ell, None
+        hs = np.stack([_full(h, len(cols[0])) for h in self._vec_derivatives(*shifted)], axis=1)
         out = np.empty_like(hs)
         np.put_along_axis(out, order, hs, axis=1)
-        return out
+        return ell, out
 
     def loss_bounds_at(self, cols: Sequence[np.ndarray]) -> list[np.ndarray]:
         """[Σ_m |∂ℓ/∂x_m|·|x_m|, running_error(ℓ)] of every element."""
@@ -355,9 +395,12 @@ class LossTemplate:
 
     def derivative_bounds_at(self, cols: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """(conditions, running errors) of every dℓ/dz_c, each shape (elements, classes)."""
-        got = [_full(v, len(cols[0])) for v in self._vec_derivative_bounds(*cols)]
-        n = self.classes
-        return np.stack(got[:n], axis=1), np.stack(got[n:], axis=1)
+        m = len(cols[0])
+        got = [[_full(v, m) for v in self._vec_derivative_bounds(*a)] for a in self._per_class_args(cols)]
+        if self.kind != "softmax_ce":
+            n = self.classes
+            return np.stack(got[0][:n], axis=1), np.stack(got[0][n:], axis=1)
+        return np.stack([g[0] for g in got], axis=1), np.stack([g[1] for g in got], axis=1)
 
     def kink_values(self, cols: Sequence[np.ndarray]) -> list[np.ndarray]:
         """The sign() arguments of every element (one array per argument; none without a kink)."""
