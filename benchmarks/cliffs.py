@@ -171,31 +171,73 @@ def case_refused(mode: str, size: int) -> dict[str, Any]:
     return {"seconds": time.perf_counter() - t0, "nnz": size * size * 9, "ok": False}
 
 
-def case_loss(kind: str, what: str, magnitude: float, rows: int, classes: int) -> dict[str, Any]:
+def _loss_inputs(kind: str, magnitude: float, rows: int, classes: int) -> tuple[Any, Any, Any]:
+    """Random logits of the given magnitude (every element its own value: no input
+    class repeats), random labels, and a NumPy forward of the loss (mean reduction)."""
     import numpy as np
 
-    import symjac
-
-    loss = symjac.Loss(kind)
     rng = np.random.default_rng(0)
     shape = (rows, classes)
-    pred = rng.choice(np.array([-1.0, 1.0]), size=shape) * magnitude
-    pred[:, 0] = 0.5
+    pred = rng.standard_normal(shape) * magnitude
     if kind == "softmax_ce":
-        label = np.zeros(shape)
-        label[:, 1] = 1.0
+        label = np.eye(classes)[rng.integers(0, classes, rows)]
+
+        def forward(z: Any, y: Any) -> Any:
+            m = z.max(axis=-1, keepdims=True)
+            lse = m + np.log(np.exp(z - m).sum(axis=-1, keepdims=True))
+            return np.mean(-(y * (z - lse)).sum(axis=-1))
+    elif kind == "sigmoid_ce":
+        label = rng.random(shape).round(3)
+
+        def forward(z: Any, y: Any) -> Any:
+            return np.mean(np.logaddexp(0, z) - y * z)
     else:
-        label = rng.choice(np.array([0.0, 0.25, 1.0]), size=shape)
+        label = rng.standard_normal(shape)
+
+        def forward(z: Any, y: Any) -> Any:
+            return np.mean((z - y) ** 2)
+    return pred, label, forward
+
+
+def case_loss(kind: str, what: str, magnitude: float, rows: int, classes: int) -> dict[str, Any]:
+    """loss_derivative, or verify_loss of the exact derivative rounded to float64 (with
+    the NumPy forward, so the forward check and the finite-difference oracle run)."""
+    import symjac
+    from symjac.loss._evaluate import to_numpy
+
+    loss = symjac.Loss(kind)
+    pred, label, forward = _loss_inputs(kind, magnitude, rows, classes)
     t0 = time.perf_counter()
     if what == "derivative":
         symjac.loss_derivative(loss, pred, label)
-        ok = None
-    else:
-        exact = symjac.loss_derivative(loss, pred, label)
-        values = symjac.loss._evaluate.to_numpy(exact)
-        t0 = time.perf_counter()
-        ok = symjac.verify_loss(loss, derivative=lambda z, y: values, pred=pred, label=label).ok
-    return {"seconds": time.perf_counter() - t0, "nnz": pred.size, "ok": ok}
+        return {"seconds": time.perf_counter() - t0, "nnz": pred.size, "ok": None}
+    values = to_numpy(symjac.loss_derivative(loss, pred, label))
+    t0 = time.perf_counter()
+    report = symjac.verify_loss(loss, derivative=lambda z, y: values, forward=forward if what == "forward" else None,
+                                pred=pred, label=label)
+    return {"seconds": time.perf_counter() - t0, "nnz": pred.size, "ok": report.ok}
+
+
+def case_numbers(kind: str, rows: int, classes: int) -> dict[str, Any]:
+    """loss_derivative evaluated with MPFR (gmpy2, whole arrays; the default) and with
+    mpmath element by element (the engine before; forced by setting the MPFR limit below
+    every input), side by side in one process, cold templates for both."""
+    import symjac
+    from symjac.loss import _numbers, _templates
+
+    loss = symjac.Loss(kind)
+    pred, label, _ = _loss_inputs(kind, 1.0, rows, classes)
+    _templates._template.cache_clear()
+    t0 = time.perf_counter()
+    fast = symjac.loss_derivative(loss, pred, label)
+    ours = time.perf_counter() - t0
+    _templates._template.cache_clear()
+    _numbers.LIMIT = _numbers.Fraction(-1)  # every element through mpmath
+    t0 = time.perf_counter()
+    slow = symjac.loss_derivative(loss, pred, label)
+    theirs = time.perf_counter() - t0
+    same = all(abs(a - b) <= abs(b) * 2.0**-190 for a, b in zip(fast.reshape(-1), slow.reshape(-1)))
+    return {"seconds": ours, "nnz": pred.size, "ok": same, "mpmath": theirs}
 
 
 def case_gradcheck(mode: str, size: int) -> dict[str, Any]:
@@ -229,10 +271,15 @@ CASES.append(("verify avg 3x3 4096^2 (over MAX_NNZ)", "case_refused", ["avg", 40
 for _kind in ("mse", "sigmoid_ce", "softmax_ce"):
     for _z in (1.0, 1e4, 1e6, 1e300):
         CASES.append((f"loss_derivative {_kind} |z|={_z:g}", "case_loss", [_kind, "derivative", _z, 2, 3]))
-        CASES.append((f"verify_loss {_kind} |z|={_z:g}", "case_loss", [_kind, "verify", _z, 2, 3]))
+        CASES.append((f"verify_loss {_kind} |z|={_z:g}", "case_loss", [_kind, "forward", _z, 2, 3]))
 CASES.append(("verify_loss softmax_ce 10,000 x 10", "case_loss", ["softmax_ce", "verify", 1.0, 10_000, 10]))
-CASES.append(("verify_loss mse 100,000", "case_loss", ["mse", "verify", 1.0, 10_000, 10]))
-CASES.append(("verify_loss sigmoid_ce 100,000", "case_loss", ["sigmoid_ce", "verify", 1.0, 10_000, 10]))
+CASES.append(("verify_loss softmax_ce 10,000 x 10 +forward", "case_loss", ["softmax_ce", "forward", 1.0, 10_000, 10]))
+for _kind in ("mse", "sigmoid_ce"):
+    CASES.append((f"verify_loss {_kind} 100,000", "case_loss", [_kind, "verify", 1.0, 10_000, 10]))
+    CASES.append((f"verify_loss {_kind} 100,000 +forward", "case_loss", [_kind, "forward", 1.0, 10_000, 10]))
+for _kind, _rows, _classes in (("sigmoid_ce", 1_000, 10), ("softmax_ce", 1_000, 10)):
+    CASES.append((f"MPFR vs mpmath: loss_derivative {_kind} {_rows}x{_classes}", "case_numbers",
+                  [_kind, _rows, _classes]))
 for _s in (32, 48):
     for _m in ("avg", "max"):
         CASES.append((f"symjac vs gradcheck {_m} 3x3 {_s}^2", "case_gradcheck", [_m, _s]))
@@ -287,6 +334,8 @@ def main() -> None:
         note = "" if r.get("ok") in (None, True) else "NOT OK"
         if "cpu" in r:
             note += f"cpu {r['cpu']:.2f} s; "
+        if "mpmath" in r:
+            note += f"mpmath element by element {r['mpmath']:.2f} s = {r['mpmath'] / r['seconds']:.1f}x MPFR"
         if "gradcheck" in r and r["gradcheck"]:
             note += f"gradcheck {r['gradcheck']:.2f} s = {r['gradcheck'] / r['seconds']:.0f}x symjac"
         if "calls" in r:

@@ -296,3 +296,108 @@ def test_every_unbounded_kind_evaluates_at_1e300(kind: str) -> None:
         assert mpmath.isfinite(v)
     got = [float(v) for v in ev.derivative().reshape(-1)]
     assert got == pytest.approx(expected, rel=1e-15)
+
+
+# ---- losses at size: whole arrays in MPFR, mpmath only beyond 2^24, full bounds on demand
+
+
+def _count_calls(monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> list[int]:
+    """Wrap module.name to record how many elements (first array argument's length, or 1) each call gets."""
+    seen: list[int] = []
+    real = getattr(module, name)
+
+    def wrapped(*args: object, **kwargs: object) -> object:
+        cols = args[1] if len(args) > 1 else None
+        seen.append(len(cols[0]) if isinstance(cols, list) and cols else 1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, wrapped)
+    return seen
+
+
+@pytest.mark.parametrize("kind", ["mse", "sigmoid_ce", "softmax_ce", "smooth_l1"])
+def test_evaluation_runs_each_lowered_function_once_per_batch(monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    # 2,000 elements below the MPFR limit: no element goes through mpmath one by one, and
+    # the lowered SymPy functions run once over the whole batch, however many elements.
+    from symjac.loss import _evaluate
+
+    scalar = _count_calls(monkeypatch, _evaluate, "_element")
+    batches = _count_calls(monkeypatch, _evaluate, "_vectorised")
+    rng = np.random.default_rng(1)
+    pred = rng.standard_normal((200, 10))
+    label = np.eye(10)[rng.integers(0, 10, 200)] if kind == "softmax_ce" else rng.random((200, 10))
+    loss = symjac.Loss(kind, delta=0.5) if kind == "smooth_l1" else symjac.Loss(kind)
+    evaluate(loss, pred, label, values=True, derivatives=True, bounds=True)
+    assert scalar == []
+    assert batches == [200 if kind == "softmax_ce" else 2000]
+
+
+def test_only_inputs_beyond_the_limit_go_through_mpmath(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Independent oracle: dℓ/dz of sigmoid_ce is σ(z) - y (mean over 4 elements: /4),
+    # σ from mpmath at 60 digits; e^-1e300 is far below any dtype (and below MPFR).
+    from symjac.loss import _evaluate
+
+    scalar = _count_calls(monkeypatch, _evaluate, "_element")
+    z, y = [1e300, 1.0, 1e6, -1e300], [0.25, 0.5, 1.0, 0.0]
+    got = symjac.loss_derivative(symjac.Loss("sigmoid_ce"), z, y)
+    assert len(scalar) == 2  # the two elements at |z| = 1e300 (1e6 < 2^24 stays in MPFR)
+    with mpmath.workdps(60):
+        for g, zz, yy in zip(got, z, y):
+            want = (1 / (1 + mpmath.exp(-mpmath.mpf(zz))) - yy) / 4
+            assert abs(g - want) <= mpmath.mpf("1e-55") * max(1, abs(want))
+
+
+def test_verifier_forms_full_bounds_only_where_needed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A correct derivative at 5,000 elements: the condition sums and running errors are
+    # computed for the worst entry, the probed entries (the derivative bound in each FD
+    # tolerance) and their two stencil points (the forward bound) only, not per element.
+    from symjac.loss._evaluate import to_numpy
+    from symjac.verifiers import _loss
+
+    rng = np.random.default_rng(2)
+    pred, label = rng.standard_normal((500, 10)), rng.random((500, 10)).round(3)
+    loss = symjac.Loss("sigmoid_ce")
+    values = to_numpy(symjac.loss_derivative(loss, pred, label))
+    seen: list[tuple[int, bool]] = []
+    real = _loss.element_values
+
+    def counting(tpl: object, cols: list[np.ndarray], **kw: object) -> object:
+        seen.append((len(cols[0]), bool(kw.get("bounds"))))
+        return real(tpl, cols, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_loss, "element_values", counting)
+    report = symjac.verify_loss(loss, derivative=lambda z, y: values, pred=pred, label=label,
+                                forward=lambda z, y: np.mean(np.logaddexp(0, z) - y * z))
+    assert report.ok, report.summary()
+    assert sum(n for n, bounds in seen if bounds) <= 1 + 3 * _loss.MAX_FD_PROBES
+
+
+def test_wrong_derivative_still_gets_full_bounds_everywhere() -> None:
+    # The failure path: a scale slip at 2,000 elements is classified with the full bound
+    # (every element's), as before: c = 2 named (2·dL/dpred where S = 1).
+    from symjac.loss._evaluate import to_numpy
+
+    rng = np.random.default_rng(3)
+    pred, label = rng.standard_normal((200, 10)), rng.standard_normal((200, 10))
+    loss = symjac.Loss("mse")
+    values = to_numpy(symjac.loss_derivative(loss, pred, label)) * 2
+    report = symjac.verify_loss(loss, derivative=lambda z, y: values, pred=pred, label=label)
+    assert report.categories() == ["wrong_scale"]
+    assert "c = 2" in report.findings[0].message
+
+
+def test_softmax_bounds_per_class_equal_their_own_sympy_build() -> None:
+    # Class j's bound functions are class 0's at swapped arguments. Oracle: cond and running
+    # error built by SymPy from dℓ/dz_j itself, lowered to mpmath, at a point with distinct
+    # logits, labels and weights.
+    from symjac.loss._templates import loss_template, running_error
+
+    tpl = loss_template(symjac.Loss("softmax_ce"), 3)
+    assert len(tpl._bound_derivatives) == 1
+    args = [mpmath.mpf(v) for v in (0.5, -1.25, 2.0, 0.25, 0.75, 0.0, 1.5, 0.5, 2.0, 0.125)]
+    with mpmath.workdps(60):
+        got = tpl.derivative_cond_fn(*args)
+        for j, h in enumerate(tpl.derivatives):
+            own = sympy.lambdify(tpl.symbols, [tpl._cond(h), running_error(h)], modules="mpmath")(*args)
+            assert abs(got[j] - own[0]) <= mpmath.mpf("1e-50") * abs(own[0])
+            assert abs(got[3 + j] - own[1]) <= mpmath.mpf("1e-50") * abs(own[1])
