@@ -221,22 +221,26 @@ def case_loss(kind: str, what: str, magnitude: float, rows: int, classes: int) -
 def case_numbers(kind: str, rows: int, classes: int) -> dict[str, Any]:
     """loss_derivative evaluated with MPFR (gmpy2, whole arrays; the default) and with
     mpmath element by element (the engine before; forced by setting the MPFR limit below
-    every input), side by side in one process, cold templates for both."""
+    every input), side by side in one process, both warmed on two rows first (SymPy's
+    template and each engine's lowered functions), and checked to agree to 2^-180
+    (relative, or absolute below 1: both round at about 2^-200, and dℓ/dz cancels
+    near a minimum of the loss)."""
     import symjac
-    from symjac.loss import _numbers, _templates
+    from symjac.loss import _numbers
 
     loss = symjac.Loss(kind)
     pred, label, _ = _loss_inputs(kind, 1.0, rows, classes)
-    _templates._template.cache_clear()
-    t0 = time.perf_counter()
-    fast = symjac.loss_derivative(loss, pred, label)
-    ours = time.perf_counter() - t0
-    _templates._template.cache_clear()
-    _numbers.LIMIT = _numbers.Fraction(-1)  # every element through mpmath
-    t0 = time.perf_counter()
-    slow = symjac.loss_derivative(loss, pred, label)
-    theirs = time.perf_counter() - t0
-    same = all(abs(a - b) <= abs(b) * 2.0**-190 for a, b in zip(fast.reshape(-1), slow.reshape(-1)))
+    limit = _numbers.LIMIT
+    timed = []
+    for lim in (limit, _numbers.Fraction(-1)):  # -1: every element through mpmath
+        _numbers.LIMIT = lim
+        symjac.loss_derivative(loss, pred[:2], label[:2])
+        t0 = time.perf_counter()
+        values = symjac.loss_derivative(loss, pred, label)
+        timed.append((time.perf_counter() - t0, values))
+    _numbers.LIMIT = limit
+    (ours, fast), (theirs, slow) = timed
+    same = all(abs(a - b) <= max(abs(b), 1) * 2.0**-180 for a, b in zip(fast.reshape(-1), slow.reshape(-1)))
     return {"seconds": ours, "nnz": pred.size, "ok": same, "mpmath": theirs}
 
 
@@ -277,7 +281,7 @@ CASES.append(("verify_loss softmax_ce 10,000 x 10 +forward", "case_loss", ["soft
 for _kind in ("mse", "sigmoid_ce"):
     CASES.append((f"verify_loss {_kind} 100,000", "case_loss", [_kind, "verify", 1.0, 10_000, 10]))
     CASES.append((f"verify_loss {_kind} 100,000 +forward", "case_loss", [_kind, "forward", 1.0, 10_000, 10]))
-for _kind, _rows, _classes in (("sigmoid_ce", 1_000, 10), ("softmax_ce", 1_000, 10)):
+for _kind, _rows, _classes in (("mse", 10_000, 10), ("sigmoid_ce", 10_000, 10), ("softmax_ce", 10_000, 10)):
     CASES.append((f"MPFR vs mpmath: loss_derivative {_kind} {_rows}x{_classes}", "case_numbers",
                   [_kind, _rows, _classes]))
 for _s in (32, 48):

@@ -347,6 +347,18 @@ def test_only_inputs_beyond_the_limit_go_through_mpmath(monkeypatch: pytest.Monk
             assert abs(g - want) <= mpmath.mpf("1e-55") * max(1, abs(want))
 
 
+def test_values_from_mpmath_keep_their_digits() -> None:
+    # The element at 1e300 goes through mpmath; huber's derivative there is δ·sign(z - y)
+    # = 1/3, no binary fraction, so a round trip through 53 bits anywhere would show.
+    from fractions import Fraction
+
+    got = symjac.loss_derivative(symjac.Loss("huber", delta=Fraction(1, 3), reduction="sum"), [1e300, 0.25], [0.0, 0.0])
+    with mpmath.workdps(60):
+        third = mpmath.mpf(1) / 3
+        assert abs(got[0] - third) <= mpmath.mpf("1e-55")
+        assert got[1] == mpmath.mpf(0.25)  # |d| < δ: d = 0.25
+
+
 def test_verifier_forms_full_bounds_only_where_needed(monkeypatch: pytest.MonkeyPatch) -> None:
     # A correct derivative at 5,000 elements: the condition sums and running errors are
     # computed for the worst entry, the probed entries (the derivative bound in each FD
