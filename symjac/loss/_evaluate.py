@@ -47,10 +47,6 @@ from symjac.loss._templates import LossTemplate, loss_template
 # -------------------------------------------------------------------- evaluation
 
 
-def _mpf(f: Fraction) -> mpmath.mpf:
-    return mpmath.mpf(f.numerator) / f.denominator
-
-
 def _index(shape: tuple[int, ...], flat: int) -> list[int]:
     return [int(i) for i in np.unravel_index(flat, shape)] if shape else []
 

@@ -19,7 +19,7 @@ No tolerance here is guessed. With ``u`` the unit roundoff of the dtype
 *Derivative.* The emitted value is ``g_j = S·r_i·h_j`` with ``h_j = dℓ_i/dz_j`` (the
 SymPy derivative) and ``r_i`` the exact reduction factor (1/D, 1/B, 1 or the
 upstream ``u_i``). The bound has two first-order parts, both computed exactly
-(mpmath) from SymPy expressions at the input::
+(MPFR, :mod:`symjac.loss._numbers`) from SymPy expressions at the input::
 
     B_j = |S·r_i| · [ u·R(h_j) + γ_k·(|h_j| + Σ_m |∂h_j/∂x_m|·|x_m|) ]  +  k·η·max(1, |S·r_i|·A)
 
@@ -69,7 +69,7 @@ to stay inside (0, 1) for bce and kld::
     |g_j - S·(F(z+) - F(z-))/(z+ - z-)| <= B_j + S·(|T_j| + (E+ + E-)/(z+ - z-))
 
 ``T_j = (Φ(z+) - Φ(z-))/(z+ - z-) - dΦ/dz_j`` is the truncation error, computed
-exactly (mpmath) from the spec's loss ``Φ`` (``L``, or ``Σ u_i ℓ_i`` for
+exactly (MPFR) from the spec's loss ``Φ`` (``L``, or ``Σ u_i ℓ_i`` for
 ``"none"``); ``E±`` are the forward bounds above at ``z±`` (the forward is checked
 against them there too); ``B_j`` is the derivative bound. The exact ``T_j`` is
 valid when the forward computes the spec's loss, which the forward check
@@ -79,6 +79,13 @@ Stencils that straddle a kink are skipped, and so is pred = 1 for kld (no
 centred stencil fits); both are counted in the stats.
 
 Errors are reported in ULPs of the dtype at ``max(|expected|, |observed|)``.
+
+*Cost.* ``R`` and the condition sums are most of the work (their SymPy forms are
+the largest), and every bound above is at least its *floor*, the same formula with
+both set to 0. A value within its floor is within its bound, so the full bound is
+formed only for the values beyond their floor, the worst value, the probed entries
+and their stencil points, and on the failure paths (a scale to name, a forward
+beyond its floor); the verdicts are those of the full bound everywhere.
 """
 
 from __future__ import annotations
