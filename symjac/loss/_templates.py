@@ -168,6 +168,8 @@ class LossTemplate:
       stable_loss / stable_derivatives: the same functions (checked by SymPy) written
         so that nothing cancels at any magnitude; the exact values are evaluated from
         these, the rounding bounds from ``loss`` and ``derivatives``.
+      derivative_sources: per class j, a class k whose stable derivative, with classes
+        k and j swapped, is class j's (k = j: its own). Only the sources are lowered.
     """
 
     kind: str
@@ -182,6 +184,7 @@ class LossTemplate:
     loss_depth: int
     derivative_depth: int
     kink_args: tuple[sympy.Expr, ...]
+    derivative_sources: tuple[int, ...] = (0,)
 
     @property
     def symbols(self) -> tuple[sympy.Symbol, ...]:
@@ -224,8 +227,26 @@ class LossTemplate:
         return self._lower_stable([self.stable_loss])
 
     @functools.cached_property
-    def _stable_derivatives(self) -> Callable[..., Any]:
-        return self._lower_stable(self.stable_derivatives)
+    def _sources(self) -> list[int]:
+        """The classes whose stable derivatives are lowered (see ``derivative_sources``)."""
+        return sorted(set(self.derivative_sources))
+
+    @functools.cached_property
+    def _stable_derivatives(self) -> dict[int, Callable[..., Any]]:
+        return {k: self._lower_stable([self.stable_derivatives[k]]) for k in self._sources}
+
+    def _by_class(self, fns: dict[int, Callable[..., Any]], args: Sequence[Any]) -> list[Any]:
+        """Each class's stable derivative from the lowered sources (one function each), at
+        args with the source's class and the class swapped."""
+        return [fns[k](*(args if k == j else self._swapped(args, k, j)))[0]
+                for j, k in enumerate(self.derivative_sources)]
+
+    def _swapped(self, args: Sequence[Any], i: int, j: int) -> list[Any]:
+        """args with classes i and j exchanged (logit, label, weight blocks)."""
+        n, a = self.classes, list(args)
+        for block in (0, n, 2 * n):
+            a[block + i], a[block + j] = args[block + j], args[block + i]
+        return a
 
     def value_fn(self, *args: Any) -> list[Any]:
         """mpmath: args -> [ℓ] (from the stable form)."""
@@ -235,18 +256,18 @@ class LossTemplate:
     def derivative_fn(self, *args: Any) -> list[Any]:
         """mpmath: args -> [dℓ/dz_0, ...] (from the stable forms, in the caller's class order)."""
         shifted, order = self._shifted(args)
-        hs = self._stable_derivatives(*shifted)
+        hs = self._by_class(self._stable_derivatives, shifted)
         out = [hs[0]] * len(order)
         for pos, c in enumerate(order):
             out[c] = hs[pos]
         return out
 
-    def _cond(self, expr: sympy.Expr) -> sympy.Expr:
-        # Σ_m |∂e/∂x_m|·|x_m|: the first-order effect of perturbing every input by one
-        # relative unit. DiracDelta (from d sign) is zero off the kinks; at a kink the
-        # Clarke set is accepted instead.
+    def _cond(self, expr: sympy.Expr, symbols: Sequence[sympy.Symbol] | None = None) -> sympy.Expr:
+        # Σ_m |∂e/∂x_m|·|x_m| (over every symbol unless given): the first-order effect of
+        # perturbing every input by one relative unit. DiracDelta (from d sign) is zero off
+        # the kinks; at a kink the Clarke set is accepted instead.
         terms = []
-        for s in self.symbols:
+        for s in self.symbols if symbols is None else symbols:
             g = sympy.diff(expr, s).replace(sympy.DiracDelta, lambda *a: sympy.S.Zero)
             if g != 0:  # unevaluated: SymPy would query the sign of every subexpression of g
                 terms.append(sympy.Abs(g, evaluate=False) * sympy.Abs(s))
@@ -264,8 +285,7 @@ class LossTemplate:
     def _class_swaps(self) -> list[dict[sympy.Symbol, sympy.Symbol]]:
         """Per class j, the symbols of classes 0 and j swapped (z, t and w together)."""
         n = self.classes
-        z, t, w = self.pred, self.label, self.params[:n]
-        return [{z[0]: z[j], z[j]: z[0], t[0]: t[j], t[j]: t[0], w[0]: w[j], w[j]: w[0]} for j in range(n)]
+        return [_swap(self.pred, self.label, self.params[:n], 0, j) for j in range(n)]
 
     @functools.cached_property
     def _bound_derivatives(self) -> tuple[sympy.Expr, ...]:
@@ -273,8 +293,7 @@ class LossTemplate:
 
         softmax_ce is symmetric under permuting the classes (z_c, t_c, w_c together):
         SymPy's dℓ/dz_j is dℓ/dz_0 with classes 0 and j swapped (checked here), so class
-        j's condition sum and running error are class 0's at the swapped arguments. That
-        keeps the SymPy work O(C²) where building each class's bound is O(C³).
+        j's condition sum and running error are class 0's at the swapped arguments.
         """
         if self.kind != "softmax_ce":
             return self.derivatives
@@ -283,29 +302,50 @@ class LossTemplate:
                 raise AssertionError(f"dℓ/dz_{j} is not dℓ/dz_0 with classes 0 and {j} swapped")
         return self.derivatives[:1]
 
-    def _per_class_args(self, args: Sequence[Any]) -> list[list[Any]]:
-        """The arguments of :attr:`_bound_derivatives`'s functions for each class."""
+    @functools.cached_property
+    def _derivative_bound_exprs(self) -> list[list[sympy.Expr]]:
+        """The derivative bound's SymPy forms, in groups lowered together.
+
+        Other kinds: one group, [cond(h_c)..., running_error(h_c)...]. softmax_ce, built
+        for class 0 only (see :attr:`_bound_derivatives`): [the terms of cond(h_0) from
+        class 0 and ε, running_error(h_0)] and [the terms from class 1]; h_0 is the same
+        expression with classes 1 and m swapped (checked), so the terms from class m are
+        class 1's at swapped arguments. Each form is then O(C) in size, not O(C²).
+        """
+        hs = self._bound_derivatives
         if self.kind != "softmax_ce":
-            return [list(args)]
-        n, out = self.classes, []
-        for j in range(n):
-            a = list(args)
-            for block in (0, n, 2 * n):
-                a[block], a[block + j] = args[block + j], args[block]
-            out.append(a)
-        return out
+            return [[self._cond(h) for h in hs] + [running_error(h) for h in hs]]
+        h0, n = hs[0], self.classes
+        symmetric = all(h0.xreplace(_swap(self.pred, self.label, self.params[:n], 1, m)) == h0 for m in range(2, n))
+        own = [self.pred[0], self.label[0], self.params[0], self.params[-1]]
+        if n == 1 or not symmetric:  # pragma: no cover - SymPy's canonical form makes the swap exact
+            return [[self._cond(h0), running_error(h0)]]
+        return [[self._cond(h0, own), running_error(h0)], [self._cond(h0, [self.pred[1], self.label[1], self.params[1]])]]
+
+    def _derivative_bounds_from(self, fns: list[Callable[..., Any]], args: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+        """(cond, running error) of each class's derivative from the lowered groups of
+        :attr:`_derivative_bound_exprs`, at args (mpmath numbers or MPFR columns)."""
+        if self.kind != "softmax_ce":
+            got = list(fns[0](*args))
+            return got[:self.classes], got[self.classes:]
+        conds, runs = [], []
+        for j in range(self.classes):
+            a = self._swapped(args, 0, j)
+            cond, run = fns[0](*a)
+            for m in range(1, self.classes) if len(fns) > 1 else []:
+                cond = cond + fns[1](*self._swapped(a, 1, m))[0]
+            conds.append(cond)
+            runs.append(run)
+        return conds, runs
 
     @functools.cached_property
-    def _derivative_bounds(self) -> Callable[..., Any]:
-        hs = self._bound_derivatives
-        return self._lower([self._cond(h) for h in hs] + [running_error(h) for h in hs])
+    def _derivative_bounds(self) -> list[Callable[..., Any]]:
+        return [self._lower(group) for group in self._derivative_bound_exprs]
 
     def derivative_cond_fn(self, *args: Any) -> list[Any]:
         """mpmath: args -> [Σ_m |∂h_c/∂x_m|·|x_m| for each h_c] + [running_error(h_c) for each h_c]."""
-        got = [list(self._derivative_bounds(*a)) for a in self._per_class_args(args)]
-        if self.kind != "softmax_ce":
-            return got[0]
-        return [g[0] for g in got] + [g[1] for g in got]
+        conds, runs = self._derivative_bounds_from(self._derivative_bounds, args)
+        return conds + runs
 
     @functools.cached_property
     def kink_fn(self) -> Callable[..., Any] | None:
@@ -328,17 +368,17 @@ class LossTemplate:
         return _numbers.lambdify(self.symbols, self._stable_exprs([self.stable_loss]))
 
     @functools.cached_property
-    def _vec_derivatives(self) -> Callable[..., list[Any]]:
-        return _numbers.lambdify(self.symbols, self._stable_exprs(self.stable_derivatives))
+    def _vec_derivatives(self) -> dict[int, Callable[..., list[Any]]]:
+        return {k: _numbers.lambdify(self.symbols, self._stable_exprs([self.stable_derivatives[k]]))
+                for k in self._sources}
 
     @functools.cached_property
     def _vec_loss_bounds(self) -> Callable[..., list[Any]]:
         return _numbers.lambdify(self.symbols, [self._cond(self.loss), running_error(self.loss)])
 
     @functools.cached_property
-    def _vec_derivative_bounds(self) -> Callable[..., list[Any]]:
-        hs = self._bound_derivatives
-        return _numbers.lambdify(self.symbols, [self._cond(h) for h in hs] + [running_error(h) for h in hs])
+    def _vec_derivative_bounds(self) -> list[Callable[..., list[Any]]]:
+        return [_numbers.lambdify(self.symbols, group) for group in self._derivative_bound_exprs]
 
     @functools.cached_property
     def _vec_kinks(self) -> Callable[..., list[Any]]:
@@ -384,7 +424,7 @@ class LossTemplate:
         ell = np.asarray(_full(self._vec_value(*shifted)[0], len(cols[0])), dtype=object) if values else None
         if not derivatives:
             return ell, None
-        hs = np.stack([_full(h, len(cols[0])) for h in self._vec_derivatives(*shifted)], axis=1)
+        hs = np.stack([_full(h, len(cols[0])) for h in self._by_class(self._vec_derivatives, shifted)], axis=1)
         out = np.empty_like(hs)
         np.put_along_axis(out, order, hs, axis=1)
         return ell, out
@@ -396,11 +436,8 @@ class LossTemplate:
     def derivative_bounds_at(self, cols: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """(conditions, running errors) of every dℓ/dz_c, each shape (elements, classes)."""
         m = len(cols[0])
-        got = [[_full(v, m) for v in self._vec_derivative_bounds(*a)] for a in self._per_class_args(cols)]
-        if self.kind != "softmax_ce":
-            n = self.classes
-            return np.stack(got[0][:n], axis=1), np.stack(got[0][n:], axis=1)
-        return np.stack([g[0] for g in got], axis=1), np.stack([g[1] for g in got], axis=1)
+        conds, runs = self._derivative_bounds_from(self._vec_derivative_bounds, cols)
+        return np.stack([_full(c, m) for c in conds], axis=1), np.stack([_full(r, m) for r in runs], axis=1)
 
     def kink_values(self, cols: Sequence[np.ndarray]) -> list[np.ndarray]:
         """The sign() arguments of every element (one array per argument; none without a kink)."""
@@ -487,10 +524,12 @@ def _template(kind: str, classes: int, log_input: bool, log_target: bool) -> Los
             label = ()
         else:  # pragma: no cover - KINDS is closed
             raise SpecError(f"kind={kind!r} is not valid")
-    derivatives = tuple(sympy.diff(loss, s) for s in pred)
+    derivatives = _symmetric_derivatives(loss, z, t, w) if kind == "softmax_ce" else tuple(
+        sympy.diff(loss, s) for s in pred)
     stable_derivatives = derivatives
+    sources = tuple(range(len(pred)))
     if kind == "softmax_ce":
-        _check_softmax_derivatives(z, derivatives, stable_softmax)
+        sources = _check_softmax_derivatives(z, t, w, derivatives, stable_softmax)
         stable_derivatives = stable_softmax
     elif kind == "sigmoid_ce":
         if sympy.simplify(loss - stable.rewrite(sympy.log)) != 0:
@@ -514,7 +553,31 @@ def _template(kind: str, classes: int, log_input: bool, log_target: bool) -> Los
         loss_depth=_depth(loss),
         derivative_depth=max(_depth(h) for h in derivatives),
         kink_args=kinks,
+        derivative_sources=sources,
     )
+
+
+def _swap(z: Sequence[sympy.Symbol], t: Sequence[sympy.Symbol], w: Sequence[sympy.Symbol], i: int,
+          j: int) -> dict[sympy.Symbol, sympy.Symbol]:
+    """The symbols of classes i and j exchanged (logit, label and weight together)."""
+    return {z[i]: z[j], z[j]: z[i], t[i]: t[j], t[j]: t[i], w[i]: w[j], w[j]: w[i]}
+
+
+def _symmetric_derivatives(loss: sympy.Expr, z: Sequence[sympy.Symbol], t: Sequence[sympy.Symbol],
+                           w: Sequence[sympy.Symbol]) -> tuple[sympy.Expr, ...]:
+    """softmax_ce's dℓ/dz_j for every class, differentiating once.
+
+    ℓ is the same SymPy expression with classes 0 and j swapped (checked: SymPy's
+    canonical forms make it an exact comparison), so dℓ/dz_j is dℓ/dz_0 with 0 and j
+    swapped; a class for which the check fails is differentiated itself. That keeps
+    the SymPy work O(C²) where C differentiations of an O(C) expression cost O(C³).
+    """
+    h0 = sympy.diff(loss, z[0])
+    out = [h0]
+    for j in range(1, len(z)):
+        swap = _swap(z, t, w, 0, j)
+        out.append(h0.xreplace(swap) if loss.xreplace(swap) == loss else sympy.diff(loss, z[j]))
+    return tuple(out)
 
 
 def _in_exponentials(z: Sequence[sympy.Symbol]) -> tuple[tuple[sympy.Symbol, ...], Callable[[sympy.Expr], sympy.Expr]]:
@@ -567,14 +630,31 @@ def _stable_softmax_ce(z: Sequence[sympy.Symbol], a: Sequence[sympy.Expr],
     return stable, derivatives
 
 
-def _check_softmax_derivatives(z: Sequence[sympy.Symbol], derivatives: Sequence[sympy.Expr],
-                               stable: Sequence[sympy.Expr]) -> None:
+def _check_softmax_derivatives(z: Sequence[sympy.Symbol], t: Sequence[sympy.Symbol], w: Sequence[sympy.Symbol],
+                               derivatives: Sequence[sympy.Expr], stable: Sequence[sympy.Expr]) -> tuple[int, ...]:
     """Each stable derivative equals SymPy's: both are rational in e^{z_c} (z appears only
-    inside exp), so their difference cancels to 0 as a rational function of p_c = e^{z_c}."""
+    inside exp), so their difference cancels to 0 as a rational function of p_c = e^{z_c}.
+
+    That cancellation costs more the more classes there are, and classes 1..C-1 are
+    symmetric (the stable forms single out class 0 only): it is run for classes 0 and
+    1, and class j >= 2 is checked to be class 1's pair of expressions with classes 1
+    and j swapped (z, t and w together), which SymPy's canonical forms make an exact
+    comparison; a pair that is not is checked by cancellation too.
+
+    Returns, per class, the class its stable derivative is a swap of (itself if none).
+    """
     _p, to_p = _in_exponentials(z)
-    for h, hs in zip(derivatives, stable):
+    sources = []
+    for j, (h, hs) in enumerate(zip(derivatives, stable)):
+        if j >= 2:
+            swap = _swap(z, t, w, 1, j)
+            if derivatives[1].xreplace(swap) == h and stable[1].xreplace(swap) == hs:
+                sources.append(1)
+                continue
         if not _is_zero(to_p(h) - to_p(hs)):
             raise AssertionError(f"stable softmax_ce derivative {hs} is not {h}")
+        sources.append(j)
+    return tuple(sources)
 
 
 def loss_template(loss: Loss, classes: int = 1) -> LossTemplate:
