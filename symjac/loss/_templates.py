@@ -232,8 +232,27 @@ class LossTemplate:
         return sorted(set(self.derivative_sources))
 
     @functools.cached_property
+    def _exponentials(self) -> tuple[sympy.Symbol, ...]:
+        """softmax_ce: symbols E_c for e^{z_c - z_0}, which the stable derivatives take as
+        arguments (computed once per element, not once per class); none for other kinds."""
+        return tuple(sympy.Symbol(f"E{c}", positive=True) for c in range(self.classes)) \
+            if self.kind == "softmax_ce" else ()
+
+    def _derivative_source_exprs(self) -> dict[int, sympy.Expr]:
+        """The lowered sources' stable derivatives, softmax_ce's in E_c (with z_0 = 0)."""
+        out = {}
+        for k in self._sources:
+            h = self.stable_derivatives[k]
+            if self.kind == "softmax_ce":
+                h = h.subs(self.pred[0], 0).xreplace({sympy.exp(z): e for z, e in zip(self.pred, self._exponentials)})
+            out[k] = h
+        return out
+
+    @functools.cached_property
     def _stable_derivatives(self) -> dict[int, Callable[..., Any]]:
-        return {k: self._lower_stable([self.stable_derivatives[k]]) for k in self._sources}
+        symbols = self.symbols + self._exponentials
+        return {k: sympy.lambdify(symbols, [h], modules="mpmath", cse=True)
+                for k, h in self._derivative_source_exprs().items()}
 
     def _by_class(self, fns: dict[int, Callable[..., Any]], args: Sequence[Any]) -> list[Any]:
         """Each class's stable derivative from the lowered sources (one function each), at
@@ -242,9 +261,10 @@ class LossTemplate:
                 for j, k in enumerate(self.derivative_sources)]
 
     def _swapped(self, args: Sequence[Any], i: int, j: int) -> list[Any]:
-        """args with classes i and j exchanged (logit, label, weight blocks)."""
+        """args with classes i and j exchanged (logit, label, weight blocks, and the
+        exponentials E_c where given)."""
         n, a = self.classes, list(args)
-        for block in (0, n, 2 * n):
+        for block in (0, n, 2 * n) + ((3 * n + 1,) if len(args) > 3 * n + 1 else ()):
             a[block + i], a[block + j] = args[block + j], args[block + i]
         return a
 
@@ -256,7 +276,8 @@ class LossTemplate:
     def derivative_fn(self, *args: Any) -> list[Any]:
         """mpmath: args -> [dℓ/dz_0, ...] (from the stable forms, in the caller's class order)."""
         shifted, order = self._shifted(args)
-        hs = self._by_class(self._stable_derivatives, shifted)
+        exps = [mpmath.exp(x) for x in shifted[:len(self._exponentials)]]
+        hs = self._by_class(self._stable_derivatives, shifted + exps)
         out = [hs[0]] * len(order)
         for pos, c in enumerate(order):
             out[c] = hs[pos]
@@ -369,8 +390,8 @@ class LossTemplate:
 
     @functools.cached_property
     def _vec_derivatives(self) -> dict[int, Callable[..., list[Any]]]:
-        return {k: _numbers.lambdify(self.symbols, self._stable_exprs([self.stable_derivatives[k]]))
-                for k in self._sources}
+        symbols = self.symbols + self._exponentials
+        return {k: _numbers.lambdify(symbols, [h]) for k, h in self._derivative_source_exprs().items()}
 
     @functools.cached_property
     def _vec_loss_bounds(self) -> Callable[..., list[Any]]:
@@ -424,7 +445,8 @@ class LossTemplate:
         ell = np.asarray(_full(self._vec_value(*shifted)[0], len(cols[0])), dtype=object) if values else None
         if not derivatives:
             return ell, None
-        hs = np.stack([_full(h, len(cols[0])) for h in self._by_class(self._vec_derivatives, shifted)], axis=1)
+        exps = [_numbers.FUNCTIONS["exp"](z) for z in shifted[:len(self._exponentials)]]
+        hs = np.stack([_full(h, len(cols[0])) for h in self._by_class(self._vec_derivatives, shifted + exps)], axis=1)
         out = np.empty_like(hs)
         np.put_along_axis(out, order, hs, axis=1)
         return ell, out
