@@ -189,15 +189,16 @@ def _loss_bounds(case: Any, qs: dict[str, np.ndarray], dtype: str) -> dict[str, 
     from symjac.check._rounding import float_dtype, ulp_mp
     from symjac.loss import _numbers
     from symjac.loss._evaluate import evaluate
-    from symjac.verifiers._loss import _Bounds, _ForwardSums, _prepare
+    from symjac.loss._bounds import Bounds, ForwardSums
+    from symjac.verifiers._loss import prepare_inputs
 
     dt = float_dtype(dtype)
-    pred, label, upstream, rounded = _prepare(case.operator, qs["pred"], qs.get("label"), qs.get("upstream"), dt)
+    pred, label, upstream, rounded = prepare_inputs(case.operator, qs["pred"], qs.get("label"), qs.get("upstream"), dt)
     if rounded:
         return {}
     ev = evaluate(case.operator, pred, label, upstream, values=True, derivatives=True, bounds=True)
-    bounds = _Bounds.of(ev, dt)
-    sums = _ForwardSums(bounds)
+    bounds = Bounds(ev, dt)
+    sums = ForwardSums(bounds)
     value = list(sums.errs) if case.operator.reduction == "none" else [sums.at()[1]]
     derivative = list(bounds.derivative(case.operator.scale).reshape(-1))
 
