@@ -129,7 +129,11 @@ class ExactArray:
         shift = np.where(nz, e - emin, 0)
         den_exp = max(-emin, 0)
         lift = max(emin, 0)
-        if int(shift.max()) + lift + 54 < 62:
+        # A numerator has bit_length(m) + shift + lift bits (frexp's exponent of an integer
+        # below 2^53 is its bit length): int64 unless one reaches 2^62. Near-ties such as
+        # 1 + q·2^-33 need 34 bits, not the 53 + 33 a worst-case significand would.
+        bits = np.frexp(m.astype(np.float64))[1] + shift
+        if int(bits.max()) + lift <= 62:
             num = m << (shift + lift)
         else:
             num = np.array([int(v) << int(s + lift) for v, s in zip(m.ravel(), shift.ravel())] + [0],
