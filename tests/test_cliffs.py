@@ -9,6 +9,7 @@ of |z|, and the finite-difference oracle's calls independent of the window size.
 from __future__ import annotations
 
 import tracemalloc
+from typing import Any
 
 import mpmath
 import numpy as np
@@ -413,3 +414,66 @@ def test_softmax_bounds_per_class_equal_their_own_sympy_build() -> None:
             own = sympy.lambdify(tpl.symbols, [tpl._cond(h), running_error(h)], modules="mpmath")(*args)
             assert abs(got[j] - own[0]) <= mpmath.mpf("1e-50") * abs(own[0])
             assert abs(got[3 + j] - own[1]) <= mpmath.mpf("1e-50") * abs(own[1])
+
+
+def test_near_tie_inputs_convert_to_int64_numerators() -> None:
+    from symjac._exact import ExactArray
+    from symjac.check._inputs import near_tie_input
+
+    # near-tie values are 1 + q*2^-e: numerators below 2^53 over 2^e, far from int64's
+    # limit, so no Python-int object array (which no tie-set cache keys and which is ~50x slower).
+    g = resolve(symjac.Pool("max", 15, stride=1, padding="same"), (1, 1, 32, 32))
+    ex = ExactArray.from_any(near_tie_input(g, np.float64))
+    assert ex.num.dtype == np.int64
+    # numerators up to 2^62 stay int64; beyond, Python ints (1 + 2^-33 next to 2^61: 2^94 / 2^33)
+    assert ExactArray.from_any(np.array([2.0**61, 1.0])).num.dtype == np.int64
+    assert ExactArray.from_any(np.array([2.0**62, 1.0])).num.dtype == object
+    assert ExactArray.from_any(np.array([2.0**61, 1 + 2.0**-33])).num.dtype == object
+
+
+def test_verify_finds_tie_sets_once_per_input_and_rows_only_for_probed_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import symjac.verifiers._pool as pool_verifier
+
+    # max 3x3 same: four inputs (distinct, tied, all-negative, near-tie). Tie sets once
+    # each; the (B, W, K) exact rows only for the two probed passes (distinct, tied): the
+    # dense family checks take J^T dy and its rounding bound from the stamp (O(support)).
+    members, rows = [], []
+    real_members, real_rows = _symbolic._max_members, pool_verifier.exact_rows
+
+    def counting_members(g: object, xc: np.ndarray, pads: bool = False) -> np.ndarray:
+        members.append(1)
+        return real_members(g, xc, pads)  # type: ignore[arg-type]
+
+    def counting_rows(*args: object) -> object:
+        rows.append(1)
+        return real_rows(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_symbolic, "_max_members", counting_members)
+    monkeypatch.setattr(pool_verifier, "exact_rows", counting_rows)
+    _symbolic._LAST_MEMBERS.clear()
+    spec = symjac.Pool("max", 3, stride=1, padding="same")
+    forward, backward = _numpy_max3()  # not symjac's lowering, which would share the tie-set cache
+    report = symjac.verify(spec, backward=backward, forward=forward, input_shape=(1, 1, 12, 12), timeout=None)
+    assert report.ok, report
+    assert report.stats["families"].keys() == {"distinct", "ties", "all_negative", "near_ties"}
+    assert len(members) == 4
+    assert len(rows) == 2
+
+
+def _numpy_max3() -> tuple[Any, Any]:
+    """max 3x3 stride 1 padding 1 on (1, 1, H, W) in plain NumPy, routing to the first maximum (row-major)."""
+    def windows(x: np.ndarray) -> np.ndarray:
+        xp = np.pad(x[0, 0], 1, constant_values=-np.inf)
+        return np.lib.stride_tricks.sliding_window_view(xp, (3, 3)).reshape(x.shape[2:] + (9,))
+
+    def forward(x: np.ndarray) -> np.ndarray:
+        return windows(x).max(axis=-1)[None, None]
+
+    def backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
+        di, dj = np.divmod(windows(x).argmax(axis=-1), 3)
+        h, w = x.shape[2:]
+        dx = np.zeros_like(x)
+        np.add.at(dx[0, 0], (np.arange(h)[:, None] + di - 1, np.arange(w)[None, :] + dj - 1), dy[0, 0])
+        return dx
+
+    return forward, backward

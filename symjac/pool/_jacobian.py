@@ -103,22 +103,29 @@ def _apply(st: Stamp, source: ExactArray, transpose: bool) -> ExactArray:
     kind: Any = np.int64 if small else object
     s = s.astype(kind)
     acc = np.zeros((g.batch, math.prod(dst_spatial)), dtype=kind)
+    _accumulate(st, s, acc, transpose)
+    return ExactArray(_int_array(g.from_canonical(acc, dst_spatial)), source.den * st.q)
+
+
+def _accumulate(st: Stamp, s: np.ndarray, acc: np.ndarray, transpose: bool) -> None:
+    """``acc += J s`` or ``J^T s`` with J's entries ``support * weight`` (the ``q`` left out), in ``acc``'s dtype:
+    over the support's own pairs when it is sparse, else one line of the (windows, slots) grid at a time."""
+    g = st.geometry
     if not st.full and 2 * int(np.count_nonzero(st.support)) <= int(np.count_nonzero(g.valid)):
         _apply_pairs(st, s, acc, transpose)
-        return ExactArray(_int_array(g.from_canonical(acc, dst_spatial)), source.den * st.q)
+        return
     for line in lines(g):
-        coeff = st.coefficients(line).astype(kind)
+        coeff = st.coefficients(line).astype(acc.dtype)
         if transpose:
             acc[:, line.cells] += s[:, line.w] * coeff
         elif line.window is None:
             acc[:, line.w] += s[:, line.cells] * coeff
         else:
             acc[:, line.window] += (s[:, line.cells] * coeff).sum(axis=1)
-    return ExactArray(_int_array(g.from_canonical(acc, dst_spatial)), source.den * st.q)
 
 
 def _apply_pairs(st: Stamp, s: np.ndarray, acc: np.ndarray, transpose: bool) -> None:
-    """:func:`_apply` over the support's own (window, slot) pairs, one slice at a time.
+    """:func:`_accumulate` over the support's own (window, slot) pairs, one slice at a time.
 
     For a sparse support (max pooling's one slot a window, or any x-dependent
     support) this is O(support) instead of O(windows x K) lines; pairs may share a
@@ -324,6 +331,24 @@ def exact_forward(geometry: Geometry, x: ExactArray) -> ExactArray:
 def exact_vjp(geometry: Geometry, x: ExactArray | None, dy: ExactArray, tie: str = "first") -> ExactArray:
     """Exact input gradient on exact arrays (for other stages)."""
     return _apply(stamp(geometry, x, tie), dy, transpose=True)
+
+
+def vjp_terms(geometry: Geometry, x: ExactArray | None, dy: ExactArray) -> tuple[ExactArray, np.ndarray, np.ndarray]:
+    """What checking a float VJP at ``dy`` needs, from one stamp (policy "first"): ``J^T dy``
+    exactly, and per cell in float64 (canonical (B, n_in)) the magnitude of its terms
+    ``(|J|^T |dy|)`` and their number m (J with its entries set to 1, applied to ones).
+
+    Each is one pass over the support's pairs or the grid's lines, never a (B, W, K) array.
+    """
+    g = geometry
+    st = stamp(g, x, "first")
+    want = _apply(st, dy, transpose=True)
+    dy_abs = np.abs(g.to_canonical(dy.to_numpy(np.float64), g.out_spatial))
+    bound, count = np.zeros((g.batch, g.n_in)), np.zeros((g.batch, g.n_in))
+    _accumulate(dataclasses.replace(st, weight=np.abs(st.weight) / st.q, q=1), dy_abs, bound, transpose=True)
+    _accumulate(dataclasses.replace(st, weight=np.ones(st.weight.shape), q=1), np.ones_like(dy_abs), count,
+                transpose=True)
+    return want, bound, count
 
 
 def tie_sets(spec: PoolSpec, x: Any) -> np.ndarray:
