@@ -156,11 +156,18 @@ class ExactArray:
 
     def to_numpy(self, dtype: Any = np.float64) -> np.ndarray:
         """Correctly rounded floats (round to nearest, ties to even) in ``dtype``."""
-        if (np.dtype(dtype) == np.float64 and self.num.dtype == np.int64 and self.den < 2**53
+        if np.dtype(dtype) != np.float64:
+            return round_fractions(self.to_fractions(), dtype)
+        if (self.num.dtype == np.int64 and self.den < 2**53
                 and (self.num.size == 0 or int(np.abs(self.num).max()) < 2**53)):
             # Both operands are exact doubles, so IEEE division rounds once, correctly.
             return self.num.astype(np.float64) / self.den
-        return round_fractions(self.to_fractions(), dtype)
+        den = self.den
+        try:  # Python's int / int is correctly rounded to a double (as float(Fraction) is)
+            flat = [int(n) / den for n in self.num.reshape(-1)]
+        except OverflowError:  # beyond float64's range: round_fraction gives the infinity
+            return round_fractions(self.to_fractions(), dtype)
+        return np.array(flat, dtype=np.float64).reshape(self.num.shape)
 
 
 def round_fraction(value: Fraction, dtype: Any) -> Any:

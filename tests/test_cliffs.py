@@ -477,3 +477,28 @@ def _numpy_max3() -> tuple[Any, Any]:
         return dx
 
     return forward, backward
+
+
+def test_avg_vjp_beyond_int64_sums_per_weight_not_per_pair(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fractions import Fraction
+
+    # avg 7x7 same on 12x12: window divisors are products of 4..7 valid cells per axis,
+    # so q = lcm(4, 5, 6, 7)^2 = 176,400 and dy ~ 2^44 overflows int64 per pair; the
+    # sums go per (cell, weight) in int64 and only the 16 weights in Python ints.
+    def no_object_pairs(*args: object) -> None:
+        raise AssertionError("object accumulation over every (window, slot) pair")
+
+    monkeypatch.setattr("symjac.pool._jacobian._accumulate", no_object_pairs)
+    spec = symjac.Pool("avg", 7, stride=1, padding="same")
+    n = 12
+    dy = (2**44 + np.arange(n * n, dtype=np.int64) * 977).reshape(1, 1, n, n)
+    got = symjac.vjp(spec, (1, 1, n, n), dy)
+    # the definition: cell (a, b) gets dy[i, j] / D(i, j) from every window (i, j) within 3 of it,
+    # D(i, j) = (cells of rows i-3..i+3 inside) x (cells of columns j-3..j+3 inside)
+    def count(i: int) -> int:
+        return min(i + 3, n - 1) - max(i - 3, 0) + 1
+
+    for a, b in [(0, 0), (5, 7), (11, 3)]:
+        want = sum(Fraction(int(dy[0, 0, i, j]), count(i) * count(j))
+                   for i in range(max(a - 3, 0), min(a + 3, n - 1) + 1) for j in range(max(b - 3, 0), min(b + 3, n - 1) + 1))
+        assert got[0, 0, a, b] == want
