@@ -502,3 +502,33 @@ def test_avg_vjp_beyond_int64_sums_per_weight_not_per_pair(monkeypatch: pytest.M
         want = sum(Fraction(int(dy[0, 0, i, j]), count(i) * count(j))
                    for i in range(max(a - 3, 0), min(a + 3, n - 1) + 1) for j in range(max(b - 3, 0), min(b + 3, n - 1) + 1))
         assert got[0, 0, a, b] == want
+
+
+def test_guarded_calls_reuse_one_thread_until_a_timeout() -> None:
+    import threading
+
+    from symjac.check._call import Guard
+
+    # Starting a thread per call cost ~0.1 ms, as much as a small implementation's call:
+    # calls under a timeout run in one kept thread; a call that times out keeps its
+    # thread, and the next call gets another.
+    seen: list[int] = []
+    release = threading.Event()
+
+    def fn(hang: bool) -> np.ndarray:
+        seen.append(threading.get_ident())
+        if hang:
+            release.wait(30)
+        return np.zeros(2)
+
+    guard = Guard(fn, "backward", ("hang",), [], timeout=0.2)
+    try:
+        for _ in range(5):
+            assert guard.array(False, shape=(2,), dtype=None) is not None
+        assert guard.array(True, shape=(2,), dtype=None) is None  # timed out
+        assert guard.array(False, shape=(2,), dtype=None) is not None
+    finally:
+        release.set()
+    assert len(set(seen[:6])) == 1 and threading.get_ident() not in seen
+    assert seen[6] != seen[5]
+    assert [f.category for f in guard.findings] == ["timeout"]

@@ -16,8 +16,9 @@ Both verifiers (pools and losses) call an implementation only through a
 :meth:`Guard.compare` is the repeat-call check for nondeterminism. Each kind of
 misbehaviour is reported once per callable (``flag`` keys), however many calls hit it.
 
-A timed-out call keeps running in a daemon thread (Python cannot stop a thread); the
-verification continues without it.
+Calls run in a daemon thread kept for the next call. A timed-out call keeps running in
+its thread (Python cannot stop a thread), which ends when the call does; the verification
+continues without it, in another thread.
 
 Isolated mode (``isolate=(worker, name)``, :mod:`symjac.check._isolate`): the same
 checks, but the call runs in a worker process, so an abort, a segfault or a SIGFPE
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import queue
 import threading
 import traceback
 from collections.abc import Callable
@@ -92,6 +94,30 @@ def _what_came_back(value: Any) -> str | None:
     return None
 
 
+class _Runner:
+    """A daemon thread that runs the calls handed to it, one at a time: starting a thread
+    per call costs ~0.1 ms, as much as a small implementation's whole call."""
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="symjac-call", daemon=True).start()
+
+    def _serve(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            fn, args, box, done = job
+            try:
+                box.append(("ok", fn(*args)))
+            except BaseException as exc:  # noqa: BLE001 - SystemExit too: the implementation's failure is a finding
+                box.append(("raised", exc))
+            del fn, args, job  # hold no reference to the implementation's arguments while idle
+            done.release()
+
+
+#: Runners waiting for a call. One whose call timed out (or was interrupted) is not put
+#: back: it is told to end, and does once its call returns.
+_IDLE: list[_Runner] = []
+
+
 def _invoke(fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None) -> tuple[str, Any]:
     """Run ``fn(*args)``: ``("ok", value)``, ``("raised", exc)`` or ``("timeout", None)``."""
     if timeout is None:
@@ -101,18 +127,23 @@ def _invoke(fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None
             raise
         except BaseException as exc:  # noqa: BLE001 - SystemExit too: the implementation's failure is a finding
             return "raised", exc
+    try:
+        runner = _IDLE.pop()
+    except IndexError:
+        runner = _Runner()
     box: list[tuple[str, Any]] = []
-
-    def run() -> None:
-        try:
-            box.append(("ok", fn(*args)))
-        except BaseException as exc:  # noqa: BLE001
-            box.append(("raised", exc))
-
-    worker = threading.Thread(target=run, name="symjac-call", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if not box:
+    done = threading.Lock()
+    done.acquire()
+    runner.jobs.put((fn, args, box, done))
+    finished = False
+    try:
+        finished = done.acquire(timeout=timeout)
+    finally:
+        if finished:
+            _IDLE.append(runner)
+        else:
+            runner.jobs.put(None)
+    if not finished:
         return "timeout", None
     status, value = box[0]
     if status == "raised" and isinstance(value, KeyboardInterrupt):
