@@ -110,14 +110,14 @@ def test_verify_memory_is_linear_in_nnz(spec: symjac.Pool, shape: tuple[int, ...
 
 def test_fd_oracle_checks_directions_for_large_windows() -> None:
     # A global pool would need one forward pair per input cell for entrywise central
-    # differences; with directions it needs 2 x 3, and a forward that disagrees with
+    # differences; with directions it needs 3, and a forward that disagrees with
     # its own backward is still caught.
     spec = symjac.GlobalPool("avg")
     shape = (1, 1, 64, 64)
     low = symjac.lower(spec, shape)
     ok = symjac.verify(spec, backward=low.vjp, forward=low.forward, input_shape=shape, timeout=None)
     assert ok.ok and ok.stats["fd_consistent"] is True
-    assert ok.stats["forward_calls"] <= 8  # 1 forward check + 2 x 3 directions
+    assert ok.stats["forward_calls"] == 5  # 1 forward check + 3 directions + 1 at near-tie inputs
     report = symjac.verify(spec, backward=low.vjp, forward=lambda x: 2 * low.forward(x), input_shape=shape,
                            timeout=None)
     assert "not_fd_consistent" in report.categories(), report
@@ -532,3 +532,17 @@ def test_guarded_calls_reuse_one_thread_until_a_timeout() -> None:
     assert len(set(seen[:6])) == 1 and threading.get_ident() not in seen
     assert seen[6] != seen[5]
     assert [f.category for f in guard.findings] == ["timeout"]
+
+
+@pytest.mark.parametrize(("spec", "colours"), [
+    (symjac.Pool("avg", 3, stride=1, padding="same"), 9),   # a cell's 3x3 neighbourhood: 9 input colours
+    (symjac.Pool("max", 2, stride=2), 4),                   # a window's 4 cells differ; windows share colours
+])
+def test_fd_oracle_makes_one_forward_call_per_input_colour(spec: symjac.Pool, colours: int) -> None:
+    # One-sided differences start from the forward check's f(x): 1 + colours forward
+    # calls (central differences took 1 + 2 x colours).
+    shape = (1, 1, 8, 8)
+    low = symjac.lower(spec, shape)
+    report = symjac.verify(spec, backward=low.vjp, forward=low.forward, input_shape=shape, families=(), timeout=None)
+    assert report.ok and report.stats["fd_consistent"] is True, report
+    assert report.stats["forward_calls"] == 1 + colours

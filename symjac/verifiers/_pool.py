@@ -5,7 +5,7 @@ with few backward calls (one per colour of the window conflict graph:
 :mod:`symjac.verifiers._pool_probe`), confirms it with a dense random exact dy,
 diffs it window by window against the exact Jacobian and checks max pooling at
 ties against the Clarke set (:mod:`symjac.verifiers._pool_diagnose`), runs a
-second oracle (:mod:`symjac.verifiers._pool_fd`: compressed central differences of
+second oracle (:mod:`symjac.verifiers._pool_fd`: compressed one-sided differences of
 the implementation's own forward), and calls the implementation only through the
 guarded-call core (:mod:`symjac.check._call`), so raised errors, bad outputs,
 mutated inputs, hangs and nondeterminism are findings. All of it lands in a
@@ -44,7 +44,7 @@ from symjac.verifiers._pool_diagnose import Diagnosis
 from symjac.pool._lp import exact_forward as lp_forward
 from symjac.verifiers._pool_lp import forward_tolerance as lp_forward_tolerance, zero_window_policy
 from symjac.pool._graph import input_colouring
-from symjac.verifiers._pool_fd import MAX_COLOURS, check_fd, check_fd_directions, directional_fd, finite_differences
+from symjac.verifiers._pool_fd import MAX_COLOURS, STEP, check_fd, check_fd_directions, directional_fd, finite_differences
 from symjac.verifiers._pool_probe import Prober
 from symjac.verifiers._pool_rows import ExactRows, Rows, cell_counts, exact_rows, scatter, scatter_pair
 
@@ -101,6 +101,7 @@ class _Verifier:
         self.superposition_reported = False
         self.zero_policies: set[str] = set()  # lp: rows seen at all-zero windows ("zero", "one", "other")
         self.families_run: list[str] = []
+        self.forward_at: tuple[np.ndarray, np.ndarray] | None = None  # the last checked x and its canonical y
 
     def backward(self, x: np.ndarray, dy_c: np.ndarray) -> np.ndarray | None:
         """The implementation's backward on canonical (B, n_out) dy; canonical float64 dx or None."""
@@ -125,6 +126,7 @@ class _Verifier:
         if y is None:
             return False
         y_c = g.to_canonical(y, g.out_spatial)
+        self.forward_at = (x, y_c)  # the finite differences start from it
         if g.spec.mode == "lp":  # algebraic values: the bound of symjac.pool._lp
             e_c, tol = lp_forward_tolerance(g, x, self.dtype)
             exact_lp = g.to_canonical(lp_forward(g, ExactArray.from_any(x)), g.out_spatial)
@@ -240,13 +242,20 @@ class _Verifier:
         if self.fwd is None or self.g.spec.mode == "lp":
             return None  # lp: the FD error model (exact or γ-summed forward) does not cover the root
         g = self.g
-        usable = ~exact.tied & (exact.gap > 0.5)
+        usable = ~exact.tied & (exact.gap > STEP)
+        if self.forward_at is not None and self.forward_at[0] is x:
+            y = self.forward_at[1]
+        else:
+            y_layout = self.forward(x)
+            if y_layout is None:
+                return None
+            y = g.to_canonical(y_layout, g.out_spatial)
         if input_colouring(g)[1] > MAX_COLOURS:
-            directions = directional_fd(g, self.forward, x, self.dtype, self.u)
+            directions = directional_fd(g, self.forward, x, y, self.dtype, self.u)
             if directions is None:
                 return None
             return check_fd_directions(g, rows, directions, usable, self.u, self.findings)
-        found = finite_differences(g, self.forward, x, self.dtype, self.u)
+        found = finite_differences(g, self.forward, x, y, self.dtype, self.u)
         if found is None:
             return None
         fd, fd_tol = found
@@ -439,7 +448,7 @@ class _Verifier:
         if not self.findings:
             line = (f"backward matches the exact Jacobian on all {total} windows in {self.dtype} "
                     f"(max error {self.diagnosis.max_ulp:.2g} ULP, {self.bwd.calls} backward calls)")
-            line += "" if fd_ok is None else "; forward and central differences agree"
+            line += "" if fd_ok is None else "; forward and finite differences agree"
             shown = f"β = {tie_policy[5:]}" if tie_policy and tie_policy.startswith("beta:") else tie_policy
             line += f"; tie policy {shown}" if tie_policy else ""
             return line + (f"; zero-window policy {self.stats['zero_window']}" if self.stats.get("zero_window") else "")
@@ -676,7 +685,7 @@ def _verify_plan(spec: PoolSpec, kwargs: dict[str, Any]) -> Report:
             headline = (f"backward matches the exact Jacobian at {shapes_text} of the coverage plan "
                         f"({stats['windows_total']} windows in {kwargs['dtype']}, "
                         f"max error {stats['max_ulp_error']:.2g} ULP, {stats['backward_calls']} backward calls)")
-        headline += "; forward and central differences agree" if stats["fd_consistent"] else ""
+        headline += "; forward and finite differences agree" if stats["fd_consistent"] else ""
         headline += f"; tie policy {stats['tie_policy']}" if stats["tie_policy"] else ""
     else:
         shape, first = failing[0]

@@ -1,16 +1,21 @@
-"""The second oracle: compressed central differences of the implementation's own forward.
+"""The second oracle: compressed one-sided differences of the implementation's own forward.
 
 Inputs that feed no common window are perturbed together (Curtis–Powell–Reid), so
-the cost is 2 × (input colours) forward calls, not 2n. With h = 1/4 every perturbed
-input stays exact in the dtype (checked), and each forward output carries at most
-``B_w = γ_{n+1}·Σ|x|/d`` (avg; max is exact), so ``(y+ - y-)/(2h)`` is within
-``(B_w(x+) + B_w(x-))/(2h)``.
+the cost is one forward call per input colour, plus the forward at x (the forward
+check's call). Pooling is piecewise linear, so off its kinks the one-sided
+difference ``(f(x + h·e) - f(x))/h`` is the derivative up to rounding, as a central
+difference would be at twice the calls: a max window whose maximum leads the
+runner-up by more than h keeps its maximal cell (raising it keeps it maximal,
+raising another cell by h leaves it below). With h = 1/2 every perturbed input
+stays exact in the dtype (checked), and each forward output carries at most
+``B_w = γ_{n+1}·Σ|x|/d`` (avg; max is exact), so the difference is within
+``(B_w(x + h·e) + B_w(x))/h``.
 
 Large windows need many input colours (a k×k stride-1 pool k², a global pool one
 per cell). Above :data:`MAX_COLOURS`, the oracle checks directional derivatives
-instead: for a few random sign vectors v, every window's ``(f(x+hv) - f(x-hv))/(2h)``
-against the observed row times v — 2 × :data:`DIRECTIONS` forward calls at any
-window size, and a wrong row passes only if its error is orthogonal to every v.
+instead: for a few random sign vectors v, every window's ``(f(x + hv) - f(x))/h``
+against the observed row times v — :data:`DIRECTIONS` forward calls at any window
+size, and a wrong row passes only if its error is orthogonal to every v.
 """
 
 from __future__ import annotations
@@ -27,18 +32,18 @@ from symjac.pool._graph import input_colouring
 from symjac.pool._symbolic import lines
 from symjac.verifiers._pool_rows import Rows, tolerance
 
-STEP = 0.25
+STEP = 0.5  # h: windows whose max leads the runner-up by more than h are usable
 MAX_COLOURS = 32  # above this many input colours, check directions rather than entries
 DIRECTIONS = 3
 
 
 def finite_differences(g: Geometry, forward: Callable[[np.ndarray], np.ndarray | None], x: np.ndarray,
-                       dtype: np.dtype[Any], u: float) -> tuple[np.ndarray, np.ndarray] | None:
-    """FD Jacobian rows (B, W, K) and their error bounds, or None when the forward failed
-    or ``x ± h`` is not exact in the dtype."""
+                       y: np.ndarray, dtype: np.dtype[Any], u: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """FD Jacobian rows (B, W, K) and their error bounds from the forward's output ``y`` at x
+    (canonical (B, W)), or None when the forward failed or ``x + h`` is not exact in the dtype."""
     h = STEP
     xc = g.to_canonical(x).astype(np.float64)
-    if not (np.array_equal((xc + h).astype(dtype), xc + h) and np.array_equal((xc - h).astype(dtype), xc - h)):
+    if not np.array_equal((xc + h).astype(dtype), xc + h):
         return None
     in_colours, n = input_colouring(g)
     n_slots = g.cells.shape[1]
@@ -62,19 +67,16 @@ def finite_differences(g: Geometry, forward: Callable[[np.ndarray], np.ndarray |
     for colour in range(n):
         e = (in_colours == colour).astype(np.float64)
         plus = forward(g.from_canonical(xc + h * e, g.in_spatial).astype(dtype))
-        minus = forward(g.from_canonical(xc - h * e, g.in_spatial).astype(dtype))
-        if plus is None or minus is None:
+        if plus is None:
             return None
-        p, m = g.to_canonical(plus, g.out_spatial), g.to_canonical(minus, g.out_spatial)
         sel = pairs[order[bounds[colour] : bounds[colour + 1]]]
         w_idx, k_idx = np.divmod(sel, n_slots)
-        slope = (p - m)[:, w_idx] / (2 * h)
+        slope = (g.to_canonical(plus, g.out_spatial) - y)[:, w_idx] / h
         if g.spec.mode == "avg":
-            # the window's Σ|x ± h·e|: only its one cell of this colour moved
+            # Σ|x + h·e| + Σ|x| over the window: only its one cell of this colour moved
             xv = xc[:, g.cells[w_idx, k_idx]]
-            others = base[:, w_idx] - np.abs(xv)
-            mass = (2 * others + np.abs(xv + h) + np.abs(xv - h)) / g.divisor[w_idx]
-            err = gamma(n_cells[w_idx] + 1, u) * mass / (2 * h)
+            mass = (2 * base[:, w_idx] - np.abs(xv) + np.abs(xv + h)) / g.divisor[w_idx]
+            err = gamma(n_cells[w_idx] + 1, u) * mass / h
         else:
             err = np.zeros_like(slope)
         fd[:, w_idx, k_idx] = slope
@@ -82,39 +84,38 @@ def finite_differences(g: Geometry, forward: Callable[[np.ndarray], np.ndarray |
     return fd, tol
 
 
-def _window_error(g: Geometry, xp: np.ndarray, xm: np.ndarray, u: float) -> np.ndarray | float:
-    """The forward's rounding bound at x+ and x-, over 2h: ``γ_{n+1}·(Σ|x+| + Σ|x-|)/(d·2h)`` (avg)."""
+def _window_error(g: Geometry, xp: np.ndarray, x: np.ndarray, u: float) -> np.ndarray | float:
+    """The forward's rounding bound at x + h·v and x, over h: ``γ_{n+1}·(Σ|x + h·v| + Σ|x|)/(d·h)`` (avg)."""
     if g.spec.mode != "avg":
         return 0.0
-    mass = sum(g.gather(np.abs(a)).sum(axis=2) for a in (xp, xm)) / g.divisor
-    return np.asarray(gamma(g.valid.sum(axis=1) + 1, u) * mass / (2 * STEP))
+    mass = sum(g.gather(np.abs(a)).sum(axis=2) for a in (xp, x)) / g.divisor
+    return np.asarray(gamma(g.valid.sum(axis=1) + 1, u) * mass / STEP)
 
 
-def directional_fd(g: Geometry, forward: Callable[[np.ndarray], np.ndarray | None], x: np.ndarray,
+def directional_fd(g: Geometry, forward: Callable[[np.ndarray], np.ndarray | None], x: np.ndarray, y: np.ndarray,
                    dtype: np.dtype[Any], u: float, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
-    """Per random sign direction v: (v, slope (B, W), error bound (B, W)), or None when the
-    forward failed or ``x ± h·v`` is not exact in the dtype."""
+    """Per random sign direction v: (v, slope (B, W), error bound (B, W)) from the forward's output
+    ``y`` at x (canonical (B, W)), or None when the forward failed or ``x + h·v`` is not exact in the dtype."""
     h = STEP
     xc = g.to_canonical(x).astype(np.float64)
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(DIRECTIONS):
         v = rng.choice(np.array([-1.0, 1.0]), size=xc.shape)
-        xp, xm = xc + h * v, xc - h * v
-        if not (np.array_equal(xp.astype(dtype), xp) and np.array_equal(xm.astype(dtype), xm)):
+        xp = xc + h * v
+        if not np.array_equal(xp.astype(dtype), xp):
             return None
         plus = forward(g.from_canonical(xp, g.in_spatial).astype(dtype))
-        minus = forward(g.from_canonical(xm, g.in_spatial).astype(dtype))
-        if plus is None or minus is None:
+        if plus is None:
             return None
-        slope = (g.to_canonical(plus, g.out_spatial) - g.to_canonical(minus, g.out_spatial)) / (2 * h)
-        out.append((v, slope, _window_error(g, xp, xm, u) + 2.0**-52 * np.abs(slope)))
+        slope = (g.to_canonical(plus, g.out_spatial) - y) / h
+        out.append((v, slope, _window_error(g, xp, xc, u) + 2.0**-52 * np.abs(slope)))
     return out
 
 
 def check_fd_directions(g: Geometry, rows: Rows, found: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
                         usable: np.ndarray, u: float, findings: list[Finding]) -> bool:
-    """Observed rows times each direction vs the directional central differences."""
+    """Observed rows times each direction vs the directional differences."""
     bad = np.zeros(usable.shape, dtype=bool)
     first: tuple[float, float] | None = None
     # Directions are sign vectors, so |v_k| is 1 on every valid slot (and rows are 0 on
@@ -139,7 +140,7 @@ def check_fd_directions(g: Geometry, rows: Rows, found: list[tuple[np.ndarray, n
         b, w = where[0].tolist()
         findings.append(Finding(
             "not_fd_consistent",
-            f"backward disagrees with central differences of its own forward along random directions at "
+            f"backward disagrees with finite differences of its own forward along random directions at "
             f"{len(where)} windows: {listing(names)}",
             window=g.output_index(b, w), expected=[first[0]], observed=[first[1]]))
     return not where.size
@@ -147,7 +148,7 @@ def check_fd_directions(g: Geometry, rows: Rows, found: list[tuple[np.ndarray, n
 
 def check_fd(g: Geometry, rows: Rows, fd: np.ndarray, fd_tol: np.ndarray, usable: np.ndarray, u: float,
              findings: list[Finding]) -> bool:
-    """Backward rows vs central differences, on the ``usable`` windows (FD exact enough there)."""
+    """Backward rows vs finite differences, on the ``usable`` windows (FD exact enough there)."""
     bad = ((np.abs(rows.obs - fd) > fd_tol + tolerance(rows.obs, u)) & g.valid[None]).any(axis=2)
     for key in rows.stray:
         bad[key] = True
@@ -158,7 +159,7 @@ def check_fd(g: Geometry, rows: Rows, fd: np.ndarray, fd_tol: np.ndarray, usable
         valid = g.valid[w]
         findings.append(Finding(
             "not_fd_consistent",
-            f"backward disagrees with central differences of its own forward at {len(where)} windows: {listing(names)}",
+            f"backward disagrees with finite differences of its own forward at {len(where)} windows: {listing(names)}",
             window=g.output_index(b, w), cells=tuple(g.input_index(b, int(c)) for c in g.cells[w][valid]),
             expected=[float(v) for v in fd[b, w][valid]], observed=[float(v) for v in rows.obs[b, w][valid]]))
     return not where.size

@@ -37,7 +37,7 @@ class ExactRows:
     rows: np.ndarray
     member: np.ndarray
     tied: np.ndarray
-    gap: np.ndarray  # (B, W) max minus runner-up (inf for avg): finite differences need gap > 2h
+    gap: np.ndarray  # (B, W) max minus runner-up (inf for avg): finite differences need gap > h
     held: np.ndarray  # (B, W, K) the exact value is representable in the dtype: compared exactly
     pad_tied: np.ndarray  # (B, W) Pool(pad_value=0): a pad cell attains the max (then 0 is in the Clarke set)
     tol: np.ndarray | None = None  # (B, W, K) lp: the derived absolute bound per entry (replaces γ_3)
