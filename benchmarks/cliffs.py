@@ -66,9 +66,7 @@ def case_engine(kind: str, mode: str, size: int, arg: int = 3) -> dict[str, Any]
     shape = (1, 1, size, size)
     x = (np.random.default_rng(0).permutation(size * size).reshape(shape) - size * size // 2) * 0.25
     dy = np.ones(symjac.lower(spec, shape).geometry.output_shape)
-    symjac.pool._geometry._resolve.cache_clear()
-    symjac.pool._symbolic._classes.cache_clear()
-    symjac.pool._symbolic.template.cache_clear()
+    symjac.pool._symbolic.clear_caches()
     t0, c0 = time.perf_counter(), time.process_time()
     nnz = symjac.jacobian(spec, x).nnz
     symjac.vjp(spec, x, dy)

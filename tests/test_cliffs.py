@@ -19,15 +19,13 @@ import sympy
 import symjac
 from symjac.loss._evaluate import evaluate
 from symjac.loss._spec import DPS
-from symjac.pool import _geometry, _symbolic
+from symjac.pool import _symbolic
 from symjac.pool._geometry import resolve
 from symjac.pool._symbolic import lines, window_classes
 
 
 def _clear_caches() -> None:
-    _geometry._resolve.cache_clear()
-    _symbolic._classes.cache_clear()
-    _symbolic.template.cache_clear()
+    _symbolic.clear_caches()
 
 
 def _count_diffs(monkeypatch: pytest.MonkeyPatch, spec: symjac.AdaptivePool | symjac.GlobalPool, shape: tuple[int, ...],
@@ -546,3 +544,22 @@ def test_fd_oracle_makes_one_forward_call_per_input_colour(spec: symjac.Pool, co
     report = symjac.verify(spec, backward=low.vjp, forward=low.forward, input_shape=shape, families=(), timeout=None)
     assert report.ok and report.stats["fd_consistent"] is True, report
     assert report.stats["forward_calls"] == 1 + colours
+
+
+@pytest.mark.parametrize(("mode", "expected"), [
+    ("max", 1),  # d Max(a, r)/da once, whatever the slot count: Heaviside(a - r)
+    ("avg", 6),  # d/da and d/dr of (a + r)/D for each divisor D in {4, 6, 9}
+])
+def test_sympy_work_is_per_pair_form_not_per_class(monkeypatch: pytest.MonkeyPatch, mode: str, expected: int) -> None:
+    # 3x3 same on 8x8: 9 window classes (4 corners of 4 cells, 4 edges of 6, the
+    # interior of 9). The two-argument form f(a, r) does not depend on the slot count,
+    # so SymPy differentiates it once per mode (avg: per divisor), and nothing is lambdified.
+    def no_codegen(*args: object, **kw: object) -> None:
+        raise AssertionError("lambdify called")
+
+    monkeypatch.setattr(sympy, "lambdify", no_codegen)
+    spec = symjac.Pool(mode, 3, stride=1, padding="same")
+    x = np.arange(64, dtype=np.float64).reshape(1, 1, 8, 8)
+    diffs, classes = _count_diffs(monkeypatch, spec, (1, 1, 8, 8), x)  # type: ignore[arg-type]
+    assert classes == 9
+    assert diffs == expected

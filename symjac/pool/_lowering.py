@@ -2,7 +2,7 @@
 
 The same SymPy templates the exact stage uses, evaluated in floats: the sum of
 each average window times its template's exact derivative 1/D rounded to the
-dtype, and the Heaviside arguments of ``d Max(a, r)/da`` (lambdified) for the tie
+dtype, and the Heaviside argument of ``d Max(a, r)/da`` (a NumPy subtraction) for the tie
 sets of max windows. Arithmetic happens in the input's dtype, batched over N and
 C, one slot at a time over all windows, in the spec's layout. These are reference
 implementations: the verifier checks them like any other, and they agree with the

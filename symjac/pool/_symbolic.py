@@ -21,6 +21,7 @@ import numpy as np
 import sympy
 
 from symjac._errors import InputError
+from symjac.pool import _geometry
 from symjac.pool._geometry import Geometry
 
 TIE_POLICIES = ("first", "last", "split")
@@ -99,7 +100,14 @@ _IDENTITY = {"avg": sympy.Integer(0), "max": sympy.S.NegativeInfinity}
 
 @functools.lru_cache(maxsize=256)
 def template(mode: str, n: int, divisor: int) -> Template:
-    """Build and differentiate the template of a class with ``n`` valid slots (O(1) SymPy work)."""
+    """The template of a class with ``n`` valid slots. Its two-argument form does not
+    depend on n (nor, for max, on the divisor): :func:`_pair` builds it once."""
+    return Template(mode, n, divisor, *_pair(mode, divisor if mode == "avg" else 1))
+
+
+@functools.lru_cache(maxsize=256)
+def _pair(mode: str, divisor: int) -> tuple[sympy.Expr, sympy.Expr, Fraction | None, Callable[..., Any] | None]:
+    """Build and differentiate ``f(a, r)`` (O(1) SymPy work): (pair, derivative, weight, tie_arg)."""
     a, r = _PAIR
     if mode == "avg":
         pair = (a + r) / sympy.Integer(divisor)
@@ -110,13 +118,23 @@ def template(mode: str, n: int, divisor: int) -> Template:
         # so y = J x with every slot weighted by d.
         if sympy.diff(pair, r) != d or sympy.expand(pair - d * a - d * r) != 0:
             raise AssertionError(f"average template {pair} is not linear and symmetric")
-        return Template(mode, n, divisor, pair, d, weight=Fraction(int(d.p), int(d.q)))
-    pair = sympy.Max(a, r)
+        return pair, d, Fraction(int(d.p), int(d.q)), None
+    pair = sympy.Max(a, r, evaluate=False)  # what Max(a, r) of two real symbols evaluates to, without the search
     d = sympy.diff(pair, a)
     if d != sympy.Heaviside(a - r):
         raise AssertionError(f"d Max(a, r)/da = {d}: expected Heaviside(a - r) from SymPy")
-    tie_arg = sympy.lambdify((a, r), d.args[0], modules="numpy")
-    return Template(mode, n, divisor, pair, d, tie_arg=tie_arg)
+    # The Heaviside argument, a - r as just checked, lowered to NumPy: the sign of a
+    # difference is exact in floating point too (it is 0 only when a == r).
+    return pair, d, None, np.subtract
+
+
+def clear_caches() -> None:
+    """Forget every resolved geometry, its window classes and every template (benchmarks
+    time cold runs; the other caches key on geometries, so they start afresh too)."""
+    _geometry._resolve.cache_clear()
+    _classes.cache_clear()
+    template.cache_clear()
+    _pair.cache_clear()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
