@@ -563,3 +563,16 @@ def test_sympy_work_is_per_pair_form_not_per_class(monkeypatch: pytest.MonkeyPat
     diffs, classes = _count_diffs(monkeypatch, spec, (1, 1, 8, 8), x)  # type: ignore[arg-type]
     assert classes == 9
     assert diffs == expected
+
+
+def test_small_geometries_build_their_lines_once() -> None:
+    # A line costs ~5 us to build, as much as using it on a 32^2 map: small geometries
+    # keep theirs (read-only, shared); large ones build each line when reached (no
+    # O(nnz) index arrays kept alive beside the (B, W, K) rows).
+    small = resolve(symjac.Pool("avg", 3, stride=1, padding="same"), (1, 1, 32, 32))
+    first = lines(small)
+    assert first is lines(small) and len(list(first)) == 9
+    assert all(not line.cells.flags.writeable for line in first)
+    big = resolve(symjac.Pool("avg", 3, stride=1, padding="same"), (1, 1, 400, 400))
+    assert big.cells.size > _symbolic.CACHED_LINES
+    assert not isinstance(lines(big), tuple)

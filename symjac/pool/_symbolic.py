@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from fractions import Fraction
 from typing import Any
 
@@ -249,12 +249,31 @@ def _slot_major(geometry: Geometry) -> tuple[np.ndarray, np.ndarray]:
     return valid, cells
 
 
-def lines(geometry: Geometry) -> Iterator[Line]:
+#: Geometries with at most this many (window, slot) slots keep their lines (~12 bytes a
+#: pair): building them costs ~5 us a line, as much as using them on a small map.
+CACHED_LINES = 2**20
+
+
+def lines(geometry: Geometry) -> Iterable[Line]:
     """Cover the valid (window, slot) pairs by min(windows, slots) collision-free lines.
 
     Python iterations stay at most sqrt(windows x slots): 9 for a 3x3 pool at any
-    size, one for global pooling, 49 for an adaptive 7x7 head.
+    size, one for global pooling, 49 for an adaptive 7x7 head. Small geometries
+    (:data:`CACHED_LINES`) keep theirs; larger ones build each line when it is reached.
     """
+    return _kept_lines(geometry) if geometry.cells.size <= CACHED_LINES else _build_lines(geometry)
+
+
+@functools.lru_cache(maxsize=4)
+def _kept_lines(geometry: Geometry) -> tuple[Line, ...]:
+    kept = tuple(_build_lines(geometry))
+    for line in kept:
+        for a in (line.w, line.k, line.cells):
+            a.setflags(write=False)  # shared by every caller
+    return kept
+
+
+def _build_lines(geometry: Geometry) -> Iterator[Line]:
     n_win, n_slots = geometry.cells.shape
     if n_slots <= n_win:
         valid_t, cells_t = _slot_major(geometry)

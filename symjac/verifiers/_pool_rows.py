@@ -17,7 +17,7 @@ from symjac._exact import ExactArray
 from symjac.check._rounding import gamma
 from symjac.pool._geometry import Geometry
 from symjac.pool._jacobian import stamp
-from symjac.pool._symbolic import lines, max_members, pad_cells
+from symjac.pool._symbolic import Line, lines, max_members, pad_cells
 
 
 @dataclasses.dataclass
@@ -102,17 +102,27 @@ def _lp_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
 
 def scatter(g: Geometry, per_window: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """``sum_w per_window[b, w] * rows[b, w, k]`` into cells: J^T v for row arrays."""
-    return scatter_pair(g, per_window, rows)[0]
+    out = np.zeros((g.batch, g.n_in))
+    for line in lines(g):
+        out[:, line.cells] += per_window[:, line.w] * _on_line(rows, line)
+    return out
 
 
 def scatter_pair(g: Geometry, per_window: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`scatter` and its magnitude ``sum_w |per_window[b, w] * rows[b, w, k]|`` in one pass over the lines."""
     out, mag = np.zeros((g.batch, g.n_in)), np.zeros((g.batch, g.n_in))
     for line in lines(g):
-        term = per_window[:, line.w] * rows[:, line.w, line.k]
+        term = per_window[:, line.w] * _on_line(rows, line)
         out[:, line.cells] += term
         mag[:, line.cells] += np.abs(term)
     return out, mag
+
+
+def _on_line(rows: np.ndarray, line: Line) -> np.ndarray:
+    """``rows[:, line.w, line.k]``; a slot line reads its one slot first (a view), then its windows."""
+    if line.window is None:
+        return np.asarray(rows[:, :, int(line.k[0])][:, line.w]) if line.k.size else np.zeros((rows.shape[0], 0))
+    return np.asarray(rows[:, line.window, line.k])
 
 
 def cell_counts(g: Geometry) -> np.ndarray:
