@@ -114,6 +114,8 @@ class ExactArray:
         if bad.any():
             where = tuple(int(i) for i in np.argwhere(bad)[0])
             raise InputError(f"{name}{list(where)} = {a[where]} is not finite; exact analysis needs finite values")
+        if not a.size or (np.abs(a).max() < 2**53 and np.array_equal(a, np.trunc(a))):
+            return cls(a.astype(np.int64), 1)  # integers (generated inputs often are): themselves
         mant, exp = np.frexp(a)
         m = (mant * 2.0**53).astype(np.int64)  # exact: a 53-bit significand
         e = exp.astype(np.int64) - 53

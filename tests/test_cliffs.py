@@ -576,3 +576,31 @@ def test_small_geometries_build_their_lines_once() -> None:
     big = resolve(symjac.Pool("avg", 3, stride=1, padding="same"), (1, 1, 400, 400))
     assert big.cells.size > _symbolic.CACHED_LINES
     assert not isinstance(lines(big), tuple)
+
+
+def test_axis_colourings_are_built_once_per_distinct_axis(monkeypatch: pytest.MonkeyPatch) -> None:
+    from symjac.pool import _graph
+
+    # A square map's two axes are the same windows: one conflict graph, coloured once,
+    # for each of the window and input colourings (4 graphs before); a 32 x 17 map has two.
+    built = []
+    real = _graph._conflicts
+
+    def counting(n: int, node: np.ndarray, key: np.ndarray) -> object:
+        built.append(n)
+        return real(n, node, key)
+
+    monkeypatch.setattr(_graph, "_conflicts", counting)
+    spec = symjac.Pool("max", 3, stride=1, padding="same")
+    for shape, graphs in (((1, 1, 32, 32), 2), ((1, 1, 32, 17), 4)):
+        _symbolic.clear_caches()
+        built.clear()
+        g = resolve(spec, shape)
+        colours, n = _graph.window_colouring(g)
+        _graph.input_colouring(g)
+        assert len(built) == graphs
+        assert n == 9
+        # windows of one colour read disjoint cells: each cell is read by at most one of them
+        for c in range(n):
+            cells = g.cells[colours == c][g.valid[colours == c]]
+            assert np.unique(cells).size == cells.size

@@ -199,7 +199,9 @@ class Guard:
 
             status, value = invoke(*self.isolate, args)
         self._check_mutation(args, before, again)
-        arguments = describe_arguments(self.names, args)
+        if status == "ok":
+            return True, value
+        arguments = describe_arguments(self.names, args)  # for the finding only
         if status == "timeout":
             limit = self.timeout if self.isolate is None else self.isolate[0].timeout
             left = "it may still be running" if self.isolate is None else "its worker process was killed"

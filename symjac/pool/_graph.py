@@ -38,27 +38,46 @@ def _colour(graph: nx.Graph) -> np.ndarray:
     return np.array([colours[i] for i in range(graph.number_of_nodes())], dtype=np.int64)
 
 
-def _axis_window_conflicts(axis: AxisWindows) -> nx.Graph:
-    cells, valid = axis.cells, axis.valid
+def _conflicts(n: int, node: np.ndarray, key: np.ndarray) -> nx.Graph:
+    """Nodes 0..n-1, joined when they share a key (``node[i]`` has ``key[i]``).
+
+    Sorted by key, the nodes of one key are a run, so pairs sharing a key are the
+    pairs d apart within a run, for d = 1, 2, ... until no run is that long.
+    """
+    order = np.lexsort((node, key))
+    node, key = node[order], key[order]
     g = nx.Graph()
-    g.add_nodes_from(range(cells.shape[0]))
-    owners: dict[int, list[int]] = {}
-    for w in range(cells.shape[0]):
-        for c in cells[w][valid[w]].tolist():
-            owners.setdefault(c, []).append(w)
-    for ws in owners.values():
-        g.add_edges_from((a, b) for i, a in enumerate(ws) for b in ws[i + 1 :])
+    g.add_nodes_from(range(n))
+    for d in range(1, key.size):
+        same = key[d:] == key[:-d]
+        if not same.any():
+            break
+        g.add_edges_from(zip(node[:-d][same].tolist(), node[d:][same].tolist()))
     return g
+
+
+def _axis_window_conflicts(axis: AxisWindows) -> nx.Graph:
+    """Windows of an axis joined when they read a common cell."""
+    windows, slots = np.nonzero(axis.valid)
+    return _conflicts(axis.cells.shape[0], windows, axis.cells[windows, slots])
 
 
 def _axis_input_conflicts(axis: AxisWindows) -> nx.Graph:
-    cells, valid = axis.cells, axis.valid
-    g = nx.Graph()
-    g.add_nodes_from(range(axis.length))
-    for w in range(cells.shape[0]):
-        cs = cells[w][valid[w]].tolist()
-        g.add_edges_from((a, b) for i, a in enumerate(cs) for b in cs[i + 1 :])
-    return g
+    """Cells of an axis joined when some window reads both."""
+    windows, slots = np.nonzero(axis.valid)
+    return _conflicts(axis.length, axis.cells[windows, slots], windows)
+
+
+def _per_axis(geometry: Geometry, conflicts: Any) -> tuple[np.ndarray, int]:
+    """Colour each axis's conflict graph (equal axes, as of a square map, once) and combine."""
+    done: dict[tuple[Any, ...], np.ndarray] = {}
+    colours = []
+    for a in geometry.axes:
+        key = (a.length, a.cells.shape, a.cells.tobytes(), a.valid.tobytes())
+        if key not in done:
+            done[key] = _colour(conflicts(a))
+        colours.append(done[key])
+    return _combine(colours)
 
 
 def _combine(per_axis: list[np.ndarray]) -> tuple[np.ndarray, int]:
@@ -72,15 +91,14 @@ def _combine(per_axis: list[np.ndarray]) -> tuple[np.ndarray, int]:
 @functools.lru_cache(maxsize=64)
 def window_colouring(geometry: Geometry) -> tuple[np.ndarray, int]:
     """(colour of each window, number of colours); same-colour windows share no cell."""
-    return _combine([_colour(_axis_window_conflicts(a)) for a in geometry.axes])
+    return _per_axis(geometry, _axis_window_conflicts)
 
 
-@functools.lru_cache(maxsize=64)
 @functools.lru_cache(maxsize=64)
 def input_colouring(geometry: Geometry) -> tuple[np.ndarray, int]:
     """(colour of each spatial input cell, number of colours); no window reads two
     cells of one colour (Curtis–Powell–Reid groups for finite differences)."""
-    return _combine([_colour(_axis_input_conflicts(a)) for a in geometry.axes])
+    return _per_axis(geometry, _axis_input_conflicts)
 
 
 def window_graph(spec: PoolSpec, x: Any, *, tie: str = "first") -> nx.DiGraph:
