@@ -157,18 +157,19 @@ class Diagnosis:
             ok[key] = False
         if not ok.any():
             return
-        seen = []
         # Policies run over every slot of the padded window: pad cells (pad_value=0) take part
         # in the order and the split, and the weight they draw goes to no input.
         pads = self.g.padded & ~self.g.valid if getattr(self.g.spec, "pad_value", None) is not None else None
         full = exact.member if pads is None else exact.member | (pads[None] & exact.pad_tied[..., None])
+        ok_full = full[ok]  # the tied windows in the Clarke set, (n, K): the only ones compared
+        obs, valid = rows.obs[ok], np.broadcast_to(self.g.valid[None], ok.shape + self.g.valid.shape[1:])[ok]
         for policy in TIE_POLICIES:
-            weights, q = policy_weights(full, policy)
-            rows_p = np.where(self.g.valid[None], weights / q, 0.0)
-            match = (np.abs(rows.obs - rows_p) <= tolerance(rows_p, self.u) + gamma(3, self.u) * (rows_p == 0)).all(
-                axis=2)
-            if match[ok].all():
-                seen.append(policy)
-        if len(seen) != 1:  # seed 001's family: β·split + (1 − β)·first for some exact β
-            seen = [name_policy(rows, exact, ok, self.u) or "other"]
-        self.policies.add(seen[0])
+            # A tied window (two or more maxima) has a different row under each policy, so
+            # at most one policy matches them all: the first that does is the one.
+            weights, q = policy_weights(ok_full, policy)
+            rows_p = np.where(valid, weights / q, 0.0)
+            if (np.abs(obs - rows_p) <= tolerance(rows_p, self.u) + gamma(3, self.u) * (rows_p == 0)).all():
+                self.policies.add(policy)
+                return
+        # seed 001's family: β·split + (1 − β)·first for some exact β
+        self.policies.add(name_policy(rows, exact, ok, self.u) or "other")

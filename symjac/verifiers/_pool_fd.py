@@ -46,41 +46,34 @@ def finite_differences(g: Geometry, forward: Callable[[np.ndarray], np.ndarray |
     if not np.array_equal((xc + h).astype(dtype), xc + h):
         return None
     in_colours, n = input_colouring(g)
-    n_slots = g.cells.shape[1]
-    fd = np.zeros((g.batch, g.n_out, n_slots))
-    tol = np.zeros_like(fd)
-    n_cells = g.valid.sum(axis=1)
-    # Each window reads at most one cell of a colour: group the valid (window, slot)
-    # pairs by the colour of their cell once, so each colour's pass touches only its
-    # own pairs (O(nnz) in all) instead of the whole (W, K) grid.
-    pairs = np.flatnonzero(g.valid)
-    pair_colour = in_colours[g.cells.reshape(-1)[pairs]]
-    order = np.argsort(pair_colour, kind="stable")
-    bounds = np.searchsorted(pair_colour[order], np.arange(n + 1))
-    base = np.zeros((g.batch, g.n_out))
+    plus = []
+    for colour in range(n):
+        y_plus = forward(g.from_canonical(xc + h * (in_colours == colour), g.in_spatial).astype(dtype))
+        if y_plus is None:
+            return None
+        plus.append(g.to_canonical(y_plus, g.out_spatial))
+    # Each window reads at most one cell of a colour, so pair (w, k) reads its slope off
+    # the call that moved the colour of its cell: one gather over the nnz valid pairs.
+    w_idx, k_idx = np.nonzero(g.valid)
+    cells = g.cells[w_idx, k_idx]
+    slope = (np.stack(plus)[in_colours[cells], :, w_idx].T - y[:, w_idx]) / h  # (B, nnz)
     if g.spec.mode == "avg":
+        # Σ|x + h·e| + Σ|x| over the window: only its one cell of the moved colour differs
+        base = np.zeros((g.batch, g.n_out))
         for line in lines(g):  # Σ|x| over each window
             if line.window is None:
                 base[:, line.w] += np.abs(xc[:, line.cells])
             else:
                 base[:, line.window] += np.abs(xc[:, line.cells]).sum(axis=1)
-    for colour in range(n):
-        e = (in_colours == colour).astype(np.float64)
-        plus = forward(g.from_canonical(xc + h * e, g.in_spatial).astype(dtype))
-        if plus is None:
-            return None
-        sel = pairs[order[bounds[colour] : bounds[colour + 1]]]
-        w_idx, k_idx = np.divmod(sel, n_slots)
-        slope = (g.to_canonical(plus, g.out_spatial) - y)[:, w_idx] / h
-        if g.spec.mode == "avg":
-            # Σ|x + h·e| + Σ|x| over the window: only its one cell of this colour moved
-            xv = xc[:, g.cells[w_idx, k_idx]]
-            mass = (2 * base[:, w_idx] - np.abs(xv) + np.abs(xv + h)) / g.divisor[w_idx]
-            err = gamma(n_cells[w_idx] + 1, u) * mass / h
-        else:
-            err = np.zeros_like(slope)
-        fd[:, w_idx, k_idx] = slope
-        tol[:, w_idx, k_idx] = err + 2.0**-52 * np.abs(slope)
+        xv = xc[:, cells]
+        mass = (2 * base[:, w_idx] - np.abs(xv) + np.abs(xv + h)) / g.divisor[w_idx]
+        err = gamma(g.valid.sum(axis=1)[w_idx] + 1, u) * mass / h
+    else:
+        err = np.zeros_like(slope)
+    fd = np.zeros((g.batch, g.n_out, g.cells.shape[1]))
+    tol = np.zeros_like(fd)
+    fd[:, w_idx, k_idx] = slope
+    tol[:, w_idx, k_idx] = err + 2.0**-52 * np.abs(slope)
     return fd, tol
 
 

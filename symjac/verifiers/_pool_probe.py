@@ -30,6 +30,19 @@ class Prober:
         self.g, self.backward, self.budget = g, backward, budget
         self.colours, self.n_colours = window_colouring(g)
         self.one_hot_calls = 0
+        self._plan: list[tuple[np.ndarray, np.ndarray]] | None = None
+
+    def plan(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per window colour: its windows and the input cells none of them reads (where a
+        probe's dx must be 0); built once, for every probed input."""
+        if self._plan is None:
+            g, self._plan = self.g, []
+            for colour in range(self.n_colours):
+                wins = np.flatnonzero(self.colours == colour)
+                covered = np.zeros(g.n_in, dtype=bool)
+                covered[g.cells[wins][g.valid[wins]]] = True
+                self._plan.append((wins, np.flatnonzero(~covered)))
+        return self._plan
 
     def probe(self, x: np.ndarray) -> tuple[Rows, Unexplained] | None:
         """One backward call per window colour with dy = indicator of the colour.
@@ -41,8 +54,8 @@ class Prober:
         g = self.g
         obs = np.zeros((g.batch, g.n_out, g.cells.shape[1]))
         unexplained: Unexplained = []
-        for colour in range(self.n_colours):
-            wins = np.flatnonzero(self.colours == colour)
+        padded = np.zeros((g.batch, g.n_in + 1))  # column -1 stays 0: what an invalid slot (cell -1) reads
+        for colour, (wins, uncovered) in enumerate(self.plan()):
             if wins.size == 0:
                 continue
             dy = np.zeros((g.batch, g.n_out))
@@ -50,12 +63,10 @@ class Prober:
             dx = self.backward(x, dy)
             if dx is None:
                 return None
-            cells, valid = g.cells[wins], g.valid[wins]
-            obs[:, wins, :] = np.concatenate([dx, np.zeros((dx.shape[0], 1))], axis=1)[:, cells]  # -1: the 0 column
-            covered = np.zeros(g.n_in, dtype=bool)
-            covered[cells[valid]] = True
-            for b, cell in np.argwhere((dx != 0) & ~covered[None, :]).tolist():
-                unexplained.append((colour, b, cell, float(dx[b, cell])))
+            padded[:, :-1] = dx
+            obs[:, wins, :] = padded[:, g.cells[wins]]
+            for b, i in np.argwhere(dx[:, uncovered] != 0).tolist():
+                unexplained.append((colour, b, int(uncovered[i]), float(dx[b, uncovered[i]])))
         return Rows(obs, {}, set()), unexplained
 
     def nearest_windows(self, colour: int, cell: int, count: int) -> list[int]:
