@@ -83,6 +83,8 @@ def describe_arguments(names: tuple[str, ...], args: tuple[Any, ...]) -> dict[st
 
 def _what_came_back(value: Any) -> str | None:
     """Why ``value`` is no array of numbers, or None when it may be one."""
+    if isinstance(value, np.ndarray) and value.ndim:  # the usual answer, at once
+        return None
     if value is None:
         return "None"
     if inspect.isgenerator(value) or inspect.isawaitable(value):

@@ -30,6 +30,7 @@ from symjac.pool._symbolic import (
     lines,
     max_members,
     max_support,
+    pad_cells,
     window_classes,
     window_weights,
 )
@@ -159,7 +160,7 @@ def _apply_pairs(st: Stamp, s: np.ndarray, acc: np.ndarray, transpose: bool) -> 
 
     For a sparse support (max pooling's one slot a window, or any x-dependent
     support) this is O(support) instead of O(windows x K) lines; pairs may share a
-    cell, so the scatter is ``np.add.at`` (exact on int64 and on Python ints).
+    cell, so the scatter is ``np.add.at`` (exact on int64 and on Python ints), or ``np.bincount`` into floats.
     """
     g = st.geometry
     for b in range(g.batch):
@@ -167,10 +168,11 @@ def _apply_pairs(st: Stamp, s: np.ndarray, acc: np.ndarray, transpose: bool) -> 
         w, k = np.nonzero(st.support[sb])
         cells, coeff = g.cells[w, k], st.weight[sb, w].astype(acc.dtype)
         del k
-        if transpose:
-            np.add.at(acc[b], cells, s[b, w] * coeff)
-        else:
-            np.add.at(acc[b], w, s[b, cells] * coeff)
+        target, terms = (cells, s[b, w] * coeff) if transpose else (w, s[b, cells] * coeff)
+        if acc.dtype.kind == "f":  # float sums in any order (bincount is ~5x faster than add.at)
+            acc[b] += np.bincount(target, weights=terms, minlength=acc.shape[1])
+        else:  # exact on int64 and on Python ints
+            np.add.at(acc[b], target, terms)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -354,8 +356,18 @@ def forward(spec: PoolSpec, x: Any) -> np.ndarray:
 
 
 def exact_forward(geometry: Geometry, x: ExactArray) -> ExactArray:
-    """Exact forward on an exact input (for other stages)."""
-    return _apply(stamp(geometry, x, "first"), x, transpose=False)
+    """Exact forward on an exact input (for other stages): J x for average pooling; for
+    max pooling the value of each window's first maximal slot (its tie set, cached for x)."""
+    if geometry.spec.mode != "max":
+        return _apply(stamp(geometry, x, "first"), x, transpose=False)
+    g = geometry
+    xc = g.to_canonical(x.num)
+    first = max_members(g, xc, pads=pad_cells(g) is not None).argmax(axis=-1)  # (B, W)
+    windows = np.arange(g.n_out)
+    cells, valid = g.cells[windows, first], g.valid[windows, first]
+    # a first maximal slot that is no input cell is a pad cell of pad_value=0 (or a window of none): 0
+    y = np.where(valid, np.take_along_axis(xc, np.where(valid, cells, 0), axis=1), 0)
+    return ExactArray(_int_array(g.from_canonical(y, g.out_spatial)), x.den)
 
 
 def exact_vjp(geometry: Geometry, x: ExactArray | None, dy: ExactArray, tie: str = "first") -> ExactArray:

@@ -38,7 +38,7 @@ class ExactRows:
     member: np.ndarray
     tied: np.ndarray
     gap: np.ndarray  # (B, W) max minus runner-up (inf for avg): finite differences need gap > h
-    held: np.ndarray  # (B, W, K) the exact value is representable in the dtype: compared exactly
+    held: np.ndarray  # (B | 1, W) the window's exact value is representable in the dtype: its entries compared exactly
     pad_tied: np.ndarray  # (B, W) Pool(pad_value=0): a pad cell attains the max (then 0 is in the Clarke set)
     tol: np.ndarray | None = None  # (B, W, K) lp: the derived absolute bound per entry (replaces γ_3)
 
@@ -64,8 +64,7 @@ def exact_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
         held_w = ((reduced & (reduced - 1)) == 0) & (value.astype(dtype).astype(np.float64) == value)
     rows = np.empty(shape)
     np.multiply(st.support, value[..., None], out=rows)
-    held = np.broadcast_to(~st.support | held_w[..., None], shape)  # a 0 entry is held exactly
-    del reduced, held_w
+    del reduced
     pads = pad_cells(g)
     if ex is not None:
         member = max_members(g, g.to_canonical(ex.num), pads=True)
@@ -85,7 +84,7 @@ def exact_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
         gap = np.full(shape[:2], np.inf)
         pad_tied = np.zeros(shape[:2], dtype=bool)
     tied = member.sum(axis=2) + pad_tied >= 2
-    return ExactRows(rows, member, tied, gap, held, pad_tied)
+    return ExactRows(rows, member, tied, gap, held_w, pad_tied)
 
 
 def _lp_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
@@ -96,7 +95,7 @@ def _lp_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
     zero = found["zero"]
     member = zero[..., None] & g.valid[None]
     shape = zero.shape
-    return ExactRows(found["rows"], member, zero, np.full(shape, np.inf), np.zeros(member.shape, dtype=bool),
+    return ExactRows(found["rows"], member, zero, np.full(shape, np.inf), np.zeros(shape, dtype=bool),
                      np.zeros(shape, dtype=bool), tol=found["tol"])
 
 
@@ -141,4 +140,6 @@ def row_tolerance(exact: ExactRows, u: float) -> np.ndarray:
     else one rounding of the weight and one of the product (γ_3); lp: its derived bound."""
     if exact.tol is not None:
         return exact.tol
-    return np.where(exact.held, 0.0, tolerance(exact.rows, u))
+    if exact.held.all():  # max pooling's 0/1 rows, or dyadic averages: exact everywhere
+        return np.broadcast_to(0.0, exact.rows.shape)
+    return np.where(exact.held[..., None], 0.0, tolerance(exact.rows, u))  # a 0 entry's tolerance is 0 anyway
