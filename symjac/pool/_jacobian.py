@@ -388,8 +388,11 @@ def vjp_terms(geometry: Geometry, x: ExactArray | None, dy: ExactArray) -> tuple
     dy_abs = np.abs(g.to_canonical(dy.to_numpy(np.float64), g.out_spatial))
     bound, count = np.zeros((g.batch, g.n_in)), np.zeros((g.batch, g.n_in))
     _accumulate(dataclasses.replace(st, weight=np.abs(st.weight) / st.q, q=1), dy_abs, bound, transpose=True)
-    _accumulate(dataclasses.replace(st, weight=np.ones(st.weight.shape), q=1), np.ones_like(dy_abs), count,
-                transpose=True)
+    if st.full:  # every valid slot: the windows reading each cell
+        count[:] = np.bincount(g.cells[g.valid], minlength=g.n_in)
+    else:
+        _accumulate(dataclasses.replace(st, weight=np.ones(st.weight.shape), q=1), np.ones_like(dy_abs), count,
+                    transpose=True)
     return want, bound, count
 
 

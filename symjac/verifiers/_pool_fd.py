@@ -29,7 +29,6 @@ from symjac.check._report import Finding, fmt_index, listing
 from symjac.check._rounding import gamma
 from symjac.pool._geometry import Geometry
 from symjac.pool._graph import input_colouring
-from symjac.pool._symbolic import lines
 from symjac.verifiers._pool_rows import Rows, tolerance
 
 STEP = 0.5  # h: windows whose max leads the runner-up by more than h are usable
@@ -59,12 +58,7 @@ def finite_differences(g: Geometry, forward: Callable[[np.ndarray], np.ndarray |
     slope = (np.stack(plus)[in_colours[cells], :, w_idx].T - y[:, w_idx]) / h  # (B, nnz)
     if g.spec.mode == "avg":
         # Σ|x + h·e| + Σ|x| over the window: only its one cell of the moved colour differs
-        base = np.zeros((g.batch, g.n_out))
-        for line in lines(g):  # Σ|x| over each window
-            if line.window is None:
-                base[:, line.w] += np.abs(xc[:, line.cells])
-            else:
-                base[:, line.window] += np.abs(xc[:, line.cells]).sum(axis=1)
+        base = g.gather(np.abs(xc)).sum(axis=2)  # Σ|x| over each window ((B, W, K): no more than fd itself)
         xv = xc[:, cells]
         mass = (2 * base[:, w_idx] - np.abs(xv) + np.abs(xv + h)) / g.divisor[w_idx]
         err = gamma(g.valid.sum(axis=1)[w_idx] + 1, u) * mass / h
