@@ -17,6 +17,7 @@ import tracemalloc
 import numpy as np
 
 import symjac
+from symjac.pool import _symbolic
 
 K, S, P = 3, 1, 1
 
@@ -65,7 +66,7 @@ IMPLS = {"avg": (avg_forward, avg_backward), "max": (max_forward, max_backward)}
 def run_symjac(mode: str, size: int, trace: bool = False) -> tuple[float, symjac.Report, float]:
     spec = symjac.Pool(mode, K, stride=S, padding=P)
     fwd, bwd = IMPLS[mode]
-    symjac.pool._symbolic.clear_caches()  # cold: geometry, window classes and SymPy templates are built in the run
+    _symbolic.clear_caches()  # cold: geometry, window classes and SymPy templates are built in the run
     if trace:
         tracemalloc.start()
     t0 = time.perf_counter()
