@@ -9,7 +9,7 @@ when they share an input cell): windows of one colour touch disjoint cells, so o
 backward call with dy supported on one colour recovers each of its windows' rows of
 the implementation's Jacobian. Windows are separable, so two windows conflict iff
 they overlap on every axis: the conflict graph is the strong product of the small
-per-axis conflict graphs. Each axis is coloured with networkx and a window's colour
+per-axis conflict graphs. Each axis is coloured greedily in index order and a window's colour
 is the tuple of its axis colours — a valid colouring for any image size, optimal
 (``ceil(k/s)`` colours per axis) for interval-like axes. The same construction on
 the inputs (two inputs conflict when some window reads both) gives the
@@ -32,37 +32,43 @@ from symjac.pool._spec import PoolSpec, check_pool_spec
 from symjac.pool._symbolic import max_members, window_classes
 
 
-def _colour(graph: nx.Graph) -> np.ndarray:
-    # Greedy in index order: optimal for interval graphs (an axis of windows).
-    colours = nx.coloring.greedy_color(graph, strategy=lambda g, _c: sorted(g))
-    return np.array([colours[i] for i in range(graph.number_of_nodes())], dtype=np.int64)
-
-
-def _conflicts(n: int, node: np.ndarray, key: np.ndarray) -> nx.Graph:
-    """Nodes 0..n-1, joined when they share a key (``node[i]`` has ``key[i]``).
+def _conflicts(n: int, node: np.ndarray, key: np.ndarray) -> list[set[int]]:
+    """For nodes 0..n-1, joined when they share a key (``node[i]`` has ``key[i]``): each
+    node's neighbours of lower index.
 
     Sorted by key, the nodes of one key are a run, so pairs sharing a key are the
     pairs d apart within a run, for d = 1, 2, ... until no run is that long.
     """
     order = np.lexsort((node, key))
     node, key = node[order], key[order]
-    g = nx.Graph()
-    g.add_nodes_from(range(n))
+    lower: list[set[int]] = [set() for _ in range(n)]
     for d in range(1, key.size):
         same = key[d:] == key[:-d]
         if not same.any():
             break
-        g.add_edges_from(zip(node[:-d][same].tolist(), node[d:][same].tolist()))
-    return g
+        for a, b in zip(node[:-d][same].tolist(), node[d:][same].tolist()):
+            if a != b:
+                lower[max(a, b)].add(min(a, b))
+    return lower
 
 
-def _axis_window_conflicts(axis: AxisWindows) -> nx.Graph:
+def _colour(lower: list[set[int]]) -> np.ndarray:
+    """Greedy colouring in index order (each node the least colour no lower neighbour has):
+    optimal for interval graphs, as an axis of windows is."""
+    colours: list[int] = []
+    for below in lower:
+        used = {colours[j] for j in below}
+        colours.append(next(c for c in range(len(used) + 1) if c not in used))
+    return np.array(colours, dtype=np.int64)
+
+
+def _axis_window_conflicts(axis: AxisWindows) -> list[set[int]]:
     """Windows of an axis joined when they read a common cell."""
     windows, slots = np.nonzero(axis.valid)
     return _conflicts(axis.cells.shape[0], windows, axis.cells[windows, slots])
 
 
-def _axis_input_conflicts(axis: AxisWindows) -> nx.Graph:
+def _axis_input_conflicts(axis: AxisWindows) -> list[set[int]]:
     """Cells of an axis joined when some window reads both."""
     windows, slots = np.nonzero(axis.valid)
     return _conflicts(axis.length, axis.cells[windows, slots], windows)
