@@ -17,7 +17,7 @@ from symjac._exact import ExactArray
 from symjac.check._rounding import gamma
 from symjac.pool._geometry import Geometry
 from symjac.pool._jacobian import stamp
-from symjac.pool._symbolic import Line, lines, max_members, pad_cells
+from symjac.pool._symbolic import max_members, pad_cells
 
 
 @dataclasses.dataclass
@@ -101,27 +101,29 @@ def _lp_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
 
 def scatter(g: Geometry, per_window: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """``sum_w per_window[b, w] * rows[b, w, k]`` into cells: J^T v for row arrays."""
-    out = np.zeros((g.batch, g.n_in))
-    for line in lines(g):
-        out[:, line.cells] += per_window[:, line.w] * _on_line(rows, line)
-    return out
+    return scatter_pair(g, per_window, rows, magnitude=False)[0]
 
 
-def scatter_pair(g: Geometry, per_window: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`scatter` and its magnitude ``sum_w |per_window[b, w] * rows[b, w, k]|`` in one pass over the lines."""
+def scatter_pair(g: Geometry, per_window: np.ndarray, rows: np.ndarray,
+                 magnitude: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`scatter` and its magnitude ``sum_w |per_window[b, w] * rows[b, w, k]|`` (zeros
+    unless ``magnitude``), in float64 sums of any order (a bound γ_m·Σ|terms| covers every order).
+
+    Blocks of windows of about 2^20 (window, slot) pairs: each block's terms go to their
+    cells by one ``np.bincount`` per slice (memory O(block) beyond the result).
+    """
     out, mag = np.zeros((g.batch, g.n_in)), np.zeros((g.batch, g.n_in))
-    for line in lines(g):
-        term = per_window[:, line.w] * _on_line(rows, line)
-        out[:, line.cells] += term
-        mag[:, line.cells] += np.abs(term)
+    step = max(1, 2**20 // max(1, g.cells.shape[1]))
+    for start in range(0, g.n_out, step):
+        block = slice(start, start + step)
+        valid = g.valid[block]
+        cells = g.cells[block][valid]
+        terms = (per_window[:, block, None] * rows[:, block])[:, valid]
+        for b in range(g.batch):
+            out[b] += np.bincount(cells, weights=terms[b], minlength=g.n_in)
+            if magnitude:
+                mag[b] += np.bincount(cells, weights=np.abs(terms[b]), minlength=g.n_in)
     return out, mag
-
-
-def _on_line(rows: np.ndarray, line: Line) -> np.ndarray:
-    """``rows[:, line.w, line.k]``; a slot line reads its one slot first (a view), then its windows."""
-    if line.window is None:
-        return np.asarray(rows[:, :, int(line.k[0])][:, line.w]) if line.k.size else np.zeros((rows.shape[0], 0))
-    return np.asarray(rows[:, line.window, line.k])
 
 
 def cell_counts(g: Geometry) -> np.ndarray:
