@@ -46,7 +46,7 @@ from symjac.verifiers._pool_lp import forward_tolerance as lp_forward_tolerance,
 from symjac.pool._graph import input_colouring
 from symjac.verifiers._pool_fd import MAX_COLOURS, STEP, check_fd, check_fd_directions, directional_fd, finite_differences
 from symjac.verifiers._pool_probe import Prober
-from symjac.verifiers._pool_rows import ExactRows, Rows, cell_counts, exact_rows, scatter, scatter_pair
+from symjac.verifiers._pool_rows import ExactRows, Rows, cell_counts, exact_rows, gaps, scatter, scatter_pair
 
 BACKWARD_CATEGORIES = ("missing_windows", "partial_windows", "wrong_cells", "wrong_weights", "tie_not_subgradient",
                        "tie_beta_outside_clarke", "tie_policy")
@@ -238,11 +238,11 @@ class _Verifier:
         return suspects
 
     def fd_pass(self, x: np.ndarray, rows: Rows, exact: ExactRows, dy_c: np.ndarray) -> bool | None:
-        """The second oracle, on windows where FD with h = 1/4 stays on one side of every kink."""
+        """The second oracle, on windows where FD with step h stays on one side of every kink."""
         if self.fwd is None or self.g.spec.mode == "lp":
             return None  # lp: the FD error model (exact or γ-summed forward) does not cover the root
         g = self.g
-        usable = ~exact.tied & (exact.gap > STEP)
+        usable = ~exact.tied & (gaps(g, x) > STEP)
         if self.forward_at is not None and self.forward_at[0] is x:
             y = self.forward_at[1]
         else:

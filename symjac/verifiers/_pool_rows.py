@@ -37,7 +37,6 @@ class ExactRows:
     rows: np.ndarray
     member: np.ndarray
     tied: np.ndarray
-    gap: np.ndarray  # (B, W) max minus runner-up (inf for avg): finite differences need gap > h
     held: np.ndarray  # (B | 1, W) the window's exact value is representable in the dtype: its entries compared exactly
     pad_tied: np.ndarray  # (B, W) Pool(pad_value=0): a pad cell attains the max (then 0 is in the Clarke set)
     tol: np.ndarray | None = None  # (B, W, K) lp: the derived absolute bound per entry (replaces γ_3)
@@ -68,23 +67,31 @@ def exact_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
     pads = pad_cells(g)
     if ex is not None:
         member = max_members(g, g.to_canonical(ex.num), pads=True)
-        values = g.gather(g.to_canonical(x).astype(np.float64), -np.inf)
-        if pads is not None:  # pad cells hold 0 and compete for the max (and the gap) too
+        if pads is not None:  # pad cells hold 0 and compete for the max too
             pad_tied = (member & pads).any(axis=-1)
             member = member & g.valid
-            values = np.where(pads[None], 0.0, values)
         else:
             pad_tied = np.zeros(shape[:2], dtype=bool)
-        top2 = -np.partition(-values, 1, axis=-1)[..., :2] if shape[2] > 1 else np.concatenate(
-            [values, np.full(values.shape, -np.inf)], axis=-1)
-        del values
-        gap = top2[..., 0] - top2[..., 1]  # inf for a one-cell window
     else:
         member = np.zeros(shape, dtype=bool)
-        gap = np.full(shape[:2], np.inf)
         pad_tied = np.zeros(shape[:2], dtype=bool)
     tied = member.sum(axis=2) + pad_tied >= 2
-    return ExactRows(rows, member, tied, gap, held_w, pad_tied)
+    return ExactRows(rows, member, tied, held_w, pad_tied)
+
+
+def gaps(g: Geometry, x: np.ndarray) -> np.ndarray:
+    """(B, W) each max window's maximum minus its runner-up (inf for a one-cell window and
+    for average pooling): a finite difference of step h stays on one side of the kink when gap > h."""
+    if g.spec.mode != "max":
+        return np.full((g.batch, g.n_out), np.inf)
+    values = g.gather(g.to_canonical(x).astype(np.float64), -np.inf)
+    pads = pad_cells(g)
+    if pads is not None:  # pad cells hold 0 and compete for the max (and the gap) too
+        values = np.where(pads[None], 0.0, values)
+    if values.shape[2] < 2:
+        return np.full(values.shape[:2], np.inf)
+    top2 = -np.partition(-values, 1, axis=-1)[..., :2]
+    return np.asarray(top2[..., 0] - top2[..., 1])
 
 
 def _lp_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
@@ -95,8 +102,8 @@ def _lp_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
     zero = found["zero"]
     member = zero[..., None] & g.valid[None]
     shape = zero.shape
-    return ExactRows(found["rows"], member, zero, np.full(shape, np.inf), np.zeros(shape, dtype=bool),
-                     np.zeros(shape, dtype=bool), tol=found["tol"])
+    return ExactRows(found["rows"], member, zero, np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool),
+                     tol=found["tol"])
 
 
 def scatter(g: Geometry, per_window: np.ndarray, rows: np.ndarray) -> np.ndarray:
