@@ -108,12 +108,12 @@ class _Verifier:
         assert self.bwd is not None
         dy = self.g.from_canonical(dy_c.astype(self.dtype), self.g.out_spatial)
         dx = self.bwd.array(x, dy, shape=self.g.input_shape, dtype=self.dtype, index_name="dx")
-        return None if dx is None else self.g.to_canonical(dx.astype(np.float64))
+        return None if dx is None else self.g.to_canonical(dx.astype(np.float64, copy=False))  # dx is a copy
 
     def forward(self, x: np.ndarray) -> np.ndarray | None:
         assert self.fwd is not None
         y = self.fwd.array(x, shape=self.g.output_shape, dtype=self.dtype, index_name="y")
-        return None if y is None else y.astype(np.float64)
+        return None if y is None else y.astype(np.float64, copy=False)  # y is a copy
 
     # -- the passes, in the order run() takes them ---------------------------------------
     def check_forward(self, x: np.ndarray) -> bool | None:

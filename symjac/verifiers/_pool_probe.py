@@ -65,7 +65,7 @@ class Prober:
                 return None
             padded[:, :-1] = dx
             obs[:, wins, :] = padded[:, g.cells[wins]]
-            for b, i in np.argwhere(dx[:, uncovered] != 0).tolist():
+            for b, i in np.argwhere(dx[:, uncovered] != 0).tolist() if uncovered.size else ():
                 unexplained.append((colour, b, int(uncovered[i]), float(dx[b, uncovered[i]])))
         return Rows(obs, {}, set()), unexplained
 
