@@ -15,6 +15,7 @@ import numpy as np
 from symjac.check._report import MAX_LISTED
 from symjac.pool._geometry import Geometry
 from symjac.pool._graph import window_colouring
+from symjac.pool._symbolic import lines
 from symjac.verifiers._pool_rows import Rows
 
 #: backward(x, dy) in canonical (B, n_out) -> dx in canonical (B, n_in), or None when unusable.
@@ -36,12 +37,13 @@ class Prober:
         """Per window colour: its windows and the input cells none of them reads (where a
         probe's dx must be 0); built once, for every probed input."""
         if self._plan is None:
-            g, self._plan = self.g, []
-            for colour in range(self.n_colours):
-                wins = np.flatnonzero(self.colours == colour)
-                covered = np.zeros(g.n_in, dtype=bool)
-                covered[g.cells[wins][g.valid[wins]]] = True
-                self._plan.append((wins, np.flatnonzero(~covered)))
+            g, n = self.g, self.n_colours
+            order = np.argsort(self.colours, kind="stable")
+            wins = np.split(order, np.cumsum(np.bincount(self.colours, minlength=n))[:-1])
+            read = np.zeros((n, g.n_in), dtype=bool)  # read[c, cell]: some window of colour c reads it
+            for line in lines(g):  # min(windows, slots) passes with O(line) temporaries
+                read[self.colours[line.w], line.cells] = True
+            self._plan = [(wins[c], np.flatnonzero(~read[c])) for c in range(n)]
         return self._plan
 
     def probe(self, x: np.ndarray) -> tuple[Rows, Unexplained] | None:
