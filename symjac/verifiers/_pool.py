@@ -365,18 +365,8 @@ class _Verifier:
         dense = [g.to_canonical(distinct_dy(g, self.dtype, 0), g.out_spatial).astype(np.float64)]
         if dy is not None:
             dense.append(g.to_canonical(dy, g.out_spatial).astype(np.float64))
-        dy_c = dense[-1]
-        fd_ok: bool | None = None
-        mass = (0.0, 0.0)
-        main = self.backward_pass(x, "", dense)
-        if main is not None:
-            rows, exact, results = main
-            fd_ok = self.fd_pass(x, rows, exact, dy_c)
-            if g.n_in * g.batch <= 4096 and results[-1] is not None:
-                self.stats["observed_gradient"] = g.from_canonical(results[-1], g.in_spatial)
-                self.stats["expected_gradient"] = g.from_canonical(scatter(g, dy_c, exact.rows), g.in_spatial)
-            mass = (float(rows.obs.sum()) + sum(v for vs in rows.stray.values() for _, _, v in vs),
-                    float(exact.rows.sum()))
+        probed, fd_ok, mass = self.main_pass(x, dense)
+        if probed:
             self.tag(0, main_family)
             if g.spec.mode in ("max", "lp") and tie_x is not None:
                 start = len(self.findings)
@@ -387,8 +377,26 @@ class _Verifier:
         self.tag(0, main_family)
         tie_policy = self.tie_policy_verdict()
         self.mark_consequences()
-        self.stats.update(self.figures(forward_ok, main is not None, fd_ok, tie_policy))
+        self.stats.update(self.figures(forward_ok, probed, fd_ok, tie_policy))
         return Report(repr(self.spec), tuple(self.findings), self.stats, self.headline(fd_ok, tie_policy, mass))
+
+    def main_pass(self, x: np.ndarray, dense: list[np.ndarray]) -> tuple[bool, bool | None, tuple[float, float]]:
+        """The probed pass at x, the FD oracle and the gradient figures of the report:
+        (probed, FD verdict, (observed, exact) gradient mass). Its (B, W, K) arrays are
+        released on return, before the next pass makes its own."""
+        g = self.g
+        found = self.backward_pass(x, "", dense)
+        if found is None:
+            return False, None, (0.0, 0.0)
+        rows, exact, results = found
+        dy_c = dense[-1]
+        fd_ok = self.fd_pass(x, rows, exact, dy_c)
+        if g.n_in * g.batch <= 4096 and results[-1] is not None:
+            self.stats["observed_gradient"] = g.from_canonical(results[-1], g.in_spatial)
+            self.stats["expected_gradient"] = g.from_canonical(scatter(g, dy_c, exact.rows), g.in_spatial)
+        mass = (float(rows.obs.sum()) + sum(v for vs in rows.stray.values() for _, _, v in vs),
+                float(exact.rows.sum()))
+        return True, fd_ok, mass
 
     def tie_policy_verdict(self) -> str | None:
         """The one policy seen at ties ("other" if several); a finding if another was demanded."""

@@ -161,15 +161,24 @@ class Diagnosis:
         # in the order and the split, and the weight they draw goes to no input.
         pads = self.g.padded & ~self.g.valid if getattr(self.g.spec, "pad_value", None) is not None else None
         full = exact.member if pads is None else exact.member | (pads[None] & exact.pad_tied[..., None])
-        ok_full = full[ok]  # the tied windows in the Clarke set, (n, K): the only ones compared
-        obs, valid = rows.obs[ok], np.broadcast_to(self.g.valid[None], ok.shape + self.g.valid.shape[1:])[ok]
+        at = np.argwhere(ok)  # the tied windows in the Clarke set: the only ones compared
         for policy in TIE_POLICIES:
             # A tied window (two or more maxima) has a different row under each policy, so
             # at most one policy matches them all: the first that does is the one.
-            weights, q = policy_weights(ok_full, policy)
-            rows_p = np.where(valid, weights / q, 0.0)
-            if (np.abs(obs - rows_p) <= tolerance(rows_p, self.u) + gamma(3, self.u) * (rows_p == 0)).all():
+            if self._follows(rows, full, at, policy):
                 self.policies.add(policy)
                 return
         # seed 001's family: β·split + (1 − β)·first for some exact β
         self.policies.add(name_policy(rows, exact, ok, self.u) or "other")
+
+    def _follows(self, rows: Rows, full: np.ndarray, at: np.ndarray, policy: str) -> bool:
+        """Whether the observed row of every window at ``at`` ((n, 2): b, w) is the policy's, in
+        blocks of about 2^20 entries (each block's handful of temporaries, not the (B, W, K) grid's)."""
+        step = max(1, 2**20 // self.g.cells.shape[1])
+        for start in range(0, len(at), step):
+            b, w = at[start : start + step].T
+            weights, q = policy_weights(full[b, w], policy)
+            rows_p = np.where(self.g.valid[w], weights / q, 0.0)
+            if not (np.abs(rows.obs[b, w] - rows_p) <= tolerance(rows_p, self.u) + gamma(3, self.u) * (rows_p == 0)).all():
+                return False
+        return True
