@@ -604,3 +604,31 @@ def test_axis_colourings_are_built_once_per_distinct_axis(monkeypatch: pytest.Mo
         for c in range(n):
             cells = g.cells[colours == c][g.valid[colours == c]]
             assert np.unique(cells).size == cells.size
+
+
+def test_main_pass_rows_are_released_before_the_tied_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+    import weakref
+
+    from symjac.verifiers._pool import _Verifier
+
+    # Each probed pass holds (B, W, K) observed and exact rows; the tied pass must not
+    # add its own on top of the main pass's (k15 256^2: ~240 MB more at the peak).
+    real = _Verifier.backward_pass
+    alive: list[bool] = []
+    refs: list[weakref.ref[np.ndarray]] = []
+
+    def recording(self: _Verifier, *args: object, **kw: object) -> object:
+        gc.collect()
+        alive.append(any(r() is not None for r in refs))
+        found = real(self, *args, **kw)  # type: ignore[arg-type]
+        if found is not None:
+            refs.extend([weakref.ref(found[0].obs), weakref.ref(found[1].rows)])
+        return found
+
+    monkeypatch.setattr(_Verifier, "backward_pass", recording)
+    forward, backward = _numpy_max3()
+    report = symjac.verify(symjac.Pool("max", 3, stride=1, padding="same"), backward=backward, forward=forward,
+                           input_shape=(1, 1, 12, 12), timeout=None)
+    assert report.ok, report
+    assert alive == [False, False]  # the main pass, then the tied pass with nothing of the main one left
