@@ -632,3 +632,22 @@ def test_main_pass_rows_are_released_before_the_tied_pass(monkeypatch: pytest.Mo
                            input_shape=(1, 1, 12, 12), timeout=None)
     assert report.ok, report
     assert alive == [False, False]  # the main pass, then the tied pass with nothing of the main one left
+
+
+def _guarded_call_in_child() -> list[str]:
+    from symjac.check._call import Guard
+
+    guard = Guard(lambda: np.zeros(2), "forward", (), [], timeout=10.0)
+    guard.array(shape=(2,), dtype=None)
+    return [f.category for f in guard.findings]
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_a_forked_child_runs_guarded_calls_in_threads_of_its_own() -> None:
+    import multiprocessing
+
+    # The parent's kept call thread does not exist in a forked child (sweep --jobs forks):
+    # the child must start its own, not hand its call to a thread that never runs it.
+    assert _guarded_call_in_child() == []  # the parent now keeps a call thread
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply_async(_guarded_call_in_child).get(timeout=30) == []

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import os
 import queue
 import threading
 import traceback
@@ -118,6 +119,8 @@ class _Runner:
 #: Runners waiting for a call. One whose call timed out (or was interrupted) is not put
 #: back: it is told to end, and does once its call returns.
 _IDLE: list[_Runner] = []
+if hasattr(os, "register_at_fork"):  # a forked child has none of its parent's threads
+    os.register_at_fork(after_in_child=_IDLE.clear)
 
 
 def _invoke(fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None) -> tuple[str, Any]:
