@@ -44,25 +44,31 @@ class AxisWindows:
     sizes: np.ndarray
     counted: np.ndarray
 
-    @property
+    @functools.cached_property
     def cells(self) -> np.ndarray:
         """(o, k) input coordinate of every slot (may lie in the padding)."""
-        return np.asarray(self.starts[:, None] + self.offsets[None, :])
+        return _read_only(self.starts[:, None] + self.offsets[None, :])
 
-    @property
+    @functools.cached_property
     def valid(self) -> np.ndarray:
         """(o, k) whether a slot is a real input cell of the window."""
         cells = self.cells
         in_window = np.arange(self.offsets.size)[None, :] < self.sizes[:, None]
-        return in_window & (cells >= 0) & (cells < self.length)
+        return _read_only(in_window & (cells >= 0) & (cells < self.length))
 
-    @property
+    @functools.cached_property
     def padded(self) -> np.ndarray:
         """(o, k) whether a slot lies in the padded input (a real cell or a pad cell;
         not the ceil-mode overhang beyond the padding)."""
         cells = self.cells
         in_window = np.arange(self.offsets.size)[None, :] < self.sizes[:, None]
-        return in_window & (cells >= -self.pad[0]) & (cells < self.length + self.pad[1])
+        return _read_only(in_window & (cells >= -self.pad[0]) & (cells < self.length + self.pad[1]))
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    """``a``, no longer writeable (kept on the axis and shared by every reader)."""
+    a.setflags(write=False)
+    return a
 
 
 @dataclasses.dataclass(frozen=True)

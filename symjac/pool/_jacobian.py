@@ -91,8 +91,10 @@ def _apply(st: Stamp, source: ExactArray, transpose: bool) -> ExactArray:
     """y = J x (transpose=False) or dx = J^T dy (transpose=True), exactly.
 
     Integers over the common denominator ``source.den * st.q``, one line of the
-    (windows, slots) grid at a time (:func:`lines`): int64 when no sum can reach
-    2^62 (a target gets at most K terms), Python ints otherwise.
+    (windows, slots) grid at a time (:func:`lines`): float64 when no sum can reach
+    2^53 (a target gets at most K terms, so every partial sum is an integer a double
+    holds exactly; NumPy's float scatter is the fastest), int64 below 2^62, Python
+    ints otherwise.
     """
     g = st.geometry
     src_spatial, dst_spatial = (g.out_spatial, g.in_spatial) if transpose else (g.in_spatial, g.out_spatial)
@@ -105,7 +107,7 @@ def _apply(st: Stamp, source: ExactArray, transpose: bool) -> ExactArray:
     by_weight = None if small or not st.full else _by_weight(st, s, transpose, n_dst)
     if by_weight is not None:
         return ExactArray(_int_array(g.from_canonical(by_weight, dst_spatial)), source.den * st.q)
-    kind: Any = np.int64 if small else object
+    kind: Any = (np.float64 if smax * wmax * max(n_slots, 1) < 2**53 else np.int64) if small else object
     s = s.astype(kind)
     acc = np.zeros((g.batch, n_dst), dtype=kind)
     _accumulate(st, s, acc, transpose)
