@@ -146,8 +146,8 @@ def distinct_dy(g: Geometry, dtype: np.dtype | type = np.float64, seed: int = 0)
 
 def touches_padding(g: Geometry) -> bool:
     """Whether some window of a :class:`~symjac.Pool` has a kernel slot outside the input."""
-    kernel = getattr(g.spec, "kernel", None)
-    return kernel is not None and bool((g.valid.sum(axis=1) < np.prod(kernel)).any())
+    kernel = getattr(g.spec, "kernel", None)  # stored slots are the kernel's, less those outside every window
+    return kernel is not None and (g.cells.shape[1] < np.prod(kernel) or not g.valid.all())
 
 
 def families(g: Geometry) -> tuple[str, ...]:

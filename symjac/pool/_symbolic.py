@@ -408,7 +408,8 @@ def policy_support(member: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray
         return member, (q // np.maximum(count, 1)).astype(np.int64), q
     pick = member.argmax(axis=-1) if tie == "first" else n - 1 - member[..., ::-1].argmax(axis=-1)
     support = np.zeros(member.shape, dtype=bool)
-    np.put_along_axis(support, pick[..., None], member.any(axis=-1, keepdims=True), axis=-1)
+    rows = support.reshape(-1, n)  # a view: one row a window
+    rows[np.arange(rows.shape[0]), pick.reshape(-1)] = member.any(axis=-1).reshape(-1)
     return support, np.ones(member.shape[:-1], dtype=np.int64), 1
 
 
