@@ -15,6 +15,20 @@ give the CPU seconds too (wall time on a loaded machine overstates the work). Th
 
 Run: python benchmarks/cliffs.py [--timeout 120] [--only SUBSTRING]
 
+Pool rows still over target before branch pool-speed, measured 2026-11-30 (2-core
+machine under other agents' load, each case in its own process, seconds):
+
+    case                                 before (main)        after (pool-speed)
+    verify max k15 s1 same 256^2         12.0-12.7, 1430 MB   3.3-4.3, 908 MB
+    verify avg k15 s1 same 256^2         9.4-10.0, 892 MB     4.5-5.0, 885 MB
+    symjac vs gradcheck, symjac side     0.029-0.066          0.011-0.031
+    gradcheck / symjac, 32^2 avg / max   7-18x / 6-7x         13-18x / 12-33x (not met: gradcheck 0.21-0.4 s)
+    gradcheck / symjac, 48^2 avg / max   19-23x / 11-13x      34-51x / 26-57x
+
+The gradcheck rows now build SymPy templates inside the timed run too (the 8x8
+warm-up used to leave them cached); gradcheck's own time varies 0.21-0.4 s at 32^2
+(avg_pool2d sometimes takes 3-27 s, which inflates those ratios).
+
 Loss rows measured 2026-11-30 (issue-11b, 2-core machine under other agents' load,
 each once, seconds; "before" from issue 11 / the brief):
 
