@@ -12,6 +12,7 @@ O(classes x K) or O(nnz).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from fractions import Fraction
 from typing import Any
@@ -60,6 +61,16 @@ class Stamp:
     weight: np.ndarray
     q: int
     full: bool = False  # the support is every valid slot (average pooling)
+
+    @functools.cached_property
+    def pairs(self) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+        """Per slice of the support, the window and the cell of each nonzero entry
+        (window-major): what a sparse support is scattered over."""
+        out = []
+        for support in self.support:
+            w, k = np.nonzero(support)
+            out.append((w, self.geometry.cells[w, k]))
+        return tuple(out)
 
     def coefficients(self, line: Line) -> np.ndarray:
         """(1 | batch, len(line)) integer entries of a line (0 where the support leaves a slot out)."""
@@ -167,9 +178,8 @@ def _apply_pairs(st: Stamp, s: np.ndarray, acc: np.ndarray, transpose: bool) -> 
     g = st.geometry
     for b in range(g.batch):
         sb = min(b, st.support.shape[0] - 1)
-        w, k = np.nonzero(st.support[sb])
-        cells, coeff = g.cells[w, k], st.weight[sb, w].astype(acc.dtype)
-        del k
+        w, cells = st.pairs[sb]
+        coeff = st.weight[sb, w].astype(acc.dtype)
         target, terms = (cells, s[b, w] * coeff) if transpose else (w, s[b, cells] * coeff)
         if acc.dtype.kind == "f":  # float sums in any order (bincount is ~5x faster than add.at)
             acc[b] += np.bincount(target, weights=terms, minlength=acc.shape[1])
@@ -389,12 +399,15 @@ def vjp_terms(geometry: Geometry, x: ExactArray | None, dy: ExactArray) -> tuple
     want = _apply(st, dy, transpose=True)
     dy_abs = np.abs(g.to_canonical(dy.to_numpy(np.float64), g.out_spatial))
     bound, count = np.zeros((g.batch, g.n_in)), np.zeros((g.batch, g.n_in))
-    _accumulate(dataclasses.replace(st, weight=np.abs(st.weight) / st.q, q=1), dy_abs, bound, transpose=True)
-    if st.full:  # every valid slot: the windows reading each cell
+    if st.full:  # every valid slot: by lines, and the windows reading each cell
+        _accumulate(dataclasses.replace(st, weight=np.abs(st.weight) / st.q, q=1), dy_abs, bound, transpose=True)
         count[:] = np.bincount(g.cells[g.valid], minlength=g.n_in)
-    else:
-        _accumulate(dataclasses.replace(st, weight=np.ones(st.weight.shape), q=1), np.ones_like(dy_abs), count,
-                    transpose=True)
+        return want, bound, count
+    for b in range(g.batch):  # over the support's own pairs (kept on the stamp)
+        sb = min(b, st.support.shape[0] - 1)
+        w, cells = st.pairs[sb]
+        bound[b] = np.bincount(cells, weights=dy_abs[b, w] * np.abs(st.weight[sb, w]) / st.q, minlength=g.n_in)
+        count[b] = np.bincount(cells, minlength=g.n_in)
     return want, bound, count
 
 
