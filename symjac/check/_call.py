@@ -112,8 +112,8 @@ class _Runner:
                 box.append(("ok", fn(*args)))
             except BaseException as exc:  # noqa: BLE001 - SystemExit too: the implementation's failure is a finding
                 box.append(("raised", exc))
-            del fn, args, job  # hold no reference to the implementation's arguments while idle
             done.release()
+            del fn, args, box, done, job  # hold nothing of the call (arguments, result) while idle
 
 
 #: Runners waiting for a call. One whose call timed out (or was interrupted) is not put
