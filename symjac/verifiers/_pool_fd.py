@@ -29,6 +29,7 @@ from symjac.check._report import Finding, fmt_index, listing
 from symjac.check._rounding import gamma
 from symjac.pool._geometry import Geometry
 from symjac.pool._graph import input_colouring
+from symjac.pool._symbolic import lines
 from symjac.verifiers._pool_rows import Rows, tolerance
 
 STEP = 0.5  # h: windows whose max leads the runner-up by more than h are usable
@@ -52,22 +53,28 @@ def finite_differences(g: Geometry, forward: Callable[[np.ndarray], np.ndarray |
             return None
         plus.append(g.to_canonical(y_plus, g.out_spatial))
     # Each window reads at most one cell of a colour, so pair (w, k) reads its slope off
-    # the call that moved the colour of its cell: one gather over the nnz valid pairs.
-    w_idx, k_idx = np.nonzero(g.valid)
-    cells = g.cells[w_idx, k_idx]
-    slope = (np.stack(plus)[in_colours[cells], :, w_idx].T - y[:, w_idx]) / h  # (B, nnz)
-    if g.spec.mode == "avg":
-        # Σ|x + h·e| + Σ|x| over the window: only its one cell of the moved colour differs
-        base = g.gather(np.abs(xc)).sum(axis=2)  # Σ|x| over each window ((B, W, K): no more than fd itself)
-        xv = xc[:, cells]
-        mass = (2 * base[:, w_idx] - np.abs(xv) + np.abs(xv + h)) / g.divisor[w_idx]
-        err = gamma(g.valid.sum(axis=1)[w_idx] + 1, u) * mass / h
-    else:
-        err = np.zeros_like(slope)
+    # the call that moved the colour of its cell: one gather a line (O(line) temporaries).
+    moved = np.stack(plus)  # (colours, B, W): at most 32 x W values, no more than fd itself
+    avg = g.spec.mode == "avg"
+    if avg:  # Σ|x + h·e| + Σ|x| over the window: only its one cell of the moved colour differs
+        base = np.zeros((g.batch, g.n_out))
+        for line in lines(g):  # Σ|x| over each window
+            if line.window is None:
+                base[:, line.w] += np.abs(xc[:, line.cells])
+            else:
+                base[:, line.window] += np.abs(xc[:, line.cells]).sum(axis=1)
+        n_cells = g.valid.sum(axis=1)
     fd = np.zeros((g.batch, g.n_out, g.cells.shape[1]))
     tol = np.zeros_like(fd)
-    fd[:, w_idx, k_idx] = slope
-    tol[:, w_idx, k_idx] = err + 2.0**-52 * np.abs(slope)
+    for line in lines(g):
+        w, k, cells = line.w, line.k, line.cells
+        slope = (moved[in_colours[cells], :, w].T - y[:, w]) / h  # (B, len(line))
+        err = 2.0**-52 * np.abs(slope)
+        if avg:
+            xv = xc[:, cells]
+            err += gamma(n_cells[w] + 1, u) * (2 * base[:, w] - np.abs(xv) + np.abs(xv + h)) / g.divisor[w] / h
+        fd[:, w, k] = slope
+        tol[:, w, k] = err
     return fd, tol
 
 
