@@ -63,10 +63,14 @@ def max_backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
 IMPLS = {"avg": (avg_forward, avg_backward), "max": (max_forward, max_backward)}
 
 
-def run_symjac(mode: str, size: int, trace: bool = False) -> tuple[float, symjac.Report, float]:
+def run_symjac(mode: str, size: int, trace: bool = False, cold: bool = True) -> tuple[float, symjac.Report, float]:
+    """symjac.verify at size², timed. cold: geometry, window classes and SymPy templates
+    are built in the run; else the templates (per mode, not per size) are kept from an
+    earlier run, as gradcheck's timed run follows a warm-up on the same op."""
     spec = symjac.Pool(mode, K, stride=S, padding=P)
     fwd, bwd = IMPLS[mode]
-    _symbolic.clear_caches()  # cold: geometry, window classes and SymPy templates are built in the run
+    if cold:
+        _symbolic.clear_caches()
     if trace:
         tracemalloc.start()
     t0 = time.perf_counter()
