@@ -15,36 +15,25 @@ give the CPU seconds too (wall time on a loaded machine overstates the work). Th
 
 Run: python benchmarks/cliffs.py [--timeout 120] [--only SUBSTRING]
 
-Pool rows still over target before branch pool-speed, measured 2026-11-30 (2-core
-machine under other agents' load, each case in its own process, seconds):
+Measured 2026-11-30 on final main (2-core machine, other agents idle or light; each
+case in its own process, seconds; "before" = main at the start of the day):
 
-    case                                 before (main)        after (pool-speed)
-    verify max k15 s1 same 256^2         12.0-12.7, 1430 MB   3.3-4.3, 908 MB
-    verify avg k15 s1 same 256^2         9.4-10.0, 892 MB     4.5-5.0, 885 MB
-    symjac vs gradcheck, symjac side     0.029-0.066          0.011-0.031
-    gradcheck / symjac, 32^2 avg / max   7-18x / 6-7x         13-18x / 12-33x (not met: gradcheck 0.21-0.4 s)
-    gradcheck / symjac, 48^2 avg / max   19-23x / 11-13x      34-51x / 26-57x
+    case                                   before               now
+    verify max k15 s1 same 256^2           12.0-12.7, 1430 MB   3.3-4.3, 908 MB
+    verify avg k15 s1 same 256^2           9.4-10.0, 892 MB     4.4-4.8, 885 MB
+    verify avg 3x3 1024^2                  7.8-9.2, 1053 MB     4.4-5.1, 876 MB
+    verify_loss softmax_ce 10,000 x 10     > 60                 2.6-4.4 (+forward 3.4-5.6)
+    verify_loss mse 100,000                15.8                 1.5 (+forward 1.7-2.0)
+    verify_loss sigmoid_ce 100,000         34.4                 1.9-2.0 (+forward 3.4-3.7)
+    gradcheck / symjac, 32^2 avg / max     7-18x / 6-7x         13-28x / 12-33x (>= 20x not held)
+    gradcheck / symjac, 48^2 avg / max     19-23x / 11-13x      31-59x / 20-57x
 
-The gradcheck rows now build SymPy templates inside the timed run too (the 8x8
-warm-up used to leave them cached); gradcheck's own time varies 0.21-0.4 s at 32^2
-(avg_pool2d sometimes takes 3-27 s, which inflates those ratios).
-
-Loss rows measured 2026-11-30 (issue-11b, 2-core machine under other agents' load,
-each once, seconds; "before" from issue 11 / the brief):
-
-    case                              |z|=1   1e4    1e6    1e300   before (1e6 / 1e300)
-    loss_derivative mse               0.040  0.058  0.045  0.050
-    verify_loss mse                   0.193  0.039  0.061  0.053
-    loss_derivative sigmoid_ce        0.357  0.275  0.600  0.627   (fixed earlier in issue 11)
-    verify_loss sigmoid_ce            0.254  0.200  0.471  0.383
-    loss_derivative softmax_ce        0.277  0.137  0.176  0.145   6.1 s / TypeError
-    verify_loss softmax_ce            0.467  0.693  0.604  0.729   20 s / TypeError
-
-    verify_loss softmax_ce 10,000 x 10   > 60 s   (target < 5 s: not met)
-    verify_loss mse 100,000              15.8 s   (target < 5 s: not met; 13 s before)
-    verify_loss sigmoid_ce 100,000       34.4 s   (target < 5 s: not met; 33.5 s before)
-
-The size rows are still the per-element mpmath loop (evaluation, bounds, ULP checks).
+The loss rows run on random inputs (every element distinct) and the "+forward" rows
+add the forward check and the finite-difference oracle. The MPFR rows put the loss
+engine (gmpy2, whole arrays) next to mpmath element by element: 3.7-4.5x.
+gradcheck takes 0.21-0.4 s at 32^2; symjac's 12-19 ms there are 34 guarded calls of
+the implementation (~0.3 ms each, a third of it handing the call to the timeout
+thread) and ~5 ms of its own work.
 """
 
 from __future__ import annotations
