@@ -14,13 +14,7 @@ from framework_checks import assert_counts, check_configurations  # noqa: E402
 from symjac.frameworks import Unsupported  # noqa: E402
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Tiny tensors: intra-op threads only add overhead on a shared 2-core machine.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see tests/conftest.py
 
 
 # The mapping, from PyTorch's documentation (torch.nn.functional / torch.nn pooling pages).

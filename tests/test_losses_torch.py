@@ -30,13 +30,7 @@ SCALES = (1, 8, 3, 1024, 0.5)
 KIND_CYCLE = ("mse", "l1", "smooth_l1", "huber", "bcewl", "bcewl", "bce", "ce", "ce", "ce", "kl", "kl", "const")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    # A shared 2-core machine: keep torch to one thread while this module runs.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see tests/conftest.py
 
 
 def _dyadic(rng, lo, hi, shape, bits=6):

@@ -121,13 +121,7 @@ torch = pytest.importorskip("torch")
 TF = torch.nn.functional
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Hundreds of tiny ops: intra-op threads only add latency on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see tests/conftest.py
 
 
 def _configs(count: int) -> list[dict]:

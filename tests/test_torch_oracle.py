@@ -51,14 +51,8 @@ F = torch.nn.functional
 U64 = Fraction(1, 2**53)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Thousands of tiny ops: intra-op threads only add wake-up latency (10-50x on a
-    busy 2-core machine). Restored afterwards for the rest of the session."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see tests/conftest.py
+
 
 MAX_REPORTED = 40
 
