@@ -413,10 +413,11 @@ _FIELDS = ("elements", "element_cond", "element_run", "h", "h_lo", "h_hi", "h_co
 
 def element_values(tpl: LossTemplate, cols: list[np.ndarray], *, values: bool = True, derivatives: bool = True,
                    bounds: bool = False, bounds_of: tuple[str, ...] = ("loss", "derivative")) -> dict[str, np.ndarray]:
-    """The template at a batch of elements (exact columns, see :func:`_columns`), as MPFR
-    numbers: per element ``elements`` (ℓ), ``element_cond``, ``element_run``; per element
-    and class (shape (n, classes)) ``h``, ``h_lo``, ``h_hi``, ``h_cond``, ``h_run``.
-    What was not asked is 0. Elements with an input beyond ``_numbers.LIMIT`` (and any the
+    """The template at a batch of elements (MPFR columns, see :func:`_columns`), as MPFR
+    numbers: per element ``elements`` (ℓ; ``values``), ``element_cond``, ``element_run``
+    (``bounds``); per element and class (shape (n, classes)) ``h``, ``h_lo``, ``h_hi``
+    (``derivatives``), ``h_cond``, ``h_run`` (``bounds``; ``bounds_of`` says whether of
+    the loss, the derivative or both). What was not asked is 0. Elements with an input beyond ``_numbers.LIMIT`` (and any the
     MPFR range cannot hold) go through mpmath one by one (:func:`_element`)."""
     n = len(cols[0])
     out = {name: _numbers.zeros((n,) if name.startswith("element") else (n, tpl.classes)) for name in _FIELDS}

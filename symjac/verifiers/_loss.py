@@ -247,7 +247,8 @@ class _Expected:
 
     @classmethod
     def of(cls, ev: LossEvaluation, bounds: Bounds, dt: np.dtype[Any], shape: tuple[int, ...]) -> _Expected:
-        value = ev.derivative()
+        lo, hi = ev.derivative_set()
+        value = lo if ev.smooth else ev.derivative()  # off the kinks the Clarke set is the derivative
         fmax = _numbers.number(float(finfo(dt).max))
         big = np.flatnonzero(np.asarray(np.abs(value) > fmax, dtype=bool).reshape(-1))
         if big.size:
@@ -257,9 +258,8 @@ class _Expected:
                 f"beyond the range of {dt.name}: no {dt.name} implementation can return it; lower the scale or "
                 "use a wider dtype"
             )
-        lo, hi = ev.derivative_set()
         blo, bhi = ev.derivative_set(Fraction(1))
-        return cls(value, ev.derivative(Fraction(1)), lo, hi, blo, bhi, bounds.derivative(ev.loss.scale, floor=True),
+        return cls(value, blo if ev.smooth else ev.derivative(Fraction(1)), lo, hi, blo, bhi, bounds.derivative(ev.loss.scale, floor=True),
                    bounds)
 
 
@@ -668,11 +668,11 @@ class _ForwardCheck:
                     ev.loss.kind == "kld" and not ev.loss.log_input and not (0 < zm and zp <= 1)):
                 continue
             kept.append(_Stencil(j, i_flat, slot, zp, zm, step))
+        if not kept:
+            return []
         cols = [np.array([c[st.i_flat] for st in kept for _ in range(3)], dtype=object) for c in ev.columns]
         for k, st in enumerate(kept):
             cols[st.slot][3 * k], cols[st.slot][3 * k + 2] = _numbers.from_floats(np.array([st.zp, st.zm]))
-        if not kept:
-            return []
         if ev.template.kink_args:  # the signs of every kink argument at z+, z, z- must agree and not vanish
             with _numbers.context():
                 signs = np.stack([np.asarray(k > 0, dtype=int) - np.asarray(k < 0, dtype=int) for k in
