@@ -143,3 +143,113 @@ def test_one_number_accepts_scalars_and_one_element_arrays():
 def test_timeout_must_be_positive():
     with pytest.raises(symjac.InputError, match="timeout=0 is not valid"):
         symjac.verify(SPEC, backward=lambda x, dy: x, input_shape=SHAPE, timeout=0)
+
+
+# -- sequences of calls (Guard.arrays): one hand-over to the call thread for a whole probe plan --------------
+
+
+def _avg3(x):
+    """3x3 stride-1 average pooling, padding 1, pad cells not counted (NumPy, the benchmark's convention)."""
+    xp = np.pad(x, [(0, 0), (0, 0), (1, 1), (1, 1)])
+    ones = np.pad(np.ones(x.shape[-2:]), 1)
+    win = np.lib.stride_tricks.sliding_window_view
+    return win(xp, (3, 3), axis=(-2, -1)).sum(axis=(-2, -1)) / win(ones, (3, 3), axis=(-2, -1)).sum(axis=(-2, -1))
+
+
+def _avg3_backward(x, dy):
+    ones = np.pad(np.ones(x.shape[-2:]), 1)
+    win = np.lib.stride_tricks.sliding_window_view
+    g = np.pad(dy / win(ones, (3, 3), axis=(-2, -1)).sum(axis=(-2, -1)), [(0, 0), (0, 0), (1, 1), (1, 1)])
+    return win(g, (3, 3), axis=(-2, -1)).sum(axis=(-2, -1))  # the 3x3 stencil is symmetric
+
+
+AVG3 = symjac.Pool("avg", 3, stride=1, padding=1)
+
+
+@pytest.fixture
+def sequences(monkeypatch):
+    """Every sequence of calls handed to the call thread during the test."""
+    from symjac.check import _call
+
+    made = []
+
+    class Recorded(_call._Sequence):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            made.append(self)
+
+    monkeypatch.setattr(_call, "_Sequence", Recorded)
+    return made
+
+
+def test_a_probe_plan_is_one_hand_over(sequences):
+    report = symjac.verify(AVG3, backward=_avg3_backward, forward=_avg3, input_shape=(1, 1, 12, 12))
+    assert report.ok
+    sizes = [len(s.started) for s in sequences]
+    # 3x3 stride-1 windows read disjoint cells only 3 apart on each axis: 9 window colours,
+    # and 9 input colours for the finite differences; each set of calls is one hand-over
+    assert sizes.count(9) == 2
+    assert sum(sizes) == report.stats["backward_calls"] + report.stats["forward_calls"]
+    assert len(sequences) <= sum(sizes) / 3
+
+
+def test_each_call_of_a_sequence_reads_the_original_input():
+    seen = []
+
+    def scribbles(x, dy):
+        seen.append(x.copy())
+        x[...] = 7.0
+        return _avg3_backward(seen[-1], dy)
+
+    report = symjac.verify(AVG3, backward=scribbles, input_shape=(1, 1, 6, 6))
+    assert "mutates_inputs" in report.categories()
+    assert len(seen) == report.stats["backward_calls"] >= 9
+    assert all(np.array_equal(s, seen[0]) for s in seen[:9])  # the probe plan's calls all read the same x
+    assert not (seen[0] == 7.0).any()
+
+
+def test_a_call_that_hangs_inside_a_sequence_is_a_timeout():
+    release, calls = threading.Event(), []
+
+    def third_hangs(x, dy):
+        calls.append(1)
+        if len(calls) == 3:
+            release.wait(30)
+        return _avg3_backward(x, dy)
+
+    try:
+        report = symjac.verify(AVG3, backward=third_hangs, input_shape=(1, 1, 6, 6), timeout=0.3)
+    finally:
+        release.set()
+    assert report.categories() == ["timeout"]
+    assert "did not return within 0.3 s (call 3;" in report.findings[0].message
+
+
+def test_every_call_made_is_counted_though_reading_stopped_early():
+    calls = []
+
+    def nan_from_the_second(x, dy):
+        calls.append(1)
+        return x if len(calls) == 1 else x * np.nan
+
+    g, findings = _guard(nan_from_the_second)
+    got = []
+    for dx in g.arrays(((np.ones(3), np.ones(1)) for _ in range(9)), shape=(3,), dtype=np.dtype(np.float64)):
+        got.append(dx)
+        if dx is None:
+            break
+    assert got[0] is not None and got[1] is None and len(got) == 2
+    assert [f.category for f in findings] == ["bad_output"] and "non-finite" in findings[0].message
+    assert g.calls == len(calls) >= 2  # the call thread may have run ahead of the reading
+
+
+def test_an_error_building_the_arguments_is_raised_not_a_finding():
+    g, findings = _guard(lambda x, dy: x)
+
+    def broken():
+        yield (np.zeros(2), np.zeros(1))
+        raise ValueError("symjac's own bug")
+
+    with pytest.raises(ValueError, match="own bug"):
+        list(g.arrays(broken(), shape=(2,), dtype=np.dtype(np.float64)))
+    assert findings == []

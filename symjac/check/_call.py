@@ -20,6 +20,15 @@ Calls run in a daemon thread kept for the next call. A timed-out call keeps runn
 its thread (Python cannot stop a thread), which ends when the call does; the verification
 continues without it, in another thread.
 
+:meth:`Guard.arrays` hands a whole sequence of calls (a probe plan's colours, the finite
+differences' moved inputs) to that thread at once: it runs them back to back, and the
+caller takes their results as they come and reads them once the sequence has ended (or
+:data:`AHEAD_BYTES` of results wait). Handing each call to another thread and back costs
+two wake-ups of a sleeping core (~0.2 ms a call on a shared VM, more than a small
+implementation's whole call); a sequence pays them about once. Reading results while
+the next calls run would overlap the two threads, but they then contend for the GIL:
+measured slower at small sizes, where the hand-overs matter.
+
 Isolated mode (``isolate=(worker, name)``, :mod:`symjac.check._isolate`): the same
 checks, but the call runs in a worker process, so an abort, a segfault or a SIGFPE
 of the implementation is a ``crashed`` finding naming the signal (and a hung call is
@@ -28,13 +37,16 @@ killed, not left running); the next call gets a fresh worker.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import inspect
+import itertools
+import math
 import os
 import queue
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
 import numpy as np
@@ -46,6 +58,8 @@ from symjac.check._rounding import is_float
 DEFAULT_TIMEOUT = 60.0
 #: Traceback frames kept for an exception raised by the implementation.
 TRACEBACK_FRAMES = 5
+#: Bytes of results of a sequence of calls (:meth:`Guard.arrays`) taken before they are read.
+AHEAD_BYTES = 2**26
 
 
 def sha256(a: np.ndarray) -> str:
@@ -97,6 +111,52 @@ def _what_came_back(value: Any) -> str | None:
     return None
 
 
+class _Sequence:
+    """Calls handed to a runner at once: ``calls`` yields each call's arguments (built in
+    the runner's thread, as it goes), at most ``ahead`` results held untaken. Every call
+    gets its own copies of the array arguments, so a call that writes into them changes
+    neither the caller's arrays, which the caller reads meanwhile, nor the next call's."""
+
+    def __init__(self, fn: Callable[..., Any], calls: Iterable[tuple[Any, ...]], ahead: int):
+        self.fn, self.calls = fn, calls
+        self.started: list[tuple[Any, ...]] = []  # the arguments of every call made, in order
+        self.results: collections.deque[Any] = collections.deque()
+        self.ready = threading.Semaphore(0)  # one release a result (and one for the end)
+        self.room = threading.Semaphore(ahead)
+        self.cancelled = False
+
+    def run(self) -> None:
+        iterator = iter(self.calls)
+        while True:
+            self.room.acquire()
+            try:
+                args = None if self.cancelled else next(iterator, None)
+            except BaseException as exc:  # noqa: BLE001 - symjac's own error building the arguments: the caller raises it
+                self._put(("internal", exc, ()))
+                return
+            if args is None:
+                break
+            self.started.append(args)
+            passed = tuple(np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args)
+            status, value = _run(self.fn, passed)
+            self._put((status, value, passed))
+            del value, passed, args
+            if status != "ok":  # a raise ends the sequence, as it ends the caller's loop
+                break
+        self._put(None)
+
+    def _put(self, item: Any) -> None:
+        self.results.append(item)
+        self.ready.release()
+
+
+def _run(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[str, Any]:
+    try:
+        return "ok", fn(*args)
+    except BaseException as exc:  # noqa: BLE001 - SystemExit too: the implementation's failure is a finding
+        return "raised", exc
+
+
 class _Runner:
     """A daemon thread that runs the calls handed to it, one at a time: starting a thread
     per call costs ~0.1 ms, as much as a small implementation's whole call."""
@@ -107,13 +167,13 @@ class _Runner:
 
     def _serve(self) -> None:
         while (job := self.jobs.get()) is not None:
-            fn, args, box, done = job
-            try:
-                box.append(("ok", fn(*args)))
-            except BaseException as exc:  # noqa: BLE001 - SystemExit too: the implementation's failure is a finding
-                box.append(("raised", exc))
-            done.release()
-            del fn, args, box, done, job  # hold nothing of the call (arguments, result) while idle
+            if isinstance(job, _Sequence):
+                job.run()
+            else:
+                fn, args, box, done = job
+                box.append(_run(fn, args))
+                done.release()
+            del job  # hold nothing of the call (arguments, result) while idle
 
 
 #: Runners waiting for a call. One whose call timed out (or was interrupted) is not put
@@ -123,37 +183,72 @@ if hasattr(os, "register_at_fork"):  # a forked child has none of its parent's t
     os.register_at_fork(after_in_child=_IDLE.clear)
 
 
+def _runner() -> _Runner:
+    try:
+        return _IDLE.pop()
+    except IndexError:
+        return _Runner()
+
+
 def _invoke(fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None) -> tuple[str, Any]:
     """Run ``fn(*args)``: ``("ok", value)``, ``("raised", exc)`` or ``("timeout", None)``."""
     if timeout is None:
+        status, value = _run(fn, args)
+    else:
+        runner = _runner()
+        box: list[tuple[str, Any]] = []
+        done = threading.Lock()
+        done.acquire()
+        runner.jobs.put((fn, args, box, done))
+        finished = False
         try:
-            return "ok", fn(*args)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # noqa: BLE001 - SystemExit too: the implementation's failure is a finding
-            return "raised", exc
-    try:
-        runner = _IDLE.pop()
-    except IndexError:
-        runner = _Runner()
-    box: list[tuple[str, Any]] = []
-    done = threading.Lock()
-    done.acquire()
-    runner.jobs.put((fn, args, box, done))
-    finished = False
-    try:
-        finished = done.acquire(timeout=timeout)
-    finally:
-        if finished:
-            _IDLE.append(runner)
-        else:
-            runner.jobs.put(None)
-    if not finished:
-        return "timeout", None
-    status, value = box[0]
+            finished = done.acquire(timeout=timeout)
+        finally:
+            if finished:
+                _IDLE.append(runner)
+            else:
+                runner.jobs.put(None)
+        if not finished:
+            return "timeout", None
+        status, value = box[0]
     if status == "raised" and isinstance(value, KeyboardInterrupt):
         raise value
     return status, value
+
+
+def _invoke_each(seq: _Sequence, timeout: float) -> Generator[tuple[str, Any, tuple[Any, ...], tuple[Any, ...]],
+                                                                 None, None]:
+    """:func:`_invoke` for a sequence of calls in one runner: yields ``(status, value, the
+    copies passed, the arguments given)`` per call, in order; a timeout is yielded once
+    and ends the sequence. Each call may take ``timeout`` seconds from the moment the
+    previous result was taken. Closing the iterator early cancels the calls not yet started."""
+    runner = _runner()
+    runner.jobs.put(seq)
+    ended = False
+    taken = 0
+    try:
+        while True:
+            if not seq.ready.acquire(timeout=timeout):
+                args = seq.started[taken] if taken < len(seq.started) else ()
+                yield "timeout", None, args, args
+                return
+            item = seq.results.popleft()
+            seq.room.release()
+            if item is None:
+                ended = True
+                return
+            status, value, passed = item
+            if status == "internal" or (status == "raised" and isinstance(value, KeyboardInterrupt)):
+                raise value
+            taken += 1
+            yield status, value, passed, seq.started[taken - 1]
+    finally:
+        seq.cancelled = True
+        seq.room.release()  # a runner waiting for room wakes, sees the cancel and stops
+        if ended:
+            _IDLE.append(runner)
+        else:  # still running a call, or hung: it ends once that call returns
+            runner.jobs.put(None)
 
 
 class Guard:
@@ -195,7 +290,6 @@ class Guard:
 
         ``again`` marks a second call on the same buffers (in mutation messages).
         """
-        self.calls += 1
         before = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args]
         if self.isolate is None:
             status, value = _invoke(self.fn, args, self.timeout)
@@ -203,6 +297,12 @@ class Guard:
             from symjac.check._isolate import invoke
 
             status, value = invoke(*self.isolate, args)
+        return self._settle(status, value, args, before, again)
+
+    def _settle(self, status: str, value: Any, args: tuple[Any, ...], before: list[Any] | tuple[Any, ...],
+                again: bool = False) -> tuple[bool, Any]:
+        """Count one call, check its arguments against ``before`` and flag its failure."""
+        self.calls += 1
         self._check_mutation(args, before, again)
         if status == "ok":
             return True, value
@@ -245,6 +345,36 @@ class Guard:
         """
         ok, value = self.call(*args, again=again)
         return self.check_output(value, shape, dtype, index_name, shape_note, infinite) if ok else None
+
+    def arrays(self, calls: Iterable[tuple[Any, ...]], *, shape: tuple[int, ...] | None,
+               dtype: np.dtype[Any] | None, index_name: str = "") -> Generator[np.ndarray | None, None, None]:
+        """:meth:`array` for each call of a sequence, in order, with the calls run back to back
+        in the call thread (:func:`_invoke_each`): one hand-over for the whole sequence.
+
+        ``calls`` is iterated in that thread, as the calls go (build arguments lazily
+        there, with no side effects). Each call gets its own copies of the array
+        arguments, compared with the originals afterwards: a call that writes into them
+        is ``mutates_inputs``, and neither the caller nor a later call sees its writes.
+        Stop reading at a None (an unusable result): the calls not yet started are cancelled.
+        Isolated guards and ``timeout=None`` make the calls one by one with :meth:`array`.
+        """
+        if self.isolate is not None or self.timeout is None:
+            for args in calls:
+                yield self.array(*args, shape=shape, dtype=dtype, index_name=index_name)
+            return
+        size = math.prod(shape) * (dtype.itemsize if dtype is not None else 8) if shape is not None else 2**20
+        ahead = max(1, AHEAD_BYTES // max(size, 1))
+        seq = _Sequence(self.fn, calls, ahead)
+        results, settled = _invoke_each(seq, self.timeout), 0
+        try:
+            while taken := list(itertools.islice(results, ahead)):  # as they come: no GIL contention
+                for status, value, passed, args in taken:
+                    settled += 1
+                    ok, value = self._settle(status, value, passed, args)
+                    yield self.check_output(value, shape, dtype, index_name) if ok else None
+        finally:
+            results.close()
+            self.calls += len(seq.started) - settled  # made but not read: the caller stopped first
 
     def check_output(self, value: Any, shape: tuple[int, ...] | None, dtype: np.dtype[Any] | None, index_name: str = "",
                      shape_note: str = "", infinite: Any = None) -> np.ndarray | None:
@@ -301,7 +431,7 @@ class Guard:
                   expected=first.reshape(-1)[j].item(), observed=second.reshape(-1)[j].item())
         return False
 
-    def _check_mutation(self, args: tuple[Any, ...], before: list[Any], again: bool) -> None:
+    def _check_mutation(self, args: tuple[Any, ...], before: list[Any] | tuple[Any, ...], again: bool) -> None:
         for name, a, b in zip(self.names, args, before):
             if not isinstance(a, np.ndarray) or same(a, b):
                 continue

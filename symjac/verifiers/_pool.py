@@ -20,7 +20,7 @@ unit roundoff of the dtype; errors are reported in ULPs of the exact value.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -95,7 +95,7 @@ class _Verifier:
 
         self.bwd = guard(backward, "backward", ("x", "dy"))
         self.fwd = guard(forward, "forward", ("x",))
-        self.prober = Prober(g, self.backward, one_hot_budget)
+        self.prober = Prober(g, self.backward_each, one_hot_budget)
         self.diagnosis = Diagnosis(g, dtype, self.u, self.findings)
         self.stats: dict[str, Any] = {}
         self.superposition_reported = False
@@ -103,17 +103,29 @@ class _Verifier:
         self.families_run: list[str] = []
         self.forward_at: tuple[np.ndarray, np.ndarray] | None = None  # the last checked x and its canonical y
 
-    def backward(self, x: np.ndarray, dy_c: np.ndarray) -> np.ndarray | None:
-        """The implementation's backward on canonical (B, n_out) dy; canonical float64 dx or None."""
+    def backward_each(self, x: np.ndarray, dys_c: Iterable[np.ndarray]) -> Generator[np.ndarray | None, None, None]:
+        """The implementation's backward at x for each canonical (B, n_out) dy, the calls run
+        back to back (:meth:`Guard.arrays`: ``dys_c`` is read in the call thread); canonical
+        float64 dx, or None when unusable (read no further then)."""
         assert self.bwd is not None
-        dy = self.g.from_canonical(dy_c.astype(self.dtype), self.g.out_spatial)
-        dx = self.bwd.array(x, dy, shape=self.g.input_shape, dtype=self.dtype, index_name="dx")
-        return None if dx is None else self.g.to_canonical(dx.astype(np.float64, copy=False))  # dx is a copy
+        g = self.g
+        calls = ((x, g.from_canonical(dy_c.astype(self.dtype), g.out_spatial)) for dy_c in dys_c)
+        for dx in self.bwd.arrays(calls, shape=g.input_shape, dtype=self.dtype, index_name="dx"):
+            yield None if dx is None else g.to_canonical(dx.astype(np.float64, copy=False))  # dx is a copy
+
+    def backward(self, x: np.ndarray, dy_c: np.ndarray) -> np.ndarray | None:
+        [dx] = self.backward_each(x, [dy_c])
+        return dx
+
+    def forward_each(self, xs: Iterable[np.ndarray]) -> Generator[np.ndarray | None, None, None]:
+        """The implementation's forward at each x, the calls run back to back; float64 y or None."""
+        assert self.fwd is not None
+        for y in self.fwd.arrays(((x,) for x in xs), shape=self.g.output_shape, dtype=self.dtype, index_name="y"):
+            yield None if y is None else y.astype(np.float64, copy=False)  # y is a copy
 
     def forward(self, x: np.ndarray) -> np.ndarray | None:
-        assert self.fwd is not None
-        y = self.fwd.array(x, shape=self.g.output_shape, dtype=self.dtype, index_name="y")
-        return None if y is None else y.astype(np.float64, copy=False)  # y is a copy
+        [y] = self.forward_each([x])
+        return y
 
     # -- the passes, in the order run() takes them ---------------------------------------
     def check_forward(self, x: np.ndarray) -> bool | None:
@@ -198,10 +210,13 @@ class _Verifier:
         """Dense call (``repeat``: twice, for determinism): returns dx and the (b, cell)
         pairs where dx differs from the superposition of the rows observed so far."""
         g = self.g
-        dx = self.backward(x, dy)
+        calls = self.backward_each(x, [dy, dy] if repeat else [dy])
+        dx = next(calls)
         if dx is None:
+            calls.close()
             return None, np.zeros((0, 2), dtype=int)
-        again = self.backward(x, dy) if repeat else None
+        again = next(calls, None)
+        calls.close()
         if again is not None and self.bwd is not None:
             self.bwd.compare(g.from_canonical(dx, g.in_spatial), g.from_canonical(again, g.in_spatial), "dx")
         predicted, bound = scatter_pair(g, dy, rows.obs)
@@ -251,11 +266,11 @@ class _Verifier:
                 return None
             y = g.to_canonical(y_layout, g.out_spatial)
         if input_colouring(g)[1] > MAX_COLOURS:
-            directions = directional_fd(g, self.forward, x, y, self.dtype, self.u)
+            directions = directional_fd(g, self.forward_each, x, y, self.dtype, self.u)
             if directions is None:
                 return None
             return check_fd_directions(g, rows, directions, usable, self.u, self.findings)
-        found = finite_differences(g, self.forward, x, y, self.dtype, self.u)
+        found = finite_differences(g, self.forward_each, x, y, self.dtype, self.u)
         if found is None:
             return None
         fd, fd_tol = found
@@ -583,7 +598,9 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forwar
       one_hot_budget: at most this many one-hot backward calls for diagnosis.
       timeout: seconds each call of the implementation may take (None: no limit, and
         calls run in the caller's thread); a call that takes longer is a ``timeout``
-        finding.
+        finding. Calls run in a kept thread; the calls of one probe plan (or of the
+        finite differences) are handed to it together and run back to back, each with
+        its own copies of ``x`` and ``dy``.
       families: extra input families, each one dense backward call (and one forward
         call) at its input: ``"all_negative"`` and/or ``"near_ties"``. Default: those
         that can matter (all-negative for max pooling whose windows touch padding,

@@ -20,7 +20,7 @@ size, and a wrong row passes only if its error is orthogonal to every v.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
 import numpy as np
@@ -33,11 +33,14 @@ from symjac.pool._symbolic import lines
 from symjac.verifiers._pool_rows import Rows, tolerance
 
 STEP = 0.5  # h: windows whose max leads the runner-up by more than h are usable
+#: forward_each(xs) -> the implementation's forward at each x (layout), or None when unusable (read no further
+#: then); the xs are read as the calls go, in the thread that makes them.
+ForwardEach = Callable[[Iterable[np.ndarray]], Generator["np.ndarray | None", None, None]]
 MAX_COLOURS = 32  # above this many input colours, check directions rather than entries
 DIRECTIONS = 3
 
 
-def finite_differences(g: Geometry, forward: Callable[[np.ndarray], np.ndarray | None], x: np.ndarray,
+def finite_differences(g: Geometry, forward_each: ForwardEach, x: np.ndarray,
                        y: np.ndarray, dtype: np.dtype[Any], u: float) -> tuple[np.ndarray, np.ndarray] | None:
     """FD Jacobian rows (B, W, K) and their error bounds from the forward's output ``y`` at x
     (canonical (B, W)), or None when the forward failed or ``x + h`` is not exact in the dtype."""
@@ -47,9 +50,11 @@ def finite_differences(g: Geometry, forward: Callable[[np.ndarray], np.ndarray |
         return None
     in_colours, n = input_colouring(g)
     plus = []
-    for colour in range(n):
-        y_plus = forward(g.from_canonical(xc + h * (in_colours == colour), g.in_spatial).astype(dtype))
+    calls = forward_each(g.from_canonical(xc + h * (in_colours == colour), g.in_spatial).astype(dtype)
+                         for colour in range(n))
+    for y_plus in calls:
         if y_plus is None:
+            calls.close()
             return None
         plus.append(g.to_canonical(y_plus, g.out_spatial))
     # Each window reads at most one cell of a colour, so pair (w, k) reads its slope off
@@ -86,22 +91,23 @@ def _window_error(g: Geometry, xp: np.ndarray, x: np.ndarray, u: float) -> np.nd
     return np.asarray(gamma(g.valid.sum(axis=1) + 1, u) * mass / STEP)
 
 
-def directional_fd(g: Geometry, forward: Callable[[np.ndarray], np.ndarray | None], x: np.ndarray, y: np.ndarray,
+def directional_fd(g: Geometry, forward_each: ForwardEach, x: np.ndarray, y: np.ndarray,
                    dtype: np.dtype[Any], u: float, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
     """Per random sign direction v: (v, slope (B, W), error bound (B, W)) from the forward's output
     ``y`` at x (canonical (B, W)), or None when the forward failed or ``x + h·v`` is not exact in the dtype."""
     h = STEP
     xc = g.to_canonical(x).astype(np.float64)
     rng = np.random.default_rng(seed)
+    vs = [rng.choice(np.array([-1.0, 1.0]), size=xc.shape) for _ in range(DIRECTIONS)]
+    if any(not np.array_equal((xc + h * v).astype(dtype), xc + h * v) for v in vs):
+        return None
     out = []
-    for _ in range(DIRECTIONS):
-        v = rng.choice(np.array([-1.0, 1.0]), size=xc.shape)
-        xp = xc + h * v
-        if not np.array_equal(xp.astype(dtype), xp):
-            return None
-        plus = forward(g.from_canonical(xp, g.in_spatial).astype(dtype))
+    calls = forward_each(g.from_canonical(xc + h * v, g.in_spatial).astype(dtype) for v in vs)
+    for v, plus in zip(vs, calls):
         if plus is None:
+            calls.close()
             return None
+        xp = xc + h * v
         slope = (g.to_canonical(plus, g.out_spatial) - y) / h
         out.append((v, slope, _window_error(g, xp, xc, u) + 2.0**-52 * np.abs(slope)))
     return out

@@ -8,7 +8,7 @@ look wrong, are pinned down with one-hot calls (``dy`` = one window), within a b
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterable
 
 import numpy as np
 
@@ -18,8 +18,9 @@ from symjac.pool._graph import window_colouring
 from symjac.pool._symbolic import lines
 from symjac.verifiers._pool_rows import Rows
 
-#: backward(x, dy) in canonical (B, n_out) -> dx in canonical (B, n_in), or None when unusable.
-Backward = Callable[[np.ndarray, np.ndarray], "np.ndarray | None"]
+#: backward_each(x, dys) with each dy in canonical (B, n_out) -> each dx in canonical (B, n_in), or None when
+#: unusable (read no further then); the dys are read as the calls go, in the thread that makes them.
+BackwardEach = Callable[[np.ndarray, Iterable[np.ndarray]], Generator["np.ndarray | None", None, None]]
 #: (b, cell, value) of gradient a colour probe found outside the windows it probed, with the colour.
 Unexplained = list[tuple[int, int, int, float]]
 
@@ -27,8 +28,8 @@ Unexplained = list[tuple[int, int, int, float]]
 class Prober:
     """Colour probes, then one-hot probes of suspect windows (at most ``budget`` calls)."""
 
-    def __init__(self, g: Geometry, backward: Backward, budget: int):
-        self.g, self.backward, self.budget = g, backward, budget
+    def __init__(self, g: Geometry, backward_each: BackwardEach, budget: int):
+        self.g, self.backward_each, self.budget = g, backward_each, budget
         self.colours, self.n_colours = window_colouring(g)
         self.one_hot_calls = 0
         self._plan: list[tuple[np.ndarray, np.ndarray]] | None = None
@@ -57,13 +58,17 @@ class Prober:
         obs = np.zeros((g.batch, g.n_out, g.cells.shape[1]))
         unexplained: Unexplained = []
         padded = np.zeros((g.batch, g.n_in + 1))  # column -1 stays 0: what an invalid slot (cell -1) reads
-        for colour, (wins, uncovered) in enumerate(self.plan()):
-            if wins.size == 0:
-                continue
+        plan = [(colour, wins, uncovered) for colour, (wins, uncovered) in enumerate(self.plan()) if wins.size]
+
+        def indicator(wins: np.ndarray) -> np.ndarray:
             dy = np.zeros((g.batch, g.n_out))
             dy[:, wins] = 1.0
-            dx = self.backward(x, dy)
+            return dy
+
+        calls = self.backward_each(x, (indicator(wins) for _, wins, _ in plan))
+        for (colour, wins, uncovered), dx in zip(plan, calls):
             if dx is None:
+                calls.close()
                 return None
             padded[:, :-1] = dx
             obs[:, wins, :] = padded[:, g.cells[wins]]
@@ -90,7 +95,7 @@ class Prober:
             self.one_hot_calls += 1
             dy = np.zeros((g.batch, g.n_out))
             dy[b, w] = 1.0
-            dx = self.backward(x, dy)
+            [dx] = self.backward_each(x, [dy])
             if dx is None:
                 return
             valid = g.valid[w]
