@@ -11,6 +11,7 @@ Run: python benchmarks/verify.py        (gradcheck columns need torch)
 
 from __future__ import annotations
 
+import statistics
 import time
 import tracemalloc
 
@@ -83,7 +84,9 @@ def run_symjac(mode: str, size: int, trace: bool = False, cold: bool = True) -> 
     return seconds, report, peak
 
 
-def run_gradcheck(mode: str, size: int) -> float | None:
+def run_gradcheck(mode: str, size: int, repeat: int = 1) -> float | None:
+    """torch.autograd.gradcheck (slow mode) of the same op at size², warmed at 4x4: the
+    median of ``repeat`` timed runs (None without torch)."""
     try:
         import torch
     except ImportError:
@@ -94,9 +97,12 @@ def run_gradcheck(mode: str, size: int) -> float | None:
     torch.autograd.gradcheck(lambda t: op(t, K, S, P, **kw), (warm,), fast_mode=False)
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(1, 1, size, size, dtype=torch.float64, generator=gen, requires_grad=True)
-    t0 = time.perf_counter()
-    torch.autograd.gradcheck(lambda t: op(t, K, S, P, **kw), (x,), fast_mode=False)
-    return time.perf_counter() - t0
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        torch.autograd.gradcheck(lambda t: op(t, K, S, P, **kw), (x,), fast_mode=False)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def main() -> None:

@@ -185,7 +185,7 @@ def sequences(monkeypatch):
 def test_a_probe_plan_is_one_hand_over(sequences):
     report = symjac.verify(AVG3, backward=_avg3_backward, forward=_avg3, input_shape=(1, 1, 12, 12))
     assert report.ok
-    sizes = [len(s.started) for s in sequences]
+    sizes = [s.made for s in sequences]
     # 3x3 stride-1 windows read disjoint cells only 3 apart on each axis: 9 window colours,
     # and 9 input colours for the finite differences; each set of calls is one hand-over
     assert sizes.count(9) == 2

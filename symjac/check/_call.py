@@ -59,7 +59,7 @@ DEFAULT_TIMEOUT = 60.0
 #: Traceback frames kept for an exception raised by the implementation.
 TRACEBACK_FRAMES = 5
 #: Bytes of results of a sequence of calls (:meth:`Guard.arrays`) taken before they are read.
-AHEAD_BYTES = 2**26
+AHEAD_BYTES = 2**22
 
 
 def sha256(a: np.ndarray) -> str:
@@ -119,7 +119,8 @@ class _Sequence:
 
     def __init__(self, fn: Callable[..., Any], calls: Iterable[tuple[Any, ...]], ahead: int):
         self.fn, self.calls = fn, calls
-        self.started: list[tuple[Any, ...]] = []  # the arguments of every call made, in order
+        self.made = 0  # calls made
+        self.given: collections.deque[tuple[Any, ...]] = collections.deque()  # arguments of the calls not yet taken
         self.results: collections.deque[Any] = collections.deque()
         self.ready = threading.Semaphore(0)  # one release a result (and one for the end)
         self.room = threading.Semaphore(ahead)
@@ -136,10 +137,13 @@ class _Sequence:
                 return
             if args is None:
                 break
-            self.started.append(args)
+            self.made += 1
+            self.given.append(args)
             passed = tuple(np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args)
             status, value = _run(self.fn, passed)
-            self._put((status, value, passed))
+            # the copies are kept for the mutation finding only if the call wrote into one
+            changed = any(isinstance(a, np.ndarray) and not same(a, b) for a, b in zip(passed, args))
+            self._put((status, value, passed if changed else args))
             del value, passed, args
             if status != "ok":  # a raise ends the sequence, as it ends the caller's loop
                 break
@@ -225,11 +229,10 @@ def _invoke_each(seq: _Sequence, timeout: float) -> Generator[tuple[str, Any, tu
     runner = _runner()
     runner.jobs.put(seq)
     ended = False
-    taken = 0
     try:
         while True:
             if not seq.ready.acquire(timeout=timeout):
-                args = seq.started[taken] if taken < len(seq.started) else ()
+                args = seq.given[0] if seq.given else ()
                 yield "timeout", None, args, args
                 return
             item = seq.results.popleft()
@@ -240,8 +243,7 @@ def _invoke_each(seq: _Sequence, timeout: float) -> Generator[tuple[str, Any, tu
             status, value, passed = item
             if status == "internal" or (status == "raised" and isinstance(value, KeyboardInterrupt)):
                 raise value
-            taken += 1
-            yield status, value, passed, seq.started[taken - 1]
+            yield status, value, passed, seq.given.popleft()
     finally:
         seq.cancelled = True
         seq.room.release()  # a runner waiting for room wakes, sees the cancel and stops
@@ -374,7 +376,7 @@ class Guard:
                     yield self.check_output(value, shape, dtype, index_name) if ok else None
         finally:
             results.close()
-            self.calls += len(seq.started) - settled  # made but not read: the caller stopped first
+            self.calls += seq.made - settled  # made but not read: the caller stopped first
 
     def check_output(self, value: Any, shape: tuple[int, ...] | None, dtype: np.dtype[Any] | None, index_name: str = "",
                      shape_note: str = "", infinite: Any = None) -> np.ndarray | None:
@@ -433,7 +435,7 @@ class Guard:
 
     def _check_mutation(self, args: tuple[Any, ...], before: list[Any] | tuple[Any, ...], again: bool) -> None:
         for name, a, b in zip(self.names, args, before):
-            if not isinstance(a, np.ndarray) or same(a, b):
+            if not isinstance(a, np.ndarray) or a is b or same(a, b):
                 continue
             self.mutated.add(name)
             j = first_difference(b, a)
