@@ -9,6 +9,7 @@ of |z|, and the finite-difference oracle's calls independent of the window size.
 from __future__ import annotations
 
 import tracemalloc
+from fractions import Fraction
 from typing import Any
 
 import mpmath
@@ -661,3 +662,53 @@ def test_a_forked_child_runs_guarded_calls_in_threads_of_its_own() -> None:
     assert _guarded_call_in_child() == []  # the parent now keeps a call thread
     with multiprocessing.get_context("fork").Pool(1) as pool:
         assert pool.apply_async(_guarded_call_in_child).get(timeout=30) == []
+
+
+def _count_numbers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Record every SymPy number :meth:`ExactArray.to_sympy` builds."""
+    from symjac import _exact
+
+    built: list[tuple[int, int]] = []
+    real = _exact._rational
+
+    def counting(p: int, q: int) -> Any:
+        built.append((p, q))
+        return real(p, q)
+
+    monkeypatch.setattr(_exact, "_rational", counting)
+    return built
+
+
+@pytest.mark.parametrize(("num", "den"), [
+    (np.array([[0, 4, -4, 2], [0, 0, 6, 4]]), 4),           # int64 over a small denominator
+    (np.array([3, -6, 3, 0, 2**61, 3]), 3 * 2**70),         # denominator beyond int64
+    (np.array([2**70, 0, -(2**70), 2**70], dtype=object), 2**71),  # Python-int numerators
+    (np.arange(-5000, 5000, 7) * 2**40, 2**45),             # a span too wide for a presence table
+])
+def test_to_sympy_builds_one_number_per_distinct_value(monkeypatch: pytest.MonkeyPatch, num: np.ndarray,
+                                                       den: int) -> None:
+    from symjac._exact import ExactArray
+
+    built = _count_numbers(monkeypatch)
+    got = ExactArray(num, den).to_sympy()
+    # Independent reference: sympy.Rational(n, den) element by element, the slow way.
+    want = [sympy.Rational(int(n), den) for n in num.reshape(-1)]
+    assert got.shape == num.shape
+    assert [(v, type(v)) for v in got.reshape(-1)] == [(v, type(v)) for v in want]
+    assert len(built) == len(set(want))
+    # to_fractions: the same values as Python's Fraction, one object per distinct value too
+    fracs = ExactArray(num, den).to_fractions().reshape(-1)
+    assert list(fracs) == [Fraction(int(n), den) for n in num.reshape(-1)]
+    assert len({id(f) for f in fracs}) == len(set(want))
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_vjp_builds_one_sympy_number_per_distinct_gradient_value(monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    # 3x3 stride-1 SAME at 48^2 with dy = 1: the gradient of a cell is a sum of 1/D over
+    # the windows that read it (avg; D in {4, 6, 9}) or the count of windows whose first
+    # maximum it is (max, 0..9): a handful of values for 2,304 cells.
+    spec = symjac.Pool(mode, 3, stride=1, padding="same")
+    x = np.random.default_rng(0).permutation(48 * 48).reshape(48, 48) * 0.5
+    built = _count_numbers(monkeypatch)
+    dx = symjac.vjp(spec, x, np.ones((48, 48)))
+    assert len(built) == len(set(dx.reshape(-1).tolist())) <= 30
