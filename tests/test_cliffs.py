@@ -559,12 +559,12 @@ def test_fd_oracle_makes_one_forward_call_per_input_colour(spec: symjac.Pool, co
 
 @pytest.mark.parametrize(("mode", "expected"), [
     ("max", 1),  # d Max(a, r)/da once, whatever the slot count: Heaviside(a - r)
-    ("avg", 6),  # d/da and d/dr of (a + r)/D for each divisor D in {4, 6, 9}
+    ("avg", 2),  # d/da and d/dr of (a + r)·w once, instantiated at w = 1/D for D in {4, 6, 9}
 ])
 def test_sympy_work_is_per_pair_form_not_per_class(monkeypatch: pytest.MonkeyPatch, mode: str, expected: int) -> None:
     # 3x3 same on 8x8: 9 window classes (4 corners of 4 cells, 4 edges of 6, the
     # interior of 9). The two-argument form f(a, r) does not depend on the slot count,
-    # so SymPy differentiates it once per mode (avg: per divisor), and nothing is lambdified.
+    # so SymPy differentiates it once per mode (avg: once for every divisor), and nothing is lambdified.
     def no_codegen(*args: object, **kw: object) -> None:
         raise AssertionError("lambdify called")
 
@@ -574,6 +574,16 @@ def test_sympy_work_is_per_pair_form_not_per_class(monkeypatch: pytest.MonkeyPat
     diffs, classes = _count_diffs(monkeypatch, spec, (1, 1, 8, 8), x)  # type: ignore[arg-type]
     assert classes == 9
     assert diffs == expected
+
+
+@pytest.mark.parametrize("divisor", [1, 2, 4, 6, 9, 225, 2**40 + 1])
+def test_avg_template_per_divisor_is_the_one_sympy_derives_for_it(divisor: int) -> None:
+    # The generic (a + r)·w at w = 1/D against SymPy differentiating (a + r)/D itself.
+    a, r = sympy.symbols("a r", real=True)
+    pair, derivative, weight, _ = _symbolic._pair("avg", divisor)
+    assert pair == (a + r) / sympy.Integer(divisor)
+    assert derivative == sympy.diff((a + r) / sympy.Integer(divisor), a) == sympy.Rational(1, divisor)
+    assert weight == Fraction(1, divisor)
 
 
 def test_small_geometries_build_their_lines_once() -> None:

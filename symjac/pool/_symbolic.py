@@ -107,18 +107,20 @@ def template(mode: str, n: int, divisor: int) -> Template:
 
 @functools.lru_cache(maxsize=256)
 def _pair(mode: str, divisor: int) -> tuple[sympy.Expr, sympy.Expr, Fraction | None, Callable[..., Any] | None]:
-    """Build and differentiate ``f(a, r)`` (O(1) SymPy work): (pair, derivative, weight, tie_arg)."""
-    a, r = _PAIR
+    """``f(a, r)`` and its derivative for one divisor: (pair, derivative, weight, tie_arg).
+
+    Average pooling instantiates the one differentiated form ``(a + r)·w``
+    (:func:`_generic_avg`) at ``w = 1/D``: an exact substitution, so the SymPy work
+    per divisor is two ``xreplace`` calls, not a differentiation.
+    """
     if mode == "avg":
-        pair = (a + r) / sympy.Integer(divisor)
-        d = sympy.diff(pair, a)
+        generic, d_generic = _generic_avg()
+        w = {_WEIGHT: sympy.Rational(1, divisor)}
+        pair, d = generic.xreplace(w), d_generic.xreplace(w)
         if not d.is_Rational:
             raise AssertionError(f"average template {pair} has a non-constant derivative {d}")
-        # Linear: pair == d*a + d_r*r exactly with d_r == d (the sum is symmetric),
-        # so y = J x with every slot weighted by d.
-        if sympy.diff(pair, r) != d or sympy.expand(pair - d * a - d * r) != 0:
-            raise AssertionError(f"average template {pair} is not linear and symmetric")
         return pair, d, Fraction(int(d.p), int(d.q)), None
+    a, r = _PAIR
     pair = sympy.Max(a, r, evaluate=False)  # what Max(a, r) of two real symbols evaluates to, without the search
     d = sympy.diff(pair, a)
     if d != sympy.Heaviside(a - r):
@@ -128,6 +130,25 @@ def _pair(mode: str, divisor: int) -> tuple[sympy.Expr, sympy.Expr, Fraction | N
     return pair, d, None, np.subtract
 
 
+# The averaging weight 1/D of a window, as a symbol: one differentiation serves every divisor.
+_WEIGHT = sympy.Symbol("w", positive=True)
+
+
+@functools.lru_cache(maxsize=1)
+def _generic_avg() -> tuple[sympy.Expr, sympy.Expr]:
+    """Build and differentiate ``(a + r)·w`` once (O(1) SymPy work): (pair, d pair/da)."""
+    a, r = _PAIR
+    pair = (a + r) * _WEIGHT
+    d = sympy.diff(pair, a)
+    if d.free_symbols - {_WEIGHT}:
+        raise AssertionError(f"average template {pair} has a derivative {d} that depends on the slots")
+    # Linear: pair == d*a + d_r*r exactly with d_r == d (the sum is symmetric), so
+    # y = J x with every slot weighted by d.
+    if sympy.diff(pair, r) != d or sympy.expand(pair - d * a - d * r) != 0:
+        raise AssertionError(f"average template {pair} is not linear and symmetric")
+    return pair, d
+
+
 def clear_caches() -> None:
     """Forget every resolved geometry, its window classes and every template (benchmarks
     time cold runs; the other caches key on geometries, so they start afresh too)."""
@@ -135,6 +156,7 @@ def clear_caches() -> None:
     _classes.cache_clear()
     template.cache_clear()
     _pair.cache_clear()
+    _generic_avg.cache_clear()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
