@@ -142,9 +142,10 @@ def _generic_avg() -> tuple[sympy.Expr, sympy.Expr]:
     d = sympy.diff(pair, a)
     if d.free_symbols - {_WEIGHT}:
         raise AssertionError(f"average template {pair} has a derivative {d} that depends on the slots")
-    # Linear: pair == d*a + d_r*r exactly with d_r == d (the sum is symmetric), so
-    # y = J x with every slot weighted by d.
-    if sympy.diff(pair, r) != d or sympy.expand(pair - d * a - d * r) != 0:
+    # Linear and symmetric: both partial derivatives are the same d, free of the slots,
+    # and pair(0, 0) = 0, so pair == d*a + d*r exactly and y = J x with every slot
+    # weighted by d.
+    if sympy.diff(pair, r) != d or pair.xreplace({a: 0, r: 0}) != 0:
         raise AssertionError(f"average template {pair} is not linear and symmetric")
     return pair, d
 
