@@ -21,7 +21,7 @@ import numpy as np
 import sympy
 
 from symjac._errors import InputError, SpecError
-from symjac._exact import ExactArray, _int_array
+from symjac._exact import ExactArray, _int_array, _unique_int64
 from symjac.pool._geometry import Geometry, resolve
 from symjac.pool._spec import PoolSpec, check_pool_spec
 from symjac.pool._beta import Beta, Tie, parse_tie
@@ -267,7 +267,8 @@ def _sparse(st: Stamp) -> SparseJacobian:
     with several channels interleaves rows and needs a stable sort by row.
     """
     g = st.geometry
-    distinct, inverse = np.unique(st.weight, return_inverse=True)
+    # per-window weights (never per entry): few distinct values in a narrow range, numbered without a sort
+    distinct, inverse = _unique_int64(st.weight.reshape(-1))
     weight_ids = inverse.reshape(st.weight.shape)
     rows, cols, ids = [], [], []
     for b in range(g.batch):
