@@ -722,3 +722,53 @@ def test_vjp_builds_one_sympy_number_per_distinct_gradient_value(monkeypatch: py
     built = _count_numbers(monkeypatch)
     dx = symjac.vjp(spec, x, np.ones((48, 48)))
     assert len(built) == len(set(dx.reshape(-1).tolist())) <= 30
+
+
+@pytest.mark.parametrize(("spec", "shape", "boxes"), [
+    (symjac.Pool("avg", 3, stride=1, padding="same"), (1, 1, 48, 48), 9),
+    (symjac.Pool("avg", (3, 2), stride=(2, 1), padding=1, dilation=(2, 1), ceil_mode=True), (2, 3, 9, 8), 6),
+    (symjac.AdaptivePool("avg", (3, 4)), (1, 12, 16), 16),  # windows all alike: 4x4 cells, step 4
+])
+def test_avg_vjp_and_forward_run_one_slice_operation_per_slot(monkeypatch: pytest.MonkeyPatch, spec: Any,
+                                                              shape: tuple[int, ...], boxes: int) -> None:
+    # Pool windows advance by the stride, so a slot's windows and cells are boxes of the
+    # output and input grids: K slice operations, no (window, slot) index arrays or lines.
+    from symjac.pool import _jacobian
+    from symjac.pool._symbolic import slabs
+
+    def no_lines(*args: object) -> None:
+        raise AssertionError("lines built")
+
+    monkeypatch.setattr(_jacobian, "lines", no_lines)
+    g = resolve(spec, shape)
+    found = slabs(g)
+    assert found is not None and len(found) == boxes
+    # each slab covers exactly the valid (window, slot) pairs of its slot, in order
+    windows = np.arange(g.n_out).reshape(g.out_spatial)
+    cells = np.arange(g.n_in).reshape(g.in_spatial)
+    for box in found:
+        w = windows[box.windows].reshape(-1)
+        assert np.array_equal(w, np.flatnonzero(g.valid[:, box.k]))
+        assert np.array_equal(cells[box.cells].reshape(-1), g.cells[w, box.k])
+    # Independent reference: dx[c] = sum over the windows w reading c of dy[w] / D_w, and
+    # y[w] = sum of x over w's cells / D_w, in Fractions, pair by pair from the window table.
+    rng = np.random.default_rng(1)
+    x = rng.integers(-20, 20, shape) * 0.25
+    dy = rng.integers(-20, 20, g.output_shape) * 0.5
+    want_dx = [Fraction(0)] * (g.batch * g.n_in)
+    want_y = [Fraction(0)] * (g.batch * g.n_out)
+    xc, dyc = g.to_canonical(x), g.to_canonical(dy, g.out_spatial)
+    for b in range(g.batch):
+        for w, k in zip(*np.nonzero(g.valid)):
+            c, d = int(g.cells[w, k]), int(g.divisor[w])
+            want_dx[b * g.n_in + c] += Fraction(float(dyc[b, w])) / d
+            want_y[b * g.n_out + w] += Fraction(float(xc[b, c])) / d
+    got_dx = g.to_canonical(symjac.vjp(spec, x, dy)).reshape(-1)
+    got_y = g.to_canonical(symjac.forward(spec, x), g.out_spatial).reshape(-1)
+    assert [Fraction(int(v.p), int(v.q)) for v in got_dx] == want_dx
+    assert [Fraction(int(v.p), int(v.q)) for v in got_y] == want_y
+
+
+def test_adaptive_windows_of_unequal_sizes_have_no_slabs() -> None:
+    # 10 -> 7: window starts 0, 1, 2, 4, 5, 7, 8 do not advance by one step
+    assert _symbolic.slabs(resolve(symjac.AdaptivePool("avg", (7,)), (10,))) is None

@@ -28,10 +28,12 @@ from symjac.pool._beta import Beta, Tie, parse_tie
 from symjac.pool._symbolic import (
     TIE_POLICIES,
     Line,
+    Slab,
     lines,
     max_members,
     max_support,
     pad_cells,
+    slabs,
     window_classes,
     window_weights,
 )
@@ -158,6 +160,10 @@ def _accumulate(st: Stamp, s: np.ndarray, acc: np.ndarray, transpose: bool) -> N
     if not st.full and 2 * int(np.count_nonzero(st.support)) <= int(np.count_nonzero(g.valid)):
         _apply_pairs(st, s, acc, transpose)
         return
+    boxes = slabs(g) if st.full and acc.flags.c_contiguous else None  # contiguous: reshaped, acc is a view
+    if boxes is not None:
+        _apply_slabs(st, s, acc, transpose, boxes)
+        return
     for line in lines(g):
         coeff = st.coefficients(line).astype(acc.dtype)
         if transpose:
@@ -166,6 +172,30 @@ def _accumulate(st: Stamp, s: np.ndarray, acc: np.ndarray, transpose: bool) -> N
             acc[:, line.w] += s[:, line.cells] * coeff
         else:
             acc[:, line.window] += (s[:, line.cells] * coeff).sum(axis=1)
+
+
+def _apply_slabs(st: Stamp, s: np.ndarray, acc: np.ndarray, transpose: bool, boxes: tuple[Slab, ...]) -> None:
+    """:func:`_accumulate` for a full support (average pooling) whose slots are boxes (:func:`slabs`).
+
+    Every entry of window w is its weight: ``dx[cells] += (s * weight)[windows]`` one
+    slot at a time (transpose), or ``y[windows] += x[cells]`` then times the weight. No
+    sum has more than K terms of magnitude <= max|s|·max|weight|, the bound
+    :func:`_apply` chose ``acc``'s dtype by, so both orders are exact.
+    """
+    g = st.geometry
+    lead = (acc.shape[0],)
+    weight = st.weight.astype(acc.dtype).reshape(st.weight.shape[:1] + g.out_spatial)
+    dst = acc.reshape(lead + (g.in_spatial if transpose else g.out_spatial))
+    if transpose:
+        src = s.reshape(lead + g.out_spatial) * weight
+        for box in boxes:
+            dst[(slice(None),) + box.cells] += src[(slice(None),) + box.windows]
+        return
+    src = s.reshape(lead + g.in_spatial)
+    sums = np.zeros(dst.shape, dtype=acc.dtype)
+    for box in boxes:
+        sums[(slice(None),) + box.windows] += src[(slice(None),) + box.cells]
+    dst += sums * weight
 
 
 def _apply_pairs(st: Stamp, s: np.ndarray, acc: np.ndarray, transpose: bool) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator
 from fractions import Fraction
@@ -307,6 +308,59 @@ def _build_lines(geometry: Geometry) -> Iterator[Line]:
         for win in range(n_win):
             slots = np.flatnonzero(geometry.valid[win])
             yield Line(np.full(slots.size, win), slots, geometry.cells[win, slots], win)
+
+
+@dataclasses.dataclass(frozen=True)
+class Slab:
+    """One slot of the (windows, slots) grid as strided boxes: the windows that have
+    the slot (a box of the output grid) and the cells they read there (a box of the
+    input grid, with the stride as step), as one slice per spatial axis.
+
+    Attributes:
+      k: the slot (column of ``geometry.cells``).
+      windows: per axis, the slice of output positions.
+      cells: per axis, the slice of input positions, in the same order.
+    """
+
+    k: int
+    windows: tuple[slice, ...]
+    cells: tuple[slice, ...]
+
+
+def slabs(geometry: Geometry) -> tuple[Slab, ...] | None:
+    """Cover the valid (window, slot) pairs by one :class:`Slab` per slot, or None.
+
+    A slot's windows and cells are boxes when, along every axis, the windows that
+    have the axis slot are consecutive and their cells advance by one step: always so
+    for :class:`Pool` (window starts advance by the stride, every window has every
+    slot that falls inside the input), and for adaptive axes whose windows are all
+    alike. Then a slot's scatter or gather is one NumPy slice operation over the
+    spatial grids, with no index arrays: K operations for the whole grid, each
+    contiguous along the last axis when the stride is 1.
+    """
+    per_axis = []
+    for ax in geometry.axes:
+        valid = ax.valid
+        n_out = valid.shape[0]
+        step = int(ax.starts[1] - ax.starts[0]) if n_out > 1 else 1
+        if step < 1 or (n_out > 2 and np.any(np.diff(ax.starts) != step)):
+            return None
+        count = valid.sum(axis=0)
+        first = valid.argmax(axis=0)
+        last = n_out - 1 - valid[::-1].argmax(axis=0)
+        if np.any((count > 0) & (last - first + 1 != count)):
+            return None  # a slot's windows are not consecutive
+        axis_slabs = []
+        for j in range(valid.shape[1]):
+            n, w0 = int(count[j]), int(first[j])
+            c0 = int(ax.cells[w0, j]) if n else 0
+            axis_slabs.append((slice(w0, w0 + n), slice(c0, c0 + (n - 1) * step + 1 if n else c0, step)))
+        per_axis.append(axis_slabs)
+    out = []
+    for k, combo in enumerate(itertools.product(*per_axis)):  # row-major over axis slots: geometry's slot order
+        if all(w.stop > w.start for w, _ in combo):
+            out.append(Slab(k, tuple(w for w, _ in combo), tuple(c for _, c in combo)))
+    return tuple(out)
 
 
 def pad_cells(geometry: Geometry) -> np.ndarray | None:
