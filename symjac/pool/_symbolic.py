@@ -48,8 +48,8 @@ class Template:
       mode: ``"avg"`` or ``"max"``.
       n: number of valid slots.
       divisor: the averaging divisor D.
-      pair: ``f(a, r)``, the two-argument form.
-      derivative: ``diff(pair, a)`` as SymPy returned it.
+      derivative: ``diff(pair, a)`` as SymPy returned it (avg: ``diff((a + r)·w, a)``
+        at ``w = 1/D``, see :func:`_generic_avg`).
       weight: avg only: the derivative as an exact fraction (it is a constant).
       tie_arg: max only: NumPy function ``(a, r) -> a - r``, the argument of SymPy's
         ``Heaviside``: > 0 means s_i is the strict maximum, == 0 that it ties for the
@@ -59,10 +59,16 @@ class Template:
     mode: str
     n: int
     divisor: int
-    pair: sympy.Expr
     derivative: sympy.Expr
     weight: Fraction | None = None
     tie_arg: Callable[..., Any] | None = None
+
+    @functools.cached_property
+    def pair(self) -> sympy.Expr:
+        """``f(a, r)``, the two-argument form (built on demand: inspection only)."""
+        if self.mode == "avg":
+            return _generic_avg()[0].xreplace({_WEIGHT: sympy.Rational(1, self.divisor)})
+        return _max_pair()[0]
 
     @functools.cached_property
     def symbols(self) -> tuple[sympy.Symbol, ...]:
@@ -102,33 +108,17 @@ _IDENTITY = {"avg": sympy.Integer(0), "max": sympy.S.NegativeInfinity}
 @functools.lru_cache(maxsize=256)
 def template(mode: str, n: int, divisor: int) -> Template:
     """The template of a class with ``n`` valid slots. Its two-argument form does not
-    depend on n (nor, for max, on the divisor): :func:`_pair` builds it once."""
-    return Template(mode, n, divisor, *_pair(mode, divisor if mode == "avg" else 1))
-
-
-@functools.lru_cache(maxsize=256)
-def _pair(mode: str, divisor: int) -> tuple[sympy.Expr, sympy.Expr, Fraction | None, Callable[..., Any] | None]:
-    """``f(a, r)`` and its derivative for one divisor: (pair, derivative, weight, tie_arg).
-
-    Average pooling instantiates the one differentiated form ``(a + r)·w``
-    (:func:`_generic_avg`) at ``w = 1/D``: an exact substitution, so the SymPy work
-    per divisor is two ``xreplace`` calls, not a differentiation.
-    """
+    depend on n, nor on the divisor but through w = 1/D: SymPy differentiates it once
+    per mode (:func:`_generic_avg`, :func:`_max_pair`), and each class instantiates the
+    result (an exact substitution, no differentiation)."""
     if mode == "avg":
-        generic, d_generic = _generic_avg()
-        w = {_WEIGHT: sympy.Rational(1, divisor)}
-        pair, d = generic.xreplace(w), d_generic.xreplace(w)
+        d = _generic_avg()[1].xreplace({_WEIGHT: sympy.Rational(1, divisor)})
         if not d.is_Rational:
-            raise AssertionError(f"average template {pair} has a non-constant derivative {d}")
-        return pair, d, Fraction(int(d.p), int(d.q)), None
-    a, r = _PAIR
-    pair = sympy.Max(a, r, evaluate=False)  # what Max(a, r) of two real symbols evaluates to, without the search
-    d = sympy.diff(pair, a)
-    if d != sympy.Heaviside(a - r):
-        raise AssertionError(f"d Max(a, r)/da = {d}: expected Heaviside(a - r) from SymPy")
-    # The Heaviside argument, a - r as just checked, lowered to NumPy: the sign of a
+            raise AssertionError(f"average template for divisor {divisor} has a non-constant derivative {d}")
+        return Template(mode, n, divisor, d, weight=Fraction(int(d.p), int(d.q)))
+    # The Heaviside argument, a - r as _max_pair checked, lowered to NumPy: the sign of a
     # difference is exact in floating point too (it is 0 only when a == r).
-    return pair, d, None, np.subtract
+    return Template(mode, n, divisor, _max_pair()[1], tie_arg=np.subtract)
 
 
 # The averaging weight 1/D of a window, as a symbol: one differentiation serves every divisor.
@@ -143,11 +133,21 @@ def _generic_avg() -> tuple[sympy.Expr, sympy.Expr]:
     d = sympy.diff(pair, a)
     if d.free_symbols - {_WEIGHT}:
         raise AssertionError(f"average template {pair} has a derivative {d} that depends on the slots")
-    # Linear and symmetric: both partial derivatives are the same d, free of the slots,
-    # and pair(0, 0) = 0, so pair == d*a + d*r exactly and y = J x with every slot
-    # weighted by d.
-    if sympy.diff(pair, r) != d or pair.xreplace({a: 0, r: 0}) != 0:
+    # Linear and symmetric: pair(a, r) == pair(r, a), so d pair/dr = d too (a constant),
+    # and pair(0, 0) = 0: pair == d*a + d*r exactly and y = J x with every slot weighted by d.
+    if pair.xreplace({a: r, r: a}) != pair or pair.xreplace({a: 0, r: 0}) != 0:
         raise AssertionError(f"average template {pair} is not linear and symmetric")
+    return pair, d
+
+
+@functools.lru_cache(maxsize=1)
+def _max_pair() -> tuple[sympy.Expr, sympy.Expr]:
+    """Build and differentiate ``Max(a, r)`` once: (pair, Heaviside(a - r))."""
+    a, r = _PAIR
+    pair = sympy.Max(a, r, evaluate=False)  # what Max(a, r) of two real symbols evaluates to, without the search
+    d = sympy.diff(pair, a)
+    if d != sympy.Heaviside(a - r):
+        raise AssertionError(f"d Max(a, r)/da = {d}: expected Heaviside(a - r) from SymPy")
     return pair, d
 
 
@@ -157,8 +157,8 @@ def clear_caches() -> None:
     _geometry._resolve.cache_clear()
     _classes.cache_clear()
     template.cache_clear()
-    _pair.cache_clear()
     _generic_avg.cache_clear()
+    _max_pair.cache_clear()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
