@@ -773,3 +773,17 @@ def test_avg_vjp_and_forward_run_one_slice_operation_per_slot(monkeypatch: pytes
 def test_adaptive_windows_of_unequal_sizes_have_no_slabs() -> None:
     # 10 -> 7: window starts 0, 1, 2, 4, 5, 7, 8 do not advance by one step
     assert _symbolic.slabs(resolve(symjac.AdaptivePool("avg", (7,)), (10,))) is None
+
+
+@pytest.mark.parametrize(("n", "kernel"), [(64, 3), (100, 31)])
+def test_value_ids_use_the_narrowest_integer_type(n: int, kernel: int) -> None:
+    # value_ids is one of the three nnz-sized arrays of a Jacobian: one byte an entry
+    # while at most 128 distinct values. 1-D SAME avg of odd kernel k on n cells: window
+    # w averages cells [w - k//2, w + k//2] within [0, n), so its entries are 1/count.
+    J = symjac.jacobian(symjac.Pool("avg", (kernel,), stride=1, padding="same"), (n,))
+    assert J.value_ids.dtype == np.int8
+    half = kernel // 2
+    counts = [min(w + half, n - 1) - max(w - half, 0) + 1 for w in range(n)]
+    assert len(set(counts)) == len(J.table)
+    assert [J.table[i] for i in J.value_ids.tolist()] == [sympy.Rational(1, counts[w]) for w in J.rows.tolist()]
+    assert J.nnz == sum(counts)

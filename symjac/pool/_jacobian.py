@@ -227,7 +227,9 @@ class SparseJacobian:
 
     Attributes:
       output_shape / input_shape: the full shapes in the spec's layout.
-      rows, cols, value_ids: (nnz,) int64, sorted by (row, col).
+      rows, cols: (nnz,) int64, sorted by (row, col).
+      value_ids: (nnz,) signed integers indexing ``table`` (the engine stores the narrowest
+        type that holds them: int8 for up to 128 distinct values).
       table: distinct exact values.
       spec: the pooling spec it is the Jacobian of (for :func:`symjac.in_clarke_set`).
     """
@@ -297,16 +299,18 @@ def _sparse(st: Stamp) -> SparseJacobian:
     with several channels interleaves rows and needs a stable sort by row.
     """
     g = st.geometry
-    # per-window weights (never per entry): few distinct values in a narrow range, numbered without a sort
+    # per-window weights (never per entry): few distinct values in a narrow range, numbered
+    # without a sort, in the narrowest integer type (value_ids is one of the nnz-sized outputs)
     distinct, inverse = _unique_int64(st.weight.reshape(-1))
-    weight_ids = inverse.reshape(st.weight.shape)
+    id_type = next(t for t in (np.int8, np.int16, np.int32, np.int64) if distinct.size <= np.iinfo(t).max + 1)
+    weight_ids = inverse.astype(id_type).reshape(st.weight.shape)
     rows, cols, ids = [], [], []
     for b in range(g.batch):
         s = min(b, st.support.shape[0] - 1)
         if b == 0 or st.support.shape[0] > 1:
             # Boolean-mask reads go row-major (window, then slot): no (w, k) index pair arrays.
             support = st.support[s]
-            per_window = np.count_nonzero(support, axis=1)
+            per_window = _valid_counts(g) if st.full else np.count_nonzero(support, axis=1)
             w = np.repeat(np.arange(g.n_out), per_window)
             cells = g.cells[support]
             wid = np.repeat(weight_ids[s], per_window)
@@ -322,7 +326,15 @@ def _sparse(st: Stamp) -> SparseJacobian:
         order = np.argsort(row, kind="stable")
         row, col, vid = row[order], col[order], vid[order]
     table = tuple(sympy.Rational(int(v), st.q) for v in distinct)
-    return SparseJacobian(g.output_shape, g.input_shape, row, col, vid.astype(np.int64, copy=False), table, spec=g.spec)
+    return SparseJacobian(g.output_shape, g.input_shape, row, col, vid, table, spec=g.spec)
+
+
+def _valid_counts(g: Geometry) -> np.ndarray:
+    """(windows,) valid slots per window: the product of the per-axis counts (valid is their outer and)."""
+    counts = np.ones(1, dtype=np.int64)
+    for ax in g.axes:
+        counts = np.multiply.outer(counts, np.count_nonzero(ax.valid, axis=1)).reshape(-1)
+    return counts
 
 
 def jacobian(spec: PoolSpec, x: Any, *, tie: Tie = "first") -> SparseJacobian:
