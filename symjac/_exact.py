@@ -156,10 +156,9 @@ class ExactArray:
 
     @classmethod
     def _from_float(cls, array: np.ndarray, name: str) -> ExactArray:
-        a = array.astype(np.float64)  # float16, bfloat16 and float32 widen exactly
-        bad = ~np.isfinite(a)
-        if bad.any():
-            where = tuple(int(i) for i in np.argwhere(bad)[0])
+        a = array.astype(np.float64, copy=False)  # float16, bfloat16 and float32 widen exactly
+        if not np.isfinite(a).all():
+            where = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
             raise InputError(f"{name}{list(where)} = {a[where]} is not finite; exact analysis needs finite values")
         if not a.size or (np.abs(a).max() < 2**53 and np.array_equal(a, np.trunc(a))):
             return cls(a.astype(np.int64), 1)  # integers (generated inputs often are): themselves
