@@ -430,17 +430,18 @@ def _max_members(geometry: Geometry, xc: np.ndarray, pads: bool = False) -> np.n
         values = xs[:, geometry.cells[block]]
         if pad is not None:  # pad cells hold the constant 0, a competitor in the max
             values = np.where(pad[block], 0, values)
-        member[:, block] = tie_members(tmpl, values)
+        member[:, block] = tie_members(tmpl, values, scratch=True)  # values is this block's own gather
     return member
 
 
-def tie_members(tmpl: Template, values: np.ndarray) -> np.ndarray:
+def tie_members(tmpl: Template, values: np.ndarray, scratch: bool = False) -> np.ndarray:
     """Which slots attain the window maximum, from SymPy's derivative of ``Max``.
 
     Args:
       tmpl: a max template.
       values: (..., n) slot values (exact integers, or floats: the sign of
         ``s_i - max(others)`` is exact in floating point too).
+      scratch: ``values`` may be overwritten (no second array of its size).
 
     Returns:
       (..., n) bool: slot i is in the tie set (its Heaviside argument is >= 0).
@@ -454,7 +455,8 @@ def tie_members(tmpl: Template, values: np.ndarray) -> np.ndarray:
     # s_i - r_i >= 0 as s_i - t = 0 >= 0. So ``tie_arg(s_i, t) >= 0`` is the same
     # verdict for every slot, with one reduction instead of four.
     top = values.max(axis=-1, keepdims=True)
-    return np.asarray(tmpl.tie_arg(values, top)) >= 0
+    arg = tmpl.tie_arg(values, top, out=values) if scratch else tmpl.tie_arg(values, top)
+    return np.asarray(arg) >= 0
 
 
 def check_tie(tie: str) -> str:
