@@ -195,6 +195,39 @@ def test_max_vjp_of_a_one_slot_support_reads_only_its_pairs(monkeypatch: pytest.
     assert dx.reshape(3, 3).tolist() == [[1, 2, 0], [3, 4, 0], [0, 0, 0]]
 
 
+@pytest.mark.parametrize("tie", ["first", "last"])
+def test_max_one_entry_a_window_is_found_per_window_not_per_slot(monkeypatch: pytest.MonkeyPatch, tie: str) -> None:
+    # first/last give each window at most one entry: the Jacobian's pairs come from the
+    # (windows,) slot the policy picked, never from a nonzero over the (windows, K) support.
+    spec = symjac.Pool("max", 3, stride=1, padding="same")
+    g = resolve(spec, (1, 1, 12, 12))
+    big = g.n_out * g.cells.shape[1]
+    real = np.nonzero
+
+    def small_nonzero(a: Any) -> Any:
+        assert np.size(a) < big, "nonzero over the (windows, K) support"
+        return real(a)
+
+    x = np.random.default_rng(3).integers(0, 4, (1, 1, 12, 12)) * 1.0  # many ties
+    monkeypatch.setattr(np, "nonzero", small_nonzero)
+    J = symjac.jacobian(spec, x, tie=tie)
+    dx = symjac.vjp(spec, x, np.ones((1, 1, 12, 12)), tie=tie)
+    monkeypatch.setattr(np, "nonzero", real)
+    # Independent reference: scan each 3x3 window (SAME: the cells inside the map) in
+    # row-major order for the first (last) maximal cell.
+    rows, cols = [], []
+    for i in range(12):
+        for j in range(12):
+            cells = [(a, b) for a in range(i - 1, i + 2) for b in range(j - 1, j + 2) if 0 <= a < 12 and 0 <= b < 12]
+            top = max(x[0, 0, a, b] for a, b in cells)
+            hits = [c for c in cells if x[0, 0, c[0], c[1]] == top]
+            a, b = hits[0] if tie == "first" else hits[-1]
+            rows.append(i * 12 + j)
+            cols.append(a * 12 + b)
+    assert J.rows.tolist() == rows and J.cols.tolist() == cols and set(J.values.tolist()) == {1}
+    assert dx.reshape(-1).tolist() == np.bincount(cols, minlength=144).tolist()
+
+
 def test_geometry_gather_fills_padding_slots() -> None:
     # 3x3 same on a 2x2 map: window (0, 0) reads cells (0,0),(0,1),(1,0),(1,1) in its
     # slots 4, 5, 7, 8 (row-major over the 3x3 kernel, centred); the others are padding.

@@ -31,7 +31,7 @@ from symjac.pool._symbolic import (
     Slab,
     lines,
     max_members,
-    max_support,
+    max_slots,
     pad_cells,
     slabs,
     window_classes,
@@ -56,6 +56,8 @@ class Stamp:
       q: the common denominator.
       full: the support is exactly ``geometry.valid`` (average pooling), so a line's
         coefficients need no support lookup.
+      slot: when every window has at most one entry (max pooling, ``first``/``last``),
+        (1 | batch, windows) its slot, -1 for none; else None.
     """
 
     geometry: Geometry
@@ -63,16 +65,26 @@ class Stamp:
     weight: np.ndarray
     q: int
     full: bool = False  # the support is every valid slot (average pooling)
+    slot: np.ndarray | None = None  # (batch, windows) the one slot of each window's row, -1: none
 
     @functools.cached_property
     def pairs(self) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
         """Per slice of the support, the window and the cell of each nonzero entry
         (window-major): what a sparse support is scattered over."""
         out = []
-        for support in self.support:
-            w, k = np.nonzero(support)
+        for b, support in enumerate(self.support):
+            if self.slot is not None:  # one slot a window at most: O(windows)
+                w = np.flatnonzero(self.slot[b] >= 0)
+                k = self.slot[b, w]
+            else:
+                w, k = np.nonzero(support)
             out.append((w, self.geometry.cells[w, k]))
         return tuple(out)
+
+    @functools.cached_property
+    def size(self) -> int:
+        """Number of nonzero entries of the support (all slices)."""
+        return int(np.count_nonzero(self.slot >= 0) if self.slot is not None else np.count_nonzero(self.support))
 
     def coefficients(self, line: Line) -> np.ndarray:
         """(1 | batch, len(line)) integer entries of a line (0 where the support leaves a slot out)."""
@@ -97,7 +109,8 @@ def stamp(geometry: Geometry, x: ExactArray | None, tie: str = "first") -> Stamp
         return Stamp(geometry, geometry.valid[None], weight[None], q, full=True)
     if x is None:
         raise InputError("max pooling's Jacobian depends on x: pass the input values, not only its shape")
-    return Stamp(geometry, *max_support(geometry, geometry.to_canonical(x.num), tie))
+    support, weight, q, slot = max_slots(geometry, geometry.to_canonical(x.num), tie)
+    return Stamp(geometry, support, weight, q, slot=slot)
 
 
 def _apply(st: Stamp, source: ExactArray, transpose: bool) -> ExactArray:
@@ -157,7 +170,7 @@ def _accumulate(st: Stamp, s: np.ndarray, acc: np.ndarray, transpose: bool) -> N
     """``acc += J s`` or ``J^T s`` with J's entries ``support * weight`` (the ``q`` left out), in ``acc``'s dtype:
     over the support's own pairs when it is sparse, else one line of the (windows, slots) grid at a time."""
     g = st.geometry
-    if not st.full and 2 * int(np.count_nonzero(st.support)) <= int(np.count_nonzero(g.valid)):
+    if not st.full and 2 * st.size <= int(_valid_counts(g).sum()):
         _apply_pairs(st, s, acc, transpose)
         return
     boxes = slabs(g) if st.full and acc.flags.c_contiguous else None  # contiguous: reshaped, acc is a view
@@ -309,12 +322,16 @@ def _sparse(st: Stamp) -> SparseJacobian:
         s = min(b, st.support.shape[0] - 1)
         if b == 0 or st.support.shape[0] > 1:
             # Boolean-mask reads go row-major (window, then slot): no (w, k) index pair arrays.
-            support = st.support[s]
-            per_window = _valid_counts(g) if st.full else np.count_nonzero(support, axis=1)
-            w = np.repeat(np.arange(g.n_out), per_window)
-            cells = g.cells[support]
-            wid = np.repeat(weight_ids[s], per_window)
-            del support, per_window
+            if st.slot is not None:  # one entry a window at most: O(windows), no (windows, K) pass
+                w, cells = st.pairs[s]
+                wid = weight_ids[s][w]
+            else:
+                support = st.support[s]
+                per_window = _valid_counts(g) if st.full else np.count_nonzero(support, axis=1)
+                w = np.repeat(np.arange(g.n_out), per_window)
+                cells = g.cells[support]
+                wid = np.repeat(weight_ids[s], per_window)
+                del support, per_window
         first = b == 0 and not g.trail  # flat index = canonical index: no copy
         rows.append(w if first else g.flat_index(np.asarray(b), w, g.out_spatial))
         cols.append(cells if first else g.flat_index(np.asarray(b), cells, g.in_spatial))

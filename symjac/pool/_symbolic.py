@@ -151,14 +151,16 @@ def _max_pair() -> tuple[sympy.Expr, sympy.Expr]:
     return pair, d
 
 
-def clear_caches() -> None:
-    """Forget every resolved geometry, its window classes and every template (benchmarks
-    time cold runs; the other caches key on geometries, so they start afresh too)."""
+def clear_caches(templates: bool = True) -> None:
+    """Forget every resolved geometry, its window classes and (``templates``) every
+    template (benchmarks time cold runs; the other caches key on geometries, so they
+    start afresh too)."""
     _geometry._resolve.cache_clear()
     _classes.cache_clear()
-    template.cache_clear()
-    _generic_avg.cache_clear()
-    _max_pair.cache_clear()
+    if templates:
+        template.cache_clear()
+        _generic_avg.cache_clear()
+        _max_pair.cache_clear()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -479,17 +481,24 @@ def policy_support(member: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray
       (support, weight, q): ``support`` (..., windows, K) bool, ``weight`` (...,
       windows) int64; the Jacobian row of each window is ``support * weight / q``.
     """
+    return _policy(member, tie)[:3]
+
+
+def _policy(member: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
+    """:func:`policy_support`, and for ``first``/``last`` the (..., windows) slot each
+    window routes to (-1 for none): the support's pairs in O(windows), not O(windows x K)."""
     check_tie(tie)
     n = member.shape[-1]
     if tie == "split":
         count = member.sum(axis=-1)
         q = int(np.lcm.reduce(np.unique(count[count > 0]))) if (count > 0).any() else 1
-        return member, (q // np.maximum(count, 1)).astype(np.int64), q
+        return member, (q // np.maximum(count, 1)).astype(np.int64), q, None
     pick = member.argmax(axis=-1) if tie == "first" else n - 1 - member[..., ::-1].argmax(axis=-1)
+    has = member.any(axis=-1)
     support = np.zeros(member.shape, dtype=bool)
     rows = support.reshape(-1, n)  # a view: one row a window
-    rows[np.arange(rows.shape[0]), pick.reshape(-1)] = member.any(axis=-1).reshape(-1)
-    return support, np.ones(member.shape[:-1], dtype=np.int64), 1
+    rows[np.arange(rows.shape[0]), pick.reshape(-1)] = has.reshape(-1)
+    return support, np.ones(member.shape[:-1], dtype=np.int64), 1, np.where(has, pick, -1)
 
 
 def policy_weights(member: np.ndarray, tie: str) -> tuple[np.ndarray, int]:
@@ -510,8 +519,17 @@ def max_support(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarra
     constant) then sends its gradient to no input, so the support keeps only valid
     slots.
     """
+    return max_slots(geometry, xc, tie)[:3]
+
+
+def max_slots(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
+    """:func:`max_support`, and for ``first``/``last`` the (batch, windows) slot of each
+    window's one entry (-1 where it has none)."""
     pads = pad_cells(geometry) is not None
-    support, weight, q = policy_support(max_members(geometry, xc, pads=pads), tie)
+    support, weight, q, slot = _policy(max_members(geometry, xc, pads=pads), tie)
     if pads:
         support = support & geometry.valid
-    return support, weight, q
+        if slot is not None:  # routed to a pad cell: no entry
+            real = geometry.valid[np.arange(geometry.n_out), np.maximum(slot, 0)]
+            slot = np.where(real, slot, -1)
+    return support, weight, q, slot
