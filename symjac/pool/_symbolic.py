@@ -526,10 +526,23 @@ def max_slots(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarray,
     """:func:`max_support`, and for ``first``/``last`` the (batch, windows) slot of each
     window's one entry (-1 where it has none)."""
     pads = pad_cells(geometry) is not None
-    support, weight, q, slot = _policy(max_members(geometry, xc, pads=pads), tie)
+    member = max_members(geometry, xc, pads=pads)
+    last = _LAST_POLICY.get(tie)
+    if last is not None and last[0] is member:  # the same cached tie sets (jacobian, then vjp, of one x)
+        return last[1]
+    support, weight, q, slot = _policy(member, tie)
     if pads:
         support = support & geometry.valid
         if slot is not None:  # routed to a pad cell: no entry
             real = geometry.valid[np.arange(geometry.n_out), np.maximum(slot, 0)]
             slot = np.where(real, slot, -1)
+    for a in (support, weight) if slot is None else (support, weight, slot):
+        a.setflags(write=False)  # shared by the next caller with the same tie sets
+    _LAST_POLICY.clear()
+    _LAST_POLICY[tie] = (member, (support, weight, q, slot))
     return support, weight, q, slot
+
+
+# The last policy applied, keyed by tie and held with the tie sets it was applied to
+# (compared by identity: max_members returns its cached array for the same x).
+_LAST_POLICY: dict[str, tuple[np.ndarray, tuple[np.ndarray, np.ndarray, int, np.ndarray | None]]] = {}
