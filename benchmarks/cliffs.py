@@ -70,12 +70,23 @@ def case_engine(kind: str, mode: str, size: int, arg: int = 3) -> dict[str, Any]
     spec = _pool(kind, mode, arg)
     shape = (1, 1, size, size)
     x = (np.random.default_rng(0).permutation(size * size).reshape(shape) - size * size // 2) * 0.25
-    dy = np.ones(symjac.lower(spec, shape).geometry.output_shape)
+    geometry = symjac.lower(spec, shape).geometry
+    dy = np.ones(geometry.output_shape)
+    entries = int(geometry.valid.sum())  # (window, valid slot) pairs: the cells max pooling reads
     _symbolic.clear_caches()
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0, c0, s0 = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_stime
     nnz = symjac.jacobian(spec, x).nnz
     symjac.vjp(spec, x, dy)
-    return {"seconds": time.perf_counter() - t0, "nnz": nnz, "cpu": time.process_time() - c0}
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    sys_cpu = resource.getrusage(resource.RUSAGE_SELF).ru_stime - s0  # the kernel's: mostly page faults
+    # The same again with SymPy's templates kept (geometry and window classes rebuilt, in
+    # memory the process has touched before): informative, not the row.
+    _symbolic.clear_caches(templates=False)
+    t0 = time.perf_counter()
+    symjac.jacobian(spec, x)
+    symjac.vjp(spec, x, dy)
+    return {"seconds": seconds, "nnz": nnz, "cpu": cpu, "sys": sys_cpu, "entries": entries,
+            "warm": time.perf_counter() - t0}
 
 
 class BoxPool:
@@ -335,6 +346,7 @@ def main() -> None:
         child(args.child)
         return
     print(f"{'case':44} {'seconds':>9} {'nnz':>11} {'s/Mnnz':>8} {'RSS MB':>7}  note")
+    per_unit: dict[str, list[float]] = {"avg": [], "max": []}  # engine pool rows: us per nnz (avg), per entry (max)
     for label, _fn, _args in CASES:
         if args.only not in label:
             continue
@@ -351,7 +363,7 @@ def main() -> None:
         r = json.loads(done.stdout.strip().splitlines()[-1])
         note = "" if r.get("ok") in (None, True) else "NOT OK"
         if "cpu" in r:
-            note += f"cpu {r['cpu']:.2f} s; "
+            note += f"cpu {r['cpu']:.2f} s" + (f" (kernel {r['sys']:.2f} s)" if "sys" in r else "") + "; "
         if "mpmath" in r:
             note += f"mpmath element by element {r['mpmath']:.2f} s = {r['mpmath'] / r['seconds']:.1f}x MPFR"
         if "gradcheck" in r and r["gradcheck"]:
@@ -361,8 +373,19 @@ def main() -> None:
             note += f"{r['calls']} backward calls, {r['impl']:.2f} s in the implementation"
         if "refused" in r:
             note += f"refused: ...{r['refused']}"
+        if "warm" in r:
+            note += f"again, templates built: {r['warm'] * 1e3:.1f} ms; "
+        if "entries" in r and " max " in label:  # max pooling reads every cell of a window: time per entry
+            note += f"{r['entries']:,d} window-table entries, {r['seconds'] / r['entries'] * 1e6:.3f} us/entry"
         per = r["seconds"] / r["nnz"] * 1e6 if r["nnz"] else 0
+        if label.startswith("engine ") and "adaptive" not in label:
+            per_unit[label.split()[1]].append(per if " avg " in label else r["seconds"] / r["entries"] * 1e6)
         print(f"{label:44} {r['seconds']:9.3f} {r['nnz']:11,d} {per:8.3f} {r['rss_mb']:7.0f}  {note}", flush=True)
+    for mode, unit in (("avg", "nnz"), ("max", "window-table entry")):
+        if len(per_unit[mode]) > 1:
+            values = per_unit[mode]
+            print(f"engine {mode} k3/k7/k15 256^2 and 3x3 64^2/1024^2: us per {unit} {min(values):.3f}-{max(values):.3f}, "
+                  f"spread {max(values) / min(values):.1f}x (issue 11: at most 3x)")
 
 
 if __name__ == "__main__":
