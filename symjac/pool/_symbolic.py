@@ -203,14 +203,10 @@ def _classes(geometry: Geometry) -> tuple[tuple[WindowClass, ...], np.ndarray]:
     # Windows are separable, so a window's class is the tuple of its per-axis
     # classes (valid pattern and include-pad count of the axis window): classify
     # each small axis, then combine the ids in mixed radix.
-    axis_ids, radix = [], []
+    ids = np.zeros(1, dtype=np.int64)
     for axis in geometry.axes:
-        keys = np.concatenate([axis.valid.astype(np.int64), axis.counted[:, None]], axis=1)
-        _, inverse = np.unique(keys, axis=0, return_inverse=True)
-        axis_ids.append(inverse.reshape(-1))
-        radix.append(int(inverse.max()) + 1)
-    grid = np.meshgrid(*axis_ids, indexing="ij")
-    ids = np.ravel_multi_index(tuple(g.reshape(-1) for g in grid), radix)
+        inverse = _axis_classes(axis.valid, axis.counted)
+        ids = (ids[:, None] * (int(inverse.max()) + 1) + inverse[None, :]).reshape(-1)  # mixed radix, row-major
     order = np.argsort(ids, kind="stable")
     counts = np.bincount(ids)
     bounds = np.concatenate([[0], np.cumsum(counts)])
@@ -227,6 +223,19 @@ def _classes(geometry: Geometry) -> tuple[tuple[WindowClass, ...], np.ndarray]:
     ids = dense[ids]
     ids.setflags(write=False)
     return tuple(classes), ids
+
+
+def _axis_classes(valid: np.ndarray, counted: np.ndarray) -> np.ndarray:
+    """(o,) class id of each window of one axis: equal ids for equal (valid pattern,
+    include-pad count), numbered in sorted order of the pair."""
+    k = valid.shape[1]
+    if k <= 30 and int(counted.max(initial=0)) < 2**31:  # one int64 key a window: a 1-D unique
+        keys = (valid.astype(np.int64) << np.arange(k - 1, -1, -1)).sum(axis=1) << 31 | counted
+        inverse = np.unique(keys, return_inverse=True)[1]
+    else:
+        keys2d = np.concatenate([valid.astype(np.int64), counted[:, None]], axis=1)
+        inverse = np.unique(keys2d, axis=0, return_inverse=True)[1]
+    return np.asarray(inverse, dtype=np.int64).reshape(-1)
 
 
 def window_weights(geometry: Geometry) -> tuple[np.ndarray, int]:
