@@ -1,8 +1,10 @@
 """Issue 11's cases in one table: time, nnz and peak RSS, each case in its own process.
 
 Engine rows time ``symjac.jacobian`` + ``symjac.vjp`` (cold caches, imports warm);
-verify rows time ``symjac.verify`` with the forward, so the finite-difference oracle
-runs too, of the lowered reference (``symjac.lower``; adaptive and global) or of
+max engine rows also give the time per window-table entry (windows x K valid slots, the
+count of avg's nnz for the same geometry: max pooling reads every cell of a window, so
+its nnz, one per window, does not measure its work); verify rows time ``symjac.verify``
+with the forward, so the finite-difference oracle runs too, of the lowered reference (``symjac.lower``; adaptive and global) or of
 :class:`BoxPool`, a fast NumPy k x k pool (probing needs one backward call per window
 colour, k² of them, so an O(nnz) backward would make verify O(k²·nnz)); loss rows time
 ``loss_derivative`` and ``verify_loss``; the last rows put symjac next to
@@ -27,6 +29,31 @@ case in its own process, seconds; "before" = main at the start of the day):
     verify_loss sigmoid_ce 100,000         34.4                 1.9-2.0 (+forward 3.4-3.7)
     gradcheck / symjac, 32^2 avg / max     7-18x / 6-7x         13-28x / 12-33x (>= 20x not held)
     gradcheck / symjac, 48^2 avg / max     19-23x / 11-13x      31-59x / 20-57x
+
+Engine rows (same day, branch engine-nnz; medians of 5 runs interleaved with "before" =
+main at 182586a, whose child was given the same SymPy warm-up; seconds, min-max):
+
+    case                                   before                  now
+    engine avg k3 s1 same 256^2            0.079 (0.073-0.086)     0.016 (0.015-0.018)
+    engine max k3 s1 same 256^2            0.061 (0.058-0.062)     0.024 (0.020-0.034)
+    engine avg k7 s1 same 256^2            0.134 (0.126-0.269)     0.040 (0.033-0.049)
+    engine max k7 s1 same 256^2            0.098 (0.092-0.107)     0.043 (0.042-0.046)
+    engine avg k15 s1 same 256^2           0.859 (0.677-0.885)     0.179 (0.158-0.827)
+    engine max k15 s1 same 256^2           0.267 (0.235-0.303)     0.122 (0.112-0.132)
+    engine avg 3x3 64^2                    0.0082 (0.0079-0.0100) 0.0031 (0.0030-0.0036)
+    engine max 3x3 64^2                    0.0057 (0.0054-0.0062) 0.0034 (0.0031-0.0079)
+    engine avg 3x3 1024^2                  1.145 (1.014-1.547)     0.174 (0.145-0.229)
+    engine max 3x3 1024^2                  0.867 (0.847-0.920)     0.254 (0.212-0.615)
+    avg: us per nnz                        0.042-0.226 (5.3x)      0.013-0.086 (6.9x)
+    max: us per window-table entry         0.019-0.159 (8.5x)      0.009-0.093 (10.9x)
+
+Every row is 1.7-8x faster, but the issue's "within 3x" is not held: the large rows now
+cost ~0.01-0.02 us per nnz while 64^2 keeps ~3 ms of fixed cost (SymPy's templates
+~1 ms cold, ~100 NumPy calls, page faults: ~2.3 us per 4 KB page on this VM, ~70 per
+nnz-sized array at 64^2); "again, templates built" shows ~2 ms of it remain without
+SymPy. At the large sizes the spread is the kernel's: "kernel" in the note is the
+process's system CPU time, mostly first-touch page faults (up to 0.8 s of avg k15's
+cold run on a bad run, 0.02 s on a good one): the upper ends of the ranges.
 
 The loss rows run on random inputs (every element distinct) and the "+forward" rows
 add the forward check and the finite-difference oracle. The MPFR rows put the loss
