@@ -157,6 +157,8 @@ def clear_caches(templates: bool = True) -> None:
     start afresh too)."""
     _geometry._resolve.cache_clear()
     _classes.cache_clear()
+    _LAST_MEMBERS.clear()  # keyed on geometries: let the arrays go with them
+    _LAST_POLICY.clear()
     if templates:
         template.cache_clear()
         _generic_avg.cache_clear()
