@@ -8,10 +8,13 @@ speed of vectorised code, with Python-level loops only over distinct values.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import math
 import re
 from fractions import Fraction
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -75,6 +78,78 @@ def _int_array(values: np.ndarray) -> np.ndarray:
     return values
 
 
+def _dyadic_scale(a: np.ndarray, top: float) -> int | None:
+    """The smallest k in [1, 62] with every ``a * 2^k`` an integer below 2^62 in
+    magnitude, or None (then the significand-by-significand path decides).
+
+    Scaling by a power of two is exact in floating point (no overflow: ``top * 2^k``
+    stays below 2^62), so each test is exact; a doubling search then a bisection take
+    O(log k) passes of two reused buffers, instead of the ~25 array temporaries of the
+    general path, for the common inputs with few fractional bits.
+    """
+    scaled, whole = np.empty_like(a), np.empty_like(a)
+
+    def integral(k: int) -> bool:
+        np.multiply(a, 2.0**k, out=scaled)
+        return bool(np.array_equal(scaled, np.trunc(scaled, out=whole)))
+
+    lo, hi = 0, 1  # a itself is not integral (the caller checked)
+    while not integral(hi):
+        if hi >= 62:
+            return None
+        lo, hi = hi, min(2 * hi, 62)
+        if top * 2.0**hi >= 2**62:
+            return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if integral(mid) else (mid, hi)
+    return hi if top * 2.0**hi < 2**62 else None
+
+
+def _unique_int64(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(flat, return_inverse=True)`` of an int64 array; without a sort when
+    the values span a range no wider than a few times their count (integer-valued
+    gradients do: counts of windows, sums of a few weights): a presence table then
+    numbers the values in O(size + range)."""
+    if not flat.size:
+        return flat.astype(np.int64), np.zeros(0, dtype=np.int64)
+    lo, hi = int(flat.min()), int(flat.max())
+    if hi - lo > 4 * flat.size + 1024:
+        uniq, inverse = np.unique(flat, return_inverse=True)
+        return uniq, inverse.reshape(-1)
+    offset = (flat - lo) if lo else flat
+    present = np.zeros(hi - lo + 1, dtype=bool)
+    present[offset] = True
+    rank = np.cumsum(present, dtype=np.int64) - 1  # rank[v] = number of distinct values below v
+    return np.flatnonzero(present) + lo, rank[offset]
+
+
+def _lowest_terms(nums: list[int], den: int) -> tuple[list[int], list[int]]:
+    """``(p, q)`` lists with ``p[i] / q[i] == nums[i] / den`` in lowest terms (Python ints)."""
+    gcds = [math.gcd(n, den) for n in nums]
+    return [n // g for n, g in zip(nums, gcds)], [den // g for g in gcds]
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while building many numbers: SymPy's
+    are GC-tracked, so a million of them trigger hundreds of collections (2/3 of the
+    time) that can find nothing (numbers hold no references that could form a cycle)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+#: ``sympy.Rational.from_coprime_ints`` where SymPy has it (1.14 does; it skips the gcd
+#: the caller has done and returns the same objects, Integer/Zero/One/Half included),
+#: else the plain constructor (pyproject allows SymPy 1.12).
+_rational = getattr(sympy.Rational, "from_coprime_ints", sympy.Rational)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class ExactArray:
     """An exact rational array: ``num / den`` with ``den`` a positive Python int."""
@@ -109,13 +184,16 @@ class ExactArray:
 
     @classmethod
     def _from_float(cls, array: np.ndarray, name: str) -> ExactArray:
-        a = array.astype(np.float64)  # float16, bfloat16 and float32 widen exactly
-        bad = ~np.isfinite(a)
-        if bad.any():
-            where = tuple(int(i) for i in np.argwhere(bad)[0])
+        a = array.astype(np.float64, copy=False)  # float16, bfloat16 and float32 widen exactly
+        if not np.isfinite(a).all():
+            where = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
             raise InputError(f"{name}{list(where)} = {a[where]} is not finite; exact analysis needs finite values")
-        if not a.size or (np.abs(a).max() < 2**53 and np.array_equal(a, np.trunc(a))):
+        top = float(np.abs(a).max()) if a.size else 0.0
+        if top < 2**53 and np.array_equal(a, np.trunc(a)):
             return cls(a.astype(np.int64), 1)  # integers (generated inputs often are): themselves
+        k = _dyadic_scale(a, top)
+        if k is not None:  # a few fractional bits (0.25, 1.5, ...): a * 2^k in int64, over 2^k
+            return cls((a * 2.0**k).astype(np.int64), 1 << k)
         mant, exp = np.frexp(a)
         m = (mant * 2.0**53).astype(np.int64)  # exact: a 53-bit significand
         e = exp.astype(np.int64) - 53
@@ -142,19 +220,44 @@ class ExactArray:
                            dtype=object)[:-1].reshape(a.shape)
         return cls(num, 1 << den_exp)
 
+    def distinct(self) -> tuple[list[int], list[int], np.ndarray]:
+        """The distinct values in lowest terms, and where each element's value is.
+
+        Returns:
+          (p, q, inverse): Python ints with ``p[i] / q[i]`` the i-th distinct value
+          (``gcd(p[i], q[i]) == 1``, ``q[i] > 0``) and ``inverse`` an (size,) int64
+          array, the index of each element's value (row-major). Gradients repeat few
+          values (max pooling's dx is mostly 0), so converting each distinct value
+          once is what makes :meth:`to_sympy` O(size) NumPy work plus O(distinct)
+          Python work.
+        """
+        flat, den = self.num.reshape(-1), self.den
+        if flat.dtype.kind not in "iu" or flat.dtype == np.uint64:  # Python ints (beyond int64)
+            index: dict[int, int] = {}
+            inverse = np.fromiter((index.setdefault(int(n), len(index)) for n in flat), np.int64, flat.size)
+            return (*_lowest_terms(list(index), den), inverse)
+        uniq, inverse = _unique_int64(flat.astype(np.int64, copy=False))
+        if den >= 2**63:
+            return (*_lowest_terms(uniq.tolist(), den), inverse)
+        g = np.gcd(uniq, np.int64(den))  # vectorised; gcd(0, den) = den makes 0 into 0/1
+        return (uniq // g).tolist(), (np.int64(den) // g).tolist(), inverse
+
     def to_sympy(self) -> np.ndarray:
-        """Object array of :class:`sympy.Rational`."""
-        den = self.den
-        flat = [sympy.Rational(int(n), den) for n in self.num.reshape(-1)]
-        out = np.empty(len(flat), dtype=object)
-        out[:] = flat
-        return out.reshape(self.num.shape)
+        """Object array of SymPy rationals (``Integer``, ``Zero``, ``Half``, ... as
+        ``sympy.Rational(p, q)`` gives them), one SymPy number built per distinct value."""
+        p, q, inverse = self.distinct()
+        table = np.empty(len(p), dtype=object)
+        with _gc_paused():
+            table[:] = [_rational(a, b) for a, b in zip(p, q)]
+        return np.asarray(table[inverse]).reshape(self.num.shape)
 
     def to_fractions(self) -> np.ndarray:
-        """Object array of :class:`fractions.Fraction`."""
-        out = np.empty(self.num.size, dtype=object)
-        out[:] = [Fraction(int(n), self.den) for n in self.num.reshape(-1)]
-        return out.reshape(self.num.shape)
+        """Object array of :class:`fractions.Fraction`, one built per distinct value."""
+        p, q, inverse = self.distinct()
+        table = np.empty(len(p), dtype=object)
+        with _gc_paused():
+            table[:] = [Fraction(a, b) for a, b in zip(p, q)]
+        return np.asarray(table[inverse]).reshape(self.num.shape)
 
     def to_numpy(self, dtype: Any = np.float64) -> np.ndarray:
         """Correctly rounded floats (round to nearest, ties to even) in ``dtype``."""

@@ -9,6 +9,7 @@ of |z|, and the finite-difference oracle's calls independent of the window size.
 from __future__ import annotations
 
 import tracemalloc
+from fractions import Fraction
 from typing import Any
 
 import mpmath
@@ -192,6 +193,39 @@ def test_max_vjp_of_a_one_slot_support_reads_only_its_pairs(monkeypatch: pytest.
     # window's top-left, so cell (i, j) for i, j <= 1 gets its own window's dy only.
     dx = symjac.vjp(spec, np.zeros((1, 1, 3, 3)), dy)
     assert dx.reshape(3, 3).tolist() == [[1, 2, 0], [3, 4, 0], [0, 0, 0]]
+
+
+@pytest.mark.parametrize("tie", ["first", "last"])
+def test_max_one_entry_a_window_is_found_per_window_not_per_slot(monkeypatch: pytest.MonkeyPatch, tie: str) -> None:
+    # first/last give each window at most one entry: the Jacobian's pairs come from the
+    # (windows,) slot the policy picked, never from a nonzero over the (windows, K) support.
+    spec = symjac.Pool("max", 3, stride=1, padding="same")
+    g = resolve(spec, (1, 1, 12, 12))
+    big = g.n_out * g.cells.shape[1]
+    real = np.nonzero
+
+    def small_nonzero(a: Any) -> Any:
+        assert np.size(a) < big, "nonzero over the (windows, K) support"
+        return real(a)
+
+    x = np.random.default_rng(3).integers(0, 4, (1, 1, 12, 12)) * 1.0  # many ties
+    monkeypatch.setattr(np, "nonzero", small_nonzero)
+    J = symjac.jacobian(spec, x, tie=tie)
+    dx = symjac.vjp(spec, x, np.ones((1, 1, 12, 12)), tie=tie)
+    monkeypatch.setattr(np, "nonzero", real)
+    # Independent reference: scan each 3x3 window (SAME: the cells inside the map) in
+    # row-major order for the first (last) maximal cell.
+    rows, cols = [], []
+    for i in range(12):
+        for j in range(12):
+            cells = [(a, b) for a in range(i - 1, i + 2) for b in range(j - 1, j + 2) if 0 <= a < 12 and 0 <= b < 12]
+            top = max(x[0, 0, a, b] for a, b in cells)
+            hits = [c for c in cells if x[0, 0, c[0], c[1]] == top]
+            a, b = hits[0] if tie == "first" else hits[-1]
+            rows.append(i * 12 + j)
+            cols.append(a * 12 + b)
+    assert J.rows.tolist() == rows and J.cols.tolist() == cols and set(J.values.tolist()) == {1}
+    assert dx.reshape(-1).tolist() == np.bincount(cols, minlength=144).tolist()
 
 
 def test_geometry_gather_fills_padding_slots() -> None:
@@ -558,12 +592,12 @@ def test_fd_oracle_makes_one_forward_call_per_input_colour(spec: symjac.Pool, co
 
 @pytest.mark.parametrize(("mode", "expected"), [
     ("max", 1),  # d Max(a, r)/da once, whatever the slot count: Heaviside(a - r)
-    ("avg", 6),  # d/da and d/dr of (a + r)/D for each divisor D in {4, 6, 9}
+    ("avg", 1),  # d/da of (a + r)·w once (d/dr by symmetry), instantiated at w = 1/D for D in {4, 6, 9}
 ])
 def test_sympy_work_is_per_pair_form_not_per_class(monkeypatch: pytest.MonkeyPatch, mode: str, expected: int) -> None:
     # 3x3 same on 8x8: 9 window classes (4 corners of 4 cells, 4 edges of 6, the
     # interior of 9). The two-argument form f(a, r) does not depend on the slot count,
-    # so SymPy differentiates it once per mode (avg: per divisor), and nothing is lambdified.
+    # so SymPy differentiates it once per mode (avg: once for every divisor), and nothing is lambdified.
     def no_codegen(*args: object, **kw: object) -> None:
         raise AssertionError("lambdify called")
 
@@ -573,6 +607,17 @@ def test_sympy_work_is_per_pair_form_not_per_class(monkeypatch: pytest.MonkeyPat
     diffs, classes = _count_diffs(monkeypatch, spec, (1, 1, 8, 8), x)  # type: ignore[arg-type]
     assert classes == 9
     assert diffs == expected
+
+
+@pytest.mark.parametrize("divisor", [1, 2, 4, 6, 9, 225, 2**40 + 1])
+def test_avg_template_per_divisor_is_the_one_sympy_derives_for_it(divisor: int) -> None:
+    # The generic (a + r)·w at w = 1/D against SymPy differentiating (a + r)/D itself.
+    a, r = sympy.symbols("a r", real=True)
+    tmpl = _symbolic.template("avg", 4, divisor)
+    pair, derivative, weight = tmpl.pair, tmpl.derivative, tmpl.weight
+    assert pair == (a + r) / sympy.Integer(divisor)
+    assert derivative == sympy.diff((a + r) / sympy.Integer(divisor), a) == sympy.Rational(1, divisor)
+    assert weight == Fraction(1, divisor)
 
 
 def test_small_geometries_build_their_lines_once() -> None:
@@ -661,3 +706,117 @@ def test_a_forked_child_runs_guarded_calls_in_threads_of_its_own() -> None:
     assert _guarded_call_in_child() == []  # the parent now keeps a call thread
     with multiprocessing.get_context("fork").Pool(1) as pool:
         assert pool.apply_async(_guarded_call_in_child).get(timeout=30) == []
+
+
+def _count_numbers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Record every SymPy number :meth:`ExactArray.to_sympy` builds."""
+    from symjac import _exact
+
+    built: list[tuple[int, int]] = []
+    real = _exact._rational
+
+    def counting(p: int, q: int) -> Any:
+        built.append((p, q))
+        return real(p, q)
+
+    monkeypatch.setattr(_exact, "_rational", counting)
+    return built
+
+
+@pytest.mark.parametrize(("num", "den"), [
+    (np.array([[0, 4, -4, 2], [0, 0, 6, 4]]), 4),           # int64 over a small denominator
+    (np.array([3, -6, 3, 0, 2**61, 3]), 3 * 2**70),         # denominator beyond int64
+    (np.array([2**70, 0, -(2**70), 2**70], dtype=object), 2**71),  # Python-int numerators
+    (np.arange(-5000, 5000, 7) * 2**40, 2**45),             # a span too wide for a presence table
+])
+def test_to_sympy_builds_one_number_per_distinct_value(monkeypatch: pytest.MonkeyPatch, num: np.ndarray,
+                                                       den: int) -> None:
+    from symjac._exact import ExactArray
+
+    built = _count_numbers(monkeypatch)
+    got = ExactArray(num, den).to_sympy()
+    # Independent reference: sympy.Rational(n, den) element by element, the slow way.
+    want = [sympy.Rational(int(n), den) for n in num.reshape(-1)]
+    assert got.shape == num.shape
+    assert [(v, type(v)) for v in got.reshape(-1)] == [(v, type(v)) for v in want]
+    assert len(built) == len(set(want))
+    # to_fractions: the same values as Python's Fraction, one object per distinct value too
+    fracs = ExactArray(num, den).to_fractions().reshape(-1)
+    assert list(fracs) == [Fraction(int(n), den) for n in num.reshape(-1)]
+    assert len({id(f) for f in fracs}) == len(set(want))
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_vjp_builds_one_sympy_number_per_distinct_gradient_value(monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    # 3x3 stride-1 SAME at 48^2 with dy = 1: the gradient of a cell is a sum of 1/D over
+    # the windows that read it (avg; D in {4, 6, 9}) or the count of windows whose first
+    # maximum it is (max, 0..9): a handful of values for 2,304 cells.
+    spec = symjac.Pool(mode, 3, stride=1, padding="same")
+    x = np.random.default_rng(0).permutation(48 * 48).reshape(48, 48) * 0.5
+    built = _count_numbers(monkeypatch)
+    dx = symjac.vjp(spec, x, np.ones((48, 48)))
+    assert len(built) == len(set(dx.reshape(-1).tolist())) <= 30
+
+
+@pytest.mark.parametrize(("spec", "shape", "boxes"), [
+    (symjac.Pool("avg", 3, stride=1, padding="same"), (1, 1, 48, 48), 9),
+    (symjac.Pool("avg", (3, 2), stride=(2, 1), padding=1, dilation=(2, 1), ceil_mode=True), (2, 3, 9, 8), 6),
+    (symjac.AdaptivePool("avg", (3, 4)), (1, 12, 16), 16),  # windows all alike: 4x4 cells, step 4
+])
+def test_avg_vjp_and_forward_run_one_slice_operation_per_slot(monkeypatch: pytest.MonkeyPatch, spec: Any,
+                                                              shape: tuple[int, ...], boxes: int) -> None:
+    # Pool windows advance by the stride, so a slot's windows and cells are boxes of the
+    # output and input grids: K slice operations, no (window, slot) index arrays or lines.
+    from symjac.pool import _jacobian
+    from symjac.pool._symbolic import slabs
+
+    def no_lines(*args: object) -> None:
+        raise AssertionError("lines built")
+
+    monkeypatch.setattr(_jacobian, "lines", no_lines)
+    g = resolve(spec, shape)
+    found = slabs(g)
+    assert found is not None and len(found) == boxes
+    # each slab covers exactly the valid (window, slot) pairs of its slot, in order
+    windows = np.arange(g.n_out).reshape(g.out_spatial)
+    cells = np.arange(g.n_in).reshape(g.in_spatial)
+    for box in found:
+        w = windows[box.windows].reshape(-1)
+        assert np.array_equal(w, np.flatnonzero(g.valid[:, box.k]))
+        assert np.array_equal(cells[box.cells].reshape(-1), g.cells[w, box.k])
+    # Independent reference: dx[c] = sum over the windows w reading c of dy[w] / D_w, and
+    # y[w] = sum of x over w's cells / D_w, in Fractions, pair by pair from the window table.
+    rng = np.random.default_rng(1)
+    x = rng.integers(-20, 20, shape) * 0.25
+    dy = rng.integers(-20, 20, g.output_shape) * 0.5
+    want_dx = [Fraction(0)] * (g.batch * g.n_in)
+    want_y = [Fraction(0)] * (g.batch * g.n_out)
+    xc, dyc = g.to_canonical(x), g.to_canonical(dy, g.out_spatial)
+    for b in range(g.batch):
+        for w, k in zip(*np.nonzero(g.valid)):
+            c, d = int(g.cells[w, k]), int(g.divisor[w])
+            want_dx[b * g.n_in + c] += Fraction(float(dyc[b, w])) / d
+            want_y[b * g.n_out + w] += Fraction(float(xc[b, c])) / d
+    got_dx = g.to_canonical(symjac.vjp(spec, x, dy)).reshape(-1)
+    got_y = g.to_canonical(symjac.forward(spec, x), g.out_spatial).reshape(-1)
+    assert [Fraction(int(v.p), int(v.q)) for v in got_dx] == want_dx
+    assert [Fraction(int(v.p), int(v.q)) for v in got_y] == want_y
+
+
+def test_adaptive_windows_of_unequal_sizes_have_no_slabs() -> None:
+    # 10 -> 7: window starts 0, 1, 2, 4, 5, 7, 8 do not advance by one step
+    assert _symbolic.slabs(resolve(symjac.AdaptivePool("avg", (7,)), (10,))) is None
+
+
+@pytest.mark.parametrize(("n", "kernel"), [(64, 3), (100, 31)])
+def test_value_ids_use_the_narrowest_integer_type(n: int, kernel: int) -> None:
+    # value_ids is one of the three nnz-sized arrays of a Jacobian: one byte an entry
+    # while at most 128 distinct values. 1-D SAME avg of odd kernel k on n cells: window
+    # w averages cells [w - k//2, w + k//2] within [0, n), so its entries are 1/count.
+    J = symjac.jacobian(symjac.Pool("avg", (kernel,), stride=1, padding="same"), (n,))
+    assert J.value_ids.dtype == np.int8
+    half = kernel // 2
+    counts = [min(w + half, n - 1) - max(w - half, 0) + 1 for w in range(n)]
+    assert len(set(counts)) == len(J.table)
+    assert [J.table[i] for i in J.value_ids.tolist()] == [sympy.Rational(1, counts[w]) for w in J.rows.tolist()]
+    assert J.nnz == sum(counts)

@@ -386,18 +386,26 @@ def _resolve(spec: PoolSpec, input_shape: tuple[int, ...]) -> Geometry:
             axes.append(_axis_adaptive(1, axis, length, spec.rank))
 
     # Combine the axes: slot order is row-major over (axis 0 slot, axis 1 slot, ...),
-    # window order row-major over output positions.
+    # window order row-major over output positions. Each (windows, K) table is written
+    # once, by one broadcast operation whose inner loop runs over all K slots (both
+    # operands are first widened to K columns: tiny), and never copied: an invalid
+    # axis slot holds -n_in, so any combined cell that has one is negative (a valid
+    # part is below n_in) and one clamp in place makes it -1; counts multiply per axis.
     rank = len(axes)
+    n_in = math.prod(spatial)
     cells = np.zeros((1, 1), dtype=np.int64)
     valid = np.ones((1, 1), dtype=bool)
     counted = np.ones(1, dtype=np.int64)
+    n_valid = np.ones(1, dtype=np.int64)
     for ax in axes:
-        k = ax.cells.shape[1]
-        cells = (cells[:, None, :, None] * ax.length + ax.cells[None, :, None, :]).reshape(-1, cells.shape[1] * k)
-        valid = (valid[:, None, :, None] & ax.valid[None, :, None, :]).reshape(-1, valid.shape[1] * k)
+        k, slots = ax.cells.shape[1], cells.shape[1]
+        ax_cells = np.tile(np.where(ax.valid, ax.cells, -n_in), (1, slots))  # (o, slots*k): column s*k + j is slot j
+        cells = np.add(np.repeat(cells * ax.length, k, axis=1)[:, None, :], ax_cells[None]).reshape(-1, slots * k)
+        np.maximum(cells, -1, out=cells)
+        ax_valid = np.tile(ax.valid, (1, slots))
+        valid = np.logical_and(np.repeat(valid, k, axis=1)[:, None, :], ax_valid[None]).reshape(-1, slots * k)
         counted = (counted[:, None] * ax.counted[None, :]).reshape(-1)
-    cells = np.where(valid, cells, -1)
-    n_valid = valid.sum(axis=1)
+        n_valid = (n_valid[:, None] * np.count_nonzero(ax.valid, axis=1)[None, :]).reshape(-1)
     if isinstance(spec, Pool) and spec.mode == "avg" and spec.divisor == "include_pad":
         divisor = counted
     elif isinstance(spec, Pool) and isinstance(spec.divisor, int):

@@ -21,17 +21,19 @@ import numpy as np
 import sympy
 
 from symjac._errors import InputError, SpecError
-from symjac._exact import ExactArray, _int_array
+from symjac._exact import ExactArray, _int_array, _unique_int64
 from symjac.pool._geometry import Geometry, resolve
 from symjac.pool._spec import PoolSpec, check_pool_spec
 from symjac.pool._beta import Beta, Tie, parse_tie
 from symjac.pool._symbolic import (
     TIE_POLICIES,
     Line,
+    Slab,
     lines,
     max_members,
-    max_support,
+    max_slots,
     pad_cells,
+    slabs,
     window_classes,
     window_weights,
 )
@@ -54,6 +56,8 @@ class Stamp:
       q: the common denominator.
       full: the support is exactly ``geometry.valid`` (average pooling), so a line's
         coefficients need no support lookup.
+      slot: when every window has at most one entry (max pooling, ``first``/``last``),
+        (1 | batch, windows) its slot, -1 for none; else None.
     """
 
     geometry: Geometry
@@ -61,16 +65,26 @@ class Stamp:
     weight: np.ndarray
     q: int
     full: bool = False  # the support is every valid slot (average pooling)
+    slot: np.ndarray | None = None  # (batch, windows) the one slot of each window's row, -1: none
 
     @functools.cached_property
     def pairs(self) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
         """Per slice of the support, the window and the cell of each nonzero entry
         (window-major): what a sparse support is scattered over."""
         out = []
-        for support in self.support:
-            w, k = np.nonzero(support)
+        for b, support in enumerate(self.support):
+            if self.slot is not None:  # one slot a window at most: O(windows)
+                w = np.flatnonzero(self.slot[b] >= 0)
+                k = self.slot[b, w]
+            else:
+                w, k = np.nonzero(support)
             out.append((w, self.geometry.cells[w, k]))
         return tuple(out)
+
+    @functools.cached_property
+    def size(self) -> int:
+        """Number of nonzero entries of the support (all slices)."""
+        return int(np.count_nonzero(self.slot >= 0) if self.slot is not None else np.count_nonzero(self.support))
 
     def coefficients(self, line: Line) -> np.ndarray:
         """(1 | batch, len(line)) integer entries of a line (0 where the support leaves a slot out)."""
@@ -95,7 +109,8 @@ def stamp(geometry: Geometry, x: ExactArray | None, tie: str = "first") -> Stamp
         return Stamp(geometry, geometry.valid[None], weight[None], q, full=True)
     if x is None:
         raise InputError("max pooling's Jacobian depends on x: pass the input values, not only its shape")
-    return Stamp(geometry, *max_support(geometry, geometry.to_canonical(x.num), tie))
+    support, weight, q, slot = max_slots(geometry, geometry.to_canonical(x.num), tie)
+    return Stamp(geometry, support, weight, q, slot=slot)
 
 
 def _apply(st: Stamp, source: ExactArray, transpose: bool) -> ExactArray:
@@ -155,8 +170,12 @@ def _accumulate(st: Stamp, s: np.ndarray, acc: np.ndarray, transpose: bool) -> N
     """``acc += J s`` or ``J^T s`` with J's entries ``support * weight`` (the ``q`` left out), in ``acc``'s dtype:
     over the support's own pairs when it is sparse, else one line of the (windows, slots) grid at a time."""
     g = st.geometry
-    if not st.full and 2 * int(np.count_nonzero(st.support)) <= int(np.count_nonzero(g.valid)):
+    if not st.full and 2 * st.size <= int(_valid_counts(g).sum()):
         _apply_pairs(st, s, acc, transpose)
+        return
+    boxes = slabs(g) if st.full and acc.flags.c_contiguous else None  # contiguous: reshaped, acc is a view
+    if boxes is not None:
+        _apply_slabs(st, s, acc, transpose, boxes)
         return
     for line in lines(g):
         coeff = st.coefficients(line).astype(acc.dtype)
@@ -166,6 +185,30 @@ def _accumulate(st: Stamp, s: np.ndarray, acc: np.ndarray, transpose: bool) -> N
             acc[:, line.w] += s[:, line.cells] * coeff
         else:
             acc[:, line.window] += (s[:, line.cells] * coeff).sum(axis=1)
+
+
+def _apply_slabs(st: Stamp, s: np.ndarray, acc: np.ndarray, transpose: bool, boxes: tuple[Slab, ...]) -> None:
+    """:func:`_accumulate` for a full support (average pooling) whose slots are boxes (:func:`slabs`).
+
+    Every entry of window w is its weight: ``dx[cells] += (s * weight)[windows]`` one
+    slot at a time (transpose), or ``y[windows] += x[cells]`` then times the weight. No
+    sum has more than K terms of magnitude <= max|s|·max|weight|, the bound
+    :func:`_apply` chose ``acc``'s dtype by, so both orders are exact.
+    """
+    g = st.geometry
+    lead = (acc.shape[0],)
+    weight = st.weight.astype(acc.dtype).reshape(st.weight.shape[:1] + g.out_spatial)
+    dst = acc.reshape(lead + (g.in_spatial if transpose else g.out_spatial))
+    if transpose:
+        src = s.reshape(lead + g.out_spatial) * weight
+        for box in boxes:
+            dst[(slice(None),) + box.cells] += src[(slice(None),) + box.windows]
+        return
+    src = s.reshape(lead + g.in_spatial)
+    sums = np.zeros(dst.shape, dtype=acc.dtype)
+    for box in boxes:
+        sums[(slice(None),) + box.windows] += src[(slice(None),) + box.cells]
+    dst += sums * weight
 
 
 def _apply_pairs(st: Stamp, s: np.ndarray, acc: np.ndarray, transpose: bool) -> None:
@@ -197,7 +240,9 @@ class SparseJacobian:
 
     Attributes:
       output_shape / input_shape: the full shapes in the spec's layout.
-      rows, cols, value_ids: (nnz,) int64, sorted by (row, col).
+      rows, cols: (nnz,) int64, sorted by (row, col).
+      value_ids: (nnz,) signed integers indexing ``table`` (the engine stores the narrowest
+        type that holds them: int8 for up to 128 distinct values).
       table: distinct exact values.
       spec: the pooling spec it is the Jacobian of (for :func:`symjac.in_clarke_set`).
     """
@@ -267,19 +312,26 @@ def _sparse(st: Stamp) -> SparseJacobian:
     with several channels interleaves rows and needs a stable sort by row.
     """
     g = st.geometry
-    distinct, inverse = np.unique(st.weight, return_inverse=True)
-    weight_ids = inverse.reshape(st.weight.shape)
+    # per-window weights (never per entry): few distinct values in a narrow range, numbered
+    # without a sort, in the narrowest integer type (value_ids is one of the nnz-sized outputs)
+    distinct, inverse = _unique_int64(st.weight.reshape(-1))
+    id_type = next(t for t in (np.int8, np.int16, np.int32, np.int64) if distinct.size <= np.iinfo(t).max + 1)
+    weight_ids = inverse.astype(id_type).reshape(st.weight.shape)
     rows, cols, ids = [], [], []
     for b in range(g.batch):
         s = min(b, st.support.shape[0] - 1)
         if b == 0 or st.support.shape[0] > 1:
             # Boolean-mask reads go row-major (window, then slot): no (w, k) index pair arrays.
-            support = st.support[s]
-            per_window = np.count_nonzero(support, axis=1)
-            w = np.repeat(np.arange(g.n_out), per_window)
-            cells = g.cells[support]
-            wid = np.repeat(weight_ids[s], per_window)
-            del support, per_window
+            if st.slot is not None:  # one entry a window at most: O(windows), no (windows, K) pass
+                w, cells = st.pairs[s]
+                wid = weight_ids[s][w]
+            else:
+                support = st.support[s]
+                per_window = _valid_counts(g) if st.full else np.count_nonzero(support, axis=1)
+                w = np.repeat(np.arange(g.n_out), per_window)
+                cells = g.cells[support]
+                wid = np.repeat(weight_ids[s], per_window)
+                del support, per_window
         first = b == 0 and not g.trail  # flat index = canonical index: no copy
         rows.append(w if first else g.flat_index(np.asarray(b), w, g.out_spatial))
         cols.append(cells if first else g.flat_index(np.asarray(b), cells, g.in_spatial))
@@ -291,7 +343,15 @@ def _sparse(st: Stamp) -> SparseJacobian:
         order = np.argsort(row, kind="stable")
         row, col, vid = row[order], col[order], vid[order]
     table = tuple(sympy.Rational(int(v), st.q) for v in distinct)
-    return SparseJacobian(g.output_shape, g.input_shape, row, col, vid.astype(np.int64, copy=False), table, spec=g.spec)
+    return SparseJacobian(g.output_shape, g.input_shape, row, col, vid, table, spec=g.spec)
+
+
+def _valid_counts(g: Geometry) -> np.ndarray:
+    """(windows,) valid slots per window: the product of the per-axis counts (valid is their outer and)."""
+    counts = np.ones(1, dtype=np.int64)
+    for ax in g.axes:
+        counts = np.multiply.outer(counts, np.count_nonzero(ax.valid, axis=1)).reshape(-1)
+    return counts
 
 
 def jacobian(spec: PoolSpec, x: Any, *, tie: Tie = "first") -> SparseJacobian:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator
 from fractions import Fraction
@@ -47,8 +48,8 @@ class Template:
       mode: ``"avg"`` or ``"max"``.
       n: number of valid slots.
       divisor: the averaging divisor D.
-      pair: ``f(a, r)``, the two-argument form.
-      derivative: ``diff(pair, a)`` as SymPy returned it.
+      derivative: ``diff(pair, a)`` as SymPy returned it (avg: ``diff((a + r)·w, a)``
+        at ``w = 1/D``, see :func:`_generic_avg`).
       weight: avg only: the derivative as an exact fraction (it is a constant).
       tie_arg: max only: NumPy function ``(a, r) -> a - r``, the argument of SymPy's
         ``Heaviside``: > 0 means s_i is the strict maximum, == 0 that it ties for the
@@ -58,10 +59,16 @@ class Template:
     mode: str
     n: int
     divisor: int
-    pair: sympy.Expr
     derivative: sympy.Expr
     weight: Fraction | None = None
     tie_arg: Callable[..., Any] | None = None
+
+    @functools.cached_property
+    def pair(self) -> sympy.Expr:
+        """``f(a, r)``, the two-argument form (built on demand: inspection only)."""
+        if self.mode == "avg":
+            return _generic_avg()[0].xreplace({_WEIGHT: sympy.Rational(1, self.divisor)})
+        return _max_pair()[0]
 
     @functools.cached_property
     def symbols(self) -> tuple[sympy.Symbol, ...]:
@@ -101,40 +108,61 @@ _IDENTITY = {"avg": sympy.Integer(0), "max": sympy.S.NegativeInfinity}
 @functools.lru_cache(maxsize=256)
 def template(mode: str, n: int, divisor: int) -> Template:
     """The template of a class with ``n`` valid slots. Its two-argument form does not
-    depend on n (nor, for max, on the divisor): :func:`_pair` builds it once."""
-    return Template(mode, n, divisor, *_pair(mode, divisor if mode == "avg" else 1))
-
-
-@functools.lru_cache(maxsize=256)
-def _pair(mode: str, divisor: int) -> tuple[sympy.Expr, sympy.Expr, Fraction | None, Callable[..., Any] | None]:
-    """Build and differentiate ``f(a, r)`` (O(1) SymPy work): (pair, derivative, weight, tie_arg)."""
-    a, r = _PAIR
+    depend on n, nor on the divisor but through w = 1/D: SymPy differentiates it once
+    per mode (:func:`_generic_avg`, :func:`_max_pair`), and each class instantiates the
+    result (an exact substitution, no differentiation)."""
     if mode == "avg":
-        pair = (a + r) / sympy.Integer(divisor)
-        d = sympy.diff(pair, a)
+        d = _generic_avg()[1].xreplace({_WEIGHT: sympy.Rational(1, divisor)})
         if not d.is_Rational:
-            raise AssertionError(f"average template {pair} has a non-constant derivative {d}")
-        # Linear: pair == d*a + d_r*r exactly with d_r == d (the sum is symmetric),
-        # so y = J x with every slot weighted by d.
-        if sympy.diff(pair, r) != d or sympy.expand(pair - d * a - d * r) != 0:
-            raise AssertionError(f"average template {pair} is not linear and symmetric")
-        return pair, d, Fraction(int(d.p), int(d.q)), None
+            raise AssertionError(f"average template for divisor {divisor} has a non-constant derivative {d}")
+        return Template(mode, n, divisor, d, weight=Fraction(int(d.p), int(d.q)))
+    # The Heaviside argument, a - r as _max_pair checked, lowered to NumPy: the sign of a
+    # difference is exact in floating point too (it is 0 only when a == r).
+    return Template(mode, n, divisor, _max_pair()[1], tie_arg=np.subtract)
+
+
+# The averaging weight 1/D of a window, as a symbol: one differentiation serves every divisor.
+_WEIGHT = sympy.Symbol("w", positive=True)
+
+
+@functools.lru_cache(maxsize=1)
+def _generic_avg() -> tuple[sympy.Expr, sympy.Expr]:
+    """Build and differentiate ``(a + r)·w`` once (O(1) SymPy work): (pair, d pair/da)."""
+    a, r = _PAIR
+    pair = (a + r) * _WEIGHT
+    d = sympy.diff(pair, a)
+    if d.free_symbols - {_WEIGHT}:
+        raise AssertionError(f"average template {pair} has a derivative {d} that depends on the slots")
+    # Linear and symmetric: pair(a, r) == pair(r, a), so d pair/dr = d too (a constant),
+    # and pair(0, 0) = 0: pair == d*a + d*r exactly and y = J x with every slot weighted by d.
+    if pair.xreplace({a: r, r: a}) != pair or pair.xreplace({a: 0, r: 0}) != 0:
+        raise AssertionError(f"average template {pair} is not linear and symmetric")
+    return pair, d
+
+
+@functools.lru_cache(maxsize=1)
+def _max_pair() -> tuple[sympy.Expr, sympy.Expr]:
+    """Build and differentiate ``Max(a, r)`` once: (pair, Heaviside(a - r))."""
+    a, r = _PAIR
     pair = sympy.Max(a, r, evaluate=False)  # what Max(a, r) of two real symbols evaluates to, without the search
     d = sympy.diff(pair, a)
     if d != sympy.Heaviside(a - r):
         raise AssertionError(f"d Max(a, r)/da = {d}: expected Heaviside(a - r) from SymPy")
-    # The Heaviside argument, a - r as just checked, lowered to NumPy: the sign of a
-    # difference is exact in floating point too (it is 0 only when a == r).
-    return pair, d, None, np.subtract
+    return pair, d
 
 
-def clear_caches() -> None:
-    """Forget every resolved geometry, its window classes and every template (benchmarks
-    time cold runs; the other caches key on geometries, so they start afresh too)."""
+def clear_caches(templates: bool = True) -> None:
+    """Forget every resolved geometry, its window classes and (``templates``) every
+    template (benchmarks time cold runs; the other caches key on geometries, so they
+    start afresh too)."""
     _geometry._resolve.cache_clear()
     _classes.cache_clear()
-    template.cache_clear()
-    _pair.cache_clear()
+    _LAST_MEMBERS.clear()  # keyed on geometries: let the arrays go with them
+    _LAST_POLICY.clear()
+    if templates:
+        template.cache_clear()
+        _generic_avg.cache_clear()
+        _max_pair.cache_clear()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -177,14 +205,10 @@ def _classes(geometry: Geometry) -> tuple[tuple[WindowClass, ...], np.ndarray]:
     # Windows are separable, so a window's class is the tuple of its per-axis
     # classes (valid pattern and include-pad count of the axis window): classify
     # each small axis, then combine the ids in mixed radix.
-    axis_ids, radix = [], []
+    ids = np.zeros(1, dtype=np.int64)
     for axis in geometry.axes:
-        keys = np.concatenate([axis.valid.astype(np.int64), axis.counted[:, None]], axis=1)
-        _, inverse = np.unique(keys, axis=0, return_inverse=True)
-        axis_ids.append(inverse.reshape(-1))
-        radix.append(int(inverse.max()) + 1)
-    grid = np.meshgrid(*axis_ids, indexing="ij")
-    ids = np.ravel_multi_index(tuple(g.reshape(-1) for g in grid), radix)
+        inverse = _axis_classes(axis.valid, axis.counted)
+        ids = (ids[:, None] * (int(inverse.max()) + 1) + inverse[None, :]).reshape(-1)  # mixed radix, row-major
     order = np.argsort(ids, kind="stable")
     counts = np.bincount(ids)
     bounds = np.concatenate([[0], np.cumsum(counts)])
@@ -201,6 +225,19 @@ def _classes(geometry: Geometry) -> tuple[tuple[WindowClass, ...], np.ndarray]:
     ids = dense[ids]
     ids.setflags(write=False)
     return tuple(classes), ids
+
+
+def _axis_classes(valid: np.ndarray, counted: np.ndarray) -> np.ndarray:
+    """(o,) class id of each window of one axis: equal ids for equal (valid pattern,
+    include-pad count), numbered in sorted order of the pair."""
+    k = valid.shape[1]
+    if k <= 30 and int(counted.max(initial=0)) < 2**31:  # one int64 key a window: a 1-D unique
+        keys = (valid.astype(np.int64) << np.arange(k - 1, -1, -1)).sum(axis=1) << 31 | counted
+        inverse = np.unique(keys, return_inverse=True)[1]
+    else:
+        keys2d = np.concatenate([valid.astype(np.int64), counted[:, None]], axis=1)
+        inverse = np.unique(keys2d, axis=0, return_inverse=True)[1]
+    return np.asarray(inverse, dtype=np.int64).reshape(-1)
 
 
 def window_weights(geometry: Geometry) -> tuple[np.ndarray, int]:
@@ -286,6 +323,59 @@ def _build_lines(geometry: Geometry) -> Iterator[Line]:
             yield Line(np.full(slots.size, win), slots, geometry.cells[win, slots], win)
 
 
+@dataclasses.dataclass(frozen=True)
+class Slab:
+    """One slot of the (windows, slots) grid as strided boxes: the windows that have
+    the slot (a box of the output grid) and the cells they read there (a box of the
+    input grid, with the stride as step), as one slice per spatial axis.
+
+    Attributes:
+      k: the slot (column of ``geometry.cells``).
+      windows: per axis, the slice of output positions.
+      cells: per axis, the slice of input positions, in the same order.
+    """
+
+    k: int
+    windows: tuple[slice, ...]
+    cells: tuple[slice, ...]
+
+
+def slabs(geometry: Geometry) -> tuple[Slab, ...] | None:
+    """Cover the valid (window, slot) pairs by one :class:`Slab` per slot, or None.
+
+    A slot's windows and cells are boxes when, along every axis, the windows that
+    have the axis slot are consecutive and their cells advance by one step: always so
+    for :class:`Pool` (window starts advance by the stride, every window has every
+    slot that falls inside the input), and for adaptive axes whose windows are all
+    alike. Then a slot's scatter or gather is one NumPy slice operation over the
+    spatial grids, with no index arrays: K operations for the whole grid, each
+    contiguous along the last axis when the stride is 1.
+    """
+    per_axis = []
+    for ax in geometry.axes:
+        valid = ax.valid
+        n_out = valid.shape[0]
+        step = int(ax.starts[1] - ax.starts[0]) if n_out > 1 else 1
+        if step < 1 or (n_out > 2 and np.any(np.diff(ax.starts) != step)):
+            return None
+        count = valid.sum(axis=0)
+        first = valid.argmax(axis=0)
+        last = n_out - 1 - valid[::-1].argmax(axis=0)
+        if np.any((count > 0) & (last - first + 1 != count)):
+            return None  # a slot's windows are not consecutive
+        axis_slabs = []
+        for j in range(valid.shape[1]):
+            n, w0 = int(count[j]), int(first[j])
+            c0 = int(ax.cells[w0, j]) if n else 0
+            axis_slabs.append((slice(w0, w0 + n), slice(c0, c0 + (n - 1) * step + 1 if n else c0, step)))
+        per_axis.append(axis_slabs)
+    out = []
+    for k, combo in enumerate(itertools.product(*per_axis)):  # row-major over axis slots: geometry's slot order
+        if all(w.stop > w.start for w, _ in combo):
+            out.append(Slab(k, tuple(w for w, _ in combo), tuple(c for _, c in combo)))
+    return tuple(out)
+
+
 def pad_cells(geometry: Geometry) -> np.ndarray | None:
     """``Pool(pad_value=0)``: (windows, K) the pad slots (constants 0 in the max); else None."""
     if geometry.spec.mode != "max" or getattr(geometry.spec, "pad_value", None) is None:
@@ -353,17 +443,18 @@ def _max_members(geometry: Geometry, xc: np.ndarray, pads: bool = False) -> np.n
         values = xs[:, geometry.cells[block]]
         if pad is not None:  # pad cells hold the constant 0, a competitor in the max
             values = np.where(pad[block], 0, values)
-        member[:, block] = tie_members(tmpl, values)
+        member[:, block] = tie_members(tmpl, values, scratch=True)  # values is this block's own gather
     return member
 
 
-def tie_members(tmpl: Template, values: np.ndarray) -> np.ndarray:
+def tie_members(tmpl: Template, values: np.ndarray, scratch: bool = False) -> np.ndarray:
     """Which slots attain the window maximum, from SymPy's derivative of ``Max``.
 
     Args:
       tmpl: a max template.
       values: (..., n) slot values (exact integers, or floats: the sign of
         ``s_i - max(others)`` is exact in floating point too).
+      scratch: ``values`` may be overwritten (no second array of its size).
 
     Returns:
       (..., n) bool: slot i is in the tie set (its Heaviside argument is >= 0).
@@ -377,7 +468,8 @@ def tie_members(tmpl: Template, values: np.ndarray) -> np.ndarray:
     # s_i - r_i >= 0 as s_i - t = 0 >= 0. So ``tie_arg(s_i, t) >= 0`` is the same
     # verdict for every slot, with one reduction instead of four.
     top = values.max(axis=-1, keepdims=True)
-    return np.asarray(tmpl.tie_arg(values, top)) >= 0
+    arg = tmpl.tie_arg(values, top, out=values) if scratch else tmpl.tie_arg(values, top)
+    return np.asarray(arg) >= 0
 
 
 def check_tie(tie: str) -> str:
@@ -400,17 +492,24 @@ def policy_support(member: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray
       (support, weight, q): ``support`` (..., windows, K) bool, ``weight`` (...,
       windows) int64; the Jacobian row of each window is ``support * weight / q``.
     """
+    return _policy(member, tie)[:3]
+
+
+def _policy(member: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
+    """:func:`policy_support`, and for ``first``/``last`` the (..., windows) slot each
+    window routes to (-1 for none): the support's pairs in O(windows), not O(windows x K)."""
     check_tie(tie)
     n = member.shape[-1]
     if tie == "split":
         count = member.sum(axis=-1)
         q = int(np.lcm.reduce(np.unique(count[count > 0]))) if (count > 0).any() else 1
-        return member, (q // np.maximum(count, 1)).astype(np.int64), q
+        return member, (q // np.maximum(count, 1)).astype(np.int64), q, None
     pick = member.argmax(axis=-1) if tie == "first" else n - 1 - member[..., ::-1].argmax(axis=-1)
+    has = member.any(axis=-1)
     support = np.zeros(member.shape, dtype=bool)
     rows = support.reshape(-1, n)  # a view: one row a window
-    rows[np.arange(rows.shape[0]), pick.reshape(-1)] = member.any(axis=-1).reshape(-1)
-    return support, np.ones(member.shape[:-1], dtype=np.int64), 1
+    rows[np.arange(rows.shape[0]), pick.reshape(-1)] = has.reshape(-1)
+    return support, np.ones(member.shape[:-1], dtype=np.int64), 1, np.where(has, pick, -1)
 
 
 def policy_weights(member: np.ndarray, tie: str) -> tuple[np.ndarray, int]:
@@ -431,8 +530,30 @@ def max_support(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarra
     constant) then sends its gradient to no input, so the support keeps only valid
     slots.
     """
+    return max_slots(geometry, xc, tie)[:3]
+
+
+def max_slots(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
+    """:func:`max_support`, and for ``first``/``last`` the (batch, windows) slot of each
+    window's one entry (-1 where it has none)."""
     pads = pad_cells(geometry) is not None
-    support, weight, q = policy_support(max_members(geometry, xc, pads=pads), tie)
+    member = max_members(geometry, xc, pads=pads)
+    last = _LAST_POLICY.get(tie)
+    if last is not None and last[0] is member:  # the same cached tie sets (jacobian, then vjp, of one x)
+        return last[1]
+    support, weight, q, slot = _policy(member, tie)
     if pads:
         support = support & geometry.valid
-    return support, weight, q
+        if slot is not None:  # routed to a pad cell: no entry
+            real = geometry.valid[np.arange(geometry.n_out), np.maximum(slot, 0)]
+            slot = np.where(real, slot, -1)
+    for a in (support, weight) if slot is None else (support, weight, slot):
+        a.setflags(write=False)  # shared by the next caller with the same tie sets
+    _LAST_POLICY.clear()
+    _LAST_POLICY[tie] = (member, (support, weight, q, slot))
+    return support, weight, q, slot
+
+
+# The last policy applied, keyed by tie and held with the tie sets it was applied to
+# (compared by identity: max_members returns its cached array for the same x).
+_LAST_POLICY: dict[str, tuple[np.ndarray, tuple[np.ndarray, np.ndarray, int, np.ndarray | None]]] = {}
