@@ -557,6 +557,29 @@ def test_weighted_mean_over_class_indices_sums_the_labelled_rows_weights() -> No
     assert [float(v) for v in ev.derivative()[3]] == [0.0, 0.0, 0.0]
 
 
+@pytest.mark.parametrize("classes", [2, 3, 10])
+def test_softmax_loss_condition_differentiates_class_0_only(monkeypatch: pytest.MonkeyPatch, classes: int) -> None:
+    # cond(ℓ) = Σ_m |∂ℓ/∂x_m|·|x_m| over the 3C + 1 inputs takes 4 differentiations (z_0,
+    # t_0, w_0, ε; the other classes' by swapping symbols), and is the very expression
+    # the direct build (one sympy.diff per input) gives, so it lowers to the same code.
+    from symjac.loss import _templates
+
+    tpl = _templates._template("softmax_ce", classes, False, False)
+    tpl.__dict__.pop("_loss_cond_expr", None)
+    calls: list[object] = []
+    real = sympy.diff
+
+    def counting(*args: object, **kw: object) -> object:
+        calls.append(args[1])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(_templates.sympy, "diff", counting)
+    fast = tpl._loss_cond_expr
+    assert len(calls) == 4
+    monkeypatch.setattr(_templates.sympy, "diff", real)
+    assert fast == tpl._cond(tpl.loss)
+
+
 def test_near_tie_inputs_convert_to_int64_numerators() -> None:
     from symjac._exact import ExactArray
     from symjac.check._inputs import near_tie_input

@@ -283,20 +283,42 @@ class LossTemplate:
             out[c] = hs[pos]
         return out
 
-    def _cond(self, expr: sympy.Expr, symbols: Sequence[sympy.Symbol] | None = None) -> sympy.Expr:
-        # Σ_m |∂e/∂x_m|·|x_m| (over every symbol unless given): the first-order effect of
-        # perturbing every input by one relative unit. DiracDelta (from d sign) is zero off
-        # the kinks; at a kink the Clarke set is accepted instead.
+    def _cond(self, expr: sympy.Expr, symbols: Sequence[sympy.Symbol] | None = None,
+              diffs: dict[sympy.Symbol, sympy.Expr] | None = None) -> sympy.Expr:
+        # Σ_m |∂e/∂x_m|·|x_m| (over every symbol unless given; ∂e/∂x_m from diffs where
+        # given): the first-order effect of perturbing every input by one relative unit.
+        # DiracDelta (from d sign) is zero off the kinks; at a kink the Clarke set is
+        # accepted instead.
         terms = []
         for s in self.symbols if symbols is None else symbols:
-            g = sympy.diff(expr, s).replace(sympy.DiracDelta, lambda *a: sympy.S.Zero)
+            g = (sympy.diff(expr, s) if diffs is None else diffs[s]).replace(sympy.DiracDelta, lambda *a: sympy.S.Zero)
             if g != 0:  # unevaluated: SymPy would query the sign of every subexpression of g
                 terms.append(sympy.Abs(g, evaluate=False) * sympy.Abs(s))
         return sympy.Add(*terms)
 
     @functools.cached_property
+    def _loss_cond_expr(self) -> sympy.Expr:
+        """``Σ_m |∂ℓ/∂x_m|·|x_m|``, as :meth:`_cond` builds it, differentiating less.
+
+        softmax_ce's ℓ is the same SymPy expression with classes 0 and c swapped (z_c,
+        t_c, w_c together; checked), so ∂ℓ/∂z_c is ∂ℓ/∂z_0 with 0 and c swapped, and
+        likewise for t_c and w_c: 4 differentiations (class 0 and ε), not 3C + 1.
+        (tests/test_cliffs.py checks the result equals the direct build.)
+        """
+        if self.kind != "softmax_ce":
+            return self._cond(self.loss)
+        first = (self.pred[0], self.label[0], self.params[0])
+        own = {x: sympy.diff(self.loss, x) for x in first}
+        diffs = {self.params[-1]: sympy.diff(self.loss, self.params[-1])}
+        for c, swap in enumerate(self._class_swaps()):
+            if c and self.loss.xreplace(swap) != self.loss:  # pragma: no cover - SymPy's canonical form
+                return self._cond(self.loss)
+            diffs.update({swap[x]: g.xreplace(swap) for x, g in own.items()})
+        return self._cond(self.loss, diffs=diffs)
+
+    @functools.cached_property
     def _loss_cond(self) -> Callable[..., Any]:
-        return self._lower([self._cond(self.loss), running_error(self.loss)])
+        return self._lower([self._loss_cond_expr, running_error(self.loss)])
 
     def loss_cond_fn(self, *args: Any) -> list[Any]:
         """mpmath: args -> [ℓ, Σ_m |∂ℓ/∂x_m|·|x_m|, running_error(ℓ)] (ℓ from the stable
@@ -395,7 +417,7 @@ class LossTemplate:
 
     @functools.cached_property
     def _vec_loss_bounds(self) -> Callable[..., list[Any]]:
-        return _numbers.lambdify(self.symbols, [self._cond(self.loss), running_error(self.loss)])
+        return _numbers.lambdify(self.symbols, [self._loss_cond_expr, running_error(self.loss)])
 
     @functools.cached_property
     def _vec_derivative_bounds(self) -> list[Callable[..., list[Any]]]:
