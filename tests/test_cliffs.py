@@ -580,6 +580,26 @@ def test_softmax_loss_condition_differentiates_class_0_only(monkeypatch: pytest.
     assert fast == tpl._cond(tpl.loss)
 
 
+@pytest.mark.parametrize("classes", [2, 3, 10, 12])
+def test_softmax_value_reads_the_exponentials_the_derivatives_take(classes: int) -> None:
+    # The lowered ℓ takes E_c = e^{z_c} (computed once per element for ℓ and dℓ/dz alike)
+    # and is otherwise the very code the direct lowering of the stable ℓ gives: the same
+    # operations in the same order on the same numbers, so the same MPFR values.
+    import inspect
+
+    from symjac.loss import _numbers, _templates
+
+    tpl = _templates._template("softmax_ce", classes, False, False)
+    direct = inspect.getsource(_numbers.lambdify(tpl.symbols, tpl._stable_exprs([tpl.stable_loss]))).split("\n", 1)
+    lowered = inspect.getsource(tpl._vec_value).split("\n", 1)
+    body = direct[1]
+    for c in range(classes):
+        body = body.replace(f"exp(z{c})", f"E{c}")
+    assert "exp(" in direct[1] and "exp(" not in lowered[1]
+    assert lowered[1] == body
+    assert lowered[0] == direct[0].replace("epsilon)", "epsilon, " + ", ".join(f"E{c}" for c in range(classes)) + ")")
+
+
 def test_near_tie_inputs_convert_to_int64_numerators() -> None:
     from symjac._exact import ExactArray
     from symjac.check._inputs import near_tie_input

@@ -406,9 +406,16 @@ class LossTemplate:
     # ---- the same functions on arrays of MPFR numbers (symjac.loss._numbers), one
     # array per symbol (``cols``), every element of a batch at once
 
+    def _value_expr(self) -> sympy.Expr:
+        """The stable ℓ as lowered for arrays: softmax_ce's with z_0 = 0 and e^{z_c} read
+        from E_c (the exponentials the derivatives take too, computed once per element:
+        the lowered code is the same, each exp(z_c) replaced by E_c)."""
+        ell = self._stable_exprs([self.stable_loss])[0]
+        return ell.xreplace({sympy.exp(z): e for z, e in zip(self.pred, self._exponentials)})
+
     @functools.cached_property
     def _vec_value(self) -> Callable[..., list[Any]]:
-        return _numbers.lambdify(self.symbols, self._stable_exprs([self.stable_loss]))
+        return _numbers.lambdify(self.symbols + self._exponentials, [self._value_expr()])
 
     @functools.cached_property
     def _vec_derivatives(self) -> dict[int, Callable[..., list[Any]]]:
@@ -464,10 +471,10 @@ class LossTemplate:
         """ℓ of every element and dℓ/dz_c, shape (elements, classes), in the caller's
         class order (from the stable forms; None for what was not asked)."""
         shifted, order = self._shifted_columns(cols)
-        ell = np.asarray(_full(self._vec_value(*shifted)[0], len(cols[0])), dtype=object) if values else None
+        exps = [_numbers.FUNCTIONS["exp"](z) for z in shifted[:len(self._exponentials)]]
+        ell = np.asarray(_full(self._vec_value(*shifted, *exps)[0], len(cols[0])), dtype=object) if values else None
         if not derivatives:
             return ell, None
-        exps = [_numbers.FUNCTIONS["exp"](z) for z in shifted[:len(self._exponentials)]]
         hs = np.stack([_full(h, len(cols[0])) for h in self._by_class(self._vec_derivatives, shifted + exps)], axis=1)
         out = np.empty_like(hs)
         np.put_along_axis(out, order, hs, axis=1)
