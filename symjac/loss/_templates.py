@@ -170,6 +170,8 @@ class LossTemplate:
         these, the rounding bounds from ``loss`` and ``derivatives``.
       derivative_sources: per class j, a class k whose stable derivative, with classes
         k and j swapped, is class j's (k = j: its own). Only the sources are lowered.
+      class_weights: softmax_ce's ``a_c = ((1 - ε)·t_c + ε/C)·w_c``, the weight of
+        ``log softmax_c`` in ℓ (the stable derivatives are built from them); else ().
     """
 
     kind: str
@@ -185,6 +187,7 @@ class LossTemplate:
     derivative_depth: int
     kink_args: tuple[sympy.Expr, ...]
     derivative_sources: tuple[int, ...] = (0,)
+    class_weights: tuple[sympy.Expr, ...] = ()
 
     @property
     def symbols(self) -> tuple[sympy.Symbol, ...]:
@@ -423,6 +426,48 @@ class LossTemplate:
         return {k: _numbers.lambdify(symbols, [h]) for k, h in self._derivative_source_exprs().items()}
 
     @functools.cached_property
+    def _softmax_parts(self) -> tuple[Callable[..., list[Any]], Callable[..., list[Any]],
+                                      dict[int, Callable[..., list[Any]]]]:
+        """softmax_ce's stable derivatives on arrays, from parts formed once per element:
+        ``a_c`` (``class_weights``; one lowered ``a_0``, called per class),
+        ``D = 1 + Σ_{c>0} E_c``, and per source class k the numerator over D in symbols
+        A_c, E_c, D: ``Σ_{c≠k} (A_c·E_k - A_k·E_c) / D`` (E_0 = 1). Checked: with a_c
+        and D put back it is the source's stable derivative (:meth:`_derivative_source_exprs`).
+        Per class that is ~2C multiplications and 2C additions; the stable forms
+        themselves form every a_c and D again for every class.
+        """
+        n, t0, w0, eps = self.classes, self.label[0], self.params[0], self.params[-1]
+        amps = tuple(sympy.Symbol(f"A{c}", real=True) for c in range(n))
+        den = sympy.Symbol("D", positive=True)
+        e = (sympy.S.One,) + self._exponentials[1:]
+        back = {**dict(zip(amps, self.class_weights)), den: 1 + sympy.Add(*e[1:])}
+        sources = self._derivative_source_exprs()
+        forms = {}
+        for k, h in sources.items():
+            form = sympy.Add(*(amps[c] * e[k] - amps[k] * e[c] for c in range(n) if c != k)) / den
+            if form.xreplace(back) != h:  # pragma: no cover - built from the same a_c and e_c
+                raise AssertionError(f"softmax_ce derivative {form} is not {h} with a_c and D put back")
+            forms[k] = _numbers.lambdify(self._exponentials + amps + (den,), [form])
+        weight = _numbers.lambdify((t0, w0, eps), [self.class_weights[0]])
+        return weight, _numbers.lambdify(self._exponentials, [back[den]]), forms
+
+    def _softmax_derivatives_at(self, shifted: Sequence[np.ndarray], exps: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Each class's dℓ/dz_c at shifted columns (class 0 the largest logit) from
+        :attr:`_softmax_parts`, in the shifted class order."""
+        n, m = self.classes, len(shifted[0])
+        weight, denominator, forms = self._softmax_parts
+        amps = [_full(weight(shifted[n + c], shifted[2 * n + c], shifted[3 * n])[0], m) for c in range(n)]
+        args = list(exps) + amps + [_full(denominator(*exps)[0], m)]
+
+        def swapped(k: int, j: int) -> list[Any]:
+            a = list(args)
+            for block in (0, n):  # E and A of classes k and j exchanged
+                a[block + k], a[block + j] = args[block + j], args[block + k]
+            return a
+
+        return [forms[k](*(args if k == j else swapped(k, j)))[0] for j, k in enumerate(self.derivative_sources)]
+
+    @functools.cached_property
     def _vec_loss_bounds(self) -> Callable[..., list[Any]]:
         return _numbers.lambdify(self.symbols, [self._loss_cond_expr, running_error(self.loss)])
 
@@ -475,7 +520,9 @@ class LossTemplate:
         ell = np.asarray(_full(self._vec_value(*shifted, *exps)[0], len(cols[0])), dtype=object) if values else None
         if not derivatives:
             return ell, None
-        hs = np.stack([_full(h, len(cols[0])) for h in self._by_class(self._vec_derivatives, shifted + exps)], axis=1)
+        by_class = self._softmax_derivatives_at(shifted, exps) if self.kind == "softmax_ce" else \
+            self._by_class(self._vec_derivatives, shifted + exps)
+        hs = np.stack([_full(h, len(cols[0])) for h in by_class], axis=1)
         out = np.empty_like(hs)
         np.put_along_axis(out, order, hs, axis=1)
         return ell, out
@@ -605,6 +652,7 @@ def _template(kind: str, classes: int, log_input: bool, log_target: bool) -> Los
         derivative_depth=max(_depth(h) for h in derivatives),
         kink_args=kinks,
         derivative_sources=sources,
+        class_weights=tuple(a) if kind == "softmax_ce" else (),
     )
 
 
