@@ -3,7 +3,8 @@
 Each test pins the property that keeps a case linear in its work: SymPy work per
 window class independent of the window's size, Python iterations bounded by
 sqrt(windows x slots), verify-path memory within c·nnz, loss precision independent
-of |z|, and the finite-difference oracle's calls independent of the window size.
+of |z|, the finite-difference oracle's calls independent of the window size, loss
+inputs read without a Fraction per element, and softmax_ce's SymPy work per class 0.
 """
 
 from __future__ import annotations
