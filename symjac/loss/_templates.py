@@ -236,18 +236,22 @@ class LossTemplate:
 
     @functools.cached_property
     def _exponentials(self) -> tuple[sympy.Symbol, ...]:
-        """softmax_ce: symbols E_c for e^{z_c - z_0}, which the stable derivatives take as
-        arguments (computed once per element, not once per class); none for other kinds."""
+        """Symbols E_c for e^{z_c}, which the stable loss and derivatives take as arguments
+        (computed once per element, not once per class and function): softmax_ce's
+        (e^{z_c - z_0} once the logits are shifted), sigmoid_ce's (e^z); none for other kinds."""
         return tuple(sympy.Symbol(f"E{c}", positive=True) for c in range(self.classes)) \
-            if self.kind == "softmax_ce" else ()
+            if self.kind in ("softmax_ce", "sigmoid_ce") else ()
 
     def _derivative_source_exprs(self) -> dict[int, sympy.Expr]:
-        """The lowered sources' stable derivatives, softmax_ce's in E_c (with z_0 = 0)."""
+        """The lowered sources' stable derivatives, in E_c where :attr:`_exponentials` has
+        them (softmax_ce's with z_0 = 0)."""
         out = {}
         for k in self._sources:
             h = self.stable_derivatives[k]
             if self.kind == "softmax_ce":
-                h = h.subs(self.pred[0], 0).xreplace({sympy.exp(z): e for z, e in zip(self.pred, self._exponentials)})
+                h = h.subs(self.pred[0], 0)
+            if self._exponentials:
+                h = h.xreplace({sympy.exp(z): e for z, e in zip(self.pred, self._exponentials)})
             out[k] = h
         return out
 
@@ -410,9 +414,10 @@ class LossTemplate:
     # array per symbol (``cols``), every element of a batch at once
 
     def _value_expr(self) -> sympy.Expr:
-        """The stable ℓ as lowered for arrays: softmax_ce's with z_0 = 0 and e^{z_c} read
-        from E_c (the exponentials the derivatives take too, computed once per element:
-        the lowered code is the same, each exp(z_c) replaced by E_c)."""
+        """The stable ℓ as lowered for arrays: softmax_ce's with z_0 = 0, and e^{z_c} read
+        from E_c where :attr:`_exponentials` has them (the exponentials the derivatives
+        take too, computed once per element: the lowered code is the same, each
+        exp(z_c) replaced by E_c)."""
         ell = self._stable_exprs([self.stable_loss])[0]
         return ell.xreplace({sympy.exp(z): e for z, e in zip(self.pred, self._exponentials)})
 
