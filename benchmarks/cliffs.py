@@ -26,7 +26,7 @@ case in its own process, seconds; "before" = main at the start of the day):
     verify avg 3x3 1024^2                  7.8-9.2, 1053 MB     4.4-5.1, 876 MB
     verify_loss softmax_ce 10,000 x 10     > 60                 1.5-1.7 (+forward 2.3-2.9)
     verify_loss mse 100,000                15.8                 0.7-0.9 (+forward 1.0)
-    verify_loss sigmoid_ce 100,000         34.4                 1.0-1.1 (+forward 2.3)
+    verify_loss sigmoid_ce 100,000         34.4                 1.0-1.1 (+forward 2.3-2.4)
     gradcheck / symjac, 32^2 avg / max     7-18x / 6-7x         13-28x / 12-33x (>= 20x not held)
     gradcheck / symjac, 48^2 avg / max     19-23x / 11-13x      31-59x / 20-57x
 
