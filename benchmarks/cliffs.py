@@ -24,9 +24,9 @@ case in its own process, seconds; "before" = main at the start of the day):
     verify max k15 s1 same 256^2           12.0-12.7, 1430 MB   3.3-4.3, 908 MB
     verify avg k15 s1 same 256^2           9.4-10.0, 892 MB     4.4-4.8, 885 MB
     verify avg 3x3 1024^2                  7.8-9.2, 1053 MB     4.4-5.1, 876 MB
-    verify_loss softmax_ce 10,000 x 10     > 60                 2.6-4.4 (+forward 3.4-5.6)
-    verify_loss mse 100,000                15.8                 1.5 (+forward 1.7-2.0)
-    verify_loss sigmoid_ce 100,000         34.4                 1.9-2.0 (+forward 3.4-3.7)
+    verify_loss softmax_ce 10,000 x 10     > 60                 1.5-1.7 (+forward 2.3-2.9)
+    verify_loss mse 100,000                15.8                 0.7-0.9 (+forward 1.0)
+    verify_loss sigmoid_ce 100,000         34.4                 1.0-1.1 (+forward 2.3-2.4)
     gradcheck / symjac, 32^2 avg / max     7-18x / 6-7x         13-28x / 12-33x (>= 20x not held)
     gradcheck / symjac, 48^2 avg / max     19-23x / 11-13x      31-59x / 20-57x
 
@@ -56,7 +56,16 @@ process's system CPU time, mostly first-touch page faults (up to 0.8 s of avg k1
 cold run on a bad run, 0.02 s on a good one): the upper ends of the ranges.
 
 The loss rows run on random inputs (every element distinct) and the "+forward" rows
-add the forward check and the finite-difference oracle. The MPFR rows put the loss
+add the forward check and the finite-difference oracle. Their "now" is after the
+loss-inputs work (load 1.5-3; main just before it, in the same runs: softmax_ce
+2.8-2.9 (+forward 3.9-4.8), mse 1.4-1.5 (+forward 1.7), sigmoid_ce 1.9-2.0 (+forward
+3.4-4.0)): inputs stay integer numerators over one denominator (no Fraction per
+element; domain checks vectorised), floats become MPFR as 1·v, softmax_ce's
+derivatives come from a_c and 1 + Σ E_c formed once per element, the exponentials are
+shared by ℓ and dℓ/dz, and cond(ℓ) takes 4 SymPy differentiations instead of 3C + 1.
+What remains of softmax_ce +forward (~2.3 s) is ~0.9 s of MPFR work on the 100,000
+entries (e^z, ℓ, dℓ/dz), ~0.6 s of SymPy building the bound functions (once per
+process and class count), and the verdict's bounds and comparisons. The MPFR rows put the loss
 engine (gmpy2, whole arrays) next to mpmath element by element: 3.7-4.5x.
 gradcheck takes 0.21-0.4 s at 32^2; symjac's 12-19 ms there are 34 guarded calls of
 the implementation (~0.3 ms each, a third of it handing the call to the timeout

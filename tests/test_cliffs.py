@@ -3,7 +3,8 @@
 Each test pins the property that keeps a case linear in its work: SymPy work per
 window class independent of the window's size, Python iterations bounded by
 sqrt(windows x slots), verify-path memory within c·nnz, loss precision independent
-of |z|, and the finite-difference oracle's calls independent of the window size.
+of |z|, the finite-difference oracle's calls independent of the window size, loss
+inputs read without a Fraction per element, and softmax_ce's SymPy work per class 0.
 """
 
 from __future__ import annotations
@@ -456,6 +457,197 @@ def test_softmax_bounds_per_class_equal_their_own_sympy_build() -> None:
             own = sympy.lambdify(tpl.symbols, [tpl._cond(h), running_error(h)], modules="mpmath")(*args)
             assert abs(got[j] - own[0]) <= mpmath.mpf("1e-50") * abs(own[0])
             assert abs(got[3 + j] - own[1]) <= mpmath.mpf("1e-50") * abs(own[1])
+
+
+def _count_fractions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count every Fraction built (Python 3.11 builds them all through __new__) and every
+    ExactArray.to_fractions call (as -1)."""
+    from fractions import Fraction
+
+    from symjac._exact import ExactArray
+
+    made: list[int] = []
+    real_new, real_to = Fraction.__new__, ExactArray.to_fractions
+
+    def counting_new(cls: type, *args: object, **kw: object) -> object:
+        made.append(1)
+        return real_new(cls, *args, **kw)  # type: ignore[call-overload]
+
+    def counting_to(self: ExactArray) -> np.ndarray:
+        made.append(-1)
+        return real_to(self)
+
+    monkeypatch.setattr(Fraction, "__new__", staticmethod(counting_new))
+    monkeypatch.setattr(ExactArray, "to_fractions", counting_to)
+    return made
+
+
+@pytest.mark.parametrize("loss", [symjac.Loss("softmax_ce"), symjac.Loss("softmax_ce", labels="indices"),
+                                  symjac.Loss("bce"), symjac.Loss("kld"), symjac.Loss("sigmoid_ce")],
+                         ids=["softmax_ce", "softmax_ce-indices", "bce", "kld", "sigmoid_ce"])
+def test_float_inputs_become_no_fraction_per_element(monkeypatch: pytest.MonkeyPatch, loss: symjac.Loss) -> None:
+    # Float pred and label of n elements are read, range-checked (bce, kld, softmax_ce's
+    # probability labels), reduced and converted to MPFR as integer numerators over one
+    # denominator: the Fractions built (the spec's options, the reduction factor, ...)
+    # are as many at 40,000 elements as at 40, and no array becomes Fractions.
+    made = _count_fractions(monkeypatch)
+    counts = []
+    for rows in (4, 4000):
+        rng = np.random.default_rng(5)
+        pred = rng.uniform(0.0625, 0.9375, (rows, 10))
+        if loss.labels == "indices":
+            label: np.ndarray = rng.integers(0, 10, rows)
+        elif loss.kind == "softmax_ce":
+            label = np.eye(10)[rng.integers(0, 10, rows)]
+        else:
+            label = rng.random((rows, 10)).round(3)
+        del made[:]
+        evaluate(loss, pred, label, values=True, derivatives=True)
+        assert -1 not in made
+        counts.append(len(made))
+    assert counts[1] == counts[0] <= 32
+
+
+@pytest.mark.parametrize("loss, pred, label, match", [
+    # bce's pred must be in (0, 1): entry 537 of 1,000 (row 5, column 37 of 10 x 100) is
+    # 1.25, entry 800 is 0.0: the first in C order, [5, 37], is named, with its value.
+    (symjac.Loss("bce"), ("set", {537: 1.25, 800: 0.0}), None, r"pred\[5, 37\] = 1.25 is outside \(0, 1\)"),
+    # Labels in [0, 1]: 1 + 2^-52 at entry 999 = [9, 99] is just above 1.
+    (symjac.Loss("bce"), None, ("set", {999: 1 + 2.0**-52}), r"label\[9, 99\] = 1.0000000000000002 is outside \[0, 1\]"),
+    # -2^-1074 (the common denominator is 2^1074, beyond int64) at entry 120 = [1, 20] is
+    # below 0; 2.0 at entry 130 comes later.
+    (symjac.Loss("kld"), None, ("set", {120: -(2.0**-1074), 130: 2.0}), r"label\[1, 20\] = -5e-324 is outside \[0, 1\]"),
+    # kld's Q in (0, 1]: 0.0 at entry 3 = [0, 3].
+    (symjac.Loss("kld"), ("set", {3: 0.0, 4: 1.5}), None, r"pred\[0, 3\] = 0.0 is outside \(0, 1\]"),
+    # log_target: label = log P <= 0; 0.5 at entry 10 = [0, 10].
+    (symjac.Loss("kld", log_target=True), None, ("set", {10: 0.5}), r"label\[0, 10\] = 0.5 is outside \(-inf, 0\]"),
+])
+def test_domain_checks_name_the_first_offending_entry(loss: symjac.Loss, pred: Any, label: Any, match: str) -> None:
+    base_pred, base_label = np.full(1000, 0.5), np.full(1000, -0.25 if loss.log_target else 0.25)
+    for base, change in ((base_pred, pred), (base_label, label)):
+        for flat, value in ({} if change is None else change[1]).items():
+            base[flat] = value
+    with pytest.raises(symjac.InputError, match=match):
+        evaluate(loss, base_pred.reshape(10, 100), base_label.reshape(10, 100))
+
+
+@pytest.mark.parametrize("label, ignore, match", [
+    # 3 classes: row 2 holds 0.5 (not an integer), row 4 holds 7 (out of range): row 2 first.
+    ([0, 1, 0.5, 2, 7], None, r"label\[2\] = 0.5 is not an integer class index"),
+    # The out-of-range 7 in row 1 comes before the 0.5 in row 2 (the common denominator is 2).
+    ([0, 7, 0.5, 2, 1], None, r"label\[1\] = 7 is out of range: class indices must be in \[0, 3\)$"),
+    # -100 is ignore_index, so row 0 is skipped, and -1 in row 3 is named.
+    ([-100, 1, 2, -1, 0], -100, r"label\[3\] = -1 is out of range: class indices must be in \[0, 3\) or "
+                               r"ignore_index=-100"),
+])
+def test_class_index_checks_name_the_first_offending_row(label: list[float], ignore: int | None, match: str) -> None:
+    loss = symjac.Loss("softmax_ce", labels="indices", ignore_index=ignore)
+    with pytest.raises(symjac.InputError, match=match):
+        evaluate(loss, np.zeros((5, 3)), np.array(label))
+
+
+def test_weighted_mean_over_class_indices_sums_the_labelled_rows_weights() -> None:
+    # weight (1, 2, 4), labels 0, 2, 2, 1 with row 3 ignored: D = 1 + 4 + 4 = 9; at pred 0
+    # dℓ_i/dz_j = w_{y_i}·(1/3 - [j = y_i]), so row 0's derivative is (1/9)·(1/3 - 1, 1/3, 1/3).
+    from fractions import Fraction
+
+    loss = symjac.Loss("softmax_ce", labels="indices", weight=(1, 2, 4), ignore_index=1)
+    ev = evaluate(loss, np.zeros((4, 3)), np.array([0, 2, 2, 1]))
+    assert ev.denominator == Fraction(9)
+    assert [float(v) for v in ev.derivative()[0]] == [-2 / 27, 1 / 27, 1 / 27]
+    assert [float(v) for v in ev.derivative()[3]] == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("classes", [2, 3, 10])
+def test_softmax_loss_condition_differentiates_class_0_only(monkeypatch: pytest.MonkeyPatch, classes: int) -> None:
+    # cond(ℓ) = Σ_m |∂ℓ/∂x_m|·|x_m| over the 3C + 1 inputs takes 4 differentiations (z_0,
+    # t_0, w_0, ε; the other classes' by swapping symbols), and is the very expression
+    # the direct build (one sympy.diff per input) gives, so it lowers to the same code.
+    from symjac.loss import _templates
+
+    tpl = _templates._template("softmax_ce", classes, False, False)
+    tpl.__dict__.pop("_loss_cond_expr", None)
+    calls: list[object] = []
+    real = sympy.diff
+
+    def counting(*args: object, **kw: object) -> object:
+        calls.append(args[1])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(_templates.sympy, "diff", counting)
+    fast = tpl._loss_cond_expr
+    assert len(calls) == 4
+    monkeypatch.setattr(_templates.sympy, "diff", real)
+    assert fast == tpl._cond(tpl.loss)
+
+
+@pytest.mark.parametrize("classes", [2, 3, 10, 12])
+def test_softmax_value_reads_the_exponentials_the_derivatives_take(classes: int) -> None:
+    # The lowered ℓ takes E_c = e^{z_c} (computed once per element for ℓ and dℓ/dz alike)
+    # and is otherwise the very code the direct lowering of the stable ℓ gives: the same
+    # operations in the same order on the same numbers, so the same MPFR values.
+    import inspect
+
+    from symjac.loss import _numbers, _templates
+
+    tpl = _templates._template("softmax_ce", classes, False, False)
+    direct = inspect.getsource(_numbers.lambdify(tpl.symbols, tpl._stable_exprs([tpl.stable_loss]))).split("\n", 1)
+    lowered = inspect.getsource(tpl._vec_value).split("\n", 1)
+    body = direct[1]
+    for c in range(classes):
+        body = body.replace(f"exp(z{c})", f"E{c}")
+    assert "exp(" in direct[1] and "exp(" not in lowered[1]
+    assert lowered[1] == body
+    assert lowered[0] == direct[0].replace("epsilon)", "epsilon, " + ", ".join(f"E{c}" for c in range(classes)) + ")")
+
+
+def test_sigmoid_ce_value_and_derivative_share_e_to_the_z() -> None:
+    # e^z is formed once per element for ℓ and dℓ/dz. ℓ's lowered code is the direct
+    # lowering's with exp(z) read from E0. dℓ/dz's is w·(E0·(1 - y) - p·y)/(E0 + 1) where the
+    # direct one reads w·(-p·y + x0·(1 - y))/(x0 + 1), x0 = e^z: a two-term sum in the other
+    # order, and a - b for a + (-b), both correctly rounded, so equal bit for bit (checked).
+    import inspect
+
+    from symjac.loss import _numbers, _templates
+
+    tpl = _templates._template("sigmoid_ce", 1, False, False)
+    direct = inspect.getsource(_numbers.lambdify(tpl.symbols, [tpl.stable_loss])).split("\n", 1)[1]
+    assert inspect.getsource(tpl._vec_value).split("\n", 1)[1] == direct.replace("exp(z))", "E0)")
+    rng = np.random.default_rng(11)
+    pred = rng.standard_normal(2000) * rng.choice([1.0, 30.0, 1e4], 2000)
+    label, w, p = rng.random(2000).round(3), rng.random(2000) * 3, rng.random(2000) * 3
+    with _numbers.context():
+        cols = [_numbers.from_floats(v) for v in (pred, label, w, p)]
+        _, got = tpl.stable_at(cols, values=False)
+        want = _numbers.lambdify(tpl.symbols, [tpl.stable_derivatives[0]])(*cols)[0]
+    assert [repr(v) for v in got[:, 0]] == [repr(v) for v in want]
+
+
+@pytest.mark.parametrize("classes, options", [(2, {}), (3, {"label_smoothing": 0.125}),
+                                             (10, {"label_smoothing": 0.1, "weight": tuple(np.linspace(0.5, 2, 10))})])
+def test_softmax_derivative_from_parts_matches_mpmath(classes: int, options: dict[str, Any]) -> None:
+    # dℓ/dz_j from a_c and D formed once per element (their forms checked against the
+    # stable derivatives when built). Independent oracle, mpmath at 80 digits:
+    # dℓ/dz_j = W·softmax_j - a_j with a_c = ((1 - ε)·t_c + ε/C)·w_c and W = Σ_c a_c (mean
+    # over the rows: /rows), to 1e-55 of the terms W·softmax_j + a_j that cancel.
+    rng = np.random.default_rng(classes)
+    rows = 20
+    pred, label = rng.standard_normal((rows, classes)) * 4, rng.random((rows, classes))
+    label /= label.sum(axis=1, keepdims=True)
+    loss = symjac.Loss("softmax_ce", **options)
+    got = symjac.loss_derivative(loss, pred, label)
+    eps = mpmath.mpf(options.get("label_smoothing", 0))
+    w = [mpmath.mpf(v) for v in options.get("weight", [1] * classes)]
+    with mpmath.workdps(80):
+        for i in range(rows):
+            z = [mpmath.mpf(v) for v in pred[i]]
+            a = [((1 - eps) * mpmath.mpf(label[i, c]) + eps / classes) * w[c] for c in range(classes)]
+            exps = [mpmath.exp(v) for v in z]
+            p = [e / mpmath.fsum(exps) for e in exps]
+            for j in range(classes):
+                want = (mpmath.fsum(a) * p[j] - a[j]) / rows
+                scale = (mpmath.fsum(a) * p[j] + a[j]) / rows
+                assert abs(got[i, j] - want) <= mpmath.mpf("1e-55") * scale
 
 
 def test_near_tie_inputs_convert_to_int64_numerators() -> None:

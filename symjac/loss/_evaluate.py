@@ -51,11 +51,13 @@ def _index(shape: tuple[int, ...], flat: int) -> list[int]:
     return [int(i) for i in np.unravel_index(flat, shape)] if shape else []
 
 
-def _exact(data: Any, name: str) -> np.ndarray:
+def _exact(data: Any, name: str) -> ExactArray:
+    """An input as integer numerators over one common denominator: the domain checks
+    below compare numerators with the denominator, so no element becomes a Fraction."""
     if isinstance(data, np.ndarray) and data.dtype.kind == "c" or np.iscomplexobj(data):
         raise InputError(f"{name} is complex; give real numbers")
     try:
-        return ExactArray.from_any(data, name).to_fractions()
+        return ExactArray.from_any(data, name)
     except InputError:
         raise
     except (TypeError, ValueError) as exc:
@@ -75,7 +77,7 @@ class LossEvaluation:
     Attributes:
       loss: the spec.
       template: the SymPy template used.
-      pred: exact prediction (object array of Fraction).
+      pred: exact prediction (an :class:`ExactArray`: integer numerators over one denominator).
       columns: the template's arguments (MPFR numbers, exact for binary floats), one
         array per template symbol over the flattened elements (see :func:`element_values`).
       counted: per element, False for rows equal to ``ignore_index``.
@@ -96,7 +98,7 @@ class LossEvaluation:
 
     loss: Loss
     template: LossTemplate
-    pred: np.ndarray
+    pred: ExactArray
     columns: list[np.ndarray]
     counted: np.ndarray
     elements: np.ndarray
@@ -176,11 +178,20 @@ def _per_class(name: str, values: tuple[Fraction, ...] | None, classes: int, def
     return list(values)
 
 
-def _check_range(name: str, values: np.ndarray, ok: Callable[[Fraction], bool], what: str, why: str) -> None:
-    for i, v in enumerate(values.reshape(-1)):
-        if not ok(v):
-            where = _index(values.shape, i)
-            raise InputError(f"{name}{where} = {float(v)!r} is outside {what}: {why}")
+def _value_at(values: ExactArray, flat: int) -> Fraction:
+    """One element of an exact array as a Fraction (for a message)."""
+    return Fraction(int(values.num.reshape(-1)[flat]), values.den)
+
+
+def _check_range(name: str, values: ExactArray, ok: Callable[[np.ndarray, int], Any], what: str, why: str) -> None:
+    """Raise naming the first element (in C order) outside the domain: ``ok(num, den)`` says,
+    elementwise, whether ``num/den`` is inside (``den > 0``, so ``0 <= v <= 1`` is
+    ``0 <= num <= den``: exact integer comparisons, vectorised)."""
+    inside = np.asarray(ok(values.num, values.den), dtype=bool).reshape(-1)
+    if not inside.all():
+        i = int(np.flatnonzero(~inside)[0])
+        where = _index(values.shape, i)
+        raise InputError(f"{name}{where} = {float(_value_at(values, i))!r} is outside {what}: {why}")
 
 
 def evaluate(
@@ -215,10 +226,10 @@ def evaluate(
     classes = int(z.shape[-1]) if kind == "softmax_ce" else 1
     tpl = loss_template(loss, classes)
     element_shape = tuple(z.shape[:-1]) if kind == "softmax_ce" else tuple(z.shape)
-    t, counted = _read_labels(loss, z, label, element_shape, classes)
+    t, counted, indices = _read_labels(loss, z, label, element_shape, classes)
     _check_domains(loss, z, t)
     params = _class_params(loss, z, classes)
-    factor, den, denominator_ops = _reduction(loss, upstream, element_shape, t, counted, classes)
+    factor, den, denominator_ops = _reduction(loss, upstream, element_shape, indices, counted, classes)
     with _numbers.context():
         cols = _columns(tpl, _numbers_of(pred, z), None if t is None else _numbers_of(label, t), params, element_shape)
     fields = _evaluate_elements(tpl, cols, counted, tuple(z.shape), values, derivatives, bounds)
@@ -226,23 +237,25 @@ def evaluate(
                           denominator=den, denominator_ops=denominator_ops, dps=DPS, **fields)
 
 
-def _read_pred(pred: Any) -> np.ndarray:
+def _read_pred(pred: Any) -> ExactArray:
     """The exact predictions, at least 1-D and non-empty."""
     z = _exact(pred, "pred")
-    if z.ndim == 0:
+    if not z.shape:
         raise InputError("pred is a scalar; give an array with at least one axis (e.g. [0.0])")
-    if z.size == 0:
+    if z.num.size == 0:
         raise InputError(f"pred has shape {z.shape} with no elements; give at least one")
     return z
 
 
-def _read_labels(loss: Loss, z: np.ndarray, label: Any, element_shape: tuple[int, ...],
-                 classes: int) -> tuple[np.ndarray | None, np.ndarray]:
-    """The exact labels in pred's shape (class indices become one-hot rows) and, per
-    element, whether it counts (False for rows equal to ``ignore_index``)."""
+def _read_labels(loss: Loss, z: ExactArray, label: Any, element_shape: tuple[int, ...],
+                 classes: int) -> tuple[ExactArray | None, np.ndarray, np.ndarray | None]:
+    """The exact labels in pred's shape (class indices become one-hot rows), per
+    element whether it counts (False for rows equal to ``ignore_index``), and for
+    ``labels="indices"`` the class index of each row (flat; ignored rows: any)."""
     kind = loss.kind
     counted = np.ones(element_shape, dtype=bool)
-    t: np.ndarray | None = None
+    t: ExactArray | None = None
+    indices: np.ndarray | None = None
     if kind == "constant_derivative":
         pass
     elif label is None:
@@ -254,50 +267,65 @@ def _read_labels(loss: Loss, z: np.ndarray, label: Any, element_shape: tuple[int
                 f"label has shape {raw.shape} but pred has shape {z.shape}: labels='indices' needs one class "
                 f"index per row, shape {element_shape}"
             )
-        idx = _exact(raw, "label")
-        t = np.zeros(z.shape, dtype=object)
-        t[...] = Fraction(0)
-        for i, v in enumerate(idx.reshape(-1)):
-            where = _index(element_shape, i)
-            if v.denominator != 1:
-                raise InputError(f"label{where} = {float(v)!r} is not an integer class index")
-            k = int(v)
-            if loss.ignore_index is not None and k == loss.ignore_index:
-                counted[tuple(where)] = False
-                continue
-            if not 0 <= k < classes:
-                ign = "" if loss.ignore_index is None else f" or ignore_index={loss.ignore_index}"
-                raise InputError(f"label{where} = {k} is out of range: class indices must be in [0, {classes}){ign}")
-            t[tuple(where) + (k,)] = Fraction(1)
+        t, counted, indices = _one_hot(loss, _exact(raw, "label"), element_shape, classes)
     else:
         t = _exact(label, "label")
         if t.shape != z.shape:
             raise InputError(f"label has shape {t.shape} but pred has shape {z.shape}: kind={kind!r} needs "
                              f"label of pred's shape")
-    return t, counted
+    return t, counted, indices
 
 
-def _check_domains(loss: Loss, z: np.ndarray, t: np.ndarray | None) -> None:
-    """Exact comparisons on the rational inputs: each kind's domain for pred and label."""
+def _one_hot(loss: Loss, idx: ExactArray, element_shape: tuple[int, ...],
+             classes: int) -> tuple[ExactArray, np.ndarray, np.ndarray]:
+    """Class indices (one per row) as one-hot rows, whether each row counts, and the
+    indices (flat). The first row (in C order) that is not an integer, or neither
+    ``ignore_index`` nor in [0, classes), is named."""
+    num = idx.num.reshape(-1)
+    if idx.den == 1:
+        integral, k = np.ones(num.size, dtype=bool), num
+    else:  # some entry is not an integer; which: exact remainders of the numerators
+        integral = np.asarray(num.astype(object) % idx.den == 0, dtype=bool)
+        k = np.where(integral, num.astype(object) // idx.den, 0)
+    ignored = np.zeros(num.size, dtype=bool) if loss.ignore_index is None else \
+        np.asarray(integral & (k == loss.ignore_index), dtype=bool)
+    outside = np.asarray(integral & ~ignored & ((k < 0) | (k >= classes)), dtype=bool)
+    bad = np.flatnonzero(~integral | outside)
+    if bad.size:
+        i = int(bad[0])
+        where = _index(element_shape, i)
+        if not integral[i]:
+            raise InputError(f"label{where} = {float(_value_at(idx, i))!r} is not an integer class index")
+        ign = "" if loss.ignore_index is None else f" or ignore_index={loss.ignore_index}"
+        raise InputError(f"label{where} = {int(k[i])} is out of range: class indices must be in [0, {classes}){ign}")
+    k = np.where(ignored, 0, k).astype(np.intp)
+    one_hot = np.zeros((num.size, classes), dtype=np.int64)
+    one_hot[np.flatnonzero(~ignored), k[~ignored]] = 1
+    return ExactArray(one_hot.reshape(element_shape + (classes,)), 1), ~ignored.reshape(element_shape), k
+
+
+def _check_domains(loss: Loss, z: ExactArray, t: ExactArray | None) -> None:
+    """Exact comparisons on the rational inputs: each kind's domain for pred and label
+    (on the numerators: v = num/den with den > 0)."""
     kind = loss.kind
     unit = "[0, 1]"
     if kind in ("sigmoid_ce", "bce") or (kind == "softmax_ce" and loss.labels == "probabilities") or (
         kind == "kld" and not loss.log_target
     ):
         assert t is not None
-        _check_range("label", t, lambda v: 0 <= v <= 1, unit, f"kind={kind!r} takes probability labels")
+        _check_range("label", t, lambda n, d: (n >= 0) & (n <= d), unit, f"kind={kind!r} takes probability labels")
     if kind == "kld" and loss.log_target:
         assert t is not None
-        _check_range("label", t, lambda v: v <= 0, "(-inf, 0]", "with log_target=True the label is log P, P <= 1")
+        _check_range("label", t, lambda n, d: n <= 0, "(-inf, 0]", "with log_target=True the label is log P, P <= 1")
     if kind == "bce":
-        _check_range("pred", z, lambda v: 0 < v < 1, "(0, 1)",
+        _check_range("pred", z, lambda n, d: (n > 0) & (n < d), "(0, 1)",
                      "bce takes probabilities, and its derivative (p - y)/(p(1 - p)) is infinite at 0 and 1")
     if kind == "kld" and not loss.log_input:
-        _check_range("pred", z, lambda v: 0 < v <= 1, "(0, 1]",
+        _check_range("pred", z, lambda n, d: (n > 0) & (n <= d), "(0, 1]",
                      "kld takes the probability Q (log Q and -P/Q need Q > 0); use log_input=True for log Q")
 
 
-def _class_params(loss: Loss, z: np.ndarray, classes: int) -> list[list[Fraction]]:
+def _class_params(loss: Loss, z: ExactArray, classes: int) -> list[list[Fraction]]:
     """The template's option values (weights, pos_weight, ε, δ), per class along pred's last axis."""
     kind = loss.kind
     params_per_class: list[list[Fraction]]
@@ -319,7 +347,7 @@ def _class_params(loss: Loss, z: np.ndarray, classes: int) -> list[list[Fraction
     return params_per_class
 
 
-def _reduction(loss: Loss, upstream: Any, element_shape: tuple[int, ...], t: np.ndarray | None,
+def _reduction(loss: Loss, upstream: Any, element_shape: tuple[int, ...], indices: np.ndarray | None,
                counted: np.ndarray, classes: int) -> tuple[np.ndarray, Fraction, int]:
     """Per element the exact reduction factor r_i (0 for ignored rows), the denominator
     D and the roundings an implementation needs to form D."""
@@ -328,7 +356,8 @@ def _reduction(loss: Loss, upstream: Any, element_shape: tuple[int, ...], t: np.
     factor = np.empty(element_shape, dtype=object)
     denominator_ops = 0
     if loss.reduction == "none":
-        u = np.ones(element_shape, dtype=object) * Fraction(1) if upstream is None else _exact(upstream, "upstream")
+        u = np.full(element_shape, Fraction(1), dtype=object) if upstream is None else \
+            _exact(upstream, "upstream").to_fractions()  # the factors r_i (Fractions: see factor_numbers)
         if u.shape != element_shape:
             raise InputError(
                 f"upstream has shape {u.shape}; reduction='none' needs one upstream gradient per loss element, "
@@ -340,24 +369,21 @@ def _reduction(loss: Loss, upstream: Any, element_shape: tuple[int, ...], t: np.
         scalar = Fraction(1)
         if upstream is not None:
             ua = _exact(upstream, "upstream")
-            if ua.size != 1:
+            if ua.num.size != 1:
                 raise InputError(
                     f"upstream has shape {ua.shape}; reduction={loss.reduction!r} gives one number, so the upstream "
                     "gradient is one number (or None)"
                 )
-            scalar = ua.reshape(-1)[0]
+            scalar = _value_at(ua, 0)
         if loss.reduction == "sum":
             den = Fraction(1)
         elif loss.reduction == "batch_mean":
             den = Fraction(element_shape[0] if element_shape else 1)
         elif kind == "softmax_ce" and loss.labels == "indices":
             w = _per_class("weight", loss.weight, classes, Fraction(1))
-            assert t is not None
-            den = Fraction(0)
-            for i in range(n_el):
-                row = tuple(_index(element_shape, i))
-                if counted[row]:
-                    den += w[int(np.argmax([bool(v) for v in t[row]]))]
+            assert indices is not None
+            per_class = np.bincount(indices[counted.reshape(-1)], minlength=classes)  # labelled rows per class
+            den = sum((w[c] * int(per_class[c]) for c in range(classes)), Fraction(0))  # Σ over rows of w[label]
             n_counted = int(counted.sum())
             if n_counted == 0:
                 raise InputError(
@@ -378,12 +404,12 @@ def _reduction(loss: Loss, upstream: Any, element_shape: tuple[int, ...], t: np.
     return factor, den, denominator_ops
 
 
-def _numbers_of(raw: Any, exact: np.ndarray) -> np.ndarray:
+def _numbers_of(raw: Any, exact: ExactArray) -> np.ndarray:
     """An input as MPFR numbers: from the float array it came as (exact, and fast), else
-    from its Fractions (a rational that is no binary fraction rounds once)."""
+    from its exact value (a rational that is no binary fraction rounds once)."""
     if isinstance(raw, np.ndarray) and raw.dtype.kind == "f" and raw.shape == exact.shape:
         return _numbers.from_floats(raw)
-    return _numbers.from_fractions(exact)
+    return _numbers.from_exact(exact.num, exact.den)
 
 
 def _columns(tpl: LossTemplate, z: np.ndarray, t: np.ndarray | None, params_per_class: list[list[Fraction]],
@@ -423,8 +449,9 @@ def element_values(tpl: LossTemplate, cols: list[np.ndarray], *, values: bool = 
     out = {name: _numbers.zeros((n,) if name.startswith("element") else (n, tpl.classes)) for name in _FIELDS}
     with _numbers.context():
         big = np.zeros(n, dtype=bool)
+        limit = _numbers.number(_numbers.LIMIT)  # exact (a power of two); MPFR compares MPFR 3x as fast as a Fraction
         for c in cols:
-            big |= np.asarray(np.abs(c) > _numbers.LIMIT, dtype=bool)
+            big |= np.asarray(np.abs(c) > limit, dtype=bool)
         small = np.flatnonzero(~big)
         if small.size:
             got = _vectorised(tpl, [c[small] for c in cols], values, derivatives,

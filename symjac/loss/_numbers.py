@@ -88,9 +88,39 @@ def from_fractions(values: np.ndarray, times: Fraction = Fraction(1)) -> np.ndar
     return out.reshape(values.shape)
 
 
+def from_exact(num: np.ndarray, den: int) -> np.ndarray:
+    """The exact rationals ``num/den`` (integer numerators, one positive denominator) as
+    MPFR numbers, each correctly rounded once, as :func:`from_fractions` rounds them.
+
+    A power-of-two ``den`` (every float input): ``(1·n)·2^-k``, the integer rounded
+    once to :data:`PRECISION` bits, then scaled exactly, whole arrays at a time; any
+    other ``den``: ``mpfr(mpq(n, den))`` once per distinct numerator.
+    """
+    if den & (den - 1):
+        cache: dict[Any, Any] = {}
+        flat = num.reshape(-1).tolist()
+        out = np.empty(len(flat), dtype=object)
+        for i, n in enumerate(flat):
+            got = cache.get(n)
+            if got is None:
+                got = cache[n] = gmpy2.mpfr(gmpy2.mpq(int(n), den))
+            out[i] = got
+        return out.reshape(num.shape)
+    with np.errstate(all="ignore"):
+        ints = num.astype(object) * gmpy2.mpfr(1)
+        return np.asarray(ints if den == 1 else ints * gmpy2.mpfr(gmpy2.mpq(1, den)), dtype=object)
+
+
 def from_floats(values: np.ndarray) -> np.ndarray:
-    """A float array (any width) as MPFR numbers, exactly."""
-    return np.asarray(_vector(gmpy2.mpfr)(np.asarray(values, dtype=np.float64)), dtype=object)
+    """A float array (any width) as MPFR numbers, exactly.
+
+    As ``1·v`` in MPFR: a product of two numbers of at most 53 bits is exact at any
+    precision >= 53 (signed zeros, infinities and NaN carry over), and MPFR's
+    multiplication by a double runs ~6x as fast as ``gmpy2.mpfr(v)``'s constructor.
+    """
+    as_objects = np.asarray(values, dtype=np.float64).astype(object)
+    with np.errstate(all="ignore"):  # NumPy reads the FPU flags MPFR's handling of inf and NaN leaves set
+        return np.asarray(as_objects * gmpy2.mpfr(1), dtype=object)
 
 
 def zeros(shape: tuple[int, ...]) -> np.ndarray:

@@ -170,6 +170,8 @@ class LossTemplate:
         these, the rounding bounds from ``loss`` and ``derivatives``.
       derivative_sources: per class j, a class k whose stable derivative, with classes
         k and j swapped, is class j's (k = j: its own). Only the sources are lowered.
+      class_weights: softmax_ce's ``a_c = ((1 - ε)·t_c + ε/C)·w_c``, the weight of
+        ``log softmax_c`` in ℓ (the stable derivatives are built from them); else ().
     """
 
     kind: str
@@ -185,6 +187,7 @@ class LossTemplate:
     derivative_depth: int
     kink_args: tuple[sympy.Expr, ...]
     derivative_sources: tuple[int, ...] = (0,)
+    class_weights: tuple[sympy.Expr, ...] = ()
 
     @property
     def symbols(self) -> tuple[sympy.Symbol, ...]:
@@ -233,18 +236,22 @@ class LossTemplate:
 
     @functools.cached_property
     def _exponentials(self) -> tuple[sympy.Symbol, ...]:
-        """softmax_ce: symbols E_c for e^{z_c - z_0}, which the stable derivatives take as
-        arguments (computed once per element, not once per class); none for other kinds."""
+        """Symbols E_c for e^{z_c}, which the stable loss and derivatives take as arguments
+        (computed once per element, not once per class and function): softmax_ce's
+        (e^{z_c - z_0} once the logits are shifted), sigmoid_ce's (e^z); none for other kinds."""
         return tuple(sympy.Symbol(f"E{c}", positive=True) for c in range(self.classes)) \
-            if self.kind == "softmax_ce" else ()
+            if self.kind in ("softmax_ce", "sigmoid_ce") else ()
 
     def _derivative_source_exprs(self) -> dict[int, sympy.Expr]:
-        """The lowered sources' stable derivatives, softmax_ce's in E_c (with z_0 = 0)."""
+        """The lowered sources' stable derivatives, in E_c where :attr:`_exponentials` has
+        them (softmax_ce's with z_0 = 0)."""
         out = {}
         for k in self._sources:
             h = self.stable_derivatives[k]
             if self.kind == "softmax_ce":
-                h = h.subs(self.pred[0], 0).xreplace({sympy.exp(z): e for z, e in zip(self.pred, self._exponentials)})
+                h = h.subs(self.pred[0], 0)
+            if self._exponentials:
+                h = h.xreplace({sympy.exp(z): e for z, e in zip(self.pred, self._exponentials)})
             out[k] = h
         return out
 
@@ -283,20 +290,42 @@ class LossTemplate:
             out[c] = hs[pos]
         return out
 
-    def _cond(self, expr: sympy.Expr, symbols: Sequence[sympy.Symbol] | None = None) -> sympy.Expr:
-        # Σ_m |∂e/∂x_m|·|x_m| (over every symbol unless given): the first-order effect of
-        # perturbing every input by one relative unit. DiracDelta (from d sign) is zero off
-        # the kinks; at a kink the Clarke set is accepted instead.
+    def _cond(self, expr: sympy.Expr, symbols: Sequence[sympy.Symbol] | None = None,
+              diffs: dict[sympy.Symbol, sympy.Expr] | None = None) -> sympy.Expr:
+        # Σ_m |∂e/∂x_m|·|x_m| (over every symbol unless given; ∂e/∂x_m from diffs where
+        # given): the first-order effect of perturbing every input by one relative unit.
+        # DiracDelta (from d sign) is zero off the kinks; at a kink the Clarke set is
+        # accepted instead.
         terms = []
         for s in self.symbols if symbols is None else symbols:
-            g = sympy.diff(expr, s).replace(sympy.DiracDelta, lambda *a: sympy.S.Zero)
+            g = (sympy.diff(expr, s) if diffs is None else diffs[s]).replace(sympy.DiracDelta, lambda *a: sympy.S.Zero)
             if g != 0:  # unevaluated: SymPy would query the sign of every subexpression of g
                 terms.append(sympy.Abs(g, evaluate=False) * sympy.Abs(s))
         return sympy.Add(*terms)
 
     @functools.cached_property
+    def _loss_cond_expr(self) -> sympy.Expr:
+        """``Σ_m |∂ℓ/∂x_m|·|x_m|``, as :meth:`_cond` builds it, differentiating less.
+
+        softmax_ce's ℓ is the same SymPy expression with classes 0 and c swapped (z_c,
+        t_c, w_c together; checked), so ∂ℓ/∂z_c is ∂ℓ/∂z_0 with 0 and c swapped, and
+        likewise for t_c and w_c: 4 differentiations (class 0 and ε), not 3C + 1.
+        (tests/test_cliffs.py checks the result equals the direct build.)
+        """
+        if self.kind != "softmax_ce":
+            return self._cond(self.loss)
+        first = (self.pred[0], self.label[0], self.params[0])
+        own = {x: sympy.diff(self.loss, x) for x in first}
+        diffs = {self.params[-1]: sympy.diff(self.loss, self.params[-1])}
+        for c, swap in enumerate(self._class_swaps()):
+            if c and self.loss.xreplace(swap) != self.loss:  # pragma: no cover - SymPy's canonical form
+                return self._cond(self.loss)
+            diffs.update({swap[x]: g.xreplace(swap) for x, g in own.items()})
+        return self._cond(self.loss, diffs=diffs)
+
+    @functools.cached_property
     def _loss_cond(self) -> Callable[..., Any]:
-        return self._lower([self._cond(self.loss), running_error(self.loss)])
+        return self._lower([self._loss_cond_expr, running_error(self.loss)])
 
     def loss_cond_fn(self, *args: Any) -> list[Any]:
         """mpmath: args -> [ℓ, Σ_m |∂ℓ/∂x_m|·|x_m|, running_error(ℓ)] (ℓ from the stable
@@ -384,9 +413,17 @@ class LossTemplate:
     # ---- the same functions on arrays of MPFR numbers (symjac.loss._numbers), one
     # array per symbol (``cols``), every element of a batch at once
 
+    def _value_expr(self) -> sympy.Expr:
+        """The stable ℓ as lowered for arrays: softmax_ce's with z_0 = 0, and e^{z_c} read
+        from E_c where :attr:`_exponentials` has them (the exponentials the derivatives
+        take too, computed once per element: the lowered code is the same, each
+        exp(z_c) replaced by E_c)."""
+        ell = self._stable_exprs([self.stable_loss])[0]
+        return ell.xreplace({sympy.exp(z): e for z, e in zip(self.pred, self._exponentials)})
+
     @functools.cached_property
     def _vec_value(self) -> Callable[..., list[Any]]:
-        return _numbers.lambdify(self.symbols, self._stable_exprs([self.stable_loss]))
+        return _numbers.lambdify(self.symbols + self._exponentials, [self._value_expr()])
 
     @functools.cached_property
     def _vec_derivatives(self) -> dict[int, Callable[..., list[Any]]]:
@@ -394,8 +431,50 @@ class LossTemplate:
         return {k: _numbers.lambdify(symbols, [h]) for k, h in self._derivative_source_exprs().items()}
 
     @functools.cached_property
+    def _softmax_parts(self) -> tuple[Callable[..., list[Any]], Callable[..., list[Any]],
+                                      dict[int, Callable[..., list[Any]]]]:
+        """softmax_ce's stable derivatives on arrays, from parts formed once per element:
+        ``a_c`` (``class_weights``; one lowered ``a_0``, called per class),
+        ``D = 1 + Σ_{c>0} E_c``, and per source class k the numerator over D in symbols
+        A_c, E_c, D: ``Σ_{c≠k} (A_c·E_k - A_k·E_c) / D`` (E_0 = 1). Checked: with a_c
+        and D put back it is the source's stable derivative (:meth:`_derivative_source_exprs`).
+        Per class that is ~2C multiplications and 2C additions; the stable forms
+        themselves form every a_c and D again for every class.
+        """
+        n, t0, w0, eps = self.classes, self.label[0], self.params[0], self.params[-1]
+        amps = tuple(sympy.Symbol(f"A{c}", real=True) for c in range(n))
+        den = sympy.Symbol("D", positive=True)
+        e = (sympy.S.One,) + self._exponentials[1:]
+        back = {**dict(zip(amps, self.class_weights)), den: 1 + sympy.Add(*e[1:])}
+        sources = self._derivative_source_exprs()
+        forms = {}
+        for k, h in sources.items():
+            form = sympy.Add(*(amps[c] * e[k] - amps[k] * e[c] for c in range(n) if c != k)) / den
+            if form.xreplace(back) != h:  # pragma: no cover - built from the same a_c and e_c
+                raise AssertionError(f"softmax_ce derivative {form} is not {h} with a_c and D put back")
+            forms[k] = _numbers.lambdify(self._exponentials + amps + (den,), [form])
+        weight = _numbers.lambdify((t0, w0, eps), [self.class_weights[0]])
+        return weight, _numbers.lambdify(self._exponentials, [back[den]]), forms
+
+    def _softmax_derivatives_at(self, shifted: Sequence[np.ndarray], exps: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Each class's dℓ/dz_c at shifted columns (class 0 the largest logit) from
+        :attr:`_softmax_parts`, in the shifted class order."""
+        n, m = self.classes, len(shifted[0])
+        weight, denominator, forms = self._softmax_parts
+        amps = [_full(weight(shifted[n + c], shifted[2 * n + c], shifted[3 * n])[0], m) for c in range(n)]
+        args = list(exps) + amps + [_full(denominator(*exps)[0], m)]
+
+        def swapped(k: int, j: int) -> list[Any]:
+            a = list(args)
+            for block in (0, n):  # E and A of classes k and j exchanged
+                a[block + k], a[block + j] = args[block + j], args[block + k]
+            return a
+
+        return [forms[k](*(args if k == j else swapped(k, j)))[0] for j, k in enumerate(self.derivative_sources)]
+
+    @functools.cached_property
     def _vec_loss_bounds(self) -> Callable[..., list[Any]]:
-        return _numbers.lambdify(self.symbols, [self._cond(self.loss), running_error(self.loss)])
+        return _numbers.lambdify(self.symbols, [self._loss_cond_expr, running_error(self.loss)])
 
     @functools.cached_property
     def _vec_derivative_bounds(self) -> list[Callable[..., list[Any]]]:
@@ -442,11 +521,13 @@ class LossTemplate:
         """ℓ of every element and dℓ/dz_c, shape (elements, classes), in the caller's
         class order (from the stable forms; None for what was not asked)."""
         shifted, order = self._shifted_columns(cols)
-        ell = np.asarray(_full(self._vec_value(*shifted)[0], len(cols[0])), dtype=object) if values else None
+        exps = [_numbers.FUNCTIONS["exp"](z) for z in shifted[:len(self._exponentials)]]
+        ell = np.asarray(_full(self._vec_value(*shifted, *exps)[0], len(cols[0])), dtype=object) if values else None
         if not derivatives:
             return ell, None
-        exps = [_numbers.FUNCTIONS["exp"](z) for z in shifted[:len(self._exponentials)]]
-        hs = np.stack([_full(h, len(cols[0])) for h in self._by_class(self._vec_derivatives, shifted + exps)], axis=1)
+        by_class = self._softmax_derivatives_at(shifted, exps) if self.kind == "softmax_ce" else \
+            self._by_class(self._vec_derivatives, shifted + exps)
+        hs = np.stack([_full(h, len(cols[0])) for h in by_class], axis=1)
         out = np.empty_like(hs)
         np.put_along_axis(out, order, hs, axis=1)
         return ell, out
@@ -576,6 +657,7 @@ def _template(kind: str, classes: int, log_input: bool, log_target: bool) -> Los
         derivative_depth=max(_depth(h) for h in derivatives),
         kink_args=kinks,
         derivative_sources=sources,
+        class_weights=tuple(a) if kind == "softmax_ce" else (),
     )
 
 
