@@ -253,3 +253,16 @@ def test_an_error_building_the_arguments_is_raised_not_a_finding():
     with pytest.raises(ValueError, match="own bug"):
         list(g.arrays(broken(), shape=(2,), dtype=np.dtype(np.float64)))
     assert findings == []
+
+
+def test_each_call_of_a_sequence_has_its_own_timeout():
+    import time
+
+    def slow(x, dy):
+        time.sleep(0.2)
+        return x
+
+    g, findings = _guard(slow, timeout=0.6)
+    calls = ((np.ones(2), np.ones(1)) for _ in range(4))  # 0.8 s in all: over the limit only as a whole
+    got = list(g.arrays(calls, shape=(2,), dtype=np.dtype(np.float64)))
+    assert findings == [] and len(got) == 4 and all(v is not None for v in got)

@@ -21,13 +21,13 @@ its thread (Python cannot stop a thread), which ends when the call does; the ver
 continues without it, in another thread.
 
 :meth:`Guard.arrays` hands a whole sequence of calls (a probe plan's colours, the finite
-differences' moved inputs) to that thread at once: it runs them back to back, and the
-caller takes their results as they come and reads them once the sequence has ended (or
-:data:`AHEAD_BYTES` of results wait). Handing each call to another thread and back costs
-two wake-ups of a sleeping core (~0.2 ms a call on a shared VM, more than a small
-implementation's whole call); a sequence pays them about once. Reading results while
-the next calls run would overlap the two threads, but they then contend for the GIL:
-measured slower at small sizes, where the hand-overs matter.
+differences' moved inputs) to that thread at once: it runs them back to back and wakes
+the caller once the sequence has ended (or :data:`AHEAD_BYTES` of results wait, or a
+call failed). Handing each call to another thread and back costs two wake-ups of a
+sleeping core (~0.2 ms a call on a shared VM, more than a small implementation's whole
+call); a sequence pays them once. Reading each result while the next calls run would
+overlap the two threads, but they then contend for the GIL: measured slower at small
+sizes, where the hand-overs matter. Each call's ``timeout`` runs from its own start.
 
 Isolated mode (``isolate=(worker, name)``, :mod:`symjac.check._isolate`): the same
 checks, but the call runs in a worker process, so an abort, a segfault or a SIGFPE
@@ -45,6 +45,7 @@ import math
 import os
 import queue
 import threading
+import time
 import traceback
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
@@ -115,21 +116,29 @@ class _Sequence:
     """Calls handed to a runner at once: ``calls`` yields each call's arguments (built in
     the runner's thread, as it goes), at most ``ahead`` results held untaken. Every call
     gets its own copies of the array arguments, so a call that writes into them changes
-    neither the caller's arrays, which the caller reads meanwhile, nor the next call's."""
+    neither the caller's arrays, which the caller reads meanwhile, nor the next call's.
+
+    The runner wakes the caller only when ``ahead`` results wait, at a failure and at
+    the end (a wake-up per result would wake the caller's core each call, and the
+    woken caller takes the GIL from the runner).
+    """
 
     def __init__(self, fn: Callable[..., Any], calls: Iterable[tuple[Any, ...]], ahead: int):
-        self.fn, self.calls = fn, calls
+        self.fn, self.calls, self.ahead = fn, calls, ahead
         self.made = 0  # calls made
         self.given: collections.deque[tuple[Any, ...]] = collections.deque()  # arguments of the calls not yet taken
         self.results: collections.deque[Any] = collections.deque()
-        self.ready = threading.Semaphore(0)  # one release a result (and one for the end)
-        self.room = threading.Semaphore(ahead)
+        self.changed = threading.Condition()  # results added (runner) or taken (caller); cancelled
+        self.started = time.monotonic()  # when the call now running started
         self.cancelled = False
 
     def run(self) -> None:
         iterator = iter(self.calls)
         while True:
-            self.room.acquire()
+            with self.changed:
+                while len(self.results) >= self.ahead and not self.cancelled:
+                    self.changed.wait()
+            self.started = time.monotonic()  # the next call's clock (building its arguments included)
             try:
                 args = None if self.cancelled else next(iterator, None)
             except BaseException as exc:  # noqa: BLE001 - symjac's own error building the arguments: the caller raises it
@@ -150,8 +159,28 @@ class _Sequence:
         self._put(None)
 
     def _put(self, item: Any) -> None:
-        self.results.append(item)
-        self.ready.release()
+        with self.changed:
+            self.results.append(item)
+            if item is None or item[0] != "ok" or len(self.results) >= self.ahead:
+                self.changed.notify()
+
+    def take(self, timeout: float) -> Any:
+        """The next result, None at the end, or ``"timeout"`` once the call now running has
+        taken ``timeout`` seconds."""
+        with self.changed:
+            while not self.results:
+                left = self.started + timeout - time.monotonic()
+                if left <= 0:
+                    return "timeout"
+                self.changed.wait(left)
+            item = self.results.popleft()
+            self.changed.notify()  # a runner waiting for room
+            return item
+
+    def cancel(self) -> None:
+        with self.changed:
+            self.cancelled = True
+            self.changed.notify()
 
 
 def _run(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[str, Any]:
@@ -223,20 +252,20 @@ def _invoke(fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None
 def _invoke_each(seq: _Sequence, timeout: float) -> Generator[tuple[str, Any, tuple[Any, ...], tuple[Any, ...]],
                                                                  None, None]:
     """:func:`_invoke` for a sequence of calls in one runner: yields ``(status, value, the
-    copies passed, the arguments given)`` per call, in order; a timeout is yielded once
-    and ends the sequence. Each call may take ``timeout`` seconds from the moment the
-    previous result was taken. Closing the iterator early cancels the calls not yet started."""
+    arguments after the call, the arguments given)`` per call, in order; a call that
+    runs ``timeout`` seconds is yielded once as a timeout and ends the sequence. Closing
+    the iterator early cancels the calls not yet started."""
     runner = _runner()
+    seq.started = time.monotonic()
     runner.jobs.put(seq)
     ended = False
     try:
         while True:
-            if not seq.ready.acquire(timeout=timeout):
+            item = seq.take(timeout)
+            if item == "timeout":
                 args = seq.given[0] if seq.given else ()
                 yield "timeout", None, args, args
                 return
-            item = seq.results.popleft()
-            seq.room.release()
             if item is None:
                 ended = True
                 return
@@ -245,8 +274,7 @@ def _invoke_each(seq: _Sequence, timeout: float) -> Generator[tuple[str, Any, tu
                 raise value
             yield status, value, passed, seq.given.popleft()
     finally:
-        seq.cancelled = True
-        seq.room.release()  # a runner waiting for room wakes, sees the cancel and stops
+        seq.cancel()  # a runner waiting for room wakes, sees the cancel and stops
         if ended:
             _IDLE.append(runner)
         else:  # still running a call, or hung: it ends once that call returns
