@@ -953,7 +953,7 @@ def test_vjp_builds_one_sympy_number_per_distinct_gradient_value(monkeypatch: py
 @pytest.mark.parametrize(("spec", "shape", "boxes"), [
     (symjac.Pool("avg", 3, stride=1, padding="same"), (1, 1, 48, 48), 9),
     (symjac.Pool("avg", (3, 2), stride=(2, 1), padding=1, dilation=(2, 1), ceil_mode=True), (2, 3, 9, 8), 6),
-    (symjac.AdaptivePool("avg", (3, 4)), (1, 12, 16), 16),  # windows all alike: 4x4 cells, step 4
+    (symjac.AdaptivePool("avg", (6, 8)), (1, 12, 16), 4),  # windows all alike: 2x2 cells, step 2
 ])
 def test_avg_vjp_and_forward_run_one_slice_operation_per_slot(monkeypatch: pytest.MonkeyPatch, spec: Any,
                                                               shape: tuple[int, ...], boxes: int) -> None:
@@ -998,6 +998,18 @@ def test_avg_vjp_and_forward_run_one_slice_operation_per_slot(monkeypatch: pytes
 def test_adaptive_windows_of_unequal_sizes_have_no_slabs() -> None:
     # 10 -> 7: window starts 0, 1, 2, 4, 5, 7, 8 do not advance by one step
     assert _symbolic.slabs(resolve(symjac.AdaptivePool("avg", (7,)), (10,))) is None
+
+
+@pytest.mark.parametrize(("spec", "shape"), [
+    (symjac.GlobalPool("avg"), (1, 1, 256, 256)),  # one window of 65,536 slots
+    (symjac.AdaptivePool("avg", (3, 4)), (1, 12, 16)),  # 12 windows of 16 slots, all alike
+])
+def test_more_slots_than_windows_go_by_window_not_by_slot(spec: Any, shape: tuple[int, ...]) -> None:
+    # A slab is one Python step a slot: a global pool would take 65,536 of them (1.6 s at
+    # 256^2, verify's forward, VJP and bounds each), where lines take one a window.
+    g = resolve(spec, shape)
+    assert _symbolic.slabs(g) is None
+    assert len(list(lines(g))) == g.n_out < g.cells.shape[1]
 
 
 @pytest.mark.parametrize(("n", "kernel"), [(64, 3), (100, 31)])

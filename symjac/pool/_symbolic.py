@@ -349,8 +349,12 @@ def slabs(geometry: Geometry) -> tuple[Slab, ...] | None:
     slot that falls inside the input), and for adaptive axes whose windows are all
     alike. Then a slot's scatter or gather is one NumPy slice operation over the
     spatial grids, with no index arrays: K operations for the whole grid, each
-    contiguous along the last axis when the stride is 1.
+    contiguous along the last axis when the stride is 1. None when there are more slots
+    than windows (a global pool's K is every input cell): :func:`lines` then takes
+    fewer Python steps, one a window.
     """
+    if geometry.cells.shape[1] > geometry.n_out:
+        return None
     per_axis = []
     for ax in geometry.axes:
         valid = ax.valid
