@@ -17,59 +17,50 @@ give the CPU seconds too (wall time on a loaded machine overstates the work). Th
 
 Run: python benchmarks/cliffs.py [--timeout 120] [--only SUBSTRING]
 
-Measured 2026-11-30 on final main (2-core machine, other agents idle or light; each
-case in its own process, seconds; "before" = main at the start of the day):
+Measured 2026-11-30 evening on final main (2-core shared VM, load 0.5-1; each case in
+its own process; seconds; "morning" = main at the start of the day, "noon" = main at
+182586a, before the evening's work):
 
-    case                                   before               now
-    verify max k15 s1 same 256^2           12.0-12.7, 1430 MB   3.3-4.3, 908 MB
-    verify avg k15 s1 same 256^2           9.4-10.0, 892 MB     4.4-4.8, 885 MB
-    verify avg 3x3 1024^2                  7.8-9.2, 1053 MB     4.4-5.1, 876 MB
-    verify_loss softmax_ce 10,000 x 10     > 60                 1.5-1.7 (+forward 2.3-2.9)
-    verify_loss mse 100,000                15.8                 0.7-0.9 (+forward 1.0)
-    verify_loss sigmoid_ce 100,000         34.4                 1.0-1.1 (+forward 2.3-2.4)
-    gradcheck / symjac, 32^2 avg / max     7-18x / 6-7x         13-28x / 12-33x (>= 20x not held)
-    gradcheck / symjac, 48^2 avg / max     19-23x / 11-13x      31-59x / 20-57x
+    case                                   morning              noon                 evening
+    verify max k15 s1 same 256^2           12.0-12.7, 1430 MB   3.3-4.3, 908 MB      3.5, 946 MB
+    verify avg k15 s1 same 256^2           9.4-10.0, 892 MB     4.4-4.8, 885 MB      4.2-4.3, 910 MB
+    verify avg 3x3 1024^2                  7.8-9.2, 1053 MB     4.4-5.1, 876 MB      3.0-3.5, 943 MB
+    verify global avg / max 256^2          (32^2 avg: 65)       0.16-0.21            0.21 / 0.20
+    verify adaptive 224^2, 256^2 -> 7^2    > 90                 0.23-0.29            0.16-0.23
+    verify_loss softmax_ce 10,000 x 10     > 60                 2.6-4.4 (+fwd 3.4-5.9) 1.5 (+forward 2.3)
+    verify_loss mse 100,000                15.8                 1.4-1.5 (+fwd 1.8)   0.7 (+forward 1.0-1.2)
+    verify_loss sigmoid_ce 100,000         34.4                 1.9-2.2 (+fwd 3.4-4.0) 1.1-1.3 (+forward 2.2-2.3)
+    engine avg k15 / 3x3 1024^2            32 / 8.8             0.96 / 1.56          0.85 / 0.37-0.46 (0.10 / 0.13-0.14 again)
+    gradcheck / symjac, 32^2 avg / max     7-18x / 6-7x         13-28x / 12-33x      16-25x / 13-19x
+    gradcheck / symjac, 48^2 avg / max     19-23x / 11-13x      31-59x / 20-57x      38-50x / 37-42x
 
-Engine rows (same day, branch engine-nnz; medians of 5 runs interleaved with "before" =
-main at 182586a, whose child was given the same SymPy warm-up; seconds, min-max):
+The verify rows run with the default ``timeout`` (calls in symjac's call thread, as
+users run them; at noon they were timed with ``timeout=None``). The gradcheck rows are
+medians (7 symjac runs, 3 gradcheck runs); at 32^2 gradcheck takes 0.18-0.23 s and
+symjac 10-15 ms: ~5 ms inside benchmarks/verify.py's NumPy implementation (34 calls
+for max: probes at x and at ties, FD, families), ~5 ms of its own work and ~1 ms
+handing calls to the call thread (a probe plan's calls go as one sequence; it was
+5-9 ms with one hand-over per call). So >= 20x holds for avg and at 48^2, not for max
+at 32^2.
 
-    case                                   before                  now
-    engine avg k3 s1 same 256^2            0.079 (0.073-0.086)     0.016 (0.015-0.018)
-    engine max k3 s1 same 256^2            0.061 (0.058-0.062)     0.024 (0.020-0.034)
-    engine avg k7 s1 same 256^2            0.134 (0.126-0.269)     0.040 (0.033-0.049)
-    engine max k7 s1 same 256^2            0.098 (0.092-0.107)     0.043 (0.042-0.046)
-    engine avg k15 s1 same 256^2           0.859 (0.677-0.885)     0.179 (0.158-0.827)
-    engine max k15 s1 same 256^2           0.267 (0.235-0.303)     0.122 (0.112-0.132)
-    engine avg 3x3 64^2                    0.0082 (0.0079-0.0100) 0.0031 (0.0030-0.0036)
-    engine max 3x3 64^2                    0.0057 (0.0054-0.0062) 0.0034 (0.0031-0.0079)
-    engine avg 3x3 1024^2                  1.145 (1.014-1.547)     0.174 (0.145-0.229)
-    engine max 3x3 1024^2                  0.867 (0.847-0.920)     0.254 (0.212-0.615)
-    avg: us per nnz                        0.042-0.226 (5.3x)      0.013-0.086 (6.9x)
-    max: us per window-table entry         0.019-0.159 (8.5x)      0.009-0.093 (10.9x)
-
-Every row is 1.7-8x faster, but the issue's "within 3x" is not held: the large rows now
-cost ~0.01-0.02 us per nnz while 64^2 keeps ~3 ms of fixed cost (SymPy's templates
-~1 ms cold, ~100 NumPy calls, page faults: ~2.3 us per 4 KB page on this VM, ~70 per
-nnz-sized array at 64^2); "again, templates built" shows ~2 ms of it remain without
-SymPy. At the large sizes the spread is the kernel's: "kernel" in the note is the
-process's system CPU time, mostly first-touch page faults (up to 0.8 s of avg k15's
-cold run on a bad run, 0.02 s on a good one): the upper ends of the ranges.
+Engine rows: "again, templates built" is the same case run a second time in the
+process. Time is ~1.5-3 ms fixed (64^2: SymPy's templates ~1-2 ms cold, NumPy calls)
+plus 0.008-0.03 us per nnz, plus first-touch page faults of the fresh memory on this
+VM ("kernel" in the note: 0.77 s of avg k15's 0.85 s cold, none in the second run).
+Per nnz (avg) the rows spread 2.3-3.2x over the evening's runs (6-7x on a loaded
+machine); per window-table entry (max) 11-12x: the large rows got so cheap (k15 max
+0.008 us an entry) that 64^2's fixed ~3 ms sets the ratio. No row grows faster than
+its nnz: the largest are the cheapest per nnz.
 
 The loss rows run on random inputs (every element distinct) and the "+forward" rows
-add the forward check and the finite-difference oracle. Their "now" is after the
-loss-inputs work (load 1.5-3; main just before it, in the same runs: softmax_ce
-2.8-2.9 (+forward 3.9-4.8), mse 1.4-1.5 (+forward 1.7), sigmoid_ce 1.9-2.0 (+forward
-3.4-4.0)): inputs stay integer numerators over one denominator (no Fraction per
-element; domain checks vectorised), floats become MPFR as 1·v, softmax_ce's
-derivatives come from a_c and 1 + Σ E_c formed once per element, the exponentials are
-shared by ℓ and dℓ/dz, and cond(ℓ) takes 4 SymPy differentiations instead of 3C + 1.
-What remains of softmax_ce +forward (~2.3 s) is ~0.9 s of MPFR work on the 100,000
-entries (e^z, ℓ, dℓ/dz), ~0.6 s of SymPy building the bound functions (once per
-process and class count), and the verdict's bounds and comparisons. The MPFR rows put the loss
-engine (gmpy2, whole arrays) next to mpmath element by element: 3.7-4.5x.
-gradcheck takes 0.21-0.4 s at 32^2; symjac's 12-19 ms there are 34 guarded calls of
-the implementation (~0.3 ms each, a third of it handing the call to the timeout
-thread) and ~5 ms of its own work.
+add the forward check and the finite-difference oracle. Inputs stay integer numerators
+over one denominator (no Fraction per element; domain checks vectorised), floats
+become MPFR as 1·v, softmax_ce's derivatives come from a_c and 1 + Σ E_c formed once
+per element, the exponentials are shared by ℓ and dℓ/dz, and cond(ℓ) takes 4 SymPy
+differentiations instead of 3C + 1. What remains of softmax_ce +forward is ~0.9 s of
+MPFR work on the 100,000 entries, ~0.6 s of SymPy building the bound functions (once
+per process and class count), and the verdict's bounds and comparisons. The MPFR rows
+put the loss engine (gmpy2, whole arrays) next to mpmath element by element: 6.4-9.8x.
 """
 
 from __future__ import annotations
