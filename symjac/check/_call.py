@@ -151,8 +151,8 @@ class _Sequence:
             passed = tuple(np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args)
             status, value = _run(self.fn, passed)
             # the copies are kept for the mutation finding only if the call wrote into one
-            changed = any(isinstance(a, np.ndarray) and not same(a, b) for a, b in zip(passed, args))
-            self._put((status, value, passed if changed else args))
+            wrote = any(isinstance(a, np.ndarray) and not same(a, b) for a, b in zip(passed, args))
+            self._put((status, value, passed if wrote else args))
             del value, passed, args
             if status != "ok":  # a raise ends the sequence, as it ends the caller's loop
                 break
@@ -397,7 +397,7 @@ class Guard:
         seq = _Sequence(self.fn, calls, ahead)
         results, settled = _invoke_each(seq, self.timeout), 0
         try:
-            while taken := list(itertools.islice(results, ahead)):  # as they come: no GIL contention
+            while taken := list(itertools.islice(results, ahead)):  # a chunk at a time: one wake-up a chunk
                 for status, value, passed, args in taken:
                     settled += 1
                     ok, value = self._settle(status, value, passed, args)

@@ -33,11 +33,11 @@ from symjac.pool._symbolic import lines
 from symjac.verifiers._pool_rows import Rows, tolerance
 
 STEP = 0.5  # h: windows whose max leads the runner-up by more than h are usable
+MAX_COLOURS = 32  # above this many input colours, check directions rather than entries
+DIRECTIONS = 3
 #: forward_each(xs) -> the implementation's forward at each x (layout), or None when unusable (read no further
 #: then); the xs are read as the calls go, in the thread that makes them.
 ForwardEach = Callable[[Iterable[np.ndarray]], Generator["np.ndarray | None", None, None]]
-MAX_COLOURS = 32  # above this many input colours, check directions rather than entries
-DIRECTIONS = 3
 
 
 def finite_differences(g: Geometry, forward_each: ForwardEach, x: np.ndarray,
@@ -99,15 +99,15 @@ def directional_fd(g: Geometry, forward_each: ForwardEach, x: np.ndarray, y: np.
     xc = g.to_canonical(x).astype(np.float64)
     rng = np.random.default_rng(seed)
     vs = [rng.choice(np.array([-1.0, 1.0]), size=xc.shape) for _ in range(DIRECTIONS)]
-    if any(not np.array_equal((xc + h * v).astype(dtype), xc + h * v) for v in vs):
+    moved = [xc + h * v for v in vs]
+    if any(not np.array_equal(xp.astype(dtype), xp) for xp in moved):
         return None
     out = []
-    calls = forward_each(g.from_canonical(xc + h * v, g.in_spatial).astype(dtype) for v in vs)
-    for v, plus in zip(vs, calls):
+    calls = forward_each(g.from_canonical(xp, g.in_spatial).astype(dtype) for xp in moved)
+    for plus, v, xp in zip(calls, vs, moved):  # calls first: read to its end
         if plus is None:
             calls.close()
             return None
-        xp = xc + h * v
         slope = (g.to_canonical(plus, g.out_spatial) - y) / h
         out.append((v, slope, _window_error(g, xp, xc, u) + 2.0**-52 * np.abs(slope)))
     return out

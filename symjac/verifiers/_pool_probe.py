@@ -66,7 +66,7 @@ class Prober:
             return dy
 
         calls = self.backward_each(x, (indicator(wins) for _, wins, _ in plan))
-        for (colour, wins, uncovered), dx in zip(plan, calls):
+        for dx, (colour, wins, uncovered) in zip(calls, plan):  # calls first: read to its end
             if dx is None:
                 calls.close()
                 return None
