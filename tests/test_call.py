@@ -189,8 +189,9 @@ def test_a_probe_plan_is_one_hand_over(sequences):
     # 3x3 stride-1 windows read disjoint cells only 3 apart on each axis: 9 window colours,
     # and 9 input colours for the finite differences; each set of calls is one hand-over
     assert sizes.count(9) == 2
-    assert sum(sizes) == report.stats["backward_calls"] + report.stats["forward_calls"]
-    assert len(sequences) <= sum(sizes) / 3
+    calls = report.stats["backward_calls"] + report.stats["forward_calls"]
+    hand_overs = len(sequences) + calls - sum(sizes)  # the other calls go one by one
+    assert hand_overs <= calls / 3
 
 
 def test_each_call_of_a_sequence_reads_the_original_input():

@@ -114,8 +114,12 @@ class _Verifier:
             yield None if dx is None else g.to_canonical(dx.astype(np.float64, copy=False))  # dx is a copy
 
     def backward(self, x: np.ndarray, dy_c: np.ndarray) -> np.ndarray | None:
-        [dx] = self.backward_each(x, [dy_c])
-        return dx
+        """One backward call (:meth:`Guard.array`: lighter than a sequence of one)."""
+        assert self.bwd is not None
+        g = self.g
+        dx = self.bwd.array(x, g.from_canonical(dy_c.astype(self.dtype), g.out_spatial), shape=g.input_shape,
+                            dtype=self.dtype, index_name="dx")
+        return None if dx is None else g.to_canonical(dx.astype(np.float64, copy=False))  # dx is a copy
 
     def forward_each(self, xs: Iterable[np.ndarray]) -> Generator[np.ndarray | None, None, None]:
         """The implementation's forward at each x, the calls run back to back; float64 y or None."""
@@ -124,8 +128,10 @@ class _Verifier:
             yield None if y is None else y.astype(np.float64, copy=False)  # y is a copy
 
     def forward(self, x: np.ndarray) -> np.ndarray | None:
-        [y] = self.forward_each([x])
-        return y
+        """One forward call (:meth:`Guard.array`)."""
+        assert self.fwd is not None
+        y = self.fwd.array(x, shape=self.g.output_shape, dtype=self.dtype, index_name="y")
+        return None if y is None else y.astype(np.float64, copy=False)  # y is a copy
 
     # -- the passes, in the order run() takes them ---------------------------------------
     def check_forward(self, x: np.ndarray) -> bool | None:

@@ -87,16 +87,19 @@ class Prober:
     def one_hot(self, x: np.ndarray, rows: Rows, suspects: list[tuple[int, int]]) -> None:
         """Exact rows for suspect windows: one backward call each, dy = one-hot."""
         g = self.g
-        for b, w in suspects:
-            if (b, w) in rows.one_hot:
-                continue
-            if self.one_hot_calls >= self.budget:
-                return
-            self.one_hot_calls += 1
+        todo = [key for key in dict.fromkeys(suspects) if key not in rows.one_hot]
+        todo = todo[:max(0, self.budget - self.one_hot_calls)]
+
+        def one_hot_dy(b: int, w: int) -> np.ndarray:
             dy = np.zeros((g.batch, g.n_out))
             dy[b, w] = 1.0
-            [dx] = self.backward_each(x, [dy])
+            return dy
+
+        calls = self.backward_each(x, (one_hot_dy(b, w) for b, w in todo))
+        for dx, (b, w) in zip(calls, todo):  # calls first: read to its end
+            self.one_hot_calls += 1
             if dx is None:
+                calls.close()
                 return
             valid = g.valid[w]
             rows.obs[b, w] = np.where(valid, dx[b, np.where(valid, g.cells[w], 0)], 0.0)
