@@ -1024,3 +1024,29 @@ def test_value_ids_use_the_narrowest_integer_type(n: int, kernel: int) -> None:
     assert len(set(counts)) == len(J.table)
     assert [J.table[i] for i in J.value_ids.tolist()] == [sympy.Rational(1, counts[w]) for w in J.rows.tolist()]
     assert J.nnz == sum(counts)
+
+
+def test_avg_weights_beyond_int64_many_divisors() -> None:
+    # k = 255 SAME (exclude pad) on 400 cells: window w reads [w - 127, w + 127] ∩ [0, 399], so
+    # its divisor runs over 128..255; their lcm is ~2^180, beyond int64 (an OverflowError before).
+    # dx = J^T 1: cell c gets Σ over the windows reading it of 1 / D_w (Fractions, window by window).
+    spec = symjac.Pool("avg", (255,), stride=1, padding="same")
+    def span(w: int) -> range:
+        return range(max(0, w - 127), min(399, w + 127) + 1)
+    want = [Fraction(0)] * 400
+    for w in range(400):
+        for c in span(w):
+            want[c] += Fraction(1, len(span(w)))
+    got = symjac.vjp(spec, (400,), np.ones(400))
+    assert [Fraction(int(v.p), int(v.q)) for v in got] == want
+    x = np.arange(400.0)
+    y = symjac.forward(spec, x)
+    assert [Fraction(int(v.p), int(v.q)) for v in y] == [Fraction(sum(span(w)), len(span(w))) for w in range(400)]
+
+
+def test_verify_passes_a_correct_pool_whose_weights_leave_int64() -> None:
+    # k = 87 SAME on 100 cells: divisors 44..87, lcm ~2^123. Before, verify raised OverflowError.
+    spec = symjac.Pool("avg", (87,), stride=1, padding="same")
+    low = symjac.lower(spec, (1, 1, 100))
+    report = symjac.verify(spec, backward=low.vjp, forward=low.forward, input_shape=(1, 1, 100))
+    assert report.ok, report.summary()

@@ -252,7 +252,9 @@ def window_weights(geometry: Geometry) -> tuple[np.ndarray, int]:
     fractions = [c.template.weight for c in classes]
     assert all(f is not None for f in fractions)
     q = math.lcm(*(f.denominator for f in fractions if f is not None))
-    per_class = np.array([f.numerator * (q // f.denominator) for f in fractions if f is not None], dtype=np.int64)
+    weights = [f.numerator * (q // f.denominator) for f in fractions if f is not None]
+    # Python ints when q or a weight leaves int64 (many distinct divisors: lcm(128..255) ~ 2^180)
+    per_class = np.array(weights, dtype=np.int64 if max(q, *map(abs, weights)) < 2**63 else object)
     return per_class[class_ids(geometry)], q
 
 

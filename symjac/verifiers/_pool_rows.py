@@ -57,7 +57,7 @@ def exact_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
     # Every entry of a window is support * weight / q: the value, whether its lowest-terms
     # denominator is a power of two and whether the dtype holds it are per-window facts,
     # spread over the slots at the end (no nnz-sized integer temporaries, no nnz gcd).
-    value = st.weight / st.q  # (1 | B, W)
+    value = (st.weight / st.q).astype(np.float64)  # (1 | B, W); int / int rounds once, Python ints too
     reduced = st.q // np.gcd(st.weight, st.q)  # each window's denominator in lowest terms
     with np.errstate(over="ignore", under="ignore"):
         held_w = ((reduced & (reduced - 1)) == 0) & (value.astype(dtype).astype(np.float64) == value)
