@@ -22,7 +22,7 @@ its own process; seconds; "morning" = main at the start of the day, "noon" = mai
 182586a, before the evening's work):
 
     case                                   morning              noon                 evening
-    verify max k15 s1 same 256^2           12.0-12.7, 1430 MB   3.3-4.3, 908 MB      3.5, 946 MB
+    verify max k15 s1 same 256^2           12.0-12.7, 1430 MB   3.3-4.3, 908 MB      2.8-3.5, 946 MB
     verify avg k15 s1 same 256^2           9.4-10.0, 892 MB     4.4-4.8, 885 MB      4.2-4.3, 910 MB
     verify avg 3x3 1024^2                  7.8-9.2, 1053 MB     4.4-5.1, 876 MB      3.0-3.5, 943 MB
     verify global avg / max 256^2          (32^2 avg: 65)       0.16-0.21            0.21 / 0.20
@@ -32,7 +32,7 @@ its own process; seconds; "morning" = main at the start of the day, "noon" = mai
     verify_loss sigmoid_ce 100,000         34.4                 1.9-2.2 (+fwd 3.4-4.0) 1.1-1.3 (+forward 2.2-2.3)
     engine avg k15 / 3x3 1024^2            32 / 8.8             0.96 / 1.56          0.85 / 0.37-0.46 (0.10 / 0.13-0.14 again)
     gradcheck / symjac, 32^2 avg / max     7-18x / 6-7x         13-28x / 12-33x      16-25x / 13-19x
-    gradcheck / symjac, 48^2 avg / max     19-23x / 11-13x      31-59x / 20-57x      38-50x / 37-42x
+    gradcheck / symjac, 48^2 avg / max     19-23x / 11-13x      31-59x / 20-57x      37-50x / 31-42x
 
 The verify rows run with the default ``timeout`` (calls in symjac's call thread, as
 users run them; at noon they were timed with ``timeout=None``). The gradcheck rows are
@@ -47,7 +47,7 @@ Engine rows: "again, templates built" is the same case run a second time in the
 process. Time is ~1.5-3 ms fixed (64^2: SymPy's templates ~1-2 ms cold, NumPy calls)
 plus 0.008-0.03 us per nnz, plus first-touch page faults of the fresh memory on this
 VM ("kernel" in the note: 0.77 s of avg k15's 0.85 s cold, none in the second run).
-Per nnz (avg) the rows spread 2.3-3.2x over the evening's runs (6-7x on a loaded
+Per nnz (avg) the rows spread 2.2-3.2x over the evening's runs (6-7x on a loaded
 machine); per window-table entry (max) 11-12x: the large rows got so cheap (k15 max
 0.008 us an entry) that 64^2's fixed ~3 ms sets the ratio. No row grows faster than
 its nnz: the largest are the cheapest per nnz.
