@@ -191,7 +191,7 @@ class ExactArray:
         top = float(np.abs(a).max()) if a.size else 0.0
         if top < 2**53 and np.array_equal(a, np.trunc(a)):
             return cls(a.astype(np.int64), 1)  # integers (generated inputs often are): themselves
-        k = _dyadic_scale(a, top)
+        k = _dyadic_scale(a, top) if top < 2**53 else None  # (integral a with |a| >= 2^53: the general path)
         if k is not None:  # a few fractional bits (0.25, 1.5, ...): a * 2^k in int64, over 2^k
             return cls((a * 2.0**k).astype(np.int64), 1 << k)
         mant, exp = np.frexp(a)
@@ -245,18 +245,19 @@ class ExactArray:
     def to_sympy(self) -> np.ndarray:
         """Object array of SymPy rationals (``Integer``, ``Zero``, ``Half``, ... as
         ``sympy.Rational(p, q)`` gives them), one SymPy number built per distinct value."""
-        p, q, inverse = self.distinct()
-        table = np.empty(len(p), dtype=object)
-        with _gc_paused():
-            table[:] = [_rational(a, b) for a, b in zip(p, q)]
-        return np.asarray(table[inverse]).reshape(self.num.shape)
+        return self._by_value(_rational)
 
     def to_fractions(self) -> np.ndarray:
         """Object array of :class:`fractions.Fraction`, one built per distinct value."""
+        return self._by_value(Fraction)
+
+    def _by_value(self, make: Any) -> np.ndarray:
+        """Object array of ``make(p, q)`` for each element's value p/q in lowest terms,
+        ``make`` called once per distinct value (:meth:`distinct`)."""
         p, q, inverse = self.distinct()
         table = np.empty(len(p), dtype=object)
         with _gc_paused():
-            table[:] = [Fraction(a, b) for a, b in zip(p, q)]
+            table[:] = [make(a, b) for a, b in zip(p, q)]
         return np.asarray(table[inverse]).reshape(self.num.shape)
 
     def to_numpy(self, dtype: Any = np.float64) -> np.ndarray:

@@ -26,6 +26,8 @@ import numpy as np
 import sympy
 from sympy.printing.numpy import NumPyPrinter
 
+from symjac._exact import ExactArray
+
 PRECISION = 200  # bits: 60 significant digits
 LIMIT = Fraction(2**24)  # larger inputs go through mpmath (unbounded exponents)
 _EXPONENTS = 2**30 - 2  # MPFR's exponent range here: |x| in (2^-_EXPONENTS, 2^_EXPONENTS)
@@ -94,18 +96,10 @@ def from_exact(num: np.ndarray, den: int) -> np.ndarray:
 
     A power-of-two ``den`` (every float input): ``(1·n)·2^-k``, the integer rounded
     once to :data:`PRECISION` bits, then scaled exactly, whole arrays at a time; any
-    other ``den``: ``mpfr(mpq(n, den))`` once per distinct numerator.
+    other ``den``: :func:`from_fractions` of one Fraction per distinct value.
     """
     if den & (den - 1):
-        cache: dict[Any, Any] = {}
-        flat = num.reshape(-1).tolist()
-        out = np.empty(len(flat), dtype=object)
-        for i, n in enumerate(flat):
-            got = cache.get(n)
-            if got is None:
-                got = cache[n] = gmpy2.mpfr(gmpy2.mpq(int(n), den))
-            out[i] = got
-        return out.reshape(num.shape)
+        return from_fractions(ExactArray(num, den).to_fractions())
     with np.errstate(all="ignore"):
         ints = num.astype(object) * gmpy2.mpfr(1)
         return np.asarray(ints if den == 1 else ints * gmpy2.mpfr(gmpy2.mpq(1, den)), dtype=object)
