@@ -831,13 +831,13 @@ def test_axis_colourings_are_built_once_per_distinct_axis(monkeypatch: pytest.Mo
     # A square map's two axes are the same windows: one conflict graph, coloured once,
     # for each of the window and input colourings (4 graphs before); a 32 x 17 map has two.
     built = []
-    real = _graph._conflicts
+    real = _graph._colour
 
     def counting(n: int, node: np.ndarray, key: np.ndarray) -> object:
         built.append(n)
         return real(n, node, key)
 
-    monkeypatch.setattr(_graph, "_conflicts", counting)
+    monkeypatch.setattr(_graph, "_colour", counting)
     spec = symjac.Pool("max", 3, stride=1, padding="same")
     for shape, graphs in (((1, 1, 32, 32), 2), ((1, 1, 32, 17), 4)):
         _symbolic.clear_caches()
@@ -1050,3 +1050,92 @@ def test_verify_passes_a_correct_pool_whose_weights_leave_int64() -> None:
     low = symjac.lower(spec, (1, 1, 100))
     report = symjac.verify(spec, backward=low.vjp, forward=low.forward, input_shape=(1, 1, 100))
     assert report.ok, report.summary()
+
+
+def _networkx_greedy(n: int, node: np.ndarray, key: np.ndarray) -> list[int]:
+    """networkx's greedy colouring in index order of nodes 0..n-1 joined when they share a key."""
+    import itertools
+
+    import networkx as nx
+
+    graph = nx.Graph()
+    graph.add_nodes_from(range(n))
+    holders: dict[int, set[int]] = {}
+    for a, k in zip(node.tolist(), key.tolist()):
+        holders.setdefault(k, set()).add(a)
+    for members in holders.values():
+        graph.add_edges_from(itertools.combinations(sorted(members), 2))
+    colours = nx.greedy_color(graph, strategy=lambda g, c: range(n))
+    return [colours[i] for i in range(n)]
+
+
+def _random_axis_specs(seed: int, count: int) -> list[tuple[Any, int]]:
+    rng = np.random.default_rng(seed)
+    out: list[tuple[Any, int]] = []
+    while len(out) < count:
+        k, s, d = (int(v) for v in rng.integers(1, [9, 5, 4]))
+        length = int(rng.integers(d * (k - 1) + 1, 41))
+        kind = int(rng.integers(0, 3))
+        if kind == 0:
+            spec: Any = symjac.Pool("max", (k,), stride=s, dilation=d, padding=int(rng.integers(0, (d * (k - 1)) // 2 + 1)),
+                                    ceil_mode=bool(rng.integers(0, 2)))
+        elif kind == 1:
+            spec = symjac.AdaptivePool("avg", (int(rng.integers(1, length + 1)),))
+        else:
+            spec = symjac.GlobalPool("max", rank=1)
+        try:
+            resolve(spec, (1, 1, length))
+        except symjac.SpecError:
+            continue
+        out.append((spec, length))
+    return out
+
+
+@pytest.mark.parametrize(("spec", "length"), _random_axis_specs(11, 40))
+def test_axis_colourings_are_networkx_greedy_colourings(spec: Any, length: int) -> None:
+    from symjac.pool import _graph
+
+    # The colourings join nodes through their shared keys (cells, or windows) without
+    # listing the pairs; they must be exactly the greedy colouring in index order of the
+    # pairwise conflict graph, which networkx builds and colours independently.
+    axis = resolve(spec, (1, 1, length)).axes[0]
+    windows, slots = np.nonzero(axis.valid)
+    cells = axis.cells[windows, slots]
+    assert _graph._axis_window_colours(axis).tolist() == _networkx_greedy(axis.cells.shape[0], windows, cells)
+    assert _graph._axis_input_colours(axis).tolist() == _networkx_greedy(axis.length, cells, windows)
+
+
+def test_colouring_a_long_1d_axis_with_a_large_kernel_takes_one_pass_over_its_incidences(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from symjac.pool import _graph
+
+    # 1-D audio: kernel 255 at stride 1 on 4000 samples. Every cell is read by up to 255
+    # windows, so listing the pairs that share a cell took 4000·255²/2 ~ 1.3e8 steps per
+    # graph (minutes). The colouring reads each (window, cell) incidence once: the keys it
+    # touches, over both graphs, are exactly the valid slots twice. A kernel of 255 at
+    # stride 1 needs (and gets) 255 colours (ceil(k/s), optimal for intervals).
+    touched = []
+
+    class CountingOr:  # np.bitwise_or, counting the keys each reduction reads
+        def reduce(self, a: np.ndarray, *args: Any, **kw: Any) -> Any:
+            touched.append(a.size)
+            return np.bitwise_or.reduce(a, *args, **kw)
+
+    class Numpy:  # _graph's numpy, but for bitwise_or
+        bitwise_or = CountingOr()
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(np, name)
+
+    monkeypatch.setattr(_graph, "np", Numpy())
+    g = resolve(symjac.Pool("avg", (255,), stride=1, padding="same"), (1, 1, 4000))
+    _symbolic.clear_caches()
+    _graph.window_colouring.cache_clear()
+    _graph.input_colouring.cache_clear()
+    colours, n = _graph.window_colouring(g)
+    cell_colours, n_in = _graph.input_colouring(g)
+    assert (n, n_in) == (255, 255)
+    assert 0 < sum(touched) <= 2 * int(g.valid.sum())
+    for c in range(n):  # windows of one colour read disjoint cells
+        read = g.cells[colours == c][g.valid[colours == c]]
+        assert np.unique(read).size == read.size

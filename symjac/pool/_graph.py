@@ -32,56 +32,63 @@ from symjac.pool._spec import PoolSpec, check_pool_spec
 from symjac.pool._symbolic import max_members, window_classes
 
 
-def _conflicts(n: int, node: np.ndarray, key: np.ndarray) -> list[set[int]]:
-    """For nodes 0..n-1, joined when they share a key (``node[i]`` has ``key[i]``): each
-    node's neighbours of lower index.
+def _colour(n: int, node: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """Greedy colouring in index order of nodes 0..n-1 joined when they share a key
+    (``node[i]`` has ``key[i]``): each node takes the least colour none of its lower
+    neighbours has. Optimal for interval graphs, as an axis of windows is.
 
-    Sorted by key, the nodes of one key are a run, so pairs sharing a key are the
-    pairs d apart within a run, for d = 1, 2, ... until no run is that long.
+    The pairs are never listed (a key held by r nodes has r²/2 of them: a 1-D kernel
+    of 255 at stride 1 has 255 windows on every cell). Each key keeps the colours its
+    nodes took so far, as the bits of a Python int; a node's lower neighbours are the
+    nodes already coloured that share one of its keys, so the colours they have are the
+    union of its keys' sets, and its colour is the lowest bit not in it. Work is
+    O(incidences x words), where the pairwise graph took O(sum over keys of r²).
     """
-    order = np.lexsort((node, key))
-    node, key = node[order], key[order]
-    lower: list[set[int]] = [set() for _ in range(n)]
-    for d in range(1, key.size):
-        same = key[d:] == key[:-d]
-        if not same.any():
-            break
-        for a, b in zip(node[:-d][same].tolist(), node[d:][same].tolist()):
-            if a != b:
-                lower[max(a, b)].add(min(a, b))
-    return lower
-
-
-def _colour(lower: list[set[int]]) -> np.ndarray:
-    """Greedy colouring in index order (each node the least colour no lower neighbour has):
-    optimal for interval graphs, as an axis of windows is."""
-    colours: list[int] = []
-    for below in lower:
-        used = {colours[j] for j in below}
-        colours.append(next(c for c in range(len(used) + 1) if c not in used))
+    order = np.argsort(node, kind="stable")
+    bounds = np.searchsorted(node[order], np.arange(n + 1)).tolist()
+    by_node = key[order]
+    keys = by_node.tolist()
+    used = np.zeros(int(key.max()) + 1 if key.size else 0, dtype=object)  # Python ints: any number of colours
+    colours = []
+    for i in range(n):
+        lo, hi = bounds[i], bounds[i + 1]
+        if hi - lo > 32:  # many keys (a large kernel): one NumPy pass over them
+            mine = by_node[lo:hi]
+            sets = used[mine]
+            taken = int(np.bitwise_or.reduce(sets))
+            bit = (taken + 1) & ~taken  # the lowest bit not taken
+            used[mine] = sets | bit
+        else:
+            taken = 0
+            for k in keys[lo:hi]:
+                taken |= used[k]
+            bit = (taken + 1) & ~taken
+            for k in keys[lo:hi]:
+                used[k] |= bit
+        colours.append(bit.bit_length() - 1)
     return np.array(colours, dtype=np.int64)
 
 
-def _axis_window_conflicts(axis: AxisWindows) -> list[set[int]]:
-    """Windows of an axis joined when they read a common cell."""
+def _axis_window_colours(axis: AxisWindows) -> np.ndarray:
+    """Windows of an axis, joined when they read a common cell, coloured."""
     windows, slots = np.nonzero(axis.valid)
-    return _conflicts(axis.cells.shape[0], windows, axis.cells[windows, slots])
+    return _colour(axis.cells.shape[0], windows, axis.cells[windows, slots])
 
 
-def _axis_input_conflicts(axis: AxisWindows) -> list[set[int]]:
-    """Cells of an axis joined when some window reads both."""
+def _axis_input_colours(axis: AxisWindows) -> np.ndarray:
+    """Cells of an axis, joined when some window reads both, coloured."""
     windows, slots = np.nonzero(axis.valid)
-    return _conflicts(axis.length, axis.cells[windows, slots], windows)
+    return _colour(axis.length, axis.cells[windows, slots], windows)
 
 
-def _per_axis(geometry: Geometry, conflicts: Any) -> tuple[np.ndarray, int]:
+def _per_axis(geometry: Geometry, colour: Any) -> tuple[np.ndarray, int]:
     """Colour each axis's conflict graph (equal axes, as of a square map, once) and combine."""
     done: dict[tuple[Any, ...], np.ndarray] = {}
     colours = []
     for a in geometry.axes:
         key = (a.length, a.cells.shape, a.cells.tobytes(), a.valid.tobytes())
         if key not in done:
-            done[key] = _colour(conflicts(a))
+            done[key] = colour(a)
         colours.append(done[key])
     return _combine(colours)
 
@@ -97,14 +104,14 @@ def _combine(per_axis: list[np.ndarray]) -> tuple[np.ndarray, int]:
 @functools.lru_cache(maxsize=64)
 def window_colouring(geometry: Geometry) -> tuple[np.ndarray, int]:
     """(colour of each window, number of colours); same-colour windows share no cell."""
-    return _per_axis(geometry, _axis_window_conflicts)
+    return _per_axis(geometry, _axis_window_colours)
 
 
 @functools.lru_cache(maxsize=64)
 def input_colouring(geometry: Geometry) -> tuple[np.ndarray, int]:
     """(colour of each spatial input cell, number of colours); no window reads two
     cells of one colour (Curtis–Powell–Reid groups for finite differences)."""
-    return _per_axis(geometry, _axis_input_conflicts)
+    return _per_axis(geometry, _axis_input_colours)
 
 
 def window_graph(spec: PoolSpec, x: Any, *, tie: str = "first") -> nx.DiGraph:
