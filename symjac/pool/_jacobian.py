@@ -31,8 +31,8 @@ from symjac.pool._symbolic import (
     Slab,
     lines,
     max_members,
+    max_route,
     max_slots,
-    pad_cells,
     slabs,
     window_classes,
     window_weights,
@@ -51,34 +51,58 @@ class Stamp:
 
     Attributes:
       geometry: the windows.
-      support: (1 | batch, windows, K) bool, the nonzero entries.
       weight: (1 | batch, windows) int64 numerator of every window's entries.
       q: the common denominator.
       full: the support is exactly ``geometry.valid`` (average pooling), so a line's
         coefficients need no support lookup.
       slot: when every window has at most one entry (max pooling, ``first``/``last``),
         (1 | batch, windows) its slot, -1 for none; else None.
+      mask: the support (:attr:`support`) when ``slot`` is None.
     """
 
     geometry: Geometry
-    support: np.ndarray
     weight: np.ndarray
     q: int
     full: bool = False  # the support is every valid slot (average pooling)
     slot: np.ndarray | None = None  # (batch, windows) the one slot of each window's row, -1: none
+    mask: np.ndarray | None = None  # (1 | batch, windows, K) the support, unless given by slot
+
+    @functools.cached_property
+    def support(self) -> np.ndarray:
+        """(1 | batch, windows, K) bool, the nonzero entries.
+
+        A one-slot-a-window stamp builds it on demand from :attr:`slot`, O(windows x K):
+        only readers of whole rows ask (the verifier's exact rows, the window graph);
+        the Jacobian, VJP and forward go by :attr:`slot` and :attr:`pairs`.
+        """
+        if self.mask is not None:
+            return self.mask
+        assert self.slot is not None
+        n_slots = self.geometry.cells.shape[1]
+        support = np.zeros(self.slot.shape + (n_slots,), dtype=bool)
+        rows = support.reshape(-1, n_slots)  # a view: one row a window
+        has = self.slot.reshape(-1) >= 0
+        rows[np.flatnonzero(has), self.slot.reshape(-1)[has]] = True
+        support.setflags(write=False)
+        return support
+
+    @property
+    def depth(self) -> int:
+        """The leading axis of the arrays: 1 (independent of x) or batch."""
+        return int(self.weight.shape[0])
 
     @functools.cached_property
     def pairs(self) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
         """Per slice of the support, the window and the cell of each nonzero entry
         (window-major): what a sparse support is scattered over."""
         out = []
-        for b, support in enumerate(self.support):
-            if self.slot is not None:  # one slot a window at most: O(windows)
+        for b in range(self.depth):
+            if self.slot is not None:  # one slot a window at most: O(windows), from the axes' tables
                 w = np.flatnonzero(self.slot[b] >= 0)
-                k = self.slot[b, w]
+                out.append((w, slot_cells(self.geometry, w, self.slot[b, w])))
             else:
-                w, k = np.nonzero(support)
-            out.append((w, self.geometry.cells[w, k]))
+                w, k = np.nonzero(self.support[b])
+                out.append((w, self.geometry.cells[w, k]))
         return tuple(out)
 
     @functools.cached_property
@@ -90,7 +114,22 @@ class Stamp:
         """(1 | batch, len(line)) integer entries of a line (0 where the support leaves a slot out)."""
         if self.full:  # a line holds valid slots only
             return np.asarray(self.weight[:, line.w])
+        if self.slot is not None:
+            return np.where(self.slot[:, line.w] == line.k, self.weight[:, line.w], 0)
         return np.where(self.support[:, line.w, line.k], self.weight[:, line.w], 0)
+
+
+def slot_cells(geometry: Geometry, w: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """``geometry.cells[w, k]`` for valid slots, from the per-axis tables: O(len(w) x rank),
+    without reading the (windows, K) table. Slot k is row-major over the axis slots and
+    window w over the output positions, as :func:`symjac.pool._geometry.resolve` numbers them."""
+    axes = geometry.axes
+    slots = np.unravel_index(k, tuple(ax.cells.shape[1] for ax in axes))
+    positions = np.unravel_index(w, geometry.out_spatial)
+    cell = np.zeros(np.shape(w), dtype=np.int64)
+    for ax, o, j in zip(axes, positions, slots):
+        cell = cell * ax.length + ax.cells[o, j]
+    return cell
 
 
 def _input(geometry_or_spec: Any, x: Any, name: str = "x") -> tuple[Geometry, ExactArray | None]:
@@ -106,11 +145,15 @@ def stamp(geometry: Geometry, x: ExactArray | None, tie: str = "first") -> Stamp
     """The exact Jacobian of ``geometry``; max pooling needs ``x`` to find its ties."""
     if geometry.spec.mode == "avg":
         weight, q = window_weights(geometry)
-        return Stamp(geometry, geometry.valid[None], weight[None], q, full=True)
+        return Stamp(geometry, weight[None], q, full=True, mask=geometry.valid[None])
     if x is None:
         raise InputError("max pooling's Jacobian depends on x: pass the input values, not only its shape")
-    support, weight, q, slot = max_slots(geometry, geometry.to_canonical(x.num), tie)
-    return Stamp(geometry, support, weight, q, slot=slot)
+    xc = geometry.to_canonical(x.num)
+    if tie in ("first", "last"):  # one slot a window, found axis by axis: no (batch, windows, K) array
+        route = max_route(geometry, xc, tie)[0]
+        return Stamp(geometry, np.ones(route.shape, dtype=np.int64), 1, slot=route)
+    support, weight, q, slot = max_slots(geometry, xc, tie)
+    return Stamp(geometry, weight, q, slot=slot, mask=support)
 
 
 def _apply(st: Stamp, source: ExactArray, transpose: bool) -> ExactArray:
@@ -220,7 +263,7 @@ def _apply_pairs(st: Stamp, s: np.ndarray, acc: np.ndarray, transpose: bool) -> 
     """
     g = st.geometry
     for b in range(g.batch):
-        sb = min(b, st.support.shape[0] - 1)
+        sb = min(b, st.depth - 1)
         w, cells = st.pairs[sb]
         coeff = st.weight[sb, w].astype(acc.dtype)
         target, terms = (cells, s[b, w] * coeff) if transpose else (w, s[b, cells] * coeff)
@@ -319,8 +362,8 @@ def _sparse(st: Stamp) -> SparseJacobian:
     weight_ids = inverse.astype(id_type).reshape(st.weight.shape)
     rows, cols, ids = [], [], []
     for b in range(g.batch):
-        s = min(b, st.support.shape[0] - 1)
-        if b == 0 or st.support.shape[0] > 1:
+        s = min(b, st.depth - 1)
+        if b == 0 or st.depth > 1:
             # Boolean-mask reads go row-major (window, then slot): no (w, k) index pair arrays.
             if st.slot is not None:  # one entry a window at most: O(windows), no (windows, K) pass
                 w, cells = st.pairs[s]
@@ -429,17 +472,13 @@ def forward(spec: PoolSpec, x: Any) -> np.ndarray:
 
 def exact_forward(geometry: Geometry, x: ExactArray) -> ExactArray:
     """Exact forward on an exact input (for other stages): J x for average pooling; for
-    max pooling the value of each window's first maximal slot (its tie set, cached for x)."""
+    max pooling each window's maximum, found axis by axis with its first maximal slot
+    (:func:`symjac.pool._symbolic.max_route`, cached for x)."""
     if geometry.spec.mode != "max":
         return _apply(stamp(geometry, x, "first"), x, transpose=False)
     g = geometry
-    xc = g.to_canonical(x.num)
-    first = max_members(g, xc, pads=pad_cells(g) is not None).argmax(axis=-1)  # (B, W)
-    windows = np.arange(g.n_out)
-    cells, valid = g.cells[windows, first], g.valid[windows, first]
-    # a first maximal slot that is no input cell is a pad cell of pad_value=0 (or a window of none): 0
-    y = np.where(valid, np.take_along_axis(xc, np.where(valid, cells, 0), axis=1), 0)
-    return ExactArray(_int_array(g.from_canonical(y, g.out_spatial)), x.den)
+    top = max_route(g, g.to_canonical(x.num), "first")[1]  # (B, W); 0 where a pad cell of pad_value=0 wins
+    return ExactArray(_int_array(g.from_canonical(top, g.out_spatial)), x.den)
 
 
 def exact_vjp(geometry: Geometry, x: ExactArray | None, dy: ExactArray, tie: str = "first") -> ExactArray:
@@ -464,7 +503,7 @@ def vjp_terms(geometry: Geometry, x: ExactArray | None, dy: ExactArray) -> tuple
         count[:] = np.bincount(g.cells[g.valid], minlength=g.n_in)
         return want, bound, count
     for b in range(g.batch):  # over the support's own pairs (kept on the stamp)
-        sb = min(b, st.support.shape[0] - 1)
+        sb = min(b, st.depth - 1)
         w, cells = st.pairs[sb]
         bound[b] = np.bincount(cells, weights=dy_abs[b, w] * np.abs(st.weight[sb, w]) / st.q, minlength=g.n_in)
         count[b] = np.bincount(cells, minlength=g.n_in)
