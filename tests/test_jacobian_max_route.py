@@ -231,12 +231,10 @@ def test_first_route_finds_no_maximum_outside_the_window() -> None:
 def test_first_last_build_no_windows_by_slots_array(monkeypatch: pytest.MonkeyPatch, tie: str) -> None:
     # Issue 11's structural regression (no timing): max k31 stride 1 SAME on 64^2 has
     # W = 4096 windows of K = 961 slots; first/last must cost O(W x sum_a K_a) = O(W x 62),
-    # never a (W, K) array (a bool one would be 3.9 MB, the support of before: 4 MB).
+    # never a (W, K) array (a bool one is 3.9 MB; the support and tie sets of before, and
+    # the geometry's int64 cell table, 31 MB, were all (W, K)).
     spec = symjac.Pool("max", 31, stride=1, padding="same")
     shape = (1, 1, 64, 64)
-    g = resolve(spec, shape)  # the geometry's own tables are built (and cached) outside the measurement
-    windows, slots = g.n_out, g.cells.shape[1]
-    assert (windows, slots) == (4096, 961)
     x = np.random.default_rng(5).integers(0, 3, shape).astype(np.float64)
     dy = np.ones(shape)
     _symbolic.template("max", 2, 2)  # SymPy's derivation: O(1), not part of the structure
@@ -246,7 +244,6 @@ def test_first_last_build_no_windows_by_slots_array(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(_jacobian.Stamp, "support", property(no_support))
     _symbolic.clear_caches(templates=False)
-    resolve(spec, shape)
     tracemalloc.start()
     try:
         J = symjac.jacobian(spec, x, tie=tie)
@@ -255,7 +252,12 @@ def test_first_last_build_no_windows_by_slots_array(monkeypatch: pytest.MonkeyPa
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
+    g = resolve(spec, shape)  # the cached geometry the calls used
+    windows = g.n_out
+    slots = math.prod(ax.cells.shape[1] for ax in g.axes)
+    assert (windows, slots) == (4096, 961)
+    assert "cells" not in g.__dict__ and "valid" not in g.__dict__  # its (W, K) tables were never built
     assert J.nnz == windows
     # The largest arrays are one level's (64, 64, 31) float64 values and their tie mask
-    # (9 bytes x W x 31 x 64/64), a few of them: well below one byte per (window, slot).
+    # (9 bytes x W x 31), a few of them: well below one byte per (window, slot).
     assert peak < windows * slots, f"peak {peak} bytes >= one byte per (window, slot) = {windows * slots}"

@@ -168,7 +168,7 @@ def _apply(st: Stamp, source: ExactArray, transpose: bool) -> ExactArray:
     g = st.geometry
     src_spatial, dst_spatial = (g.out_spatial, g.in_spatial) if transpose else (g.in_spatial, g.out_spatial)
     s = g.to_canonical(source.num, src_spatial)
-    n_slots = g.cells.shape[1]
+    n_slots = math.prod(ax.cells.shape[1] for ax in g.axes)  # K, without building the (windows, K) table
     wmax = int(np.abs(st.weight).max()) if st.weight.size else 0
     smax = int(np.abs(s).max()) if s.size else 0
     small = s.dtype != object and smax * wmax * max(n_slots, 1) < 2**62

@@ -383,9 +383,14 @@ def slabs(geometry: Geometry) -> tuple[Slab, ...] | None:
     return tuple(out)
 
 
+def pads_compete(geometry: Geometry) -> bool:
+    """Whether pad cells hold the constant 0 and take part in the max (``Pool(pad_value=0)``)."""
+    return geometry.spec.mode == "max" and getattr(geometry.spec, "pad_value", None) is not None
+
+
 def pad_cells(geometry: Geometry) -> np.ndarray | None:
     """``Pool(pad_value=0)``: (windows, K) the pad slots (constants 0 in the max); else None."""
-    if geometry.spec.mode != "max" or getattr(geometry.spec, "pad_value", None) is None:
+    if not pads_compete(geometry):
         return None
     pads: np.ndarray = geometry.padded & ~geometry.valid
     return pads
@@ -506,7 +511,7 @@ def _max_route(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarray
         raise ValueError(f"tie={tie!r}: only first/last route to one slot a window")
     tmpl = template("max", 2, 2)
     assert tmpl.tie_arg is not None
-    pads = pad_cells(geometry) is not None
+    pads = pads_compete(geometry)
     xc, low = _comparable(xc)
     val = xc.reshape((xc.shape[0],) + geometry.in_spatial)  # levels reduce it axis by axis, last first
     slot = np.zeros(val.shape, dtype=np.int64)  # each entry's slot among the axes reduced so far
