@@ -58,6 +58,7 @@ class Stamp:
       slot: when every window has at most one entry (max pooling, ``first``/``last``),
         (1 | batch, windows) its slot, -1 for none; else None.
       mask: the support (:attr:`support`) when ``slot`` is None.
+      cell: with ``slot``, (1 | batch, windows) the flat spatial input cell it reads.
     """
 
     geometry: Geometry
@@ -66,6 +67,7 @@ class Stamp:
     full: bool = False  # the support is every valid slot (average pooling)
     slot: np.ndarray | None = None  # (batch, windows) the one slot of each window's row, -1: none
     mask: np.ndarray | None = None  # (1 | batch, windows, K) the support, unless given by slot
+    cell: np.ndarray | None = None  # with slot: (batch, windows) the input cell of the slot, -1: none
 
     @functools.cached_property
     def support(self) -> np.ndarray:
@@ -97,9 +99,10 @@ class Stamp:
         (window-major): what a sparse support is scattered over."""
         out = []
         for b in range(self.depth):
-            if self.slot is not None:  # one slot a window at most: O(windows), from the axes' tables
+            if self.slot is not None:  # one slot a window at most: O(windows)
+                assert self.cell is not None
                 w = np.flatnonzero(self.slot[b] >= 0)
-                out.append((w, slot_cells(self.geometry, w, self.slot[b, w])))
+                out.append((w, self.cell[b, w]))
             else:
                 w, k = np.nonzero(self.support[b])
                 out.append((w, self.geometry.cells[w, k]))
@@ -117,19 +120,6 @@ class Stamp:
         if self.slot is not None:
             return np.where(self.slot[:, line.w] == line.k, self.weight[:, line.w], 0)
         return np.where(self.support[:, line.w, line.k], self.weight[:, line.w], 0)
-
-
-def slot_cells(geometry: Geometry, w: np.ndarray, k: np.ndarray) -> np.ndarray:
-    """``geometry.cells[w, k]`` for valid slots, from the per-axis tables: O(len(w) x rank),
-    without reading the (windows, K) table. Slot k is row-major over the axis slots and
-    window w over the output positions, as :func:`symjac.pool._geometry.resolve` numbers them."""
-    axes = geometry.axes
-    slots = np.unravel_index(k, tuple(ax.cells.shape[1] for ax in axes))
-    positions = np.unravel_index(w, geometry.out_spatial)
-    cell = np.zeros(np.shape(w), dtype=np.int64)
-    for ax, o, j in zip(axes, positions, slots):
-        cell = cell * ax.length + ax.cells[o, j]
-    return cell
 
 
 def _input(geometry_or_spec: Any, x: Any, name: str = "x") -> tuple[Geometry, ExactArray | None]:
@@ -150,10 +140,10 @@ def stamp(geometry: Geometry, x: ExactArray | None, tie: str = "first") -> Stamp
         raise InputError("max pooling's Jacobian depends on x: pass the input values, not only its shape")
     xc = geometry.to_canonical(x.num)
     if tie in ("first", "last"):  # one slot a window, found axis by axis: no (batch, windows, K) array
-        route = max_route(geometry, xc, tie)[0]
-        return Stamp(geometry, np.ones(route.shape, dtype=np.int64), 1, slot=route)
-    support, weight, q, slot = max_slots(geometry, xc, tie)
-    return Stamp(geometry, weight, q, slot=slot, mask=support)
+        slot, _, cell = max_route(geometry, xc, tie)
+        return Stamp(geometry, np.ones(slot.shape, dtype=np.int64), 1, slot=slot, cell=cell)
+    support, weight, q, _ = max_slots(geometry, xc, tie)  # split: any number of slots a window
+    return Stamp(geometry, weight, q, mask=support)
 
 
 def _apply(st: Stamp, source: ExactArray, transpose: bool) -> ExactArray:

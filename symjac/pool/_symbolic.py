@@ -457,17 +457,18 @@ def _max_members(geometry: Geometry, xc: np.ndarray, pads: bool = False) -> np.n
 
 # The last first/last routes computed, per policy: jacobian, vjp and forward ask for the
 # same x in turn. Keyed like _LAST_MEMBERS (the input's bytes: exact), read-only results.
-_LAST_ROUTE: dict[str, tuple[tuple[Any, ...], tuple[np.ndarray, np.ndarray]]] = {}
+_LAST_ROUTE: dict[str, tuple[tuple[Any, ...], tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
 
 
-def max_route(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray]:
+def max_route(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Max pooling, policy ``first``/``last``: each window's one slot and its maximum
     (:func:`_max_route`), cached for the last x of each policy.
 
     Returns:
-      (slot, top): (batch, windows) the slot (column of ``geometry.cells``) the policy
-      routes the window's gradient to, -1 for none (a pad cell of ``Pool(pad_value=0)``
-      won); and the window's maximum, in ``xc``'s values (0 where a pad cell won).
+      (slot, top, cell): (batch, windows) the slot (column of ``geometry.cells``) the
+      policy routes the window's gradient to, -1 for none (a pad cell of
+      ``Pool(pad_value=0)`` won); the window's maximum, in ``xc``'s values (0 where a
+      pad cell won); and the flat spatial input cell of the slot (-1 for none).
     """
     key = (geometry, xc.dtype.str, xc.shape, np.ascontiguousarray(xc).tobytes()) if xc.dtype != object else None
     last = _LAST_ROUTE.get(tie)
@@ -481,7 +482,7 @@ def max_route(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarray,
     return route
 
 
-def _max_route(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray]:
+def _max_route(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`max_route`, one spatial axis at a time: O(sum_a K_a) work per window, never
     a (batch, windows, K) array.
 
@@ -514,8 +515,12 @@ def _max_route(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarray
     pads = pads_compete(geometry)
     xc, low = _comparable(xc)
     val = xc.reshape((xc.shape[0],) + geometry.in_spatial)  # levels reduce it axis by axis, last first
-    slot = np.zeros(val.shape, dtype=np.int64)  # each entry's slot among the axes reduced so far
-    width = 1  # slots of the axes reduced so far
+    # Each entry's choice among the axes reduced so far, as one int64: slot * n_in + cell
+    # (both sums of per-axis terms, so one carried array serves both), -1 for no input.
+    n_in = geometry.n_in
+    assert math.prod(ax.cells.shape[1] for ax in geometry.axes) * n_in < 2**62  # the budget keeps both far below
+    route: np.ndarray | None = None
+    width, cell_step = 1, 1  # slots of the axes reduced so far; input cells of one step along axis a
     for a in reversed(range(len(geometry.axes))):
         ax, axis = geometry.axes[a], a + 1
         o, k = ax.cells.shape
@@ -539,12 +544,19 @@ def _max_route(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarray
             j = k - 1 - np.flip(member, axis=axis + 1).argmax(axis=axis + 1)
         del member
         pos = idx[np.arange(o).reshape((o,) + (1,) * (len(geometry.axes) - 1 - a)), j]  # the cell j reads
-        ext_slot = np.concatenate([slot] + [np.full(edge, -1, dtype=np.int64)] * len(fills), axis=axis)
-        inner = np.take_along_axis(ext_slot, pos, axis=axis)
-        slot = np.where(inner >= 0, j * width + inner, -1)
+        if route is None:  # innermost axis: nothing carried yet
+            inner: Any = np.where(pos < ax.length, 0, -1)
+        else:
+            ext_route = np.concatenate([route] + [np.full(edge, -1, dtype=np.int64)] * len(fills), axis=axis)
+            inner = np.take_along_axis(ext_route, pos, axis=axis)
+        route = np.where(inner >= 0, inner + (j * (width * n_in) + pos * cell_step), -1)
         val = np.squeeze(top, axis=axis + 1)
-        width *= k
-    return slot.reshape(xc.shape[0], -1), val.reshape(xc.shape[0], -1)
+        width, cell_step = width * k, cell_step * ax.length
+    assert route is not None
+    route = route.reshape(xc.shape[0], -1)
+    has = route >= 0
+    slot, cell = np.where(has, route // n_in, -1), np.where(has, route % n_in, -1)
+    return slot, val.reshape(xc.shape[0], -1), cell
 
 
 def _comparable(xc: np.ndarray) -> tuple[np.ndarray, Any]:
