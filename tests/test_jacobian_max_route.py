@@ -216,6 +216,24 @@ def test_integer_and_big_integer_inputs_against_torch(kind: str, tie: str) -> No
     check(CONFIGS["2d k3 s1 pad1"][0], (2, 3, 7, 6), tie, seed=12, kind=kind)
 
 
+@pytest.mark.parametrize("tie", ["first", "last"])
+@pytest.mark.parametrize("layout", ["channels_first", "channels_last"])
+def test_global_max_pool_is_the_one_window_adaptive_pool(tie: str, layout: str) -> None:
+    # GlobalPool("max") has one window spanning the map: PyTorch's adaptive_max_pool2d to
+    # output (1, 1) gives its first maximal cell (mirrored for "last").
+    rng = np.random.default_rng(21)
+    x = rng.integers(0, 2, (2, 3, 6, 5)).astype(np.float64)
+    dy = rng.integers(-8, 9, (2, 3, 1, 1)) / 4
+    y, idx, dx = (torch_first if tie == "first" else torch_last)(x, dy, {"output_size": (1, 1)})
+    to_layout = (lambda a: np.moveaxis(a, 1, -1)) if layout == "channels_last" else (lambda a: a)
+    spec = symjac.GlobalPool("max", layout=layout)
+    J = symjac.jacobian(spec, to_layout(x), tie=tie)
+    assert list(zip(J.rows.tolist(), J.cols.tolist())) == expected_pairs(idx, x.shape[2:], layout)
+    got_dx = np.array(symjac.vjp(spec, to_layout(x), to_layout(dy), tie=tie), dtype=np.float64)
+    np.testing.assert_array_equal(got_dx, to_layout(dx))
+    np.testing.assert_array_equal(np.array(symjac.forward(spec, to_layout(x)), dtype=np.float64), to_layout(y))
+
+
 def test_first_route_finds_no_maximum_outside_the_window() -> None:
     # Hand derivation: 1-D max k3 s1 valid on x = [5, 0, 0, 0, 5]: window 1 reads
     # cells 1..3, all 0: first = cell 1, last = cell 3 (the 5s lie outside it);
