@@ -484,7 +484,7 @@ def max_route(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarray,
 
 def _max_route(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`max_route`, one spatial axis at a time: O(sum_a K_a) work per window, never
-    a (batch, windows, K) array.
+    a (batch, windows, K) array (but in 1-D, where that is the one level's array).
 
     A window is the product of its axis windows and its slots are numbered row-major
     (axis 0 most significant), so a slot is a tuple (j_0, ..., j_{r-1}) and the first
@@ -505,7 +505,8 @@ def _max_route(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarray
     stride 1). Slots outside the window or the padded input read a value below every
     other (never the max); with ``Pool(pad_value=0)`` pad slots read 0 and compete, and
     a level that picks one routes the window to no input (slot -1), as
-    :func:`max_slots` does.
+    :func:`max_slots` does. The choice carried from level to level is one int64,
+    ``slot * n_in + cell``: slot and flat input cell are both sums of one term per axis.
     """
     check_tie(tie)
     if tie not in ("first", "last"):
