@@ -1,9 +1,11 @@
 """Issue 11's cases in one table: time, nnz and peak RSS, each case in its own process.
 
-Engine rows time ``symjac.jacobian`` + ``symjac.vjp`` (cold caches, imports warm);
-max engine rows also give the time per window-table entry (windows x K valid slots, the
-count of avg's nnz for the same geometry: max pooling reads every cell of a window, so
-its nnz, one per window, does not measure its work); verify rows time ``symjac.verify``
+Engine rows time ``symjac.jacobian`` + ``symjac.vjp`` (cold caches, imports warm); the
+spread line judges them per nnz, issue 11's unit (max pooling: one per window, as its
+first/last routes are found axis by axis in O(windows x sum_a K_a), with no
+(windows, K) array); max rows also note the time per window-table entry (windows x K
+valid slots, avg's nnz for the same geometry, what the tie sets of ``split`` and the
+verifier's exact rows span); verify rows time ``symjac.verify``
 with the forward, so the finite-difference oracle runs too, of the lowered reference (``symjac.lower``; adaptive and global) or of
 :class:`BoxPool`, a fast NumPy k x k pool (probing needs one backward call per window
 colour, k² of them, so an O(nnz) backward would make verify O(k²·nnz)); loss rows time
@@ -52,6 +54,22 @@ machine); per window-table entry (max) 11-12x: the large rows got so cheap (k15 
 0.008 us an entry) that 64^2's fixed ~3 ms sets the ratio. No row grows faster than
 its nnz: the largest are the cheapest per nnz.
 
+Max engine rows, branch sepmax (2026-11-30 night, two runs each; before = the
+per-window-table-entry path: every window's K values gathered, (windows, K) tie sets
+and support, and the geometry's (windows, K) tables built eagerly):
+
+    case                         before (ms)   after (ms)   after, us per nnz
+    max k3 s1 same 256^2         22-23         14           0.22
+    max k7 s1 same 256^2         42-48         16-17        0.24-0.26
+    max k15 s1 same 256^2        112-473       19-26        0.28-0.40
+    max 3x3 64^2                 3-4           3            0.74-0.80
+    max 3x3 1024^2               226-291       168-189      0.16-0.18
+
+Per nnz the max rows spread 4.5-4.6x (before: 9x, 0.22-1.94 us): the large rows are
+within 2.5x of each other; 64^2's ~3 ms is fixed cost, half of it SymPy differentiating
+``Max(a, r)`` once per process (~1.5 ms cold), the rest ~30 small NumPy calls. Before,
+k15's time was mostly page faults on its (windows, K) tables (118 MB of cells alone).
+
 The loss rows run on random inputs (every element distinct) and the "+forward" rows
 add the forward check and the finite-difference oracle. Inputs stay integer numerators
 over one denominator (no Fraction per element; domain checks vectorised), floats
@@ -67,6 +85,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import statistics
@@ -99,7 +118,9 @@ def case_engine(kind: str, mode: str, size: int, arg: int = 3) -> dict[str, Any]
     x = (np.random.default_rng(0).permutation(size * size).reshape(shape) - size * size // 2) * 0.25
     geometry = symjac.lower(spec, shape).geometry
     dy = np.ones(geometry.output_shape)
-    entries = int(geometry.valid.sum())  # (window, valid slot) pairs: the cells max pooling reads
+    # (window, valid slot) pairs, the window table's entries: a product of per-axis counts
+    # (geometry.valid would build the (windows, K) table that max first/last never needs)
+    entries = math.prod(int(np.count_nonzero(ax.valid)) for ax in geometry.axes)
     _symbolic.clear_caches()
     t0, c0, s0 = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_stime
     nnz = symjac.jacobian(spec, x).nnz
@@ -373,7 +394,7 @@ def main() -> None:
         child(args.child)
         return
     print(f"{'case':44} {'seconds':>9} {'nnz':>11} {'s/Mnnz':>8} {'RSS MB':>7}  note")
-    per_unit: dict[str, list[float]] = {"avg": [], "max": []}  # engine pool rows: us per nnz (avg), per entry (max)
+    per_unit: dict[str, list[float]] = {"avg": [], "max": []}  # engine pool rows: us per nnz
     for label, _fn, _args in CASES:
         if args.only not in label:
             continue
@@ -402,16 +423,16 @@ def main() -> None:
             note += f"refused: ...{r['refused']}"
         if "warm" in r:
             note += f"again, templates built: {r['warm'] * 1e3:.1f} ms; "
-        if "entries" in r and " max " in label:  # max pooling reads every cell of a window: time per entry
+        if "entries" in r and " max " in label:  # the window table max pooling's tie sets span (split, verifier)
             note += f"{r['entries']:,d} window-table entries, {r['seconds'] / r['entries'] * 1e6:.3f} us/entry"
         per = r["seconds"] / r["nnz"] * 1e6 if r["nnz"] else 0
         if label.startswith("engine ") and "adaptive" not in label:
-            per_unit[label.split()[1]].append(per if " avg " in label else r["seconds"] / r["entries"] * 1e6)
+            per_unit[label.split()[1]].append(per)
         print(f"{label:44} {r['seconds']:9.3f} {r['nnz']:11,d} {per:8.3f} {r['rss_mb']:7.0f}  {note}", flush=True)
-    for mode, unit in (("avg", "nnz"), ("max", "window-table entry")):
+    for mode in ("avg", "max"):
         if len(per_unit[mode]) > 1:
             values = per_unit[mode]
-            print(f"engine {mode} k3/k7/k15 256^2 and 3x3 64^2/1024^2: us per {unit} {min(values):.3f}-{max(values):.3f}, "
+            print(f"engine {mode} k3/k7/k15 256^2 and 3x3 64^2/1024^2: us per nnz {min(values):.3f}-{max(values):.3f}, "
                   f"spread {max(values) / min(values):.1f}x (issue 11: at most 3x)")
 
 

@@ -154,26 +154,37 @@ def test_sigmoid_ce_needs_no_extra_digits_at_any_magnitude(z: float) -> None:
 
 
 def test_max_tie_sets_are_computed_once_per_x(monkeypatch: pytest.MonkeyPatch) -> None:
-    # jacobian, vjp and forward at one x share the tie sets: one O(windows x K) pass, not three.
-    calls = []
-    real = _symbolic._max_members
+    # jacobian, vjp and forward at one x share their work: policy "first" one axis-by-axis
+    # route (never the (windows, K) tie sets), policy "split" one pass over the tie sets.
+    routes, members = [], []
+    real_route, real_members = _symbolic._max_route, _symbolic._max_members
 
-    def counting(g: object, xc: np.ndarray) -> np.ndarray:
-        calls.append(xc.copy())
-        return real(g, xc)  # type: ignore[arg-type]
+    def counting_route(g: object, xc: np.ndarray, tie: str) -> object:
+        routes.append(tie)
+        return real_route(g, xc, tie)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(_symbolic, "_max_members", counting)
-    _symbolic._LAST_MEMBERS.clear()
+    def counting_members(g: object, xc: np.ndarray) -> np.ndarray:
+        members.append(xc.copy())
+        return real_members(g, xc)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_symbolic, "_max_route", counting_route)
+    monkeypatch.setattr(_symbolic, "_max_members", counting_members)
+    _symbolic.clear_caches(templates=False)
     spec = symjac.Pool("max", 3, stride=1, padding="same")
     x = np.arange(36.0).reshape(1, 1, 6, 6)
     symjac.jacobian(spec, x)
     symjac.vjp(spec, x, np.ones((1, 1, 6, 6)))
     symjac.forward(spec, x)
-    assert len(calls) == 1
-    (member,) = _symbolic._LAST_MEMBERS.values()
-    assert not member.flags.writeable  # shared: no caller may alter it
+    assert routes == ["first"] and not members
+    (entry,) = _symbolic._LAST_ROUTE.values()
+    assert not any(a.flags.writeable for a in entry[1])  # shared: no caller may alter it
     symjac.vjp(spec, -x, np.ones((1, 1, 6, 6)))  # another x: computed afresh
-    assert len(calls) == 2
+    assert routes == ["first", "first"]
+    symjac.jacobian(spec, x, tie="split")
+    symjac.vjp(spec, x, np.ones((1, 1, 6, 6)), tie="split")
+    assert len(members) == 1
+    (member,) = _symbolic._LAST_MEMBERS.values()
+    assert not member.flags.writeable
 
 
 def test_max_vjp_of_a_one_slot_support_reads_only_its_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -668,11 +679,12 @@ def test_near_tie_inputs_convert_to_int64_numerators() -> None:
 def test_verify_finds_tie_sets_once_per_input_and_rows_only_for_probed_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     import symjac.verifiers._pool as pool_verifier
 
-    # max 3x3 same: four inputs (distinct, tied, all-negative, near-tie). Tie sets once
-    # each; the (B, W, K) exact rows only for the two probed passes (distinct, tied): the
-    # dense family checks take J^T dy and its rounding bound from the stamp (O(support)).
-    members, rows = [], []
-    real_members, real_rows = _symbolic._max_members, pool_verifier.exact_rows
+    # max 3x3 same: four inputs (distinct, tied, all-negative, near-tie). The policy-"first"
+    # route (forward, J^T dy) once each; the full tie sets and the (B, W, K) exact rows only
+    # for the two probed passes (distinct, tied): the dense family checks take J^T dy and
+    # its rounding bound from the stamp (O(support)).
+    members, rows, routes = [], [], []
+    real_members, real_rows, real_route = _symbolic._max_members, pool_verifier.exact_rows, _symbolic._max_route
 
     def counting_members(g: object, xc: np.ndarray, pads: bool = False) -> np.ndarray:
         members.append(1)
@@ -682,15 +694,21 @@ def test_verify_finds_tie_sets_once_per_input_and_rows_only_for_probed_passes(mo
         rows.append(1)
         return real_rows(*args)  # type: ignore[arg-type]
 
+    def counting_route(g: object, xc: np.ndarray, tie: str) -> object:
+        routes.append(tie)
+        return real_route(g, xc, tie)  # type: ignore[arg-type]
+
     monkeypatch.setattr(_symbolic, "_max_members", counting_members)
     monkeypatch.setattr(pool_verifier, "exact_rows", counting_rows)
-    _symbolic._LAST_MEMBERS.clear()
+    monkeypatch.setattr(_symbolic, "_max_route", counting_route)
+    _symbolic.clear_caches(templates=False)
     spec = symjac.Pool("max", 3, stride=1, padding="same")
     forward, backward = _numpy_max3()  # not symjac's lowering, which would share the tie-set cache
     report = symjac.verify(spec, backward=backward, forward=forward, input_shape=(1, 1, 12, 12), timeout=None)
     assert report.ok, report
     assert report.stats["families"].keys() == {"distinct", "ties", "all_negative", "near_ties"}
-    assert len(members) == 4
+    assert routes == ["first"] * 4
+    assert len(members) == 2
     assert len(rows) == 2
 
 

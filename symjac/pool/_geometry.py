@@ -193,8 +193,9 @@ class Geometry:
         the spatial ones, trail dims (channels_last's C) follow them.
       in_spatial / out_spatial: spatial shapes.
       axes: one :class:`AxisWindows` per spatial axis.
-      cells: (windows, K) flat spatial input index of each slot, -1 where invalid.
-      valid: (windows, K) whether a slot is a real input cell.
+      cells: (windows, K) flat spatial input index of each slot, -1 where invalid
+        (built from the axes on first use: max pooling's first/last routes never need it).
+      valid: (windows, K) whether a slot is a real input cell (likewise).
       divisor: (windows,) averaging divisor (count of valid cells for max).
     """
 
@@ -205,9 +206,19 @@ class Geometry:
     in_spatial: tuple[int, ...]
     out_spatial: tuple[int, ...]
     axes: tuple[AxisWindows, ...]
-    cells: np.ndarray
-    valid: np.ndarray
     divisor: np.ndarray
+
+    @functools.cached_property
+    def cells(self) -> np.ndarray:
+        return self._tables[0]
+
+    @functools.cached_property
+    def valid(self) -> np.ndarray:
+        return self._tables[1]
+
+    @functools.cached_property
+    def _tables(self) -> tuple[np.ndarray, np.ndarray]:
+        return _combine(self.axes, self.n_in)
 
     @functools.cached_property
     def padded(self) -> np.ndarray:
@@ -385,25 +396,11 @@ def _resolve(spec: PoolSpec, input_shape: tuple[int, ...]) -> Geometry:
             assert isinstance(spec, GlobalPool)
             axes.append(_axis_adaptive(1, axis, length, spec.rank))
 
-    # Combine the axes: slot order is row-major over (axis 0 slot, axis 1 slot, ...),
-    # window order row-major over output positions. Each (windows, K) table is written
-    # once, by one broadcast operation whose inner loop runs over all K slots (both
-    # operands are first widened to K columns: tiny), and never copied: an invalid
-    # axis slot holds -n_in, so any combined cell that has one is negative (a valid
-    # part is below n_in) and one clamp in place makes it -1; counts multiply per axis.
+    # Window order is row-major over output positions; counts multiply per axis.
     rank = len(axes)
-    n_in = math.prod(spatial)
-    cells = np.zeros((1, 1), dtype=np.int64)
-    valid = np.ones((1, 1), dtype=bool)
     counted = np.ones(1, dtype=np.int64)
     n_valid = np.ones(1, dtype=np.int64)
     for ax in axes:
-        k, slots = ax.cells.shape[1], cells.shape[1]
-        ax_cells = np.tile(np.where(ax.valid, ax.cells, -n_in), (1, slots))  # (o, slots*k): column s*k + j is slot j
-        cells = np.add(np.repeat(cells * ax.length, k, axis=1)[:, None, :], ax_cells[None]).reshape(-1, slots * k)
-        np.maximum(cells, -1, out=cells)
-        ax_valid = np.tile(ax.valid, (1, slots))
-        valid = np.logical_and(np.repeat(valid, k, axis=1)[:, None, :], ax_valid[None]).reshape(-1, slots * k)
         counted = (counted[:, None] * ax.counted[None, :]).reshape(-1)
         n_valid = (n_valid[:, None] * np.count_nonzero(ax.valid, axis=1)[None, :]).reshape(-1)
     if isinstance(spec, Pool) and spec.mode == "avg" and spec.divisor == "include_pad":
@@ -414,6 +411,28 @@ def _resolve(spec: PoolSpec, input_shape: tuple[int, ...]) -> Geometry:
         divisor = n_valid.astype(np.int64)
     out_spatial = tuple(a.starts.size for a in axes)
     assert len(out_spatial) == rank
-    for a in (cells, valid, divisor):
+    divisor.setflags(write=False)
+    return Geometry(spec, input_shape, lead, trail, spatial, out_spatial, tuple(axes), divisor)
+
+
+def _combine(axes: tuple[AxisWindows, ...], n_in: int) -> tuple[np.ndarray, np.ndarray]:
+    """The (windows, K) ``cells`` and ``valid`` tables of :class:`Geometry`, from its axes.
+
+    Slot order is row-major over (axis 0 slot, axis 1 slot, ...), window order row-major
+    over output positions. Each table is written once, by one broadcast operation whose
+    inner loop runs over all K slots (both operands are first widened to K columns:
+    tiny), and never copied: an invalid axis slot holds -n_in, so any combined cell that
+    has one is negative (a valid part is below n_in) and one clamp in place makes it -1.
+    """
+    cells = np.zeros((1, 1), dtype=np.int64)
+    valid = np.ones((1, 1), dtype=bool)
+    for ax in axes:
+        k, slots = ax.cells.shape[1], cells.shape[1]
+        ax_cells = np.tile(np.where(ax.valid, ax.cells, -n_in), (1, slots))  # (o, slots*k): column s*k + j is slot j
+        cells = np.add(np.repeat(cells * ax.length, k, axis=1)[:, None, :], ax_cells[None]).reshape(-1, slots * k)
+        np.maximum(cells, -1, out=cells)
+        ax_valid = np.tile(ax.valid, (1, slots))
+        valid = np.logical_and(np.repeat(valid, k, axis=1)[:, None, :], ax_valid[None]).reshape(-1, slots * k)
+    for a in (cells, valid):
         a.setflags(write=False)
-    return Geometry(spec, input_shape, lead, trail, spatial, out_spatial, tuple(axes), cells, valid, divisor)
+    return cells, valid

@@ -31,8 +31,8 @@ from symjac.pool._symbolic import (
     Slab,
     lines,
     max_members,
+    max_route,
     max_slots,
-    pad_cells,
     slabs,
     window_classes,
     window_weights,
@@ -51,34 +51,61 @@ class Stamp:
 
     Attributes:
       geometry: the windows.
-      support: (1 | batch, windows, K) bool, the nonzero entries.
       weight: (1 | batch, windows) int64 numerator of every window's entries.
       q: the common denominator.
       full: the support is exactly ``geometry.valid`` (average pooling), so a line's
         coefficients need no support lookup.
       slot: when every window has at most one entry (max pooling, ``first``/``last``),
         (1 | batch, windows) its slot, -1 for none; else None.
+      mask: the support (:attr:`support`) when ``slot`` is None.
+      cell: with ``slot``, (1 | batch, windows) the flat spatial input cell it reads.
     """
 
     geometry: Geometry
-    support: np.ndarray
     weight: np.ndarray
     q: int
     full: bool = False  # the support is every valid slot (average pooling)
     slot: np.ndarray | None = None  # (batch, windows) the one slot of each window's row, -1: none
+    mask: np.ndarray | None = None  # (1 | batch, windows, K) the support, unless given by slot
+    cell: np.ndarray | None = None  # with slot: (batch, windows) the input cell of the slot, -1: none
+
+    @functools.cached_property
+    def support(self) -> np.ndarray:
+        """(1 | batch, windows, K) bool, the nonzero entries.
+
+        A one-slot-a-window stamp builds it on demand from :attr:`slot`, O(windows x K):
+        only readers of whole rows ask (the verifier's exact rows, the window graph);
+        the Jacobian, VJP and forward go by :attr:`slot` and :attr:`pairs`.
+        """
+        if self.mask is not None:
+            return self.mask
+        assert self.slot is not None
+        n_slots = self.geometry.cells.shape[1]
+        support = np.zeros(self.slot.shape + (n_slots,), dtype=bool)
+        rows = support.reshape(-1, n_slots)  # a view: one row a window
+        has = self.slot.reshape(-1) >= 0
+        rows[np.flatnonzero(has), self.slot.reshape(-1)[has]] = True
+        support.setflags(write=False)
+        return support
+
+    @property
+    def depth(self) -> int:
+        """The leading axis of the arrays: 1 (independent of x) or batch."""
+        return int(self.weight.shape[0])
 
     @functools.cached_property
     def pairs(self) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
         """Per slice of the support, the window and the cell of each nonzero entry
         (window-major): what a sparse support is scattered over."""
         out = []
-        for b, support in enumerate(self.support):
+        for b in range(self.depth):
             if self.slot is not None:  # one slot a window at most: O(windows)
+                assert self.cell is not None
                 w = np.flatnonzero(self.slot[b] >= 0)
-                k = self.slot[b, w]
+                out.append((w, self.cell[b, w]))
             else:
-                w, k = np.nonzero(support)
-            out.append((w, self.geometry.cells[w, k]))
+                w, k = np.nonzero(self.support[b])
+                out.append((w, self.geometry.cells[w, k]))
         return tuple(out)
 
     @functools.cached_property
@@ -90,6 +117,8 @@ class Stamp:
         """(1 | batch, len(line)) integer entries of a line (0 where the support leaves a slot out)."""
         if self.full:  # a line holds valid slots only
             return np.asarray(self.weight[:, line.w])
+        if self.slot is not None:
+            return np.where(self.slot[:, line.w] == line.k, self.weight[:, line.w], 0)
         return np.where(self.support[:, line.w, line.k], self.weight[:, line.w], 0)
 
 
@@ -106,11 +135,15 @@ def stamp(geometry: Geometry, x: ExactArray | None, tie: str = "first") -> Stamp
     """The exact Jacobian of ``geometry``; max pooling needs ``x`` to find its ties."""
     if geometry.spec.mode == "avg":
         weight, q = window_weights(geometry)
-        return Stamp(geometry, geometry.valid[None], weight[None], q, full=True)
+        return Stamp(geometry, weight[None], q, full=True, mask=geometry.valid[None])
     if x is None:
         raise InputError("max pooling's Jacobian depends on x: pass the input values, not only its shape")
-    support, weight, q, slot = max_slots(geometry, geometry.to_canonical(x.num), tie)
-    return Stamp(geometry, support, weight, q, slot=slot)
+    xc = geometry.to_canonical(x.num)
+    if tie in ("first", "last"):  # one slot a window, found axis by axis: no (batch, windows, K) array
+        slot, _, cell = max_route(geometry, xc, tie)
+        return Stamp(geometry, np.ones(slot.shape, dtype=np.int64), 1, slot=slot, cell=cell)
+    support, weight, q, _ = max_slots(geometry, xc, tie)  # split: any number of slots a window
+    return Stamp(geometry, weight, q, mask=support)
 
 
 def _apply(st: Stamp, source: ExactArray, transpose: bool) -> ExactArray:
@@ -125,7 +158,7 @@ def _apply(st: Stamp, source: ExactArray, transpose: bool) -> ExactArray:
     g = st.geometry
     src_spatial, dst_spatial = (g.out_spatial, g.in_spatial) if transpose else (g.in_spatial, g.out_spatial)
     s = g.to_canonical(source.num, src_spatial)
-    n_slots = g.cells.shape[1]
+    n_slots = math.prod(ax.cells.shape[1] for ax in g.axes)  # K, without building the (windows, K) table
     wmax = int(np.abs(st.weight).max()) if st.weight.size else 0
     smax = int(np.abs(s).max()) if s.size else 0
     small = s.dtype != object and smax * wmax * max(n_slots, 1) < 2**62
@@ -220,7 +253,7 @@ def _apply_pairs(st: Stamp, s: np.ndarray, acc: np.ndarray, transpose: bool) -> 
     """
     g = st.geometry
     for b in range(g.batch):
-        sb = min(b, st.support.shape[0] - 1)
+        sb = min(b, st.depth - 1)
         w, cells = st.pairs[sb]
         coeff = st.weight[sb, w].astype(acc.dtype)
         target, terms = (cells, s[b, w] * coeff) if transpose else (w, s[b, cells] * coeff)
@@ -319,8 +352,8 @@ def _sparse(st: Stamp) -> SparseJacobian:
     weight_ids = inverse.astype(id_type).reshape(st.weight.shape)
     rows, cols, ids = [], [], []
     for b in range(g.batch):
-        s = min(b, st.support.shape[0] - 1)
-        if b == 0 or st.support.shape[0] > 1:
+        s = min(b, st.depth - 1)
+        if b == 0 or st.depth > 1:
             # Boolean-mask reads go row-major (window, then slot): no (w, k) index pair arrays.
             if st.slot is not None:  # one entry a window at most: O(windows), no (windows, K) pass
                 w, cells = st.pairs[s]
@@ -429,17 +462,13 @@ def forward(spec: PoolSpec, x: Any) -> np.ndarray:
 
 def exact_forward(geometry: Geometry, x: ExactArray) -> ExactArray:
     """Exact forward on an exact input (for other stages): J x for average pooling; for
-    max pooling the value of each window's first maximal slot (its tie set, cached for x)."""
+    max pooling each window's maximum, found axis by axis with its first maximal slot
+    (:func:`symjac.pool._symbolic.max_route`, cached for x)."""
     if geometry.spec.mode != "max":
         return _apply(stamp(geometry, x, "first"), x, transpose=False)
     g = geometry
-    xc = g.to_canonical(x.num)
-    first = max_members(g, xc, pads=pad_cells(g) is not None).argmax(axis=-1)  # (B, W)
-    windows = np.arange(g.n_out)
-    cells, valid = g.cells[windows, first], g.valid[windows, first]
-    # a first maximal slot that is no input cell is a pad cell of pad_value=0 (or a window of none): 0
-    y = np.where(valid, np.take_along_axis(xc, np.where(valid, cells, 0), axis=1), 0)
-    return ExactArray(_int_array(g.from_canonical(y, g.out_spatial)), x.den)
+    top = max_route(g, g.to_canonical(x.num), "first")[1]  # (B, W); 0 where a pad cell of pad_value=0 wins
+    return ExactArray(_int_array(g.from_canonical(top, g.out_spatial)), x.den)
 
 
 def exact_vjp(geometry: Geometry, x: ExactArray | None, dy: ExactArray, tie: str = "first") -> ExactArray:
@@ -464,7 +493,7 @@ def vjp_terms(geometry: Geometry, x: ExactArray | None, dy: ExactArray) -> tuple
         count[:] = np.bincount(g.cells[g.valid], minlength=g.n_in)
         return want, bound, count
     for b in range(g.batch):  # over the support's own pairs (kept on the stamp)
-        sb = min(b, st.support.shape[0] - 1)
+        sb = min(b, st.depth - 1)
         w, cells = st.pairs[sb]
         bound[b] = np.bincount(cells, weights=dy_abs[b, w] * np.abs(st.weight[sb, w]) / st.q, minlength=g.n_in)
         count[b] = np.bincount(cells, minlength=g.n_in)

@@ -159,6 +159,7 @@ def clear_caches(templates: bool = True) -> None:
     _classes.cache_clear()
     _LAST_MEMBERS.clear()  # keyed on geometries: let the arrays go with them
     _LAST_POLICY.clear()
+    _LAST_ROUTE.clear()
     if templates:
         template.cache_clear()
         _generic_avg.cache_clear()
@@ -382,9 +383,14 @@ def slabs(geometry: Geometry) -> tuple[Slab, ...] | None:
     return tuple(out)
 
 
+def pads_compete(geometry: Geometry) -> bool:
+    """Whether pad cells hold the constant 0 and take part in the max (``Pool(pad_value=0)``)."""
+    return geometry.spec.mode == "max" and getattr(geometry.spec, "pad_value", None) is not None
+
+
 def pad_cells(geometry: Geometry) -> np.ndarray | None:
     """``Pool(pad_value=0)``: (windows, K) the pad slots (constants 0 in the max); else None."""
-    if geometry.spec.mode != "max" or getattr(geometry.spec, "pad_value", None) is None:
+    if not pads_compete(geometry):
         return None
     pads: np.ndarray = geometry.padded & ~geometry.valid
     return pads
@@ -434,11 +440,7 @@ def _max_members(geometry: Geometry, xc: np.ndarray, pads: bool = False) -> np.n
     tmpl = template("max", 2, 2)
     n_win, n_slots = geometry.cells.shape
     pad = pad_cells(geometry) if pads else None
-    if xc.dtype.kind == "f":
-        low: Any = -np.inf
-    else:
-        xc = xc if xc.dtype == object or not xc.size or int(np.abs(xc).max()) < 2**60 else xc.astype(object)
-        low = min(xc.min() if xc.size else 0, 0) - 1  # below every value and 0: the max of no slots
+    xc, low = _comparable(xc)
     # One sentinel column after the cells: invalid slots (cell -1) read ``low``, so a
     # single gather gives every window's values and no invalid slot can tie.
     xs = np.concatenate([xc, np.full((xc.shape[0], 1), low, dtype=xc.dtype)], axis=1)
@@ -451,6 +453,120 @@ def _max_members(geometry: Geometry, xc: np.ndarray, pads: bool = False) -> np.n
             values = np.where(pad[block], 0, values)
         member[:, block] = tie_members(tmpl, values, scratch=True)  # values is this block's own gather
     return member
+
+
+# The last first/last routes computed, per policy: jacobian, vjp and forward ask for the
+# same x in turn. Keyed like _LAST_MEMBERS (the input's bytes: exact), read-only results.
+_LAST_ROUTE: dict[str, tuple[tuple[Any, ...], tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+
+
+def max_route(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Max pooling, policy ``first``/``last``: each window's one slot and its maximum
+    (:func:`_max_route`), cached for the last x of each policy.
+
+    Returns:
+      (slot, top, cell): (batch, windows) the slot (column of ``geometry.cells``) the
+      policy routes the window's gradient to, -1 for none (a pad cell of
+      ``Pool(pad_value=0)`` won); the window's maximum, in ``xc``'s values (0 where a
+      pad cell won); and the flat spatial input cell of the slot (-1 for none).
+    """
+    key = (geometry, xc.dtype.str, xc.shape, np.ascontiguousarray(xc).tobytes()) if xc.dtype != object else None
+    last = _LAST_ROUTE.get(tie)
+    if key is not None and last is not None and last[0] == key:
+        return last[1]
+    route = _max_route(geometry, xc, tie)
+    for a in route:
+        a.setflags(write=False)  # shared by the next caller with the same x
+    if key is not None:
+        _LAST_ROUTE[tie] = (key, route)
+    return route
+
+
+def _max_route(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`max_route`, one spatial axis at a time: O(sum_a K_a) work per window, never
+    a (batch, windows, K) array (but in 1-D, where that is the one level's array).
+
+    A window is the product of its axis windows and its slots are numbered row-major
+    (axis 0 most significant), so a slot is a tuple (j_0, ..., j_{r-1}) and the first
+    (last) maximal slot is the lexicographically smallest (largest) maximal tuple. Max
+    is associative: ``Max(s) = Max_{j_0} M_0(j_0)`` with ``M_a(j_0..j_a) =
+    Max_{j_{a+1}} M_{a+1}(j_0..j_{a+1})``, and the chain rule through the template
+    ``Max(a, r)``, whose SymPy derivative is ``Heaviside(a - r)`` (:func:`template`),
+    gives ``d Max(s)/d s_j = prod_a Heaviside(M_a(j_0..j_a) - r_a)``, r_a the max of
+    the other entries at level a: slot j is in the tie set iff it ties at every level,
+    and at each level ``tie_arg(M, Max M) >= 0`` is that level's test (as in
+    :func:`tie_members`). The lexicographically first maximal tuple is therefore found
+    innermost axis first: along axis r-1, each row's first member; then along axis
+    r-2 the first member among the row maxima, carrying the inner choice of the row it
+    picks; and so on out to axis 0 (``last``: the last member at every level).
+
+    Each level gathers one axis: a (batch, ..., o_a, K_a, ...) array over the input
+    cells of the outer axes and the windows of the inner ones (O(windows x K_a) for
+    stride 1). Slots outside the window or the padded input read a value below every
+    other (never the max); with ``Pool(pad_value=0)`` pad slots read 0 and compete, and
+    a level that picks one routes the window to no input (slot -1), as
+    :func:`max_slots` does. The choice carried from level to level is one int64,
+    ``slot * n_in + cell``: slot and flat input cell are both sums of one term per axis.
+    """
+    check_tie(tie)
+    if tie not in ("first", "last"):
+        raise ValueError(f"tie={tie!r}: only first/last route to one slot a window")
+    tmpl = template("max", 2, 2)
+    assert tmpl.tie_arg is not None
+    pads = pads_compete(geometry)
+    xc, low = _comparable(xc)
+    val = xc.reshape((xc.shape[0],) + geometry.in_spatial)  # levels reduce it axis by axis, last first
+    # Each entry's choice among the axes reduced so far, as one int64: slot * n_in + cell
+    # (both sums of per-axis terms, so one carried array serves both), -1 for no input.
+    n_in = geometry.n_in
+    assert math.prod(ax.cells.shape[1] for ax in geometry.axes) * n_in < 2**62  # the budget keeps both far below
+    route: np.ndarray | None = None
+    width, cell_step = 1, 1  # slots of the axes reduced so far; input cells of one step along axis a
+    for a in reversed(range(len(geometry.axes))):
+        ax, axis = geometry.axes[a], a + 1
+        o, k = ax.cells.shape
+        # One sentinel cell past the axis end for slots outside the window (low), one more
+        # for pad cells (0, pad_value=0); both carry slot -1 (no input).
+        idx = np.where(ax.valid, ax.cells, ax.length)
+        fills = [low]
+        if pads:
+            idx = np.where(ax.padded & ~ax.valid, ax.length + 1, idx)
+            fills.append(0)
+        edge = val.shape[:axis] + (1,) + val.shape[axis + 1:]
+        ext = np.concatenate([val] + [np.full(edge, f, dtype=val.dtype) for f in fills], axis=axis)
+        values = np.take(ext, idx, axis=axis)  # (..., o, k, ...): level a's entries, window by window
+        del ext
+        top = values.max(axis=axis + 1, keepdims=True)
+        member = np.asarray(tmpl.tie_arg(values, top, out=values)) >= 0  # values is this level's own gather
+        del values
+        if tie == "first":
+            j = member.argmax(axis=axis + 1)
+        else:
+            j = k - 1 - np.flip(member, axis=axis + 1).argmax(axis=axis + 1)
+        del member
+        pos = idx[np.arange(o).reshape((o,) + (1,) * (len(geometry.axes) - 1 - a)), j]  # the cell j reads
+        if route is None:  # innermost axis: nothing carried yet
+            inner: Any = np.where(pos < ax.length, 0, -1)
+        else:
+            ext_route = np.concatenate([route] + [np.full(edge, -1, dtype=np.int64)] * len(fills), axis=axis)
+            inner = np.take_along_axis(ext_route, pos, axis=axis)
+        route = np.where(inner >= 0, inner + (j * (width * n_in) + pos * cell_step), -1)
+        val = np.squeeze(top, axis=axis + 1)
+        width, cell_step = width * k, cell_step * ax.length
+    assert route is not None
+    route = route.reshape(xc.shape[0], -1)
+    has = route >= 0
+    slot, cell = np.where(has, route // n_in, -1), np.where(has, route % n_in, -1)
+    return slot, val.reshape(xc.shape[0], -1), cell
+
+
+def _comparable(xc: np.ndarray) -> tuple[np.ndarray, Any]:
+    """``xc`` in a dtype whose differences are exact (int64 beyond 2^60 becomes Python ints),
+    and a value below every value and below 0 (pad cells' value): the max of no slots."""
+    if xc.dtype.kind == "f":
+        return xc, -np.inf
+    xc = xc if xc.dtype == object or not xc.size or int(np.abs(xc).max()) < 2**60 else xc.astype(object)
+    return xc, min(xc.min() if xc.size else 0, 0) - 1
 
 
 def tie_members(tmpl: Template, values: np.ndarray, scratch: bool = False) -> np.ndarray:
