@@ -102,6 +102,8 @@ def _pool(kind: str, mode: str, arg: int) -> Any:
 
     if kind == "pool":
         return symjac.Pool(mode, arg, stride=1, padding="same")
+    if kind == "pool1d":  # audio: a long 1-D signal, a large kernel
+        return symjac.Pool(mode, (arg,), stride=1, padding="same")
     if kind == "adaptive":
         return symjac.AdaptivePool(mode, (7, 7))
     return symjac.GlobalPool(mode)
@@ -138,37 +140,45 @@ def case_engine(kind: str, mode: str, size: int, arg: int = 3) -> dict[str, Any]
 
 
 class BoxPool:
-    """A fast NumPy k x k stride-1 SAME pool (odd k) on (1, 1, H, W): avg by separable
-    sliding sums (O(cells·k) per call), max by a sliding-window argmax that the
-    backward computes once per x (as frameworks save indices in the forward)."""
+    """A fast NumPy k x ... x k stride-1 SAME pool (odd k) over the last ``rank`` axes of
+    (1, 1, *spatial): avg by separable sliding sums (O(cells·k) per call), max by a
+    sliding-window argmax that the backward computes once per x (as frameworks save
+    indices in the forward)."""
 
-    def __init__(self, mode: str, k: int):
-        self.mode, self.k, self.p = mode, k, k // 2
+    def __init__(self, mode: str, k: int, rank: int = 2):
+        self.mode, self.k, self.p, self.rank = mode, k, k // 2, rank
+        self.axes = tuple(range(-rank, 0))
         self.saved: dict[bytes, Any] = {}
+
+    def _pad(self, a: Any, value: float = 0.0) -> Any:
+        import numpy as np
+
+        return np.pad(a, [(0, 0)] * (a.ndim - self.rank) + [(self.p, self.p)] * self.rank, constant_values=value)
 
     def _box(self, a: Any) -> Any:
         import numpy as np
 
-        # separable: a sliding sum of k along W, then along H (2k - 2 roundings a cell)
-        ap = np.pad(a, [(0, 0)] * (a.ndim - 2) + [(self.p, self.p)] * 2)
-        rows = np.lib.stride_tricks.sliding_window_view(ap, self.k, axis=-1).sum(axis=-1)
-        return np.lib.stride_tricks.sliding_window_view(rows, self.k, axis=-2).sum(axis=-1)
+        # separable: a sliding sum of k along each axis, the last first (rank·(k - 1) roundings a cell)
+        out = self._pad(a)
+        for axis in reversed(self.axes):
+            out = np.lib.stride_tricks.sliding_window_view(out, self.k, axis=axis).sum(axis=-1)
+        return out
 
     def _count(self, x: Any) -> Any:
         import numpy as np
 
-        return self._box(np.ones(x.shape[-2:], x.dtype))
+        return self._box(np.ones(x.shape[-self.rank:], x.dtype))
 
     def _windows(self, x: Any) -> Any:
         import numpy as np
 
-        xp = np.pad(x, [(0, 0)] * (x.ndim - 2) + [(self.p, self.p)] * 2, constant_values=-np.inf)
-        return np.lib.stride_tricks.sliding_window_view(xp, (self.k, self.k), axis=(-2, -1))
+        xp = self._pad(x, -np.inf)
+        return np.lib.stride_tricks.sliding_window_view(xp, (self.k,) * self.rank, axis=self.axes)
 
     def forward(self, x: Any) -> Any:
         if self.mode == "avg":
             return self._box(x) / self._count(x)
-        return self._windows(x).max(axis=(-2, -1))
+        return self._windows(x).max(axis=tuple(range(-self.rank, 0)))
 
     def backward(self, x: Any, dy: Any) -> Any:
         import numpy as np
@@ -178,13 +188,12 @@ class BoxPool:
         key = x.tobytes()
         if key not in self.saved:
             w = self._windows(x)
-            first = w.reshape(w.shape[:-2] + (self.k * self.k,)).argmax(axis=-1)
-            di, dj = np.divmod(first, self.k)
-            h, wd = x.shape[-2:]
-            self.saved = {key: (np.arange(h)[:, None] + di - self.p, np.arange(wd)[None, :] + dj - self.p)}
-        rows, cols = self.saved[key]
+            first = w.reshape(w.shape[:-self.rank] + (self.k ** self.rank,)).argmax(axis=-1)[0, 0]
+            offsets = np.unravel_index(first, (self.k,) * self.rank)  # row-major: the first maximum
+            grid = np.indices(first.shape)
+            self.saved = {key: tuple(g + o - self.p for g, o in zip(grid, offsets))}
         dx = np.zeros_like(x)
-        np.add.at(dx, (0, 0, rows[0, 0], cols[0, 0]), dy[0, 0])
+        np.add.at(dx, (0, 0) + self.saved[key], dy[0, 0])
         return dx
 
 
@@ -192,11 +201,11 @@ def case_verify(kind: str, mode: str, size: int, arg: int = 3) -> dict[str, Any]
     import symjac
 
     spec = _pool(kind, mode, arg)
-    shape = (1, 1, size, size)
+    shape = (1, 1, size) if kind == "pool1d" else (1, 1, size, size)
     low: Any = symjac.lower(spec, shape)
     nnz = int(low.geometry.valid.sum())
-    if kind == "pool":
-        low = BoxPool(mode, arg)
+    if kind in ("pool", "pool1d"):
+        low = BoxPool(mode, arg, rank=len(shape) - 2)
         low.vjp = low.backward
     spent = [0.0]  # seconds inside the implementation (forward and backward calls)
 
@@ -339,6 +348,8 @@ for _s in (64, 256):
 for _m in ("avg", "max"):
     CASES.append((f"verify {_m} k15 s1 same 256^2", "case_verify", ["pool", _m, 256, 15]))
 CASES.append(("verify avg 3x3 1024^2", "case_verify", ["pool", "avg", 1024, 3]))
+for _m in ("avg", "max"):  # audio: 1 s at 16 kHz, a kernel of 255 (255 window colours)
+    CASES.append((f"verify {_m} k255 s1 same 1-D 16,000", "case_verify", ["pool1d", _m, 16_000, 255]))
 CASES.append(("verify avg 3x3 4096^2 (over MAX_NNZ)", "case_refused", ["avg", 4096]))
 for _kind in ("mse", "sigmoid_ce", "softmax_ce"):
     for _z in (1.0, 1e4, 1e6, 1e300):
