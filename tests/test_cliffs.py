@@ -1157,3 +1157,17 @@ def test_colouring_a_long_1d_axis_with_a_large_kernel_takes_one_pass_over_its_in
     for c in range(n):  # windows of one colour read disjoint cells
         read = g.cells[colours == c][g.valid[colours == c]]
         assert np.unique(read).size == read.size
+
+
+@pytest.mark.parametrize(("spec", "length"), _random_axis_specs(12, 30) + [
+    (symjac.Pool("avg", (255,), stride=1, padding="same", divisor="include_pad"), 600),
+    (symjac.Pool("avg", (64,), stride=3, dilation=2, padding=60, ceil_mode=True), 500),
+])
+def test_axis_window_classes_number_the_whole_valid_patterns_in_sorted_order(spec: Any, length: int) -> None:
+    # Class ids of an axis come from one int64 key a window, whatever the kernel (a run
+    # of valid slots is two numbers); they must be the ids NumPy gives the whole
+    # (valid pattern, include-pad count) rows, sorted lexicographically.
+    axis = resolve(spec, (1, 1, length)).axes[0]
+    rows = np.concatenate([axis.valid.astype(np.int64), axis.counted[:, None]], axis=1)
+    expected = np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1)
+    assert _symbolic._axis_classes(axis.valid, axis.counted).tolist() == expected.tolist()
