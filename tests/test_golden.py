@@ -217,3 +217,40 @@ int main(void) {
                        dtype=np.float64)
     want = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float64)
     assert np.array_equal(printed, want, equal_nan=True)
+
+
+SIGMOID_SCALED = """[operator]
+kind = "loss"
+loss = "sigmoid_ce"
+scale = 8
+[input]
+pred = [0.0]
+label = [1.0]
+"""
+
+
+def test_loss_golden_in_bfloat16(tmp_path):
+    # Seed 003: sigmoid_ce at pred 0, label 1, scale 8 has derivative 8·(σ(0) - 1) = -4,
+    # exact in every dtype. Spec-file inputs are exact rationals; bfloat16 (ml_dtypes)
+    # takes no Fraction, so the inputs are rounded to it as every dtype's are.
+    pytest.importorskip("ml_dtypes")
+    arrays = json.loads((golden(SIGMOID_SCALED, tmp_path, "--dtype", "bfloat16,float32") / "case.json")
+                        .read_text())["arrays"]
+    derivative = arrays["derivative"]
+    assert derivative["exact"] == ["-4"]
+    assert derivative["bfloat16"] == derivative["float32"] == [-4.0]
+    assert derivative["max_abs_error"]["bfloat16"][0] > derivative["max_abs_error"]["float32"][0] > 0
+
+
+def test_loss_golden_has_no_bound_where_an_input_is_not_exact_in_the_dtype(tmp_path):
+    # pred = 1/3 is no binary fraction: an implementation in any float dtype sees it
+    # rounded, so the golden values (at 1/3 exactly) carry no bound there, as documented;
+    # pred = 3/4 is exact in float16, float32 and float64 alike, so its bounds are there.
+    third = SIGMOID_SCALED.replace("pred = [0.0]", 'pred = ["1/3"]')
+    arrays = json.loads((golden(third, tmp_path, "--dtype", "float16,float64") / "case.json").read_text())["arrays"]
+    assert arrays["pred"]["exact"] == ["1/3"] and "max_abs_error" not in arrays["derivative"]
+    quarter = SIGMOID_SCALED.replace("pred = [0.0]", 'pred = ["3/4"]')
+    out = tmp_path / "exact"
+    out.mkdir()
+    arrays = json.loads((golden(quarter, out, "--dtype", "float16,float64") / "case.json").read_text())["arrays"]
+    assert set(arrays["derivative"]["max_abs_error"]) == {"float16", "float64"}

@@ -504,3 +504,19 @@ def test_forward_returning_inf_for_an_exact_loss_beyond_the_dtype_is_not_bad_out
     bad = symjac.verify_loss(per, derivative=derivative_none, forward=lambda z, y: np.full(z.shape, np.inf, z.dtype),
                              pred=[300.0, 1.0], label=[0.0, 0.0], dtype="float16")
     assert bad.categories() == ["bad_output"] and "loss[1]" in bad.findings[0].message
+
+
+def test_exact_rational_inputs_are_rounded_to_the_dtype_and_flagged_when_not_exact() -> None:
+    from fractions import Fraction
+
+    # An object array of Fractions (as spec files give) is rounded once into the dtype,
+    # like float inputs: 1/3 is no binary fraction (rounded, flagged), 3/4 is exact.
+    def derivative(z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return (2 * (z - y)).astype(z.dtype)  # mse, mean over one element: 2(z - y)
+
+    for value, flagged in ((Fraction(1, 3), True), (Fraction(3, 4), False)):
+        pred = np.array([value], dtype=object)
+        for dtype in ("float32", "float64"):
+            r = symjac.verify_loss(symjac.Loss("mse"), derivative=derivative, pred=pred, label=[0.0], dtype=dtype)
+            assert r.ok, r
+            assert r.stats["inputs_rounded"] is flagged

@@ -50,6 +50,7 @@ import mpmath
 import numpy as np
 
 from symjac._errors import InputError
+from symjac._exact import round_fractions, to_fraction
 from symjac.check._report import Finding, Report
 from symjac.check._call import DEFAULT_TIMEOUT, Guard, same, sha256
 from symjac.check._rounding import finfo, float_dtype, ulp_mp, ulps
@@ -195,6 +196,11 @@ def prepare_inputs(
         src = np.asarray(a)
         if src.dtype.kind not in "fiub" and src.dtype != object:
             raise InputError(f"{name} has dtype {src.dtype}; give real numbers")
+        if src.dtype == object:  # exact numbers (Fractions from spec files): rounded once, each checked
+            exact = np.array([to_fraction(v, name) for v in src.reshape(-1)], dtype=object)
+            out = round_fractions(exact, dt).reshape(src.shape)
+            rounded = rounded or any(Fraction(float(o)) != e for o, e in zip(out.reshape(-1), exact))
+            return out
         try:
             out = src.astype(dt)
         except (TypeError, ValueError) as exc:
