@@ -68,6 +68,20 @@ def _fractions(values: Any) -> np.ndarray:
     return out.reshape(arr.shape)
 
 
+def _per_object(values: Any, fn: Any, otype: Any = object) -> np.ndarray:
+    """``fn`` of each element, computed once per distinct object: a quantity made of few
+    values shares their objects (a Jacobian's entries index its table of distinct
+    values; ``ExactArray.to_fractions`` makes one Fraction per distinct value), so its
+    conversions cost O(distinct) Python work and an O(n) NumPy gather."""
+    arr = np.asarray(values, dtype=object)
+    flat = arr.reshape(-1)
+    ids = np.fromiter(map(id, flat), dtype=np.uint64, count=flat.size)  # the objects live in ``arr`` meanwhile
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    distinct = np.empty(first.size, dtype=object)
+    distinct[:] = [fn(v) for v in flat[first]]
+    return np.asarray(distinct.astype(otype)[inverse.reshape(-1)]).reshape(arr.shape)
+
+
 def _exact_text(v: Any) -> str:
     """A rational as ``p/q``; an mpmath value that is no short binary fraction as
     its leading decimal digits (it is transcendental, or rational but not dyadic)."""
@@ -129,7 +143,7 @@ def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         "dx": exact_vjp_tie(g, ex, edy, tie).to_fractions(),
         "jac_rows": jac.rows.astype(np.int64),
         "jac_cols": jac.cols.astype(np.int64),
-        "jac_values": _fractions(jac.values),
+        "jac_values": _fractions(jac.table)[jac.value_ids] if jac.table else np.empty(0, dtype=object),
     }
     meta: dict[str, Any] = {"operator": repr(case.operator), "input_shape": list(g.input_shape),
                             "output_shape": list(g.output_shape),
@@ -151,14 +165,11 @@ def _pool_magnitudes(qs: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, n
     and its number of rounded operations (see :data:`BOUND_NOTE`). Inputs (x, dy)
     have no bound: they are given, not computed."""
     rows, cols = qs["jac_rows"], qs["jac_cols"]
-    weights = np.abs(qs["jac_values"].astype(np.float64))
+    weights = np.abs(_per_object(qs["jac_values"], float, np.float64))
     x, dy = (np.abs(qs[k].astype(np.float64)).reshape(-1) for k in ("x", "dy"))
 
     def gather(n: int, at: np.ndarray, terms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        mass, count = np.zeros(n), np.zeros(n)
-        np.add.at(mass, at, terms)
-        np.add.at(count, at, 1)
-        return mass, count + 3
+        return np.bincount(at, weights=terms, minlength=n), np.bincount(at, minlength=n) + 3.0
 
     out = {}
     out["y"] = gather(qs["y"].size, rows, weights * x[cols])
@@ -167,15 +178,17 @@ def _pool_magnitudes(qs: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, n
     return out
 
 
-def _bounds(case: Any, qs: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
-    """``max_abs_error`` per element of each float quantity, in ``dtype`` (float64 arrays)."""
+def _bounds(case: Any, qs: dict[str, np.ndarray], dtypes: list[str]) -> dict[str, dict[str, np.ndarray]]:
+    """Per dtype, ``max_abs_error`` per element of each float quantity (float64 arrays)."""
     if case.is_loss:
-        return _loss_bounds(case, qs, dtype)
-    u = unit_roundoff(dtype)
-    out = {}
-    for name, (mass, k) in _pool_magnitudes(qs).items():
+        return {dt: _loss_bounds(case, qs, dt) for dt in dtypes}
+    magnitudes = _pool_magnitudes(qs)  # the same terms for every dtype
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for dt in dtypes:
+        u = unit_roundoff(dt)
         # float64 evaluation of an exact bound: the factor covers its own rounding errors.
-        out[name] = (gamma(k, u) * mass * (1 + 2.0**-30)).reshape(qs[name].shape)
+        out[dt] = {name: (gamma(k, u) * mass * (1 + 2.0**-30)).reshape(qs[name].shape)
+                   for name, (mass, k) in magnitudes.items()}
     return out
 
 
@@ -233,8 +246,8 @@ def _is_int_array(a: np.ndarray) -> bool:
 
 
 def _rounded(a: np.ndarray, dtype: str) -> np.ndarray:
-    arr = np.asarray(a, dtype=object)
-    return round_fractions(_fractions(arr).reshape(-1), float_dtype(dtype)).reshape(arr.shape)
+    dt = float_dtype(dtype)
+    return _per_object(a, lambda v: round_fractions(np.array([_fraction(v)], dtype=object), dt)[0], dt)
 
 
 def _stored(rounded: np.ndarray) -> np.ndarray:
@@ -250,16 +263,17 @@ def _shaped(values: list[Any], shape: tuple[int, ...]) -> Any:
     return values[0] if shape == () else values
 
 
-def _json(case: Any, qs: dict[str, np.ndarray], meta: dict[str, Any], prov: dict[str, Any], dtypes: list[str]) -> bytes:
+def _json(case: Any, qs: dict[str, np.ndarray], meta: dict[str, Any], prov: dict[str, Any], dtypes: list[str],
+          path: Path) -> None:
     arrays: dict[str, Any] = {}
-    bounds = {dt: _bounds(case, qs, dt) for dt in dtypes}
+    bounds = _bounds(case, qs, dtypes)
     for name, a in qs.items():
         arr = np.asarray(a)
         if _is_int_array(arr):
             arrays[name] = {"shape": list(arr.shape), "values": arr.reshape(-1).tolist()}
             continue
         entry: dict[str, Any] = {"shape": list(arr.shape),
-                                 "exact": _shaped([_exact_text(v) for v in arr.reshape(-1)], arr.shape)}
+                                 "exact": _shaped(_per_object(arr, _exact_text).reshape(-1).tolist(), arr.shape)}
         for dt in dtypes:
             rounded = _rounded(arr, dt)
             entry[dt] = _shaped([float(v) for v in rounded.reshape(-1)], arr.shape)
@@ -269,7 +283,12 @@ def _json(case: Any, qs: dict[str, np.ndarray], meta: dict[str, Any], prov: dict
                 entry.setdefault("max_ulp", {})[dt] = _shaped(_ulp_bound(b, rounded).reshape(-1).tolist(), arr.shape)
         arrays[name] = entry
     doc = {"provenance": prov, **meta, "dtypes": dtypes, "arrays": arrays}
-    return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+    # json.dumps(doc, indent=1, sort_keys=True), written as it is encoded: the same bytes
+    # without the whole text (and its millions of pieces) in memory at once
+    with path.open("w", encoding="ascii", newline="\n") as f:
+        for chunk in json.JSONEncoder(indent=1, sort_keys=True).iterencode(doc):
+            f.write(chunk)
+        f.write("\n")
 
 
 def _npy(arr: np.ndarray) -> bytes:
@@ -282,7 +301,7 @@ def _typed(case: Any, qs: dict[str, np.ndarray], dtypes: list[str]) -> dict[str,
     """Every array of the ``npz``/``bin`` formats, by name: ``NAME.DTYPE`` (little-endian),
     ``NAME.DTYPE.max_abs_error`` (float64) and ``NAME`` for integer arrays."""
     out = {}
-    bounds = {dt: _bounds(case, qs, dt) for dt in dtypes}
+    bounds = _bounds(case, qs, dtypes)
     for name, a in qs.items():
         arr = np.asarray(a)
         if _is_int_array(arr):
@@ -305,7 +324,7 @@ def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: li
         stem = _slug(case.name)
         if "json" in formats:
             p = out / f"{stem}.json"
-            p.write_bytes(_json(case, qs, meta, prov, dtypes))
+            _json(case, qs, meta, prov, dtypes, p)
             written.append(p)
         typed = _typed(case, qs, dtypes) if ("npz" in formats or "bin" in formats) else {}
         if "npz" in formats:
