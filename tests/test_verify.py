@@ -1059,3 +1059,53 @@ def test_exact_where_the_dtype_holds_the_value():
     assert "wrong_weights" in half.categories(), str(half)
     third = symjac.verify(Pool("avg", (3,)), backward=off_by_ulp(3), input_shape=(6,), dtype="float32")
     assert "wrong_weights" not in third.categories() and third.stats["max_ulp_error"] <= 1.5, str(third)
+
+
+def test_gamma_is_a_bound_for_any_number_of_roundings() -> None:
+    import mpmath
+
+    from symjac.check._rounding import gamma, gamma_mp, unit_roundoff, unit_roundoff_mp
+
+    # 1 + θ_n = Π (1 + δ_i)^{±1}, |δ_i| <= u: each factor lies in [1 - u, 1/(1 - u)], so
+    # |θ_n| <= (1 - u)^{-n} - 1, for every n. Higham's γ_n = nu/(1 - nu) bounds it too, but
+    # only while nu < 1: 256 roundings in bfloat16 (u = 2^-8), 2048 in float16 (u = 2^-11).
+    for dtype, n in (("bfloat16", 256), ("bfloat16", 300), ("float16", 2048), ("float16", 5000)):
+        u = unit_roundoff(dtype)
+        with mpmath.workdps(120):
+            product = (1 - mpmath.mpf(u)) ** -n - 1
+            assert product <= float(gamma(n, u)) <= product * (1 + mpmath.mpf(2) ** -30)
+            assert product <= mpmath.mpf(str(gamma_mp(n, unit_roundoff_mp(dtype)))) <= product * (1 + mpmath.mpf(2) ** -100)
+    u = 2.0**-8
+    assert float(gamma(255, u)) == 255 * u / (1 - 255 * u)  # below nu = 1: Higham's γ_n itself
+
+
+@pytest.mark.parametrize(("side", "dtype"), [(64, "float16"), (24, "bfloat16")])
+def test_a_global_average_over_more_cells_than_gamma_allows_is_no_false_alarm(side: int, dtype: str) -> None:
+    from symjac.check._rounding import float_dtype
+
+    # 4096 cells in float16 and 576 in bfloat16: n·u >= 1, where γ_n would be negative and
+    # every output a finding. The implementation sums in the working dtype, one running
+    # sum (each partial sum rounded: the worst case the bound covers), then divides. The
+    # input: quarters in [-2, 2], exact in both dtypes, whose running sums stay finite.
+    dt = float_dtype(dtype)
+    n = side * side
+    x = (np.random.default_rng(0).integers(-8, 9, size=(1, 1, side, side)) / 4).astype(dt)
+
+    def forward(x: np.ndarray) -> np.ndarray:
+        total = np.cumsum(x.reshape(x.shape[:2] + (-1,)), axis=-1, dtype=dt)[..., -1]
+        return (total / np.asarray(n, dtype=dt)).astype(dt).reshape(x.shape[:2] + (1, 1))
+
+    def backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(dy / np.asarray(n, dtype=dt), x.shape).astype(dt)
+
+    spec = symjac.GlobalPool("avg")
+    report = symjac.verify(spec, backward=backward, forward=forward, x=x, dtype=dtype)
+    assert report.ok, report
+    torch = pytest.importorskip("torch")
+    if dtype == "float16":  # PyTorch's own global average pooling, through the adapter
+        from symjac.frameworks import torch as torch_adapter
+
+        spec_t, impl = torch_adapter.adaptive_avg_pool2d(1)
+        report = symjac.verify(spec_t, backward=impl.backward, forward=impl.forward, x=x, dtype=dtype)
+        assert report.ok, report
+        assert torch.__version__

@@ -3,7 +3,11 @@
 With ``u`` the unit roundoff of a dtype (half the distance from 1 to the next float:
 2^-11 for float16, 2^-8 for bfloat16, 2^-24 for float32, 2^-53 for float64), Higham's
 ``γ_n = n·u / (1 - n·u)`` bounds the relative error of n rounded operations
-(*Accuracy and Stability of Numerical Algorithms*, §3.1); errors are reported in
+(*Accuracy and Stability of Numerical Algorithms*, §3.1): |θ_n| <= γ_n for
+``1 + θ_n = Π (1 + δ_i)^{±1}``, |δ_i| <= u. It needs n·u < 1 (a sum of 256 terms in
+bfloat16, or of 2048 in float16, has none); beyond, :func:`gamma` gives the bound the
+lemma's proof rests on, ``(1 - u)^{-n} - 1`` (each factor lies in [1 - u, 1/(1 - u)]),
+finite for every n and below γ_n wherever that is defined. Errors are reported in
 units in the last place (ULPs) of the exact value in the dtype.
 
 The NumPy forms (:func:`gamma`, :func:`ulps`) serve the pooling verifier's vectorised
@@ -81,9 +85,16 @@ def unit_roundoff(dtype: Any) -> float:
 
 
 def gamma(n: Any, u: float) -> np.ndarray:
-    """Higham's γ_n = n·u / (1 - n·u), elementwise over ``n``."""
+    """Higham's γ_n = n·u / (1 - n·u), elementwise over ``n``; where n·u >= 1 (γ_n is
+    undefined: negative or infinite) the bound ``(1 - u)^{-n} - 1`` on the same |θ_n|
+    (see the module docstring), with headroom for its float64 evaluation."""
     n = np.asarray(n, dtype=np.float64)
-    return np.asarray(n * u / (1 - n * u))
+    nu = n * u
+    if np.all(nu < 1):
+        return np.asarray(nu / (1 - nu))
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        product = np.expm1(-n * np.log1p(-u)) * (1 + 2.0**-40)  # inf once it leaves float64: no bound
+        return np.asarray(np.where(nu < 1, nu / (1 - nu), product))
 
 
 def ulps(error: np.ndarray, exact: np.ndarray, dtype: Any) -> np.ndarray:
@@ -100,10 +111,12 @@ def unit_roundoff_mp(dtype: Any) -> Any:
 
 
 def gamma_mp(k: int, u: Any) -> Any:
-    """γ_k in MPFR; infinite once k·u >= 1 (no bound left)."""
+    """γ_k in MPFR; once k·u >= 1, ``(1 - u)^{-k} - 1`` (:func:`gamma`)."""
     with gmpy2.context(gmpy2.get_context(), precision=200):
         ku = k * gmpy2.mpfr(u)
-        return ku / (1 - ku) if ku < 1 else gmpy2.inf()
+        if ku < 1:
+            return ku / (1 - ku)
+        return gmpy2.expm1(-k * gmpy2.log1p(-gmpy2.mpfr(u))) * (1 + gmpy2.mpfr(2) ** -190)
 
 
 def ulp_mp(dtype: Any, magnitude: Any) -> Any:
