@@ -35,7 +35,7 @@ typedef struct {
     size_t shape[SYMJAC_GOLDEN_MAX_DIMS];
     double *values;         /* every element as a double: exact for f2/f4/f8, and for i8 below 2^53 */
     double *max_abs_error;  /* per-element bound, or NULL (integer arrays) */
-    double max_ulp;         /* the worst bound in ULPs of the golden value, or -1 without a bound */
+    double max_ulp;         /* the worst bound in ULPs of a golden value that is not 0, or -1 without a bound */
 } symjac_golden_array;
 
 /* ---------------------------------------------------------------- index.json */

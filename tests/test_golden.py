@@ -254,3 +254,32 @@ def test_loss_golden_has_no_bound_where_an_input_is_not_exact_in_the_dtype(tmp_p
     out.mkdir()
     arrays = json.loads((golden(quarter, out, "--dtype", "float16,float64") / "case.json").read_text())["arrays"]
     assert set(arrays["derivative"]["max_abs_error"]) == {"float16", "float64"}
+
+
+def test_json_is_strict_where_terms_cancel_to_zero(tmp_path):
+    # Adaptive 5 -> 3 average pooling with random inputs: some outputs and gradients are
+    # exactly 0 from terms that cancel, so their bound is positive while a ULP of the
+    # golden value 0 is the smallest subnormal: max_ulp is null there (no Infinity, which
+    # JSON has not: RFC 8259), and index.json's worst max_ulp is over the other values.
+    spec = (ROOT / "specs" / "conventions" / "adaptive_5_to_3.toml").read_text()
+    out = golden(spec, tmp_path, "--format", "json,bin", "--dtype", "float32,float64")
+    def not_json(token):
+        pytest.fail(f"non-JSON constant {token}")
+
+    for path in out.rglob("*.json"):
+        json.loads(path.read_text(), parse_constant=not_json)
+    doc = json.loads(next(out.glob("*.json")).read_text())
+    cancelled = 0
+    for name in ("y", "dx"):
+        a = doc["arrays"][name]
+        for dt in ("float32", "float64"):
+            for exact, bound, ulp in zip(a["exact"], a["max_abs_error"][dt], a["max_ulp"][dt]):
+                if exact == "0" and bound > 0:
+                    cancelled += 1
+                    assert ulp is None
+                else:
+                    assert ulp is not None and ulp >= 0
+    assert cancelled > 0  # the case does exercise it
+    index = json.loads(next(out.glob("*/index.json")).read_text())
+    worst = index["arrays"]["y.float64"]["max_ulp"]
+    assert 0 < worst < 1e6

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import re
 import zipfile
 from collections.abc import Iterable
@@ -120,7 +121,7 @@ def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
             "bounds": "max_abs_error[dtype] bounds |implementation - golden[dtype]| for a correct implementation "
                       "computing in dtype: symjac.verify_loss's bound (rounding depth and conditioning of the "
                       "expression) plus half an ULP of golden[dtype]; absent when an input is not exact in dtype; "
-                      "max_ulp is max_abs_error in ULPs of golden[dtype]"}
+                      "max_ulp is max_abs_error in ULPs of golden[dtype] (null where golden[dtype] is 0 and the bound is not)"}
         return qs, loss_meta
     from symjac._exact import ExactArray
     from symjac.pool._beta import exact_jacobian, exact_vjp_tie
@@ -157,7 +158,9 @@ def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
 BOUND_NOTE = ("max_abs_error[dtype] bounds |implementation - golden[dtype]| for a correct implementation computing in "
               "dtype from the golden inputs: gamma(k) * M (Higham), gamma(k) = k*u/(1 - k*u), u the unit roundoff, "
               "M the sum of |terms| of the entry and k = (number of terms) + 3 (input rounding, weight and product, "
-              "the golden value's own rounding); inputs (x, dy) have none; max_ulp is max_abs_error in ULPs of golden[dtype]")
+              "the golden value's own rounding), and where k*u >= 1 (gamma(k) undefined) (1 - u)^-k - 1, the bound "
+              "gamma(k) stands for; inputs (x, dy) have none; max_ulp is max_abs_error in ULPs of golden[dtype] "
+              "(null where golden[dtype] is 0 and the bound is not: terms that cancel)")
 
 
 def _pool_magnitudes(qs: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -224,7 +227,18 @@ def _loss_bounds(case: Any, qs: dict[str, np.ndarray], dtype: str) -> dict[str, 
 
 
 def _ulp_bound(bound: np.ndarray, rounded: np.ndarray) -> np.ndarray:
-    return ulps(bound, rounded.astype(np.float64), rounded.dtype)
+    """``bound`` in ULPs of the golden value; NaN where that value is 0 but the bound is
+    not (terms that cancel exactly): a ULP of 0 is the smallest subnormal, so the count
+    would be astronomical (float32) or overflow (float64) and say nothing."""
+    golden = rounded.astype(np.float64)
+    with np.errstate(over="ignore"):
+        out = ulps(bound, golden, rounded.dtype)
+    return np.asarray(np.where((golden == 0) & (bound > 0), np.nan, out))
+
+
+def _ulp_list(bound: np.ndarray, rounded: np.ndarray) -> list[float | None]:
+    """:func:`_ulp_bound` as JSON: null where it is NaN (JSON has no NaN or Infinity)."""
+    return [None if math.isnan(v) else v for v in _ulp_bound(bound, rounded).reshape(-1).tolist()]
 
 
 def provenance(case: Any, qs: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -280,7 +294,7 @@ def _json(case: Any, qs: dict[str, np.ndarray], meta: dict[str, Any], prov: dict
             if name in bounds[dt]:
                 b = bounds[dt][name]
                 entry.setdefault("max_abs_error", {})[dt] = _shaped(b.reshape(-1).tolist(), arr.shape)
-                entry.setdefault("max_ulp", {})[dt] = _shaped(_ulp_bound(b, rounded).reshape(-1).tolist(), arr.shape)
+                entry.setdefault("max_ulp", {})[dt] = _shaped(_ulp_list(b, rounded), arr.shape)
         arrays[name] = entry
     doc = {"provenance": prov, **meta, "dtypes": dtypes, "arrays": arrays}
     # json.dumps(doc, indent=1, sort_keys=True), written as it is encoded: the same bytes
@@ -354,7 +368,8 @@ def _write_bin(folder: Path, typed: dict[str, np.ndarray], meta: dict[str, Any],
             arr = arr.view(float_dtype("bfloat16"))
         if f"{name}.max_abs_error" in typed:
             entry["max_abs_error_file"] = f"{name}.max_abs_error.bin"
-            entry["max_ulp"] = float(_ulp_bound(typed[f"{name}.max_abs_error"], arr).max(initial=0.0))
+            worst = _ulp_bound(typed[f"{name}.max_abs_error"], arr)
+            entry["max_ulp"] = float(worst[~np.isnan(worst)].max(initial=0.0))  # over golden values that are not 0
         sidecar["arrays"][name] = entry
         written.append(folder / fname)
     p = folder / "index.json"
