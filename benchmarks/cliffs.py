@@ -19,56 +19,54 @@ give the CPU seconds too (wall time on a loaded machine overstates the work). Th
 
 Run: python benchmarks/cliffs.py [--timeout 120] [--only SUBSTRING]
 
-Measured 2026-11-30 evening on final main (2-core shared VM, load 0.5-1; each case in
-its own process; seconds; "morning" = main at the start of the day, "noon" = main at
-182586a, before the evening's work):
+Measured on the 2-core shared VM, each case in its own process, seconds; "evening" =
+main at f8a548e (2026-11-30 evening), "night" = main after the night's work (max pooling
+routed axis by axis, colourings without pair lists, class keys by slot runs, golden data
+per distinct value), several runs each, load 0.6-1.3:
 
-    case                                   morning              noon                 evening
-    verify max k15 s1 same 256^2           12.0-12.7, 1430 MB   3.3-4.3, 908 MB      2.8-3.5, 946 MB
-    verify avg k15 s1 same 256^2           9.4-10.0, 892 MB     4.4-4.8, 885 MB      4.2-4.3, 910 MB
-    verify avg 3x3 1024^2                  7.8-9.2, 1053 MB     4.4-5.1, 876 MB      3.0-3.5, 943 MB
-    verify global avg / max 256^2          (32^2 avg: 65)       0.16-0.21            0.21 / 0.20
-    verify adaptive 224^2, 256^2 -> 7^2    > 90                 0.23-0.29            0.16-0.23
-    verify_loss softmax_ce 10,000 x 10     > 60                 2.6-4.4 (+fwd 3.4-5.9) 1.5 (+forward 2.3)
-    verify_loss mse 100,000                15.8                 1.4-1.5 (+fwd 1.8)   0.7 (+forward 1.0-1.2)
-    verify_loss sigmoid_ce 100,000         34.4                 1.9-2.2 (+fwd 3.4-4.0) 1.1-1.3 (+forward 2.2-2.3)
-    engine avg k15 / 3x3 1024^2            32 / 8.8             0.96 / 1.56          0.85 / 0.37-0.46 (0.10 / 0.13-0.14 again)
-    gradcheck / symjac, 32^2 avg / max     7-18x / 6-7x         13-28x / 12-33x      16-25x / 13-19x
-    gradcheck / symjac, 48^2 avg / max     19-23x / 11-13x      31-59x / 20-57x      37-50x / 31-42x
+    case                                   evening                night
+    verify max k15 s1 same 256^2           2.8-3.5, 946 MB        2.9-3.7, 941 MB
+    verify avg k15 s1 same 256^2           4.2-4.3, 910 MB        4.2-4.6, 908 MB
+    verify avg 3x3 1024^2                  3.0-3.5, 943 MB        3.1-3.9, 900-940 MB
+    verify avg k255 s1 same 1-D 16,000     305 (colouring), 797 MB  2.5-3.5, 531 MB
+    verify max k255 s1 same 1-D 16,000     (as avg)               2.0, 531 MB
+    verify global avg / max 256^2          0.21 / 0.20            0.20-0.26 / 0.19-0.22
+    verify adaptive 224^2, 256^2 -> 7^2    0.16-0.23              0.18-0.22
+    verify_loss softmax_ce 10,000 x 10     1.5 (+forward 2.3)     1.5-1.6 (+forward 2.4-2.5)
+    verify_loss mse 100,000                0.7 (+forward 1.0-1.2) 0.7 (+forward 0.9)
+    verify_loss sigmoid_ce 100,000         1.1-1.3 (+fwd 2.2-2.3) 1.0 (+forward 2.2)
+    engine avg k15 / 3x3 1024^2            0.85 / 0.37-0.46       0.70-0.83 / 0.39-0.74
+    engine max k3 / k7 / k15 256^2         0.024 / 0.12 / 0.11    0.014 / 0.016-0.018 / 0.019-0.025
+    engine max 3x3 64^2 / 1024^2           0.003 / 0.27           0.003-0.004 / 0.15-0.39
+    golden avg 3x3 512^2 npz / json        23 / 48, 4.2 GB        3.3-4.3 / 25-32, 1.3-1.6 GB
+    gradcheck / symjac, 32^2 avg / max     16-25x / 13-19x        16-24x / 16-19x
+    gradcheck / symjac, 48^2 avg / max     37-50x / 31-42x        43-47x / 35-40x
 
 The verify rows run with the default ``timeout`` (calls in symjac's call thread, as
-users run them; at noon they were timed with ``timeout=None``). The gradcheck rows are
-medians (7 symjac runs, 3 gradcheck runs); at 32^2 gradcheck takes 0.18-0.23 s and
-symjac 10-15 ms: ~5 ms inside benchmarks/verify.py's NumPy implementation (34 calls
-for max: probes at x and at ties, FD, families), ~5 ms of its own work and ~1 ms
-handing calls to the call thread (a probe plan's calls go as one sequence; it was
-5-9 ms with one hand-over per call). So >= 20x holds for avg and at 48^2, not for max
-at 32^2.
+users run them). The gradcheck rows are medians (7 symjac runs, 3 gradcheck runs); at
+32^2 gradcheck takes 0.19-0.22 s and symjac 10-14 ms: ~5 ms inside
+benchmarks/verify.py's NumPy implementation (34 calls for max: probes at x and at
+ties, dense confirmation, FD, two more input families), ~5 ms of its own work spread
+over some 1,000 small NumPy calls (no step above 0.5 ms) and ~1 ms handing calls to
+the call thread. So >= 20x holds at 48^2 and, on quiet runs, for avg at 32^2; not for
+max at 32^2.
 
 Engine rows: "again, templates built" is the same case run a second time in the
-process. Time is ~1.5-3 ms fixed (64^2: SymPy's templates ~1-2 ms cold, NumPy calls)
-plus 0.008-0.03 us per nnz, plus first-touch page faults of the fresh memory on this
-VM ("kernel" in the note: 0.77 s of avg k15's 0.85 s cold, none in the second run).
-Per nnz (avg) the rows spread 2.2-3.2x over the evening's runs (6-7x on a loaded
-machine); per window-table entry (max) 11-12x: the large rows got so cheap (k15 max
-0.008 us an entry) that 64^2's fixed ~3 ms sets the ratio. No row grows faster than
-its nnz: the largest are the cheapest per nnz.
+process. Max pooling's first/last routes are found axis by axis (O(windows x sum_a
+K_a), no (windows, K) array): k15 fell from 112-473 ms (mostly page faults on its
+118 MB cell table) to ~20 ms, its RSS from 433 to 114 MB, so the max rows are judged per
+nnz (one entry a window), issue 11's unit. The large rows spread within 2.5x; 64^2's
+~3 ms is fixed cost (SymPy differentiating Max(a, r) once per process, ~1-1.5 ms cold,
+and ~30 small NumPy calls, ~2 ms in a fresh process even with the templates derived
+beforehand), which sets the max spread at 4.6-4.9x; the faster the large rows, the
+wider it gets. Per nnz the avg rows spread 2.0-3.2x: their large rows are dominated by
+first-touch page faults of fresh memory on this VM ("kernel" in the note: 0.6-0.8 s of
+avg k15's 0.7-0.8 s), which vary from run to run. No row grows faster than its nnz.
 
-Max engine rows, branch sepmax (2026-11-30 night, two runs each; before = the
-per-window-table-entry path: every window's K values gathered, (windows, K) tie sets
-and support, and the geometry's (windows, K) tables built eagerly):
-
-    case                         before (ms)   after (ms)   after, us per nnz
-    max k3 s1 same 256^2         22-23         14           0.22
-    max k7 s1 same 256^2         42-48         16-17        0.24-0.26
-    max k15 s1 same 256^2        112-473       19-26        0.28-0.40
-    max 3x3 64^2                 3-4           3            0.74-0.80
-    max 3x3 1024^2               226-291       168-189      0.16-0.18
-
-Per nnz the max rows spread 4.5-4.6x (before: 9x, 0.22-1.94 us): the large rows are
-within 2.5x of each other; 64^2's ~3 ms is fixed cost, half of it SymPy differentiating
-``Max(a, r)`` once per process (~1.5 ms cold), the rest ~30 small NumPy calls. Before,
-k15's time was mostly page faults on its (windows, K) tables (118 MB of cells alone).
+The 1-D rows (audio: one second at 16 kHz, a kernel of 255) were a cliff in the window
+and input colourings, which listed every pair of windows sharing a cell: 16,000·255²
+pairs (305 s for avg, most of it there). Nodes are now joined through the keys they
+share (a Python int of colours per key), in one pass over the incidences.
 
 The loss rows run on random inputs (every element distinct) and the "+forward" rows
 add the forward check and the finite-difference oracle. Inputs stay integer numerators
@@ -314,6 +312,28 @@ def case_numbers(kind: str, rows: int, classes: int) -> dict[str, Any]:
     return {"seconds": ours, "nnz": pred.size, "ok": same, "mpmath": theirs}
 
 
+def case_golden(fmt: str, size: int) -> dict[str, Any]:
+    """``symjac golden`` of a 3x3 stride-1 average pool (padding 1) on size^2, in
+    float16/float32/float64: exact values, roundings and bounds of x, dy, y, dx and the
+    Jacobian's nnz entries, written as ``fmt``."""
+    import tempfile
+    from pathlib import Path
+
+    from symjac.io._golden import write_golden
+    from symjac.io._specfile import load
+
+    spec = (f'name = "avg"\n[operator]\nkind = "pool"\nmode = "avg"\nkernel = 3\nstride = 1\npadding = 1\n'
+            f'[input]\nshape = [1, 1, {size}, {size}]\ngenerator = "distinct"\n')
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "avg.toml"
+        path.write_text(spec)
+        cases = load(path).cases
+        t0 = time.perf_counter()
+        write_golden(cases, Path(tmp) / "out", [fmt], ["float16", "float32", "float64"])
+        seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "nnz": 9 * size * size - 12 * size + 4, "ok": None}
+
+
 def case_gradcheck(mode: str, size: int) -> dict[str, Any]:
     sys.path.insert(0, HERE)
     from verify import run_gradcheck, run_symjac  # benchmarks/verify.py: NumPy 3x3 impls
@@ -363,6 +383,8 @@ for _kind in ("mse", "sigmoid_ce"):
 for _kind, _rows, _classes in (("mse", 10_000, 10), ("sigmoid_ce", 10_000, 10), ("softmax_ce", 10_000, 10)):
     CASES.append((f"MPFR vs mpmath: loss_derivative {_kind} {_rows}x{_classes}", "case_numbers",
                   [_kind, _rows, _classes]))
+for _fmt in ("npz", "json"):
+    CASES.append((f"golden avg 3x3 512^2 {_fmt}", "case_golden", [_fmt, 512]))
 for _s in (32, 48):
     for _m in ("avg", "max"):
         CASES.append((f"symjac vs gradcheck {_m} 3x3 {_s}^2", "case_gradcheck", [_m, _s]))
@@ -440,9 +462,8 @@ def main() -> None:
         if label.startswith("engine ") and "adaptive" not in label:
             per_unit[label.split()[1]].append(per)
         print(f"{label:44} {r['seconds']:9.3f} {r['nnz']:11,d} {per:8.3f} {r['rss_mb']:7.0f}  {note}", flush=True)
-    for mode in ("avg", "max"):
-        if len(per_unit[mode]) > 1:
-            values = per_unit[mode]
+    for mode, values in per_unit.items():
+        if len(values) > 1:
             print(f"engine {mode} k3/k7/k15 256^2 and 3x3 64^2/1024^2: us per nnz {min(values):.3f}-{max(values):.3f}, "
                   f"spread {max(values) / min(values):.1f}x (issue 11: at most 3x)")
 
