@@ -29,7 +29,7 @@ per distinct value), several runs each, load 0.6-1.3:
     verify avg k15 s1 same 256^2           4.2-4.3, 910 MB        4.2-4.6, 908 MB
     verify avg 3x3 1024^2                  3.0-3.5, 943 MB        3.1-3.9, 900-940 MB
     verify avg k255 s1 same 1-D 16,000     305 (colouring), 797 MB  2.5-3.5, 531 MB
-    verify max k255 s1 same 1-D 16,000     (as avg)               2.0, 531 MB
+    verify max k255 s1 same 1-D 16,000     (not run: same colouring) 2.0, 531 MB
     verify global avg / max 256^2          0.21 / 0.20            0.20-0.26 / 0.19-0.22
     verify adaptive 224^2, 256^2 -> 7^2    0.16-0.23              0.18-0.22
     verify_loss softmax_ce 10,000 x 10     1.5 (+forward 2.3)     1.5-1.6 (+forward 2.4-2.5)
