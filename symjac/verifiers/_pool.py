@@ -560,7 +560,9 @@ def _hint(spec: PoolSpec, report: Report, forward: Callable[..., Any] | None, ba
     """A failing report whose root findings a neighbouring convention might explain gets a
     hint naming the conventions the implementation matches exactly."""
     roots = [f for f in report.findings if f.consequence_of is None]
-    if not roots or not all(f.category in HINTABLE and "returned dtype" not in f.message for f in roots):
+    # a wrong dtype or a NaN/Inf is no convention's doing
+    if not roots or not all(f.category in HINTABLE and "returned dtype" not in f.message
+                            and "non-finite" not in f.message for f in roots):
         return report
     from symjac.verifiers._infer import hint
 
