@@ -520,3 +520,33 @@ def test_exact_rational_inputs_are_rounded_to_the_dtype_and_flagged_when_not_exa
             r = symjac.verify_loss(symjac.Loss("mse"), derivative=derivative, pred=pred, label=[0.0], dtype=dtype)
             assert r.ok, r
             assert r.stats["inputs_rounded"] is flagged
+
+
+def test_bounds_stay_positive_when_depth_times_u_passes_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gmpy2
+
+    from symjac.loss import _bounds
+    from symjac.loss._evaluate import to_numpy
+
+    # softmax_ce over 20 classes has rounding depth ~45; in bfloat16 (u = 2^-8) depth·u
+    # passes 1 from ~126 classes on. Pretend u = 2^-4 so it passes 1 here (45/16): the
+    # first-order factor u/(1 - k·u) would turn negative; u·(1 + γ_k), with γ_k the
+    # always-defined (1 - u)^-k - 1 beyond k·u >= 1, stays a (weak) bound. The derivative
+    # given is the exact one rounded to bfloat16: within any valid bound.
+    monkeypatch.setattr(_bounds, "unit_roundoff_mp", lambda dtype: gmpy2.mpfr(2.0**-4))
+    rng = np.random.default_rng(0)
+    pred = rng.integers(-8, 9, (3, 20)) / 4.0
+    label = np.eye(20)[rng.integers(0, 20, 3)]
+    loss = Loss("softmax_ce")
+    exact = to_numpy(symjac.loss_derivative(loss, pred, label))
+    report = verify_loss(loss, derivative=lambda z, y: exact.astype(z.dtype), pred=pred, label=label, dtype="bfloat16")
+    assert report.ok, report
+    # The forward bound of one element grows with its running error (a negative
+    # coefficient would shrink it, and a large running error would make it negative).
+    from symjac.check._rounding import float_dtype
+    from symjac.loss._evaluate import evaluate
+
+    bounds = _bounds.Bounds(evaluate(loss, pred, label, None, values=True), float_dtype("bfloat16"))
+    assert bounds.k_loss * 2.0**-4 >= 1
+    small, large = (float(bounds.element(gmpy2.mpfr(0), gmpy2.mpfr(0), gmpy2.mpfr(run))) for run in (0, 2**20))
+    assert 0 <= small < large

@@ -140,7 +140,7 @@ class Bounds:
             under = self.k_deriv * self.eta * np.maximum(1, sr * self.amp)
             if floor:
                 return np.asarray(sr * g * size + under, dtype=object)
-            run_u = self.u / (1 - self.k_deriv * self.u)  # first order, with the usual γ-style headroom
+            run_u = self.u * (1 + g)  # first order, with γ-style headroom: u/(1 - k·u) while k·u < 1
             cond, run = self.h_cond.reshape(-1)[j], self.h_run.reshape(-1)[j]
             return np.asarray(sr * (run_u * run + g * (size + cond)) + under, dtype=object)
 
@@ -148,7 +148,8 @@ class Bounds:
         """e_i: the forward bound of one element (or of each, given arrays)."""
         k = self.k_loss
         with _numbers.context():
-            return (self.u / (1 - k * self.u) * run + gamma_mp(k, self.u) * (abs(ell) + cond)
+            g = gamma_mp(k, self.u)
+            return (self.u * (1 + g) * run + g * (abs(ell) + cond)
                     + max(k, 1) * self.eta * self.amp)
 
 
