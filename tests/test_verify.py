@@ -1109,3 +1109,15 @@ def test_a_global_average_over_more_cells_than_gamma_allows_is_no_false_alarm(si
         report = symjac.verify(spec_t, backward=impl.backward, forward=impl.forward, x=x, dtype=dtype)
         assert report.ok, report
         assert torch.__version__
+
+
+def test_torch_average_pool_of_289_cells_in_bfloat16_is_no_false_alarm() -> None:
+    pytest.importorskip("torch")
+    from symjac.frameworks import torch as torch_adapter
+
+    # A 17x17 window: 289 terms, past 1/u = 256 in bfloat16. γ_291 would be negative, and
+    # PyTorch's correct avg_pool2d was reported wrong at 676 of 1600 outputs.
+    spec, impl = torch_adapter.avg_pool2d(17, 1, 8, count_include_pad=False)
+    report = symjac.verify(spec, backward=impl.backward, forward=impl.forward, input_shape=(1, 1, 40, 40),
+                           dtype="bfloat16")
+    assert report.ok, report
