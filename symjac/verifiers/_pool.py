@@ -102,6 +102,8 @@ class _Verifier:
         self.zero_policies: set[str] = set()  # lp: rows seen at all-zero windows ("zero", "one", "other")
         self.families_run: list[str] = []
         self.forward_at: tuple[np.ndarray, np.ndarray] | None = None  # the last checked x and its canonical y
+        self.exact_at: tuple[np.ndarray, ExactArray] | None = None  # the last x converted, and its exact array
+        self.dys: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}  # see dense_dy
 
     def backward_each(self, x: np.ndarray, dys_c: Iterable[np.ndarray]) -> Generator[np.ndarray | None, None, None]:
         """The implementation's backward at x for each canonical (B, n_out) dy, the calls run
@@ -133,6 +135,28 @@ class _Verifier:
         y = self.fwd.array(x, shape=self.g.output_shape, dtype=self.dtype, index_name="y")
         return None if y is None else y.astype(np.float64, copy=False)  # y is a copy
 
+    def exact(self, x: np.ndarray) -> ExactArray:
+        """``x`` as an exact array, converted once for the passes in turn at one x (the
+        forward check, the exact rows, the dense check); x is never written (the guard
+        restores an argument a call changed), so the same object has the same values."""
+        if self.exact_at is None or self.exact_at[0] is not x:
+            self.exact_at = (x, ExactArray.from_any(x))
+        return self.exact_at[1]
+
+    def dense_dy(self, family: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """A family's dense dy (near-tie values for ``near_ties``, else distinct) in the
+        layout and as canonical float64, made once per kind and seed (the main pass's
+        distinct dy of seed 0 is the all-negative family's at seed 0). Read-only."""
+        key = ("near_ties" if family == "near_ties" else "distinct", seed)
+        if key not in self.dys:
+            g = self.g
+            dy = (near_tie_dy if key[0] == "near_ties" else distinct_dy)(g, self.dtype, seed)
+            dy_c = g.to_canonical(dy, g.out_spatial).astype(np.float64)
+            for a in (dy, dy_c):
+                a.setflags(write=False)  # shared by the passes that ask for it
+            self.dys[key] = dy, dy_c
+        return self.dys[key]
+
     # -- the passes, in the order run() takes them ---------------------------------------
     def check_forward(self, x: np.ndarray) -> bool | None:
         """The forward at x against the exact forward: exact for max, within γ_{n+1}·Σ|x|/d for avg,
@@ -147,9 +171,9 @@ class _Verifier:
         self.forward_at = (x, y_c)  # the finite differences start from it
         if g.spec.mode == "lp":  # algebraic values: the bound of symjac.pool._lp
             e_c, tol = lp_forward_tolerance(g, x, self.dtype)
-            exact_lp = g.to_canonical(lp_forward(g, ExactArray.from_any(x)), g.out_spatial)
+            exact_lp = g.to_canonical(lp_forward(g, self.exact(x)), g.out_spatial)
             return self.forward_findings(y_c, e_c, tol, lambda: exact_lp)
-        exact_y = exact_forward(g, ExactArray.from_any(x))
+        exact_y = exact_forward(g, self.exact(x))
         e_c = g.to_canonical(exact_y.to_numpy(np.float64), g.out_spatial)
         if g.spec.mode == "avg":
             xc = np.abs(g.to_canonical(x).astype(np.float64))
@@ -186,7 +210,7 @@ class _Verifier:
         if probed is None:
             return None
         rows, unexplained = probed
-        exact = exact_rows(self.g, x, self.dtype)
+        exact = exact_rows(self.g, x, self.dtype, self.exact(x) if self.g.spec.mode == "max" else None)
         suspects = self.prober.attribute(x, rows, unexplained, lambda r: self.diagnosis.mismatches(r, exact))
         results: list[np.ndarray | None] = []
         for i, dy in enumerate(dense):
@@ -311,8 +335,7 @@ class _Verifier:
         x = generate_input(g, family, self.dtype, seed)
         forward_ok = self.check_forward(x) if check_fwd else None
         if check_bwd:
-            dy = (near_tie_dy if family == "near_ties" else distinct_dy)(g, self.dtype, seed)
-            dy_c = g.to_canonical(dy, g.out_spatial).astype(np.float64)
+            dy, dy_c = self.dense_dy(family, seed)
             dx = self.backward(x, dy_c)
             if dx is not None:
                 self.dense_check(x, dy, dx)
@@ -323,7 +346,7 @@ class _Verifier:
         """dx against the exact ``J(x)^T dy`` (rounded once to float64), within
         γ_{m+2}·Σ|terms| for a cell that sums m window contributions."""
         g = self.g
-        ex = ExactArray.from_any(x) if g.spec.mode == "max" else None
+        ex = self.exact(x) if g.spec.mode == "max" else None
         exact, bound, count = vjp_terms(g, ex, ExactArray.from_any(dy))
         want = g.to_canonical(exact.to_numpy(np.float64))
         tol = gamma(count + 2, self.u) * bound + 2.0**-60 * bound
@@ -383,7 +406,7 @@ class _Verifier:
         forward_ok = self.check_forward(x)
         # The dense confirmation uses distinct dy values, so gradient swapped between
         # windows shows; a caller's dy is one more dense call, reported in the stats.
-        dense = [g.to_canonical(distinct_dy(g, self.dtype, 0), g.out_spatial).astype(np.float64)]
+        dense = [self.dense_dy("distinct", 0)[1]]
         if dy is not None:
             dense.append(g.to_canonical(dy, g.out_spatial).astype(np.float64))
         probed, fd_ok, mass = self.main_pass(x, dense)

@@ -42,16 +42,20 @@ class ExactRows:
     tol: np.ndarray | None = None  # (B, W, K) lp: the derived absolute bound per entry (replaces γ_3)
 
 
-def exact_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
+def exact_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any], ex: ExactArray | None = None) -> ExactRows:
     """The exact rows at ``x`` (policy "first" at ties), stamped from the window-class templates.
 
     Every array is (B, W, K) or smaller: c·nnz elements, never more. lp pooling:
     rows rounded from the exact algebraic values, with their bounds; its "tied"
-    windows are those with power sum 0 (:mod:`symjac.verifiers._pool_lp`).
+    windows are those with power sum 0 (:mod:`symjac.verifiers._pool_lp`). ``ex``: x as
+    an exact array when the caller has it already (max pooling reads it).
     """
     if g.spec.mode == "lp":
         return _lp_rows(g, x, dtype)
-    ex = ExactArray.from_any(x) if g.spec.mode == "max" else None
+    if g.spec.mode != "max":
+        ex = None
+    elif ex is None:
+        ex = ExactArray.from_any(x)
     st = stamp(g, ex, "first")
     shape = (g.batch, g.n_out, g.cells.shape[1])
     # Every entry of a window is support * weight / q: the value, whether its lowest-terms
