@@ -7,7 +7,6 @@ them reads are every input cell outside their stored valid slots.
 
 from __future__ import annotations
 
-import numpy as np
 
 from symjac import Pool
 from symjac.pool._geometry import resolve
