@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from symjac._lastaxis import any_last
 from symjac.check._report import Finding, fmt_index, listing
 from symjac.check._rounding import gamma
 from symjac.pool._geometry import Geometry
@@ -149,7 +150,7 @@ def check_fd_directions(g: Geometry, rows: Rows, found: list[tuple[np.ndarray, n
 def check_fd(g: Geometry, rows: Rows, fd: np.ndarray, fd_tol: np.ndarray, usable: np.ndarray, u: float,
              findings: list[Finding]) -> bool:
     """Backward rows vs finite differences, on the ``usable`` windows (FD exact enough there)."""
-    bad = ((np.abs(rows.obs - fd) > fd_tol + tolerance(rows.obs, u)) & g.valid[None]).any(axis=2)
+    bad = any_last((np.abs(rows.obs - fd) > fd_tol + tolerance(rows.obs, u)) & g.valid[None])
     for key in rows.stray:
         bad[key] = True
     where = np.argwhere(bad & usable)

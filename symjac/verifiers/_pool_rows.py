@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from symjac._lastaxis import any_last, count_last
 from symjac._exact import ExactArray
 from symjac.check._rounding import gamma
 from symjac.pool._geometry import Geometry
@@ -72,14 +73,14 @@ def exact_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any], ex: ExactArray 
     if ex is not None:
         member = max_members(g, g.to_canonical(ex.num), pads=True)
         if pads is not None:  # pad cells hold 0 and compete for the max too
-            pad_tied = (member & pads).any(axis=-1)
+            pad_tied = any_last(member & pads)
             member = member & g.valid
         else:
             pad_tied = np.zeros(shape[:2], dtype=bool)
     else:
         member = np.zeros(shape, dtype=bool)
         pad_tied = np.zeros(shape[:2], dtype=bool)
-    tied = member.sum(axis=2) + pad_tied >= 2
+    tied = count_last(member) + pad_tied >= 2
     return ExactRows(rows, member, tied, held_w, pad_tied)
 
 
