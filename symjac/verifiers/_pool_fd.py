@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from symjac._lastaxis import any_last
+from symjac._lastaxis import any_last, count_last
 from symjac.check._report import Finding, fmt_index, listing
 from symjac.check._rounding import gamma
 from symjac.pool._geometry import Geometry
@@ -69,7 +69,8 @@ def finite_differences(g: Geometry, forward_each: ForwardEach, x: np.ndarray,
                 base[:, line.w] += np.abs(xc[:, line.cells])
             else:
                 base[:, line.window] += np.abs(xc[:, line.cells]).sum(axis=1)
-        n_cells = g.valid.sum(axis=1)
+        # γ_{n+1} per window once (elementwise, so the same value a line at a time would give)
+        window_gamma = gamma(count_last(g.valid) + 1, u)
     fd = np.zeros((g.batch, g.n_out, g.cells.shape[1]))
     tol = np.zeros_like(fd)
     for line in lines(g):
@@ -78,7 +79,7 @@ def finite_differences(g: Geometry, forward_each: ForwardEach, x: np.ndarray,
         err = 2.0**-52 * np.abs(slope)
         if avg:
             xv = xc[:, cells]
-            err += gamma(n_cells[w] + 1, u) * (2 * base[:, w] - np.abs(xv) + np.abs(xv + h)) / g.divisor[w] / h
+            err += window_gamma[w] * (2 * base[:, w] - np.abs(xv) + np.abs(xv + h)) / g.divisor[w] / h
         fd[:, w, k] = slope
         tol[:, w, k] = err
     return fd, tol
