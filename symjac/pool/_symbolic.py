@@ -158,6 +158,8 @@ def clear_caches(templates: bool = True) -> None:
     start afresh too)."""
     _geometry._resolve.cache_clear()
     _classes.cache_clear()
+    window_weights.cache_clear()
+    slabs.cache_clear()
     _LAST_MEMBERS.clear()  # keyed on geometries: let the arrays go with them
     _LAST_POLICY.clear()
     _LAST_ROUTE.clear()
@@ -254,8 +256,10 @@ def _axis_classes(valid: np.ndarray, counted: np.ndarray) -> np.ndarray:
     return np.asarray(inverse, dtype=np.int64).reshape(-1)
 
 
+@functools.lru_cache(maxsize=64)
 def window_weights(geometry: Geometry) -> tuple[np.ndarray, int]:
-    """Average pooling: every window's exact weight, stamped from its class template.
+    """Average pooling: every window's exact weight, stamped from its class template
+    (once per geometry: each forward, VJP and dense check asks; read-only).
 
     Returns:
       (weights, q): (windows,) int64 with ``weights[w] / q`` the derivative of window
@@ -269,7 +273,9 @@ def window_weights(geometry: Geometry) -> tuple[np.ndarray, int]:
     weights = [f.numerator * (q // f.denominator) for f in fractions if f is not None]
     # Python ints when q or a weight leaves int64 (many distinct divisors: lcm(128..255) ~ 2^180)
     per_class = np.array(weights, dtype=np.int64 if max(q, *map(abs, weights)) < 2**63 else object)
-    return per_class[class_ids(geometry)], q
+    per_window = per_class[class_ids(geometry)]
+    per_window.setflags(write=False)  # cached and shared
+    return per_window, q
 
 
 @dataclasses.dataclass(frozen=True)
@@ -356,6 +362,7 @@ class Slab:
     cells: tuple[slice, ...]
 
 
+@functools.lru_cache(maxsize=64)
 def slabs(geometry: Geometry) -> tuple[Slab, ...] | None:
     """Cover the valid (window, slot) pairs by one :class:`Slab` per slot, or None.
 
@@ -367,7 +374,7 @@ def slabs(geometry: Geometry) -> tuple[Slab, ...] | None:
     spatial grids, with no index arrays: K operations for the whole grid, each
     contiguous along the last axis when the stride is 1. None when there are more slots
     than windows (a global pool's K is every input cell): :func:`lines` then takes
-    fewer Python steps, one a window.
+    fewer Python steps, one a window. Built once per geometry (O(K·rank) slices).
     """
     if geometry.cells.shape[1] > geometry.n_out:
         return None
