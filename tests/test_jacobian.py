@@ -192,17 +192,3 @@ def test_pad_value_is_validated():
         symjac.Pool("max", 2, padding=1, pad_value=1)
     assert "pad_value" not in repr(symjac.Pool("max", 2)) and "pad_value=0" in repr(symjac.Pool("max", 2, pad_value=0))
 
-
-def test_window_weights_are_each_geometrys_own_and_read_only():
-    # exclude_pad average: window w's weight is 1 / (its valid cells), counted here from the
-    # window table (a 3x3 window clipped by padding 1 keeps 4, 6 or 9 cells)
-    from symjac.pool._geometry import resolve
-    from symjac.pool._symbolic import window_weights
-
-    spec = Pool("avg", 3, stride=1, padding=1)
-    small, large = resolve(spec, (1, 1, 4, 4)), resolve(Pool("avg", 2, stride=2), (1, 1, 6, 6))
-    for g in (small, large, small):  # a cached answer must not be another geometry's
-        weight, q = window_weights(g)
-        assert [Fraction(int(w), q) for w in weight] == [Fraction(1, int(n)) for n in g.valid.sum(axis=1)]
-        with pytest.raises(ValueError):
-            weight[0] = 0  # shared between callers: read-only

@@ -158,7 +158,6 @@ def clear_caches(templates: bool = True) -> None:
     start afresh too)."""
     _geometry._resolve.cache_clear()
     _classes.cache_clear()
-    window_weights.cache_clear()
     slabs.cache_clear()
     _LAST_MEMBERS.clear()  # keyed on geometries: let the arrays go with them
     _LAST_POLICY.clear()
@@ -256,10 +255,8 @@ def _axis_classes(valid: np.ndarray, counted: np.ndarray) -> np.ndarray:
     return np.asarray(inverse, dtype=np.int64).reshape(-1)
 
 
-@functools.lru_cache(maxsize=64)
 def window_weights(geometry: Geometry) -> tuple[np.ndarray, int]:
-    """Average pooling: every window's exact weight, stamped from its class template
-    (once per geometry: each forward, VJP and dense check asks; read-only).
+    """Average pooling: every window's exact weight, stamped from its class template.
 
     Returns:
       (weights, q): (windows,) int64 with ``weights[w] / q`` the derivative of window
@@ -273,9 +270,7 @@ def window_weights(geometry: Geometry) -> tuple[np.ndarray, int]:
     weights = [f.numerator * (q // f.denominator) for f in fractions if f is not None]
     # Python ints when q or a weight leaves int64 (many distinct divisors: lcm(128..255) ~ 2^180)
     per_class = np.array(weights, dtype=np.int64 if max(q, *map(abs, weights)) < 2**63 else object)
-    per_window = per_class[class_ids(geometry)]
-    per_window.setflags(write=False)  # cached and shared
-    return per_window, q
+    return per_class[class_ids(geometry)], q
 
 
 @dataclasses.dataclass(frozen=True)
