@@ -1147,3 +1147,7 @@ def test_verifier_conversions_made_once_answer_for_their_own_input():
         assert np.array_equal(dy_c, g.to_canonical(fresh, g.out_spatial).astype(np.float64))
     assert v.dense_dy("all_negative", 0)[0] is v.dense_dy("distinct", 0)[0]
     assert not np.array_equal(v.dense_dy("distinct", 3)[0], v.dense_dy("distinct", 0)[0])
+    g_avg = resolve(Pool("avg", 3, stride=1, padding=1), (1, 1, 5, 5))  # no all-negative family: nothing kept
+    v_avg = _Verifier(g_avg.spec, g_avg, lambda x, dy: x, None, np.dtype("float32"), "any", 64, None)
+    assert np.array_equal(v_avg.dense_dy("distinct", 0)[0], distinct_dy(g_avg, np.dtype("float32"), 0))
+    assert np.array_equal(v_avg.exact(b).num, ExactArray.from_any(b).num) and not v_avg.dys

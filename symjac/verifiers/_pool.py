@@ -136,26 +136,32 @@ class _Verifier:
         return None if y is None else y.astype(np.float64, copy=False)  # y is a copy
 
     def exact(self, x: np.ndarray) -> ExactArray:
-        """``x`` as an exact array, converted once for the passes in turn at one x (the
-        forward check, the exact rows, the dense check); x is never written (the guard
-        restores an argument a call changed), so the same object has the same values."""
+        """``x`` as an exact array, converted once for the passes in turn at one x (max
+        pooling's forward check, exact rows and dense check; other modes read x once, and
+        hold no copy); x is never written (the guard restores an argument a call changed),
+        so the same object has the same values."""
+        if self.g.spec.mode != "max":
+            return ExactArray.from_any(x)
         if self.exact_at is None or self.exact_at[0] is not x:
             self.exact_at = (x, ExactArray.from_any(x))
         return self.exact_at[1]
 
     def dense_dy(self, family: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
         """A family's dense dy (near-tie values for ``near_ties``, else distinct) in the
-        layout and as canonical float64, made once per kind and seed (the main pass's
-        distinct dy of seed 0 is the all-negative family's at seed 0). Read-only."""
+        layout and as canonical float64. Max pooling's distinct dy is made once per seed:
+        the main pass's (seed 0) is the all-negative family's at seed 0 (read-only, shared);
+        the others are used once and not kept."""
         key = ("near_ties" if family == "near_ties" else "distinct", seed)
-        if key not in self.dys:
-            g = self.g
-            dy = (near_tie_dy if key[0] == "near_ties" else distinct_dy)(g, self.dtype, seed)
-            dy_c = g.to_canonical(dy, g.out_spatial).astype(np.float64)
+        if key in self.dys:
+            return self.dys[key]
+        g = self.g
+        dy = (near_tie_dy if key[0] == "near_ties" else distinct_dy)(g, self.dtype, seed)
+        dy_c = g.to_canonical(dy, g.out_spatial).astype(np.float64)
+        if key[0] == "distinct" and g.spec.mode == "max":  # only max pooling has the all-negative family
             for a in (dy, dy_c):
                 a.setflags(write=False)  # shared by the passes that ask for it
             self.dys[key] = dy, dy_c
-        return self.dys[key]
+        return dy, dy_c
 
     # -- the passes, in the order run() takes them ---------------------------------------
     def check_forward(self, x: np.ndarray) -> bool | None:

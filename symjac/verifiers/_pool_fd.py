@@ -69,8 +69,10 @@ def finite_differences(g: Geometry, forward_each: ForwardEach, x: np.ndarray,
                 base[:, line.w] += np.abs(xc[:, line.cells])
             else:
                 base[:, line.window] += np.abs(xc[:, line.cells]).sum(axis=1)
-        # γ_{n+1} per window once (elementwise, so the same value a line at a time would give)
-        window_gamma = gamma(count_last(g.valid) + 1, u)
+        n_cells = count_last(g.valid)
+        # γ_{n+1} for each window size n once (a table of K + 1; gamma is elementwise, so
+        # the same values as γ of a line's sizes), not once a line
+        gamma_of = gamma(np.arange(g.cells.shape[1] + 1) + 1, u)
     fd = np.zeros((g.batch, g.n_out, g.cells.shape[1]))
     tol = np.zeros_like(fd)
     for line in lines(g):
@@ -79,7 +81,7 @@ def finite_differences(g: Geometry, forward_each: ForwardEach, x: np.ndarray,
         err = 2.0**-52 * np.abs(slope)
         if avg:
             xv = xc[:, cells]
-            err += window_gamma[w] * (2 * base[:, w] - np.abs(xv) + np.abs(xv + h)) / g.divisor[w] / h
+            err += gamma_of[n_cells[w]] * (2 * base[:, w] - np.abs(xv) + np.abs(xv + h)) / g.divisor[w] / h
         fd[:, w, k] = slope
         tol[:, w, k] = err
     return fd, tol
