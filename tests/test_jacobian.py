@@ -191,4 +191,3 @@ def test_pad_value_is_validated():
     with pytest.raises(symjac.SpecError, match="pad_value=1 is not valid"):
         symjac.Pool("max", 2, padding=1, pad_value=1)
     assert "pad_value" not in repr(symjac.Pool("max", 2)) and "pad_value=0" in repr(symjac.Pool("max", 2, pad_value=0))
-
