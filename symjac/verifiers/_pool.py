@@ -103,7 +103,7 @@ class _Verifier:
         self.families_run: list[str] = []
         self.forward_at: tuple[np.ndarray, np.ndarray] | None = None  # the last checked x and its canonical y
         self.exact_at: tuple[np.ndarray, ExactArray] | None = None  # the last x converted, and its exact array
-        self.dys: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}  # see dense_dy
+        self.dys: dict[int, np.ndarray] = {}  # see dense_dy
 
     def backward_each(self, x: np.ndarray, dys_c: Iterable[np.ndarray]) -> Generator[np.ndarray | None, None, None]:
         """The implementation's backward at x for each canonical (B, n_out) dy, the calls run
@@ -148,19 +148,19 @@ class _Verifier:
 
     def dense_dy(self, family: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
         """A family's dense dy (near-tie values for ``near_ties``, else distinct) in the
-        layout and as canonical float64. Max pooling's distinct dy is made once per seed:
-        the main pass's (seed 0) is the all-negative family's at seed 0 (read-only, shared);
-        the others are used once and not kept."""
-        key = ("near_ties" if family == "near_ties" else "distinct", seed)
-        if key in self.dys:
-            return self.dys[key]
+        layout and as canonical float64. Max pooling's distinct dy is generated once per
+        seed: the main pass's (seed 0) is the all-negative family's at seed 0. Its canonical
+        form is kept (read-only; the main pass holds it anyway) and the layout array made
+        from it again (the values are the dtype's, so the round trip is exact)."""
         g = self.g
-        dy = (near_tie_dy if key[0] == "near_ties" else distinct_dy)(g, self.dtype, seed)
+        if family != "near_ties" and seed in self.dys:
+            dy_c = self.dys[seed]
+            return g.from_canonical(dy_c.astype(self.dtype), g.out_spatial), dy_c
+        dy = (near_tie_dy if family == "near_ties" else distinct_dy)(g, self.dtype, seed)
         dy_c = g.to_canonical(dy, g.out_spatial).astype(np.float64)
-        if key[0] == "distinct" and g.spec.mode == "max":  # only max pooling has the all-negative family
-            for a in (dy, dy_c):
-                a.setflags(write=False)  # shared by the passes that ask for it
-            self.dys[key] = dy, dy_c
+        if family != "near_ties" and g.spec.mode == "max":  # only max pooling has the all-negative family
+            dy_c.setflags(write=False)  # shared by the passes that ask for it
+            self.dys[seed] = dy_c
         return dy, dy_c
 
     # -- the passes, in the order run() takes them ---------------------------------------
@@ -217,6 +217,7 @@ class _Verifier:
             return None
         rows, unexplained = probed
         exact = exact_rows(self.g, x, self.dtype, self.exact(x) if self.g.spec.mode == "max" else None)
+        self.exact_at = None  # x's last exact use: hold no copy through the passes' (B, W, K) arrays
         suspects = self.prober.attribute(x, rows, unexplained, lambda r: self.diagnosis.mismatches(r, exact))
         results: list[np.ndarray | None] = []
         for i, dy in enumerate(dense):
@@ -353,6 +354,7 @@ class _Verifier:
         γ_{m+2}·Σ|terms| for a cell that sums m window contributions."""
         g = self.g
         ex = self.exact(x) if g.spec.mode == "max" else None
+        self.exact_at = None  # x's last exact use
         exact, bound, count = vjp_terms(g, ex, ExactArray.from_any(dy))
         want = g.to_canonical(exact.to_numpy(np.float64))
         tol = gamma(count + 2, self.u) * bound + 2.0**-60 * bound
