@@ -36,6 +36,9 @@ from symjac.verifiers._pool_rows import Rows, tolerance
 STEP = 0.5  # h: windows whose max leads the runner-up by more than h are usable
 MAX_COLOURS = 32  # above this many input colours, check directions rather than entries
 DIRECTIONS = 3
+#: Up to this many (batch, window, slot) entries the FD rows are computed on the whole grid at
+#: once (a few (B, W, K) temporaries); above it a line of the grid at a time (O(line) temporaries).
+AT_ONCE = 2**18
 #: forward_each(xs) -> the implementation's forward at each x (layout), or None when unusable (read no further
 #: then); the xs are read as the calls go, in the thread that makes them.
 ForwardEach = Callable[[Iterable[np.ndarray]], Generator["np.ndarray | None", None, None]]
@@ -73,6 +76,15 @@ def finite_differences(g: Geometry, forward_each: ForwardEach, x: np.ndarray,
         # γ_{n+1} for each window size n once (a table of K + 1; gamma is elementwise, so
         # the same values as γ of a line's sizes), not once a line
         gamma_of = gamma(np.arange(g.cells.shape[1] + 1) + 1, u)
+    if g.batch * g.cells.size <= AT_ONCE:  # small grids: the same arithmetic on all pairs at once
+        valid, cells, w = g.valid, g.cells, np.arange(g.n_out)[:, None]
+        slope = (moved[in_colours[cells], :, w].transpose(2, 0, 1) - y[:, :, None]) / h  # (B, W, K)
+        err = 2.0**-52 * np.abs(slope)
+        if avg:
+            xv = xc[:, cells]
+            err += gamma_of[n_cells][:, None] * (2 * base[:, :, None] - np.abs(xv) + np.abs(xv + h)) \
+                / g.divisor[:, None] / h
+        return np.where(valid, slope, 0.0), np.where(valid, err, 0.0)
     fd = np.zeros((g.batch, g.n_out, g.cells.shape[1]))
     tol = np.zeros_like(fd)
     for line in lines(g):
