@@ -36,9 +36,11 @@ from symjac.verifiers._pool_rows import Rows, tolerance
 STEP = 0.5  # h: windows whose max leads the runner-up by more than h are usable
 MAX_COLOURS = 32  # above this many input colours, check directions rather than entries
 DIRECTIONS = 3
-#: Up to this many (batch, window, slot) entries the FD rows are computed on the whole grid at
-#: once (a few (B, W, K) temporaries); above it a line of the grid at a time (O(line) temporaries).
-AT_ONCE = 2**18
+#: Up to this many (batch, window, slot) entries (48x48 3x3 has 20,736) the FD rows are computed
+#: on the whole grid at once: a few (B, W, K) temporaries of at most 256 KB each, where the
+#: per-line steps cost more than the arithmetic. Above it a line of the grid at a time, with
+#: O(line) temporaries (verify's peak memory stays near its (B, W, K) rows).
+AT_ONCE = 2**15
 #: forward_each(xs) -> the implementation's forward at each x (layout), or None when unusable (read no further
 #: then); the xs are read as the calls go, in the thread that makes them.
 ForwardEach = Callable[[Iterable[np.ndarray]], Generator["np.ndarray | None", None, None]]
