@@ -1121,3 +1121,33 @@ def test_torch_average_pool_of_289_cells_in_bfloat16_is_no_false_alarm() -> None
     report = symjac.verify(spec, backward=impl.backward, forward=impl.forward, input_shape=(1, 1, 40, 40),
                            dtype="bfloat16")
     assert report.ok, report
+
+
+def test_verifier_conversions_made_once_answer_for_their_own_input():
+    """The verifier converts an x to exact numbers once and makes a family's dy once per
+    seed; the expected values are the generators' and ExactArray's own, made afresh here."""
+    from symjac._exact import ExactArray
+    from symjac.check._inputs import distinct_dy, near_tie_dy
+    from symjac.pool._geometry import resolve
+    from symjac.verifiers._pool import _Verifier
+
+    spec = Pool("max", 3, stride=1, padding=1)
+    g = resolve(spec, (1, 1, 5, 5))
+    v = _Verifier(spec, g, lambda x, dy: x, None, np.dtype("float32"), "any", 64, None)
+    a, b = np.arange(25.0).reshape(g.input_shape) / 4, np.arange(25.0).reshape(g.input_shape)
+    for x in (a, b, a):  # a cached conversion must not answer for another x
+        got, want = v.exact(x), ExactArray.from_any(x)
+        assert got.den == want.den and np.array_equal(got.num, want.num)
+    assert v.exact(a) is v.exact(a)
+    for family, seed, make in (("distinct", 0, distinct_dy), ("all_negative", 0, distinct_dy),
+                               ("all_negative", 3, distinct_dy), ("near_ties", 0, near_tie_dy)):
+        dy, dy_c = v.dense_dy(family, seed)
+        fresh = make(g, np.dtype("float32"), seed)
+        assert dy.dtype == np.float32 and np.array_equal(dy, fresh)
+        assert np.array_equal(dy_c, g.to_canonical(fresh, g.out_spatial).astype(np.float64))
+    assert v.dense_dy("all_negative", 0)[1] is v.dense_dy("distinct", 0)[1]  # generated once
+    assert not np.array_equal(v.dense_dy("distinct", 3)[0], v.dense_dy("distinct", 0)[0])
+    g_avg = resolve(Pool("avg", 3, stride=1, padding=1), (1, 1, 5, 5))  # no all-negative family: nothing kept
+    v_avg = _Verifier(g_avg.spec, g_avg, lambda x, dy: x, None, np.dtype("float32"), "any", 64, None)
+    assert np.array_equal(v_avg.dense_dy("distinct", 0)[0], distinct_dy(g_avg, np.dtype("float32"), 0))
+    assert np.array_equal(v_avg.exact(b).num, ExactArray.from_any(b).num) and not v_avg.dys

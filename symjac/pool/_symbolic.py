@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import sympy
 
+from symjac._lastaxis import max_last
 from symjac._errors import InputError
 from symjac.pool import _geometry
 from symjac.pool._geometry import Geometry
@@ -157,6 +158,7 @@ def clear_caches(templates: bool = True) -> None:
     start afresh too)."""
     _geometry._resolve.cache_clear()
     _classes.cache_clear()
+    slabs.cache_clear()
     _LAST_MEMBERS.clear()  # keyed on geometries: let the arrays go with them
     _LAST_POLICY.clear()
     _LAST_ROUTE.clear()
@@ -355,6 +357,7 @@ class Slab:
     cells: tuple[slice, ...]
 
 
+@functools.lru_cache(maxsize=64)
 def slabs(geometry: Geometry) -> tuple[Slab, ...] | None:
     """Cover the valid (window, slot) pairs by one :class:`Slab` per slot, or None.
 
@@ -366,7 +369,7 @@ def slabs(geometry: Geometry) -> tuple[Slab, ...] | None:
     spatial grids, with no index arrays: K operations for the whole grid, each
     contiguous along the last axis when the stride is 1. None when there are more slots
     than windows (a global pool's K is every input cell): :func:`lines` then takes
-    fewer Python steps, one a window.
+    fewer Python steps, one a window. Built once per geometry (O(K·rank) slices).
     """
     if geometry.cells.shape[1] > geometry.n_out:
         return None
@@ -548,7 +551,9 @@ def _max_route(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarray
         ext = np.concatenate([val] + [np.full(edge, f, dtype=val.dtype) for f in fills], axis=axis)
         values = np.take(ext, idx, axis=axis)  # (..., o, k, ...): level a's entries, window by window
         del ext
-        top = values.max(axis=axis + 1, keepdims=True)
+        # the slots' axis is innermost on the last level: max_last, not NumPy's short-row pass
+        last = axis + 1 == values.ndim - 1
+        top = max_last(values, keepdims=True) if last else values.max(axis=axis + 1, keepdims=True)
         member = np.asarray(tmpl.tie_arg(values, top, out=values)) >= 0  # values is this level's own gather
         del values
         if tie == "first":
@@ -601,7 +606,7 @@ def tie_members(tmpl: Template, values: np.ndarray, scratch: bool = False) -> np
     # not the (first) argmax; for that slot r_i = second largest <= t = s_i, and
     # s_i - r_i >= 0 as s_i - t = 0 >= 0. So ``tie_arg(s_i, t) >= 0`` is the same
     # verdict for every slot, with one reduction instead of four.
-    top = values.max(axis=-1, keepdims=True)
+    top = max_last(values, keepdims=True)
     arg = tmpl.tie_arg(values, top, out=values) if scratch else tmpl.tie_arg(values, top)
     return np.asarray(arg) >= 0
 

@@ -102,6 +102,8 @@ class _Verifier:
         self.zero_policies: set[str] = set()  # lp: rows seen at all-zero windows ("zero", "one", "other")
         self.families_run: list[str] = []
         self.forward_at: tuple[np.ndarray, np.ndarray] | None = None  # the last checked x and its canonical y
+        self.exact_at: tuple[np.ndarray, ExactArray] | None = None  # the last x converted, and its exact array
+        self.dys: dict[int, np.ndarray] = {}  # see dense_dy
 
     def backward_each(self, x: np.ndarray, dys_c: Iterable[np.ndarray]) -> Generator[np.ndarray | None, None, None]:
         """The implementation's backward at x for each canonical (B, n_out) dy, the calls run
@@ -133,6 +135,34 @@ class _Verifier:
         y = self.fwd.array(x, shape=self.g.output_shape, dtype=self.dtype, index_name="y")
         return None if y is None else y.astype(np.float64, copy=False)  # y is a copy
 
+    def exact(self, x: np.ndarray) -> ExactArray:
+        """``x`` as an exact array, converted once for the passes in turn at one x (max
+        pooling's forward check, exact rows and dense check; other modes read x once, and
+        hold no copy); x is never written (the guard restores an argument a call changed),
+        so the same object has the same values."""
+        if self.g.spec.mode != "max":
+            return ExactArray.from_any(x)
+        if self.exact_at is None or self.exact_at[0] is not x:
+            self.exact_at = (x, ExactArray.from_any(x))
+        return self.exact_at[1]
+
+    def dense_dy(self, family: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """A family's dense dy (near-tie values for ``near_ties``, else distinct) in the
+        layout and as canonical float64. Max pooling's distinct dy is generated once per
+        seed: the main pass's (seed 0) is the all-negative family's at seed 0. Its canonical
+        form is kept (read-only; the main pass holds it anyway) and the layout array made
+        from it again (the values are the dtype's, so the round trip is exact)."""
+        g = self.g
+        if family != "near_ties" and seed in self.dys:
+            dy_c = self.dys[seed]
+            return g.from_canonical(dy_c.astype(self.dtype), g.out_spatial), dy_c
+        dy = (near_tie_dy if family == "near_ties" else distinct_dy)(g, self.dtype, seed)
+        dy_c = g.to_canonical(dy, g.out_spatial).astype(np.float64)
+        if family != "near_ties" and g.spec.mode == "max":  # only max pooling has the all-negative family
+            dy_c.setflags(write=False)  # shared by the passes that ask for it
+            self.dys[seed] = dy_c
+        return dy, dy_c
+
     # -- the passes, in the order run() takes them ---------------------------------------
     def check_forward(self, x: np.ndarray) -> bool | None:
         """The forward at x against the exact forward: exact for max, within γ_{n+1}·Σ|x|/d for avg,
@@ -147,9 +177,9 @@ class _Verifier:
         self.forward_at = (x, y_c)  # the finite differences start from it
         if g.spec.mode == "lp":  # algebraic values: the bound of symjac.pool._lp
             e_c, tol = lp_forward_tolerance(g, x, self.dtype)
-            exact_lp = g.to_canonical(lp_forward(g, ExactArray.from_any(x)), g.out_spatial)
+            exact_lp = g.to_canonical(lp_forward(g, self.exact(x)), g.out_spatial)
             return self.forward_findings(y_c, e_c, tol, lambda: exact_lp)
-        exact_y = exact_forward(g, ExactArray.from_any(x))
+        exact_y = exact_forward(g, self.exact(x))
         e_c = g.to_canonical(exact_y.to_numpy(np.float64), g.out_spatial)
         if g.spec.mode == "avg":
             xc = np.abs(g.to_canonical(x).astype(np.float64))
@@ -186,7 +216,8 @@ class _Verifier:
         if probed is None:
             return None
         rows, unexplained = probed
-        exact = exact_rows(self.g, x, self.dtype)
+        exact = exact_rows(self.g, x, self.dtype, self.exact(x) if self.g.spec.mode == "max" else None)
+        self.exact_at = None  # x's last exact use: hold no copy through the passes' (B, W, K) arrays
         suspects = self.prober.attribute(x, rows, unexplained, lambda r: self.diagnosis.mismatches(r, exact))
         results: list[np.ndarray | None] = []
         for i, dy in enumerate(dense):
@@ -311,8 +342,7 @@ class _Verifier:
         x = generate_input(g, family, self.dtype, seed)
         forward_ok = self.check_forward(x) if check_fwd else None
         if check_bwd:
-            dy = (near_tie_dy if family == "near_ties" else distinct_dy)(g, self.dtype, seed)
-            dy_c = g.to_canonical(dy, g.out_spatial).astype(np.float64)
+            dy, dy_c = self.dense_dy(family, seed)
             dx = self.backward(x, dy_c)
             if dx is not None:
                 self.dense_check(x, dy, dx)
@@ -323,7 +353,8 @@ class _Verifier:
         """dx against the exact ``J(x)^T dy`` (rounded once to float64), within
         γ_{m+2}·Σ|terms| for a cell that sums m window contributions."""
         g = self.g
-        ex = ExactArray.from_any(x) if g.spec.mode == "max" else None
+        ex = self.exact(x) if g.spec.mode == "max" else None
+        self.exact_at = None  # x's last exact use
         exact, bound, count = vjp_terms(g, ex, ExactArray.from_any(dy))
         want = g.to_canonical(exact.to_numpy(np.float64))
         tol = gamma(count + 2, self.u) * bound + 2.0**-60 * bound
@@ -383,7 +414,7 @@ class _Verifier:
         forward_ok = self.check_forward(x)
         # The dense confirmation uses distinct dy values, so gradient swapped between
         # windows shows; a caller's dy is one more dense call, reported in the stats.
-        dense = [g.to_canonical(distinct_dy(g, self.dtype, 0), g.out_spatial).astype(np.float64)]
+        dense = [self.dense_dy("distinct", 0)[1]]
         if dy is not None:
             dense.append(g.to_canonical(dy, g.out_spatial).astype(np.float64))
         probed, fd_ok, mass = self.main_pass(x, dense)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from symjac._lastaxis import any_last, count_last
 from symjac.check._report import MAX_LISTED, Finding, fmt_index, listing
 from symjac.check._rounding import gamma, ulps
 from symjac.pool._geometry import Geometry
@@ -49,9 +50,9 @@ class Diagnosis:
         obs, member = rows.obs, exact.member
         if self.g.spec.mode == "lp":
             return lp_clarke_ok(self.g, obs, exact.tied, self.u)
-        size = member.sum(axis=2)
+        size = count_last(member)
         tol = gamma(3, self.u)
-        outside = (~member & self.g.valid[None] & (obs != 0)).any(axis=2) | (member & (obs < -tol)).any(axis=2)
+        outside = any_last(~member & self.g.valid[None] & (obs != 0)) | any_last(member & (obs < -tol))
         total, slack = obs.sum(axis=2), gamma(size + 2, self.u) * size
         in_sum = np.where(exact.pad_tied, (total >= -slack) & (total <= 1 + slack), np.abs(total - 1) <= slack)
         return np.asarray(~outside & in_sum)
@@ -60,7 +61,7 @@ class Diagnosis:
         """(b, w) whose observed row is not an exact row (untied) or not in the Clarke set (tied)."""
         err = np.abs(rows.obs - exact.rows)
         err *= self.g.valid[None]
-        bad = (err > row_tolerance(exact, self.u)).any(axis=2)
+        bad = any_last(err > row_tolerance(exact, self.u))
         if exact.tied.any():  # the Clarke test only where some window ties (nnz passes otherwise)
             bad &= ~exact.tied
             bad |= exact.tied & ~self.clarke_ok(rows, exact)

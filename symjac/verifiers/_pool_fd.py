@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from symjac._lastaxis import any_last, count_last
 from symjac.check._report import Finding, fmt_index, listing
 from symjac.check._rounding import gamma
 from symjac.pool._geometry import Geometry
@@ -35,6 +36,11 @@ from symjac.verifiers._pool_rows import Rows, tolerance
 STEP = 0.5  # h: windows whose max leads the runner-up by more than h are usable
 MAX_COLOURS = 32  # above this many input colours, check directions rather than entries
 DIRECTIONS = 3
+#: Up to this many (batch, window, slot) entries (48x48 3x3 has 20,736) the FD rows are computed
+#: on the whole grid at once: a few (B, W, K) temporaries of at most 256 KB each, where the
+#: per-line steps cost more than the arithmetic. Above it a line of the grid at a time, with
+#: O(line) temporaries (verify's peak memory stays near its (B, W, K) rows).
+AT_ONCE = 2**15
 #: forward_each(xs) -> the implementation's forward at each x (layout), or None when unusable (read no further
 #: then); the xs are read as the calls go, in the thread that makes them.
 ForwardEach = Callable[[Iterable[np.ndarray]], Generator["np.ndarray | None", None, None]]
@@ -68,7 +74,19 @@ def finite_differences(g: Geometry, forward_each: ForwardEach, x: np.ndarray,
                 base[:, line.w] += np.abs(xc[:, line.cells])
             else:
                 base[:, line.window] += np.abs(xc[:, line.cells]).sum(axis=1)
-        n_cells = g.valid.sum(axis=1)
+        n_cells = count_last(g.valid)
+        # γ_{n+1} for each window size n once (a table of K + 1; gamma is elementwise, so
+        # the same values as γ of a line's sizes), not once a line
+        gamma_of = gamma(np.arange(g.cells.shape[1] + 1) + 1, u)
+    if g.batch * g.cells.size <= AT_ONCE:  # small grids: the same arithmetic on all pairs at once
+        valid, cells, w = g.valid, g.cells, np.arange(g.n_out)[:, None]
+        slope = (moved[in_colours[cells], :, w].transpose(2, 0, 1) - y[:, :, None]) / h  # (B, W, K)
+        err = 2.0**-52 * np.abs(slope)
+        if avg:
+            xv = xc[:, cells]
+            err += gamma_of[n_cells][:, None] * (2 * base[:, :, None] - np.abs(xv) + np.abs(xv + h)) \
+                / g.divisor[:, None] / h
+        return np.where(valid, slope, 0.0), np.where(valid, err, 0.0)
     fd = np.zeros((g.batch, g.n_out, g.cells.shape[1]))
     tol = np.zeros_like(fd)
     for line in lines(g):
@@ -77,7 +95,7 @@ def finite_differences(g: Geometry, forward_each: ForwardEach, x: np.ndarray,
         err = 2.0**-52 * np.abs(slope)
         if avg:
             xv = xc[:, cells]
-            err += gamma(n_cells[w] + 1, u) * (2 * base[:, w] - np.abs(xv) + np.abs(xv + h)) / g.divisor[w] / h
+            err += gamma_of[n_cells[w]] * (2 * base[:, w] - np.abs(xv) + np.abs(xv + h)) / g.divisor[w] / h
         fd[:, w, k] = slope
         tol[:, w, k] = err
     return fd, tol
@@ -149,7 +167,7 @@ def check_fd_directions(g: Geometry, rows: Rows, found: list[tuple[np.ndarray, n
 def check_fd(g: Geometry, rows: Rows, fd: np.ndarray, fd_tol: np.ndarray, usable: np.ndarray, u: float,
              findings: list[Finding]) -> bool:
     """Backward rows vs finite differences, on the ``usable`` windows (FD exact enough there)."""
-    bad = ((np.abs(rows.obs - fd) > fd_tol + tolerance(rows.obs, u)) & g.valid[None]).any(axis=2)
+    bad = any_last((np.abs(rows.obs - fd) > fd_tol + tolerance(rows.obs, u)) & g.valid[None])
     for key in rows.stray:
         bad[key] = True
     where = np.argwhere(bad & usable)

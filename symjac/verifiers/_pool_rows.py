@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from symjac._lastaxis import any_last, count_last
 from symjac._exact import ExactArray
 from symjac.check._rounding import gamma
 from symjac.pool._geometry import Geometry
@@ -42,16 +43,20 @@ class ExactRows:
     tol: np.ndarray | None = None  # (B, W, K) lp: the derived absolute bound per entry (replaces γ_3)
 
 
-def exact_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
+def exact_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any], ex: ExactArray | None = None) -> ExactRows:
     """The exact rows at ``x`` (policy "first" at ties), stamped from the window-class templates.
 
     Every array is (B, W, K) or smaller: c·nnz elements, never more. lp pooling:
     rows rounded from the exact algebraic values, with their bounds; its "tied"
-    windows are those with power sum 0 (:mod:`symjac.verifiers._pool_lp`).
+    windows are those with power sum 0 (:mod:`symjac.verifiers._pool_lp`). ``ex``: x as
+    an exact array when the caller has it already (max pooling reads it).
     """
     if g.spec.mode == "lp":
         return _lp_rows(g, x, dtype)
-    ex = ExactArray.from_any(x) if g.spec.mode == "max" else None
+    if g.spec.mode != "max":
+        ex = None
+    elif ex is None:
+        ex = ExactArray.from_any(x)
     st = stamp(g, ex, "first")
     shape = (g.batch, g.n_out, g.cells.shape[1])
     # Every entry of a window is support * weight / q: the value, whether its lowest-terms
@@ -68,14 +73,14 @@ def exact_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
     if ex is not None:
         member = max_members(g, g.to_canonical(ex.num), pads=True)
         if pads is not None:  # pad cells hold 0 and compete for the max too
-            pad_tied = (member & pads).any(axis=-1)
+            pad_tied = any_last(member & pads)
             member = member & g.valid
         else:
             pad_tied = np.zeros(shape[:2], dtype=bool)
     else:
         member = np.zeros(shape, dtype=bool)
         pad_tied = np.zeros(shape[:2], dtype=bool)
-    tied = member.sum(axis=2) + pad_tied >= 2
+    tied = count_last(member) + pad_tied >= 2
     return ExactRows(rows, member, tied, held_w, pad_tied)
 
 
@@ -125,11 +130,12 @@ def scatter_pair(g: Geometry, per_window: np.ndarray, rows: np.ndarray,
         block = slice(start, start + step)
         valid = g.valid[block]
         cells = g.cells[block][valid]
-        terms = (per_window[:, block, None] * rows[:, block])[:, valid]
+        products = per_window[:, block, None] * rows[:, block]
         for b in range(g.batch):
-            out[b] += np.bincount(cells, weights=terms[b], minlength=g.n_in)
+            terms = products[b][valid]  # a mask per item: ~10x faster than [:, valid] on (B, W, K)
+            out[b] += np.bincount(cells, weights=terms, minlength=g.n_in)
             if magnitude:
-                mag[b] += np.bincount(cells, weights=np.abs(terms[b]), minlength=g.n_in)
+                mag[b] += np.bincount(cells, weights=np.abs(terms), minlength=g.n_in)
     return out, mag
 
 
