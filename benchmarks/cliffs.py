@@ -22,34 +22,35 @@ Run: python benchmarks/cliffs.py [--timeout 120] [--only SUBSTRING]
 Measured on the 2-core shared VM, each case in its own process, seconds; "evening" =
 main at f8a548e (2026-11-30 evening), "night" = main after the night's work (max pooling
 routed axis by axis, colourings without pair lists, class keys by slot runs, golden data
-per distinct value), several runs each, load 0.6-1.3:
+per distinct value, verify's own work at small shapes ~1 ms less), several runs each,
+load 0.6-1.8:
 
     case                                   evening                night
-    verify max k15 s1 same 256^2           2.8-3.5, 946 MB        2.9-3.7, 941 MB
+    verify max k15 s1 same 256^2           2.8-3.5, 946 MB        2.9-3.7, 941-972 MB
     verify avg k15 s1 same 256^2           4.2-4.3, 910 MB        4.2-4.6, 908 MB
-    verify avg 3x3 1024^2                  3.0-3.5, 943 MB        3.1-3.9, 900-940 MB
+    verify avg 3x3 1024^2                  3.0-3.5, 943 MB        3.1-4.0, 900-940 MB
     verify avg k255 s1 same 1-D 16,000     305 (colouring), 797 MB  2.5-3.5, 531 MB
-    verify max k255 s1 same 1-D 16,000     (not run: same colouring) 2.0, 531 MB
-    verify global avg / max 256^2          0.21 / 0.20            0.20-0.26 / 0.19-0.22
-    verify adaptive 224^2, 256^2 -> 7^2    0.16-0.23              0.18-0.22
-    verify_loss softmax_ce 10,000 x 10     1.5 (+forward 2.3)     1.5-1.6 (+forward 2.4-2.5)
+    verify max k255 s1 same 1-D 16,000     (not run: same colouring) 1.8-2.0, 531 MB
+    verify global avg / max 256^2          0.21 / 0.20            0.20-0.27 / 0.19-0.22
+    verify adaptive 224^2, 256^2 -> 7^2    0.16-0.23              0.18-0.28
+    verify_loss softmax_ce 10,000 x 10     1.5 (+forward 2.3)     1.5-1.6 (+forward 2.3-2.5)
     verify_loss mse 100,000                0.7 (+forward 1.0-1.2) 0.7 (+forward 0.9)
     verify_loss sigmoid_ce 100,000         1.1-1.3 (+fwd 2.2-2.3) 1.0 (+forward 2.2)
     engine avg k15 / 3x3 1024^2            0.85 / 0.37-0.46       0.70-0.83 / 0.39-0.74
     engine max k3 / k7 / k15 256^2         0.024 / 0.12 / 0.11    0.014 / 0.016-0.018 / 0.019-0.025
     engine max 3x3 64^2 / 1024^2           0.003 / 0.27           0.003-0.004 / 0.15-0.39
-    golden avg 3x3 512^2 npz / json        23 / 48, 4.2 GB        3.3-4.3 / 25-32, 1.3-1.6 GB
-    gradcheck / symjac, 32^2 avg / max     16-25x / 13-19x        16-24x / 16-19x
-    gradcheck / symjac, 48^2 avg / max     37-50x / 31-42x        43-47x / 35-40x
+    golden avg 3x3 512^2 npz / json        23 / 48, 4.2 GB        3.1-4.3 / 25-32, 1.3-1.6 GB
+    gradcheck / symjac, 32^2 avg / max     16-25x / 13-19x        23-24x / 16-19x
+    gradcheck / symjac, 48^2 avg / max     37-50x / 31-42x        52-60x / 44-45x
 
 The verify rows run with the default ``timeout`` (calls in symjac's call thread, as
 users run them). The gradcheck rows are medians (7 symjac runs, 3 gradcheck runs); at
-32^2 gradcheck takes 0.19-0.22 s and symjac 10-14 ms: ~5 ms inside
+32^2 gradcheck takes 0.19-0.20 s and symjac 10-12 ms for max: ~5 ms inside
 benchmarks/verify.py's NumPy implementation (34 calls for max: probes at x and at
-ties, dense confirmation, FD, two more input families), ~5 ms of its own work spread
-over some 1,000 small NumPy calls (no step above 0.5 ms) and ~1 ms handing calls to
-the call thread. So >= 20x holds at 48^2 and, on quiet runs, for avg at 32^2; not for
-max at 32^2.
+ties, dense confirmation twice, FD, two more input families), ~4.5-5 ms of its own
+work (max_route at 4 inputs ~0.6 ms, ~16 us of guard per call, exact rows and tie sets
+~0.3 ms per input, the generators ~0.25 ms) and 0.4-1 ms of hand-overs to the call
+thread. So >= 20x holds at 48^2 and for avg at 32^2; not for max at 32^2.
 
 Engine rows: "again, templates built" is the same case run a second time in the
 process. Max pooling's first/last routes are found axis by axis (O(windows x sum_a
