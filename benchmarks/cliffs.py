@@ -60,7 +60,7 @@ nnz (one entry a window), issue 11's unit. The large rows spread within 2.5x; 64
 ~3 ms is fixed cost (SymPy differentiating Max(a, r) once per process, ~1-1.5 ms cold,
 and ~30 small NumPy calls, ~2 ms in a fresh process even with the templates derived
 beforehand), which sets the max spread at 4.6-4.9x; the faster the large rows, the
-wider it gets. Per nnz the avg rows spread 2.0-3.2x: their large rows are dominated by
+wider it gets. Per nnz the avg rows spread 2.0-3.7x: their large rows are dominated by
 first-touch page faults of fresh memory on this VM ("kernel" in the note: 0.6-0.8 s of
 avg k15's 0.7-0.8 s), which vary from run to run. No row grows faster than its nnz.
 
