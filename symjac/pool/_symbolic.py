@@ -238,20 +238,19 @@ def _axis_classes(valid: np.ndarray, counted: np.ndarray) -> np.ndarray:
     An axis window's valid slots are a run: slot j reads ``start + d·j``, valid while
     inside the input and the window, so the j that are form an interval [f, l]. Read as
     bits, a run that starts earlier sorts higher, and of two that start together the
-    longer; no run sorts lowest. So (k - f, l) numbers the patterns in that order, one
-    int64 key a window whatever k is (a 1-D kernel of 255 has 255-bit patterns).
+    longer; no run sorts lowest. So (k - f, l + 1), (0, 0) for no run, numbers the
+    patterns in that order: three numbers a window whatever k is (a 1-D kernel of 255
+    has 255-bit patterns).
     """
     o, k = valid.shape
     count = valid.sum(axis=1)
     f = valid.argmax(axis=1)
     last = k - 1 - valid[:, ::-1].argmax(axis=1)
-    if np.all((count == 0) | (last - f + 1 == count)) and int(counted.max(initial=0)) < 2**31:
-        pattern = np.where(count > 0, (k - f) * k + last + 1, 0)
-        keys = pattern.astype(np.int64) << 31 | counted
-        inverse = np.unique(keys, return_inverse=True)[1]
-    else:  # pragma: no cover - not a run (no spec makes one): compare whole patterns
-        keys2d = np.concatenate([valid.astype(np.int64), counted[:, None]], axis=1)
-        inverse = np.unique(keys2d, axis=0, return_inverse=True)[1]
+    if not np.all((count == 0) | (last - f + 1 == count)):
+        raise AssertionError("an axis window's valid slots are not a run")
+    run = count > 0
+    keys = np.stack([np.where(run, k - f, 0), np.where(run, last + 1, 0), counted], axis=1).astype(np.int64)
+    inverse = np.unique(keys, axis=0, return_inverse=True)[1]
     return np.asarray(inverse, dtype=np.int64).reshape(-1)
 
 
