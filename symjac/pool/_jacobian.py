@@ -32,7 +32,7 @@ from symjac.pool._symbolic import (
     lines,
     max_members,
     max_route,
-    max_slots,
+    max_support,
     slabs,
     window_classes,
     window_weights,
@@ -142,7 +142,7 @@ def stamp(geometry: Geometry, x: ExactArray | None, tie: str = "first") -> Stamp
     if tie in ("first", "last"):  # one slot a window, found axis by axis: no (batch, windows, K) array
         slot, _, cell = max_route(geometry, xc, tie)
         return Stamp(geometry, np.ones(slot.shape, dtype=np.int64), 1, slot=slot, cell=cell)
-    support, weight, q, _ = max_slots(geometry, xc, tie)  # split: any number of slots a window
+    support, weight, q = max_support(geometry, xc, tie)  # split: any number of slots a window
     return Stamp(geometry, weight, q, mask=support)
 
 

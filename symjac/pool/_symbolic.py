@@ -519,7 +519,7 @@ def _max_route(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarray
     stride 1). Slots outside the window or the padded input read a value below every
     other (never the max); with ``Pool(pad_value=0)`` pad slots read 0 and compete, and
     a level that picks one routes the window to no input (slot -1), as
-    :func:`max_slots` does. The choice carried from level to level is one int64,
+    :func:`max_support` does. The choice carried from level to level is one int64,
     ``slot * n_in + cell``: slot and flat input cell are both sums of one term per axis.
     """
     check_tie(tie)
@@ -630,24 +630,18 @@ def policy_support(member: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray
       (support, weight, q): ``support`` (..., windows, K) bool, ``weight`` (...,
       windows) int64; the Jacobian row of each window is ``support * weight / q``.
     """
-    return _policy(member, tie)[:3]
-
-
-def _policy(member: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
-    """:func:`policy_support`, and for ``first``/``last`` the (..., windows) slot each
-    window routes to (-1 for none): the support's pairs in O(windows), not O(windows x K)."""
     check_tie(tie)
     n = member.shape[-1]
     if tie == "split":
         count = member.sum(axis=-1)
         q = int(np.lcm.reduce(np.unique(count[count > 0]))) if (count > 0).any() else 1
-        return member, (q // np.maximum(count, 1)).astype(np.int64), q, None
+        return member, (q // np.maximum(count, 1)).astype(np.int64), q
     pick = member.argmax(axis=-1) if tie == "first" else n - 1 - member[..., ::-1].argmax(axis=-1)
     has = member.any(axis=-1)
     support = np.zeros(member.shape, dtype=bool)
     rows = support.reshape(-1, n)  # a view: one row a window
     rows[np.arange(rows.shape[0]), pick.reshape(-1)] = has.reshape(-1)
-    return support, np.ones(member.shape[:-1], dtype=np.int64), 1, np.where(has, pick, -1)
+    return support, np.ones(member.shape[:-1], dtype=np.int64), 1
 
 
 def policy_weights(member: np.ndarray, tie: str) -> tuple[np.ndarray, int]:
@@ -661,37 +655,30 @@ def policy_weights(member: np.ndarray, tie: str) -> tuple[np.ndarray, int]:
 
 
 def max_support(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray, int]:
-    """Max pooling: :func:`policy_support` of the tie sets at canonical values ``xc``.
+    """Max pooling: :func:`policy_support` of the tie sets at canonical values ``xc``
+    (the Jacobian's ``split`` policy and the lowering; ``first``/``last`` take
+    :func:`max_route`, with no (batch, windows, K) array).
 
     With ``Pool(pad_value=0)`` the policy runs over every slot of the padded window
     in row-major order, pad cells included; a window routed to a pad cell (a
     constant) then sends its gradient to no input, so the support keeps only valid
     slots.
     """
-    return max_slots(geometry, xc, tie)[:3]
-
-
-def max_slots(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
-    """:func:`max_support`, and for ``first``/``last`` the (batch, windows) slot of each
-    window's one entry (-1 where it has none)."""
     pads = pad_cells(geometry) is not None
     member = max_members(geometry, xc, pads=pads)
     last = _LAST_POLICY.get(tie)
     if last is not None and last[0] is member:  # the same cached tie sets (jacobian, then vjp, of one x)
         return last[1]
-    support, weight, q, slot = _policy(member, tie)
+    support, weight, q = policy_support(member, tie)
     if pads:
         support = support & geometry.valid
-        if slot is not None:  # routed to a pad cell: no entry
-            real = geometry.valid[np.arange(geometry.n_out), np.maximum(slot, 0)]
-            slot = np.where(real, slot, -1)
-    for a in (support, weight) if slot is None else (support, weight, slot):
+    for a in (support, weight):
         a.setflags(write=False)  # shared by the next caller with the same tie sets
     _LAST_POLICY.clear()
-    _LAST_POLICY[tie] = (member, (support, weight, q, slot))
-    return support, weight, q, slot
+    _LAST_POLICY[tie] = (member, (support, weight, q))
+    return support, weight, q
 
 
 # The last policy applied, keyed by tie and held with the tie sets it was applied to
 # (compared by identity: max_members returns its cached array for the same x).
-_LAST_POLICY: dict[str, tuple[np.ndarray, tuple[np.ndarray, np.ndarray, int, np.ndarray | None]]] = {}
+_LAST_POLICY: dict[str, tuple[np.ndarray, tuple[np.ndarray, np.ndarray, int]]] = {}
