@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from symjac._exact import round_fractions
+from symjac._exact import round_fraction
 from symjac.check._rounding import float_dtype, gamma, ulps, unit_roundoff
 
 FORMATS = ("json", "npz", "bin")
@@ -261,7 +261,7 @@ def _is_int_array(a: np.ndarray) -> bool:
 
 def _rounded(a: np.ndarray, dtype: str) -> np.ndarray:
     dt = float_dtype(dtype)
-    return _per_object(a, lambda v: round_fractions(np.array([_fraction(v)], dtype=object), dt)[0], dt)
+    return _per_object(a, lambda v: round_fraction(_fraction(v), dt), dt)
 
 
 def _stored(rounded: np.ndarray) -> np.ndarray:
