@@ -40,8 +40,8 @@ load 0.6-1.8:
     engine max k3 / k7 / k15 256^2         0.024 / 0.12 / 0.11    0.014 / 0.016-0.018 / 0.019-0.025
     engine max 3x3 64^2 / 1024^2           0.003 / 0.27           0.003-0.004 / 0.15-0.39
     golden avg 3x3 512^2 npz / json        23 / 48, 4.2 GB        3.1-4.3 / 25-32, 1.3-1.6 GB
-    gradcheck / symjac, 32^2 avg / max     16-25x / 13-19x        23-24x / 16-19x
-    gradcheck / symjac, 48^2 avg / max     37-50x / 31-42x        52-60x / 44-45x
+    gradcheck / symjac, 32^2 avg / max     16-25x / 13-19x        20-24x / 16-19x
+    gradcheck / symjac, 48^2 avg / max     37-50x / 31-42x        50-60x / 39-45x
 
 The verify rows run with the default ``timeout`` (calls in symjac's call thread, as
 users run them). The gradcheck rows are medians (7 symjac runs, 3 gradcheck runs); at
@@ -59,8 +59,8 @@ K_a), no (windows, K) array): k15 fell from 112-473 ms (mostly page faults on it
 nnz (one entry a window), issue 11's unit. The large rows spread within 2.5x; 64^2's
 ~3 ms is fixed cost (SymPy differentiating Max(a, r) once per process, ~1-1.5 ms cold,
 and ~30 small NumPy calls, ~2 ms in a fresh process even with the templates derived
-beforehand), which sets the max spread at 4.6-4.9x; the faster the large rows, the
-wider it gets. Per nnz the avg rows spread 2.0-3.7x: their large rows are dominated by
+beforehand), which sets the max spread at 4.4-4.9x; the faster the large rows, the
+wider it gets. Per nnz the avg rows spread 2.0-4.6x: their large rows are dominated by
 first-touch page faults of fresh memory on this VM ("kernel" in the note: 0.6-0.8 s of
 avg k15's 0.7-0.8 s), which vary from run to run. No row grows faster than its nnz.
 
