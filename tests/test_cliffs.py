@@ -156,6 +156,8 @@ def test_sigmoid_ce_needs_no_extra_digits_at_any_magnitude(z: float) -> None:
 def test_max_tie_sets_are_computed_once_per_x(monkeypatch: pytest.MonkeyPatch) -> None:
     # jacobian, vjp and forward at one x share their work: policy "first" one axis-by-axis
     # route (never the (windows, K) tie sets), policy "split" one pass over the tie sets.
+    # (A table this small is routed from the tie sets by default: see the next test.)
+    monkeypatch.setattr(_symbolic, "ROUTE_BY_MEMBERS", 0)
     routes, members = [], []
     real_route, real_members = _symbolic._max_route, _symbolic._max_members
 
@@ -185,6 +187,33 @@ def test_max_tie_sets_are_computed_once_per_x(monkeypatch: pytest.MonkeyPatch) -
     assert len(members) == 1
     (member,) = _symbolic._LAST_MEMBERS.values()
     assert not member.flags.writeable
+
+
+def test_small_max_tables_route_from_the_tie_sets_once_per_x(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Up to ROUTE_BY_MEMBERS (batch, window, slot) entries, first/last read the tie sets,
+    # which verify's exact rows need at the same x: one gather of the windows for both
+    # policies and the tie sets, no axis-by-axis route.
+    members = []
+    real_members = _symbolic._max_members
+
+    def counting_members(g: object, xc: np.ndarray) -> np.ndarray:
+        members.append(xc.copy())
+        return real_members(g, xc)  # type: ignore[arg-type]
+
+    def no_route(*args: object) -> None:
+        raise AssertionError("routed axis by axis below ROUTE_BY_MEMBERS")
+
+    monkeypatch.setattr(_symbolic, "_max_members", counting_members)
+    monkeypatch.setattr(_symbolic, "_max_route", no_route)
+    _symbolic.clear_caches(templates=False)
+    spec = symjac.Pool("max", 3, stride=1, padding="same")
+    x = np.arange(36.0).reshape(1, 1, 6, 6)  # 36 windows x 9 slots, far below the threshold
+    assert 36 * 9 <= _symbolic.ROUTE_BY_MEMBERS
+    symjac.jacobian(spec, x, tie="first")
+    symjac.vjp(spec, x, np.ones((1, 1, 6, 6)), tie="last")
+    symjac.forward(spec, x)
+    symjac.tie_sets(spec, x)
+    assert len(members) == 1
 
 
 def test_max_vjp_of_a_one_slot_support_reads_only_its_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -682,7 +711,9 @@ def test_verify_finds_tie_sets_once_per_input_and_rows_only_for_probed_passes(mo
     # max 3x3 same: four inputs (distinct, tied, all-negative, near-tie). The policy-"first"
     # route (forward, J^T dy) once each; the full tie sets and the (B, W, K) exact rows only
     # for the two probed passes (distinct, tied): the dense family checks take J^T dy and
-    # its rounding bound from the stamp (O(support)).
+    # its rounding bound from the stamp (O(support)). That is the structure above
+    # ROUTE_BY_MEMBERS entries; below it (the default for this small shape) each input's
+    # route reads its tie sets instead: one gather per input, and no axis route.
     members, rows, routes = [], [], []
     real_members, real_rows, real_route = _symbolic._max_members, pool_verifier.exact_rows, _symbolic._max_route
 
@@ -701,15 +732,18 @@ def test_verify_finds_tie_sets_once_per_input_and_rows_only_for_probed_passes(mo
     monkeypatch.setattr(_symbolic, "_max_members", counting_members)
     monkeypatch.setattr(pool_verifier, "exact_rows", counting_rows)
     monkeypatch.setattr(_symbolic, "_max_route", counting_route)
-    _symbolic.clear_caches(templates=False)
     spec = symjac.Pool("max", 3, stride=1, padding="same")
     forward, backward = _numpy_max3()  # not symjac's lowering, which would share the tie-set cache
-    report = symjac.verify(spec, backward=backward, forward=forward, input_shape=(1, 1, 12, 12), timeout=None)
-    assert report.ok, report
-    assert report.stats["families"].keys() == {"distinct", "ties", "all_negative", "near_ties"}
-    assert routes == ["first"] * 4
-    assert len(members) == 2
-    assert len(rows) == 2
+    for threshold, want_routes, want_members in ((0, ["first"] * 4, 2), (_symbolic.ROUTE_BY_MEMBERS, [], 4)):
+        monkeypatch.setattr(_symbolic, "ROUTE_BY_MEMBERS", threshold)
+        _symbolic.clear_caches(templates=False)
+        members.clear(), rows.clear(), routes.clear()
+        report = symjac.verify(spec, backward=backward, forward=forward, input_shape=(1, 1, 12, 12), timeout=None)
+        assert report.ok, report
+        assert report.stats["families"].keys() == {"distinct", "ties", "all_negative", "near_ties"}
+        assert routes == want_routes
+        assert len(members) == want_members
+        assert len(rows) == 2
 
 
 def _numpy_max3() -> tuple[Any, Any]:

@@ -39,6 +39,19 @@ F = torch.nn.functional
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see tests/conftest.py
 
+DEFAULT_ROUTE_BY_MEMBERS = _symbolic.ROUTE_BY_MEMBERS
+
+
+@pytest.fixture(autouse=True, params=["by axis", "by tie sets"])
+def route(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test on both of max_route's paths: axis by axis, and from the tie sets (what
+    it takes for window tables up to ``ROUTE_BY_MEMBERS`` entries); caches cleared so
+    neither path returns the other's result for the same x."""
+    monkeypatch.setattr(_symbolic, "ROUTE_BY_MEMBERS", 0 if request.param == "by axis" else 2**62)
+    _symbolic.clear_caches(templates=False)
+    return str(request.param)
+
+
 MAX_POOLS = {1: "max_pool1d", 2: "max_pool2d", 3: "max_pool3d"}
 ADAPTIVE_POOLS = {1: "adaptive_max_pool1d", 2: "adaptive_max_pool2d", 3: "adaptive_max_pool3d"}
 
@@ -246,11 +259,13 @@ def test_first_route_finds_no_maximum_outside_the_window() -> None:
 
 
 @pytest.mark.parametrize("tie", ["first", "last"])
-def test_first_last_build_no_windows_by_slots_array(monkeypatch: pytest.MonkeyPatch, tie: str) -> None:
+def test_first_last_build_no_windows_by_slots_array(monkeypatch: pytest.MonkeyPatch, tie: str, route: str) -> None:
     # Issue 11's structural regression (no timing): max k31 stride 1 SAME on 64^2 has
     # W = 4096 windows of K = 961 slots; first/last must cost O(W x sum_a K_a) = O(W x 62),
     # never a (W, K) array (a bool one is 3.9 MB; the support and tie sets of before, and
-    # the geometry's int64 cell table, 31 MB, were all (W, K)).
+    # the geometry's int64 cell table, 31 MB, were all (W, K)). With the default
+    # ROUTE_BY_MEMBERS, whatever the fixture set.
+    monkeypatch.setattr(_symbolic, "ROUTE_BY_MEMBERS", DEFAULT_ROUTE_BY_MEMBERS)
     spec = symjac.Pool("max", 31, stride=1, padding="same")
     shape = (1, 1, 64, 64)
     x = np.random.default_rng(5).integers(0, 3, shape).astype(np.float64)

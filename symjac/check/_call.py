@@ -113,8 +113,9 @@ def _what_came_back(value: Any) -> str | None:
 
 
 class _Sequence:
-    """Calls handed to a runner at once: ``calls`` yields each call's arguments (built in
-    the runner's thread, as it goes), at most ``ahead`` results held untaken. Every call
+    """Calls handed to a runner at once: ``calls`` yields each call as ``(fn, args, ...)``
+    (built in the runner's thread, as it goes; what follows ``args`` is the caller's, kept
+    with the call), at most ``ahead`` results held untaken. Every call
     gets its own copies of the array arguments, so a call that writes into them changes
     neither the caller's arrays, which the caller reads meanwhile, nor the next call's.
 
@@ -123,10 +124,10 @@ class _Sequence:
     woken caller takes the GIL from the runner).
     """
 
-    def __init__(self, fn: Callable[..., Any], calls: Iterable[tuple[Any, ...]], ahead: int):
-        self.fn, self.calls, self.ahead = fn, calls, ahead
+    def __init__(self, calls: Iterable[tuple[Any, ...]], ahead: int):
+        self.calls, self.ahead = calls, ahead
         self.made = 0  # calls made
-        self.given: collections.deque[tuple[Any, ...]] = collections.deque()  # arguments of the calls not yet taken
+        self.given: collections.deque[tuple[Any, ...]] = collections.deque()  # the calls made, not yet taken
         self.results: collections.deque[Any] = collections.deque()
         self.changed = threading.Condition()  # results added (runner) or taken (caller); cancelled
         self.started = time.monotonic()  # when the call now running started
@@ -140,20 +141,21 @@ class _Sequence:
                     self.changed.wait()
             self.started = time.monotonic()  # the next call's clock (building its arguments included)
             try:
-                args = None if self.cancelled else next(iterator, None)
+                call = None if self.cancelled else next(iterator, None)
             except BaseException as exc:  # noqa: BLE001 - symjac's own error building the arguments: the caller raises it
                 self._put(("internal", exc, ()))
                 return
-            if args is None:
+            if call is None:
                 break
             self.made += 1
-            self.given.append(args)
+            self.given.append(call)
+            fn, args = call[0], call[1]
             passed = tuple(np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args)
-            status, value = _run(self.fn, passed)
+            status, value = _run(fn, passed)
             # the copies are kept for the mutation finding only if the call wrote into one
             wrote = any(isinstance(a, np.ndarray) and not same(a, b) for a, b in zip(passed, args))
             self._put((status, value, passed if wrote else args))
-            del value, passed, args
+            del value, passed, args, call
             if status != "ok":  # a raise ends the sequence, as it ends the caller's loop
                 break
         self._put(None)
@@ -249,10 +251,9 @@ def _invoke(fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None
     return status, value
 
 
-def _invoke_each(seq: _Sequence, timeout: float) -> Generator[tuple[str, Any, tuple[Any, ...], tuple[Any, ...]],
-                                                                 None, None]:
+def _invoke_each(seq: _Sequence, timeout: float) -> Generator[tuple[str, Any, tuple[Any, ...], Any], None, None]:
     """:func:`_invoke` for a sequence of calls in one runner: yields ``(status, value, the
-    arguments after the call, the arguments given)`` per call, in order; a call that
+    arguments after the call, the call as given)`` per call, in order; a call that
     runs ``timeout`` seconds is yielded once as a timeout and ends the sequence. Closing
     the iterator early cancels the calls not yet started."""
     runner = _runner()
@@ -263,8 +264,8 @@ def _invoke_each(seq: _Sequence, timeout: float) -> Generator[tuple[str, Any, tu
         while True:
             item = seq.take(timeout)
             if item == "timeout":
-                args = seq.given[0] if seq.given else ()
-                yield "timeout", None, args, args
+                call = seq.given[0] if seq.given else None  # None: still building its arguments
+                yield "timeout", None, call[1] if call else (), call
                 return
             if item is None:
                 ended = True
@@ -379,7 +380,7 @@ class Guard:
     def arrays(self, calls: Iterable[tuple[Any, ...]], *, shape: tuple[int, ...] | None,
                dtype: np.dtype[Any] | None, index_name: str = "") -> Generator[np.ndarray | None, None, None]:
         """:meth:`array` for each call of a sequence, in order, with the calls run back to back
-        in the call thread (:func:`_invoke_each`): one hand-over for the whole sequence.
+        in the call thread (:func:`call_each`): one hand-over for the whole sequence.
 
         ``calls`` is iterated in that thread, as the calls go (build arguments lazily
         there, with no side effects). Each call gets its own copies of the array
@@ -388,23 +389,8 @@ class Guard:
         Stop reading at a None (an unusable result): the calls not yet started are cancelled.
         Isolated guards and ``timeout=None`` make the calls one by one with :meth:`array`.
         """
-        if self.isolate is not None or self.timeout is None:
-            for args in calls:
-                yield self.array(*args, shape=shape, dtype=dtype, index_name=index_name)
-            return
         size = math.prod(shape) * (dtype.itemsize if dtype is not None else 8) if shape is not None else 2**20
-        ahead = max(1, AHEAD_BYTES // max(size, 1))
-        seq = _Sequence(self.fn, calls, ahead)
-        results, settled = _invoke_each(seq, self.timeout), 0
-        try:
-            while taken := list(itertools.islice(results, ahead)):  # a chunk at a time: one wake-up a chunk
-                for status, value, passed, args in taken:
-                    settled += 1
-                    ok, value = self._settle(status, value, passed, args)
-                    yield self.check_output(value, shape, dtype, index_name) if ok else None
-        finally:
-            results.close()
-            self.calls += seq.made - settled  # made but not read: the caller stopped first
+        yield from call_each([self], ((self, args, shape, dtype, index_name) for args in calls), size)
 
     def check_output(self, value: Any, shape: tuple[int, ...] | None, dtype: np.dtype[Any] | None, index_name: str = "",
                      shape_note: str = "", infinite: Any = None) -> np.ndarray | None:
@@ -477,3 +463,54 @@ class Guard:
                       expected=b.reshape(-1)[j].item(), observed=a.reshape(-1)[j].item())
             if self.restore:
                 a[...] = b
+
+
+def call_each(guards: list[Guard], calls: Iterable[tuple[Any, ...]],
+              size: int) -> Generator[np.ndarray | None, None, None]:
+    """:meth:`Guard.array` for each call of a sequence that may mix the ``guards``' callables
+    (a forward and a backward at one input), run back to back in the call thread: one
+    hand-over for the whole sequence (~0.1 ms a hand-over on a shared VM, as much as a
+    small implementation's call).
+
+    Args:
+      guards: every guard the calls use (the first takes a timeout met while a call's
+        arguments were still being built); one timeout, none isolated, or the calls
+        are made one by one with :meth:`Guard.array`.
+      calls: ``(guard, args, shape, dtype, index_name)`` per call, iterated in the call
+        thread as the calls go (build arguments lazily there, with no side effects).
+      size: bytes of the largest result (at most :data:`AHEAD_BYTES` of results wait).
+
+    Yields each call's checked result, or None when it is unusable (the reason flagged
+    by its guard; stop reading then: the calls not yet started are cancelled).
+    """
+    timeouts = {g.timeout for g in guards}
+    if len(timeouts) > 1 or None in timeouts or any(g.isolate is not None for g in guards):
+        for guard, args, shape, dtype, index_name in calls:
+            yield guard.array(*args, shape=shape, dtype=dtype, index_name=index_name)
+        return
+    ahead = max(1, AHEAD_BYTES // max(size, 1))
+    seq = _Sequence(((guard.fn, args, guard, shape, dtype, index_name)
+                     for guard, args, shape, dtype, index_name in calls), ahead)
+    timeout = guards[0].timeout
+    assert timeout is not None
+    results = _invoke_each(seq, timeout)
+    taken: collections.deque[tuple[str, Any, tuple[Any, ...], Any]] = collections.deque()
+    try:
+        while True:
+            if not taken:  # a chunk at a time: one wake-up a chunk
+                taken.extend(itertools.islice(results, ahead))
+                if not taken:
+                    break
+            status, value, passed, call = taken.popleft()
+            if call is None:  # timed out building its arguments (symjac's own step): on the first guard
+                guards[0]._settle(status, value, (), ())
+                yield None
+                continue
+            _, args, guard, shape, dtype, index_name = call
+            ok, value = guard._settle(status, value, passed, args)
+            yield guard.check_output(value, shape, dtype, index_name) if ok else None
+    finally:
+        results.close()
+        for call in [c for _, _, _, c in taken] + list(seq.given):  # made but not read: the caller stopped first
+            if call is not None:
+                call[2].calls += 1

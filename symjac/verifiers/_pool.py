@@ -28,7 +28,7 @@ import numpy as np
 
 from symjac._errors import InputError
 from symjac._exact import ExactArray
-from symjac.check._call import DEFAULT_TIMEOUT, Guard
+from symjac.check._call import DEFAULT_TIMEOUT, Guard, call_each
 from symjac.check._inputs import FAMILY_NAMES, distinct_dy, distinct_input, generate_input, near_tie_dy, tie_input
 from symjac.check._inputs import families as default_families
 from symjac.check._report import MAX_LISTED, Finding, Report, fmt_index, listing
@@ -135,6 +135,30 @@ class _Verifier:
         y = self.fwd.array(x, shape=self.g.output_shape, dtype=self.dtype, index_name="y")
         return None if y is None else y.astype(np.float64, copy=False)  # y is a copy
 
+    def forward_backward(self, x: np.ndarray, dy_c: np.ndarray | None,
+                         forward: bool) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The forward at x (if ``forward``) and the backward at x for ``dy_c`` (unless None),
+        both calls in one sequence (:func:`call_each`: one hand-over): float64 y (layout)
+        and canonical float64 dx, None where not called or unusable. Each call is made
+        whatever the other returned, as two separate calls would be."""
+        g = self.g
+        calls: list[tuple[Any, ...]] = []
+        if forward and self.fwd is not None:
+            calls.append((self.fwd, (x,), g.output_shape, self.dtype, "y"))
+        if dy_c is not None and self.bwd is not None:
+            dy = g.from_canonical(dy_c.astype(self.dtype), g.out_spatial)
+            calls.append((self.bwd, (x, dy), g.input_shape, self.dtype, "dx"))
+        got = list(call_each([c[0] for c in calls], calls, 8 * g.batch * max(g.n_in, g.n_out)))
+        for guard, args, shape, dtype, name in calls[len(got):]:  # a raise ends a sequence: the rest alone
+            got.append(guard.array(*args, shape=shape, dtype=dtype, index_name=name))
+        y = dx = None
+        for (guard, *_), r in zip(calls, got):
+            if r is not None and guard is self.fwd:
+                y = r.astype(np.float64, copy=False)
+            elif r is not None:
+                dx = g.to_canonical(r.astype(np.float64, copy=False))
+        return y, dx
+
     def exact(self, x: np.ndarray) -> ExactArray:
         """``x`` as an exact array, converted once for the passes in turn at one x (max
         pooling's forward check, exact rows and dense check; other modes read x once, and
@@ -164,14 +188,15 @@ class _Verifier:
         return dy, dy_c
 
     # -- the passes, in the order run() takes them ---------------------------------------
-    def check_forward(self, x: np.ndarray) -> bool | None:
+    def check_forward(self, x: np.ndarray, y: np.ndarray | None | bool = True) -> bool | None:
         """The forward at x against the exact forward: exact for max, within γ_{n+1}·Σ|x|/d for avg,
-        within the derived bound for lp."""
+        within the derived bound for lp. ``y``: the forward's result at x if already called
+        (None: unusable), else True (call it here)."""
         if self.fwd is None:
             return None
         g = self.g
-        y = self.forward(x)
-        if y is None:
+        y = self.forward(x) if y is True else y
+        if y is None or y is False:
             return False
         y_c = g.to_canonical(y, g.out_spatial)
         self.forward_at = (x, y_c)  # the finite differences start from it
@@ -212,16 +237,19 @@ class _Verifier:
     def backward_pass(self, x: np.ndarray, context: str,
                       dense: list[np.ndarray]) -> tuple[Rows, ExactRows, list[np.ndarray | None]] | None:
         """Probe, attribute, confirm with each dense dy (the first one twice), classify."""
-        probed = self.prober.probe(x)
+        # the dense calls ride on the probes' sequence: the first dy twice (determinism)
+        probed = self.prober.probe(x, dense[:1] + dense)
         if probed is None:
             return None
-        rows, unexplained = probed
+        rows, unexplained, found = probed
+        got: list[np.ndarray | None] = list(found)
+        got += [None] * (len(dense) + bool(dense) - len(got))  # None: unusable (flagged), and the rest uncalled
         exact = exact_rows(self.g, x, self.dtype, self.exact(x) if self.g.spec.mode == "max" else None)
         self.exact_at = None  # x's last exact use: hold no copy through the passes' (B, W, K) arrays
         suspects = self.prober.attribute(x, rows, unexplained, lambda r: self.diagnosis.mismatches(r, exact))
         results: list[np.ndarray | None] = []
         for i, dy in enumerate(dense):
-            dx, off = self.confirm(x, rows, dy, repeat=i == 0)
+            dx, off = self.confirm(rows, dy, got[i + bool(i)], got[1] if i == 0 else None)
             results.append(dx)
             if off.size:
                 suspects = self.rediagnose(x, rows, exact, suspects, dy, dx, off)
@@ -243,17 +271,14 @@ class _Verifier:
                 self.zero_policies.add(name)
         return rows, exact, results
 
-    def confirm(self, x: np.ndarray, rows: Rows, dy: np.ndarray, repeat: bool) -> tuple[np.ndarray | None, np.ndarray]:
-        """Dense call (``repeat``: twice, for determinism): returns dx and the (b, cell)
-        pairs where dx differs from the superposition of the rows observed so far."""
+    def confirm(self, rows: Rows, dy: np.ndarray, dx: np.ndarray | None,
+                again: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray]:
+        """A dense call's dx (None: unusable) against the superposition of the rows observed
+        so far (and ``again``, the same call repeated, against dx: determinism): returns dx
+        and the (b, cell) pairs where they differ."""
         g = self.g
-        calls = self.backward_each(x, [dy, dy] if repeat else [dy])
-        dx = next(calls)
         if dx is None:
-            calls.close()
             return None, np.zeros((0, 2), dtype=int)
-        again = next(calls, None)
-        calls.close()
         if again is not None and self.bwd is not None:
             self.bwd.compare(g.from_canonical(dx, g.in_spatial), g.from_canonical(again, g.in_spatial), "dx")
         predicted, bound = scatter_pair(g, dy, rows.obs)
@@ -340,12 +365,11 @@ class _Verifier:
         self.families_run.append(family)
         start = len(self.findings)
         x = generate_input(g, family, self.dtype, seed)
-        forward_ok = self.check_forward(x) if check_fwd else None
-        if check_bwd:
-            dy, dy_c = self.dense_dy(family, seed)
-            dx = self.backward(x, dy_c)
-            if dx is not None:
-                self.dense_check(x, dy, dx)
+        dy, dy_c = self.dense_dy(family, seed) if check_bwd else (None, None)
+        y, dx = self.forward_backward(x, dy_c if check_bwd else None, check_fwd)
+        forward_ok = self.check_forward(x, y) if check_fwd else None
+        if dx is not None and dy is not None:
+            self.dense_check(x, dy, dx)
         self.tag(start, family, f"at {FAMILY_NAMES[family]} inputs")
         return forward_ok
 

@@ -9,7 +9,8 @@ look wrong, are pinned down with one-hot calls (``dy`` = one window), within a b
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Generator, Iterable
+import itertools
+from collections.abc import Callable, Generator, Iterable, Sequence
 
 import numpy as np
 
@@ -58,12 +59,17 @@ class Prober:
         probe's dx must be 0); built once per geometry (:func:`colour_plan`)."""
         return colour_plan(self.g)
 
-    def probe(self, x: np.ndarray) -> tuple[Rows, Unexplained] | None:
+    def probe(self, x: np.ndarray, dense: Sequence[np.ndarray] = ()) -> tuple[Rows, Unexplained, list[np.ndarray]] | None:
         """One backward call per window colour with dy = indicator of the colour.
 
-        Returns the rows and the unexplained gradient: (colour, b, cell, value) for
-        nonzero dx on cells no window of the probed colour reads; None when the
-        backward gave no usable result.
+        Args:
+          x: the input.
+          dense: further (B, n_out) dys called right after the probes, in the same
+            sequence (one hand-over for all; the confirmation reads their dx later).
+
+        Returns the rows, the unexplained gradient: (colour, b, cell, value) for
+        nonzero dx on cells no window of the probed colour reads, and the dense calls'
+        dx; None when the backward gave no usable result.
         """
         g = self.g
         obs = np.zeros((g.batch, g.n_out, g.cells.shape[1]))
@@ -76,8 +82,8 @@ class Prober:
             dy[:, wins] = 1.0
             return dy
 
-        calls = self.backward_each(x, (indicator(wins) for _, wins, _ in plan))
-        for dx, (colour, wins, uncovered) in zip(calls, plan):  # calls first: read to its end
+        calls = self.backward_each(x, itertools.chain((indicator(wins) for _, wins, _ in plan), dense))
+        for (colour, wins, uncovered), dx in zip(plan, calls):  # plan first: no dense result read here
             if dx is None:
                 calls.close()
                 return None
@@ -87,7 +93,13 @@ class Prober:
             if np.count_nonzero(outside):  # rarely: then where (argwhere costs ~4 us even on nothing)
                 for b, i in np.argwhere(outside != 0).tolist():
                     unexplained.append((colour, b, int(uncovered[i]), float(dx[b, uncovered[i]])))
-        return Rows(obs, {}, set()), unexplained
+        results = []
+        for dx in calls:  # the dense calls, up to the first unusable one
+            if dx is None:
+                break
+            results.append(dx)
+        calls.close()
+        return Rows(obs, {}, set()), unexplained, results
 
     def nearest_windows(self, colour: int, cell: int, count: int) -> list[int]:
         """Windows of ``colour`` whose start is nearest (Chebyshev) to ``cell``."""
