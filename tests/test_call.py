@@ -269,3 +269,59 @@ def test_each_call_of_a_sequence_has_its_own_timeout():
     calls = ((np.ones(2), np.ones(1)) for _ in range(4))  # 0.8 s in all: over the limit only as a whole
     got = list(g.arrays(calls, shape=(2,), dtype=np.dtype(np.float64)))
     assert findings == [] and len(got) == 4 and all(v is not None for v in got)
+
+
+def test_a_mixed_sequence_settles_each_call_on_its_own_guard():
+    from symjac.check._call import call_each
+
+    findings: list[Finding] = []
+    fwd = Guard(lambda x: x * 2, "forward", ("x",), findings)
+    seen = []
+
+    def writes(x, dy):
+        seen.append(threading.current_thread().name)
+        x[0] = 7.0  # in place: a finding of the backward, not of the forward
+        return dy
+
+    bwd = Guard(writes, "backward", ("x", "dy"), findings)
+    x, dy = np.zeros(3), np.ones(3)
+    calls = [(fwd, (x,), (3,), x.dtype, "y"), (bwd, (x, dy), (3,), x.dtype, "dx")]
+    y, dx = call_each([fwd, bwd], calls, 24)
+    assert y.tolist() == [0.0, 0.0, 0.0] and dx.tolist() == [1.0, 1.0, 1.0]
+    assert (fwd.calls, bwd.calls) == (1, 1)
+    assert seen == ["symjac-call"]  # in the call thread
+    assert [f.category for f in findings] == ["mutates_inputs"] and "backward changed x" in findings[0].message
+    assert x.tolist() == [0.0, 0.0, 0.0]  # the call wrote into its own copy
+
+
+def test_a_raise_ends_a_mixed_sequence_and_the_family_pass_still_calls_the_backward():
+    # call_each stops at a raise (as a sequence of one callable does); verify's family pass
+    # then makes the backward call on its own, as two separate calls would.
+    from symjac.check._call import call_each
+
+    findings: list[Finding] = []
+    fwd = Guard(lambda x: 1 / 0, "forward", ("x",), findings)
+    bwd = Guard(lambda x, dy: dy, "backward", ("x", "dy"), findings)
+    x = np.zeros(3)
+    calls = [(fwd, (x,), (3,), x.dtype, "y"), (bwd, (x, x), (3,), x.dtype, "dx")]
+    assert list(call_each([fwd, bwd], calls, 24)) == [None]
+    assert (fwd.calls, bwd.calls) == (1, 0)
+
+    spec = symjac.Pool("avg", 2)
+    raised_at, backward_at = [], []
+
+    def forward(x):
+        if np.all(np.abs(x - 1) < 1e-6):  # the near-tie family's input, 1 + q·eps (no other input)
+            raised_at.append(x.copy())
+            raise ValueError("no negative inputs")
+        return x.reshape(1, 1, 2, 2, 2, 2).mean(axis=(3, 5))
+
+    def backward(x, dy):
+        backward_at.append(x.copy())
+        return np.repeat(np.repeat(dy / 4, 2, axis=2), 2, axis=3)
+
+    report = symjac.verify(spec, backward=backward, forward=forward, input_shape=(1, 1, 4, 4))
+    assert [f.category for f in report.findings] == ["bad_output"], report.findings
+    assert report.findings[0].family == "near_ties"
+    (x_near,) = raised_at
+    assert any(np.array_equal(x, x_near) for x in backward_at)  # the backward was still checked there
