@@ -84,6 +84,25 @@ def run_symjac(mode: str, size: int, trace: bool = False, cold: bool = True) -> 
     return seconds, report, peak
 
 
+def run_symjac_torch(mode: str, size: int, cold: bool = True) -> tuple[float, symjac.Report] | None:
+    """symjac.verify of PyTorch's own op, the one :func:`run_gradcheck` checks (through
+    ``symjac.frameworks.torch``: torch's autograd backward, float64), timed like
+    :func:`run_symjac`; None without torch."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return None
+    from symjac.frameworks import torch as adapter
+
+    spec, impl = adapter.avg_pool2d(K, S, P, count_include_pad=False) if mode == "avg" else adapter.max_pool2d(K, S, P)
+    if cold:
+        _symbolic.clear_caches()
+    t0 = time.perf_counter()
+    report = symjac.verify(spec, backward=impl.backward, forward=impl.forward, input_shape=(1, 1, size, size),
+                           dtype="float64")
+    return time.perf_counter() - t0, report
+
+
 def run_gradcheck(mode: str, size: int, repeat: int = 1) -> float | None:
     """torch.autograd.gradcheck (slow mode) of the same op at size², warmed at 4x4: the
     median of ``repeat`` timed runs (None without torch)."""
