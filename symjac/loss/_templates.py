@@ -15,6 +15,7 @@ from sympy.codegen.cfunctions import log1p
 from symjac._errors import SpecError
 from symjac.loss import _numbers
 
+from symjac.loss._softmax import SoftmaxTemplate
 from symjac.loss._spec import Loss, check_loss, _is_int
 
 # --------------------------------------------------------------------- templates
@@ -761,7 +762,16 @@ def _check_softmax_derivatives(z: Sequence[sympy.Symbol], t: Sequence[sympy.Symb
     return tuple(sources)
 
 
-def loss_template(loss: Loss, classes: int = 1) -> LossTemplate:
+#: What :func:`loss_template` gives: softmax_ce's is class-generic (symjac.loss._softmax).
+Template = LossTemplate | SoftmaxTemplate
+
+
+@functools.lru_cache(maxsize=64)
+def _softmax_template(classes: int) -> SoftmaxTemplate:
+    return SoftmaxTemplate(classes)
+
+
+def loss_template(loss: Loss, classes: int = 1) -> Template:
     """The SymPy template of one element of ``loss`` (``classes`` = C for softmax_ce).
 
     Example::
@@ -777,5 +787,7 @@ def loss_template(loss: Loss, classes: int = 1) -> LossTemplate:
             raise SpecError(f"classes={classes!r} is not valid: give the number of classes, an integer >= 1")
     else:
         classes = 1
+    if loss.kind == "softmax_ce":
+        return _softmax_template(int(classes))
     return _template(loss.kind, int(classes), bool(loss.log_input), bool(loss.log_target))
 
