@@ -166,3 +166,34 @@ def test_derivative_at_many_classes_matches_mpmath() -> None:
                 a = mpmath.mpf(0.75) * mpmath.mpf(label[i, j]) + mpmath.mpf(0.25) / 1000
                 want = (exps[j] / total - a) / 3
                 assert abs(_numbers.to_mpf(got[i, j]) - want) <= mpmath.mpf("1e-50") * (exps[j] / total + a)
+
+
+def test_to_numpy_rounds_to_bfloat16() -> None:
+    # Oracle: ml_dtypes' own float64 -> bfloat16 cast (round to nearest; none of these
+    # float64 values is a bfloat16 midpoint): 1/3, a normal value, beyond the range (inf),
+    # below half the smallest subnormal (0).
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf = np.dtype(ml_dtypes.bfloat16)
+    values = [mpmath.mpf(1) / 3, mpmath.mpf(-2.5), mpmath.mpf(10) ** 40, mpmath.mpf(10) ** -45]
+    with np.errstate(over="ignore"):
+        want = np.array([1 / 3, -2.5, 1e40, 1e-45]).astype(bf)
+    got = to_numpy(values, bf)
+    assert got.dtype == bf and got.tobytes() == want.tobytes()
+
+
+def test_verify_loss_in_bfloat16_with_a_forward_at_260_classes() -> None:
+    # The forward check rounds the exact loss to bfloat16 (to_numpy): it passes for the
+    # exact derivative rounded to bfloat16 and a float32 forward rounded to bfloat16.
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf = np.dtype(ml_dtypes.bfloat16)
+    pred, label = _inputs(2, 260)
+    pred = pred.astype(bf).astype(np.float64)
+    loss = symjac.Loss("softmax_ce")
+    values = to_numpy(symjac.loss_derivative(loss, pred, label)).astype(bf)
+
+    def forward(z: np.ndarray, t: np.ndarray) -> np.ndarray:
+        return np.asarray(_forward(loss, 260)(z.astype(np.float32), t.astype(np.float32)), dtype=bf)
+
+    report = symjac.verify_loss(loss, derivative=lambda z, y: values, forward=forward, pred=pred, label=label,
+                                dtype=bf)
+    assert report.ok, report

@@ -586,9 +586,10 @@ def to_numpy(values: Any, dtype: Any = np.float64) -> np.ndarray:
     round to nearest), not an OverflowError.
     """
     from symjac._exact import round_fraction
+    from symjac.check._rounding import finfo
 
     dt = np.dtype(dtype)
-    info = np.finfo(dt)
+    info = finfo(dt)  # bfloat16 included
     arr = np.asarray(values, dtype=object)
     out = np.empty(arr.size, dtype=dt)
     for i, v in enumerate(arr.reshape(-1)):
