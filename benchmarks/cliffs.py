@@ -395,6 +395,9 @@ for _kind in ("mse", "sigmoid_ce", "softmax_ce"):
     for _z in (1.0, 1e4, 1e6, 1e300):
         CASES.append((f"loss_derivative {_kind} |z|={_z:g}", "case_loss", [_kind, "derivative", _z, 2, 3]))
         CASES.append((f"verify_loss {_kind} |z|={_z:g}", "case_loss", [_kind, "forward", _z, 2, 3]))
+for _c in (10, 100, 1000):  # many classes: ImageNet's C = 1000
+    CASES.append((f"verify_loss softmax_ce 10 x {_c:,d} +forward", "case_loss", ["softmax_ce", "forward", 1.0, 10, _c]))
+CASES.append(("loss_derivative softmax_ce 10 x 1,000", "case_loss", ["softmax_ce", "derivative", 1.0, 10, 1000]))
 CASES.append(("verify_loss softmax_ce 10,000 x 10", "case_loss", ["softmax_ce", "verify", 1.0, 10_000, 10]))
 CASES.append(("verify_loss softmax_ce 10,000 x 10 +forward", "case_loss", ["softmax_ce", "forward", 1.0, 10_000, 10]))
 for _kind in ("mse", "sigmoid_ce"):
