@@ -78,6 +78,26 @@ def test_values_and_bounds_equal_the_explicit_sympy_build(classes: int, eps: flo
             assert _close(got_hb[classes + j], want[2]) and _close(_numbers.to_mpf(hrun[0, j]), want[2])
 
 
+def test_the_class_generic_derivation_rejects_a_wrong_form() -> None:
+    # derivation() proves the forms for every C (it runs when a template is built); its
+    # zero test tells an identity (h_j = W·p_j - a_j with W = Σ a_c, here a_j + a_k + rest)
+    # from a slip (W without the rest).
+    from symjac.loss import _softmax
+
+    (h,) = _softmax.derivation()
+    zj = next(s for s in h.free_symbols if s.name == "z_j")
+    zk = next(s for s in h.free_symbols if s.name == "z_k")
+    pos = sympy.Symbol("P", positive=True)
+    logs = {zj: sympy.log(pos), zk: sympy.log(sympy.Symbol("Q", positive=True))}
+    by_name = {s.name: s for s in h.free_symbols}
+    eps, n = by_name["epsilon"], by_name["C"]
+    a = {c: ((1 - eps) * by_name[f"t_{c}"] + eps / n) * by_name[f"w_{c}"] for c in "jk"}
+    rest = (1 - eps) * by_name["TW"] + eps / n * by_name["WS"]
+    p = sympy.exp(zj) / (sympy.exp(zj) + sympy.exp(zk) + by_name["s"])
+    assert _softmax._is_zero(h - ((a["j"] + a["k"] + rest) * p - a["j"]), logs)
+    assert not _softmax._is_zero(h - ((a["j"] + a["k"]) * p - a["j"]), logs)
+
+
 def _count_sympy(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record every differentiation and every lowering SymPy does."""
     calls: list[str] = []
@@ -109,8 +129,14 @@ def _inputs(rows: int, classes: int) -> tuple[np.ndarray, np.ndarray]:
 def test_sympy_work_does_not_grow_with_the_classes(monkeypatch: pytest.MonkeyPatch) -> None:
     # loss_derivative and verify_loss (with a forward: values, bounds of ℓ and h, finite
     # differences) differentiate and lower the same number of SymPy expressions at 3
-    # classes as at 50 (none: the class-generic forms are numeric).
+    # classes as at 50: none, once the class-generic derivation (11 differentiations, once
+    # per process, counted first) has run.
+    from symjac.loss import _softmax
+
     calls = _count_sympy(monkeypatch)
+    _softmax.derivation.cache_clear()
+    _softmax.derivation()
+    assert calls.count("diff") >= 11
     counts = []
     for classes in (3, 50):
         del calls[:]
@@ -121,7 +147,7 @@ def test_sympy_work_does_not_grow_with_the_classes(monkeypatch: pytest.MonkeyPat
                                     pred=pred, label=label)
         assert report.ok, report
         counts.append(len(calls))
-    assert counts[0] == counts[1]
+    assert counts[0] == counts[1] == 0
 
 
 def _forward(loss: symjac.Loss, classes: int) -> Any:

@@ -226,6 +226,66 @@ def _derivative_running_error(r: _Rows) -> np.ndarray:
     return np.asarray(out, dtype=object)
 
 
+def _is_zero(e: sympy.Expr, logs: dict[sympy.Symbol, sympy.Expr]) -> bool:
+    """Is e identically 0? With each z written as log P (P > 0) it is a rational function
+    of the P (plus terms in log, which cancel term by term): 0 iff its numerator expands to 0."""
+    return bool(sympy.expand(sympy.numer(sympy.together(sympy.expand(e.subs(logs))))) == 0)
+
+
+@functools.lru_cache(maxsize=1)
+def derivation() -> tuple[sympy.Expr, ...]:
+    """SymPy's proof, for every C at once, that the forms this module evaluates are ℓ's
+    derivatives: O(1) SymPy work, run once per process.
+
+    Any two classes j ≠ k are written out and every other class enters only through
+    sums that depend on neither: ``s = Σ e^{z_c}``, ``Σ t_c·w_c``, ``Σ t_c·w_c·z_c``,
+    ``Σ w_c``, ``Σ w_c·z_c`` (symbols), and C is a symbol. Then
+    ``ℓ = Σ_c a_c·(L - z_c)`` with ``a_c = (1 - ε)·t_c·w_c + (ε/C)·w_c``, SymPy
+    differentiates it, and each difference below must vanish identically:
+    ``h_j = dℓ/dz_j`` against ``(e^{z_j}·W_{-j} - a_j·D_{-j})/D`` (D = Σ e^{z_c}: shifting
+    every z by m multiplies numerator and denominator by e^{-m}); ``∂ℓ/∂t_j``,
+    ``∂ℓ/∂w_j``, ``∂ℓ/∂ε`` against :func:`_loss_condition`'s; ``∂h_j/∂x`` for x in
+    ``z_j, z_k, t_j, t_k, w_j, w_k, ε`` against :func:`_derivative_condition`'s.
+
+    Returns:
+      h_j as SymPy derived it (in the symbols above).
+
+    Raises:
+      AssertionError: a form is not the derivative.
+    """
+    real = functools.partial(sympy.Symbol, real=True)
+    zj, zk, tj, tk, wj, wk, eps = (real(x) for x in ("z_j", "z_k", "t_j", "t_k", "w_j", "w_k", "epsilon"))
+    tw, twz, ws, wz = (real(x) for x in ("TW", "TWZ", "WS", "WZ"))  # the other classes' sums
+    s, n = sympy.Symbol("s", positive=True), sympy.Symbol("C", positive=True, integer=True)
+    ej, ek = sympy.exp(zj), sympy.exp(zk)
+    d = ej + ek + s
+    big_l = sympy.log(d)
+    aj, ak, a_rest = ((1 - eps) * tj + eps / n) * wj, ((1 - eps) * tk + eps / n) * wk, (1 - eps) * tw + eps / n * ws
+    ell = aj * (big_l - zj) + ak * (big_l - zk) + (1 - eps) * (tw * big_l - twz) + eps / n * (ws * big_l - wz)
+    h = sympy.diff(ell, zj)
+    total, pj, pk = aj + ak + a_rest, ej / d, ek / d
+    d_eps = (wj / n - tj * wj) + (wk / n - tk * wk) + (ws / n - tw)  # Σ_c (1/C - t_c)·w_c
+    claims = [
+        (h, (ej * (ak + a_rest) - aj * (ek + s)) / d),
+        (sympy.diff(ell, tj), (1 - eps) * wj * (big_l - zj)),
+        (sympy.diff(ell, wj), ((1 - eps) * tj + eps / n) * (big_l - zj)),
+        (sympy.diff(ell, eps), (1 / n - tj) * wj * (big_l - zj) + (1 / n - tk) * wk * (big_l - zk)
+         + (ws * big_l - wz) / n - (tw * big_l - twz)),
+        (sympy.diff(h, zj), total * pj * (1 - pj)),
+        (sympy.diff(h, zk), -total * pj * pk),
+        (sympy.diff(h, tj), (1 - eps) * wj * (pj - 1)),
+        (sympy.diff(h, tk), (1 - eps) * wk * pj),
+        (sympy.diff(h, wj), ((1 - eps) * tj + eps / n) * (pj - 1)),
+        (sympy.diff(h, wk), ((1 - eps) * tk + eps / n) * pj),
+        (sympy.diff(h, eps), pj * d_eps - (1 / n - tj) * wj),
+    ]
+    logs = {zj: sympy.log(sympy.Symbol("P_j", positive=True)), zk: sympy.log(sympy.Symbol("P_k", positive=True))}
+    for got, want in claims:
+        if not _is_zero(got - want, logs):
+            raise AssertionError(f"softmax_ce: {want} is not SymPy's {got}")
+    return (h,)
+
+
 def _symbols(n: int) -> tuple[tuple[sympy.Symbol, ...], tuple[sympy.Symbol, ...], tuple[sympy.Symbol, ...]]:
     real = functools.partial(sympy.Symbol, real=True)
     z = tuple(real(f"z{c}") for c in range(n))
@@ -251,6 +311,7 @@ class SoftmaxTemplate:
     kink_fn: Callable[..., Any] | None = None
 
     def __init__(self, classes: int):
+        derivation()  # the forms are ℓ's derivatives for every C (once per process)
         self.classes = classes
         self.pred, self.label, self.params = _symbols(classes)
         # rounding_depth of the explicit forms (node by node as in _loss_running_error):
