@@ -1,11 +1,14 @@
 """Losses: a validated spec, exact SymPy expressions and derivatives, mpmath values.
 
 A :class:`Loss` says *which* loss is meant (kind, reduction, loss scale S, options).
-For every kind SymPy builds the per-element loss ``ℓ`` once (per number of classes
-for ``softmax_ce``) over symbols for the prediction, the label and the options, and
-differentiates it with :func:`sympy.diff`; nothing is differentiated by hand. The
-expressions are lowered with :func:`sympy.lambdify` to MPFR (:mod:`symjac.loss._numbers`:
-every element of the input at once, each operation correctly rounded to 200 bits) and
+For every element-wise kind SymPy builds the per-element loss ``ℓ`` once over symbols
+for the prediction, the label and the options, and differentiates it with
+:func:`sympy.diff`; nothing is differentiated by hand. ``softmax_ce`` is evaluated
+class-generically (:mod:`symjac.loss._softmax`): per class, short forms in the class's
+own numbers and per-row sums, which SymPy proves are ℓ's derivatives for every number
+of classes at once, so no SymPy work grows with C. The expressions are lowered
+with :func:`sympy.lambdify` to MPFR (:mod:`symjac.loss._numbers`: every element of
+the input at once, each operation correctly rounded to 200 bits) and
 evaluated at ``DPS`` = 60 significant digits on the exact rational values of the inputs
 (:class:`symjac.exact.ExactArray`); elements with an input beyond 2^24 in magnitude
 (beyond MPFR's exponent range once exponentiated) go through mpmath, element by

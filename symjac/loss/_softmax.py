@@ -1,11 +1,14 @@
 """softmax_ce evaluated class-generically: O(C) numbers per row, no SymPy work per class.
 
-The per-class SymPy template (:func:`symjac.loss._templates.loss_template`'s explicit
-forms, one symbol per class) grows with C: differentiating it, its condition sums and
-running errors are O(C) to O(C²) expressions, and lowering them with ``cse`` costs far
-more. Every quantity the evaluator needs is, per class j, a short formula in class j's
-own numbers and a few per-row aggregates, derived here once for every C and checked
-against the explicit build (``tests/test_softmax_classes.py``, C = 1..8).
+The explicit SymPy template (``symjac.loss._templates._template``: one symbol per
+class) grows with C: differentiating it, its condition sums and running errors are
+O(C) to O(C²) expressions, and lowering them with ``cse`` costs far more. Every
+quantity the evaluator needs is, per class j, a short formula in class j's own numbers
+and a few per-row sums: :func:`derivation` proves with SymPy, for every C at once, that
+they are ℓ's derivatives (O(1) SymPy work, once per process); the running errors
+follow the explicit forms' trees node by node (derived in the docstrings below); both
+equal the explicit build's values to 1e-40 (``tests/test_softmax_classes.py``, C = 1..8).
+The numbers are O(C) per row (O(rows·C) in all).
 
 Notation per row (C classes, logits ``z_c``, labels ``t_c``, weights ``w_c``, ε):
 
@@ -96,7 +99,6 @@ class _Rows:
         rows, n = z.shape
         self.n, self.z, self.t, self.w, self.eps = n, z, t, w, eps
         top = np.argmax(z, axis=1)
-        self.top = top
         self.m = z[np.arange(rows), top][:, None]
         self.x = ar.shift(z, self.m)
         self.e = ar.exp(self.x)  # e^0 = 1 exactly at the argmax
@@ -118,19 +120,6 @@ class _Rows:
     def derivative(self) -> np.ndarray:
         """``h_j = (E_j·W_{-j} - a_j·D_{-j}) / D`` per row and class."""
         return np.asarray((self.e * self.w_others - self.a * self.d_others) / self.d, dtype=object)
-
-    def loss_condition(self, h: np.ndarray) -> np.ndarray:
-        """``Σ_m |∂ℓ/∂x_m|·|x_m|`` over the 3C + 1 inputs: :func:`_loss_condition`."""
-        return _loss_condition(self, h)
-
-    def loss_running_error(self) -> np.ndarray:
-        return _loss_running_error(self)
-
-    def derivative_condition(self) -> np.ndarray:
-        return _derivative_condition(self)
-
-    def derivative_running_error(self) -> np.ndarray:
-        return _derivative_running_error(self)
 
     @functools.cached_property
     def l_abs(self) -> np.ndarray:
@@ -368,13 +357,13 @@ class SoftmaxTemplate:
         """[Σ_m |∂ℓ/∂x_m|·|x_m|, running_error(ℓ)] of every row."""
         with _numbers.context():
             r = self._rows(cols, _MPFR)
-            return [r.loss_condition(r.derivative()), r.loss_running_error()]
+            return [_loss_condition(r, r.derivative()), _loss_running_error(r)]
 
     def derivative_bounds_at(self, cols: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """(conditions, running errors) of every dℓ/dz_c, each shape (rows, classes)."""
         with _numbers.context():
             r = self._rows(cols, _MPFR)
-            return r.derivative_condition(), r.derivative_running_error()
+            return _derivative_condition(r), _derivative_running_error(r)
 
     def kink_values(self, cols: Sequence[np.ndarray]) -> list[np.ndarray]:
         return []
@@ -404,12 +393,12 @@ class SoftmaxTemplate:
     def loss_cond_fn(self, *args: Any) -> list[Any]:
         """mpmath: args -> [ℓ, Σ_m |∂ℓ/∂x_m|·|x_m|, running_error(ℓ)]."""
         r = self._row(args)
-        return [r.value()[0], r.loss_condition(r.derivative())[0], r.loss_running_error()[0]]
+        return [r.value()[0], _loss_condition(r, r.derivative())[0], _loss_running_error(r)[0]]
 
     def derivative_cond_fn(self, *args: Any) -> list[Any]:
         """mpmath: args -> [cond(h_c) for each c] + [running_error(h_c) for each c]."""
         r = self._row(args)
-        return list(r.derivative_condition()[0]) + list(r.derivative_running_error()[0])
+        return list(_derivative_condition(r)[0]) + list(_derivative_running_error(r)[0])
 
     def clarke_fn(self, *args: Any) -> list[Any]:
         h = self.derivative_fn(*args)
