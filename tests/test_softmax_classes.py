@@ -223,3 +223,48 @@ def test_verify_loss_in_bfloat16_with_a_forward_at_260_classes() -> None:
     report = symjac.verify_loss(loss, derivative=lambda z, y: values, forward=forward, pred=pred, label=label,
                                 dtype=bf)
     assert report.ok, report
+
+
+@pytest.mark.parametrize("labels, reduction, dtype, scale", [
+    ("probabilities", "mean", np.float32, 1),
+    ("indices", "none", np.float64, 8),
+    ("indices", "sum", np.float32, 0.5),
+])
+@pytest.mark.usefixtures("one_torch_thread")
+def test_torch_cross_entropy_at_300_classes_passes(labels: str, reduction: str, dtype: Any, scale: float) -> None:
+    # Oracle: PyTorch's F.cross_entropy (class weights, label smoothing 0.1, ignore_index
+    # for indices) as the forward, its autograd gradient times S as the derivative:
+    # verify_loss must pass them, finite differences included, at 300 classes.
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(300)
+    rows, classes = 4, 300
+    pred = np.round(rng.uniform(-4, 4, (rows, classes)) * 64) / 64
+    weight = np.round(rng.uniform(0.25, 2, classes) * 4) / 4
+    opts: dict[str, Any] = {"weight": tuple(weight), "label_smoothing": 0.1}
+    if labels == "indices":
+        label: np.ndarray = rng.integers(0, classes, rows)
+        label[1] = -100
+        opts.update(labels="indices", ignore_index=-100)
+    else:
+        raw = rng.random((rows, classes))
+        label = np.round(raw / raw.sum(1, keepdims=True) * 2**12) / 2**12
+    upstream = np.round(rng.uniform(-2, 2, rows) * 4) / 4 if reduction == "none" else None
+    loss = symjac.Loss("softmax_ce", reduction=reduction, scale=scale, **opts)
+
+    def run(x: Any, y: np.ndarray) -> Any:
+        return torch.nn.functional.cross_entropy(x, torch.from_numpy(y), weight=torch.tensor(weight, dtype=x.dtype),
+                                                 ignore_index=-100, reduction=reduction, label_smoothing=0.1)
+
+    def forward(z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return run(torch.from_numpy(z), y).numpy()  # type: ignore[no-any-return]
+
+    def derivative(z: np.ndarray, y: np.ndarray, u: np.ndarray | None = None) -> np.ndarray:
+        x = torch.from_numpy(z).requires_grad_(True)
+        (g,) = torch.autograd.grad(run(x, y), x, grad_outputs=None if u is None else torch.from_numpy(u))
+        return (g * scale).numpy()  # type: ignore[no-any-return]
+
+    report = symjac.verify_loss(loss, derivative=derivative, forward=forward, pred=pred, label=label,
+                                upstream=upstream, dtype=dtype)
+    assert report.ok, report
+    assert report.stats["fd_checked"] > 0
