@@ -222,7 +222,7 @@ def _is_zero(e: sympy.Expr, logs: dict[sympy.Symbol, sympy.Expr]) -> bool:
 
 
 @functools.lru_cache(maxsize=1)
-def derivation() -> tuple[sympy.Expr, ...]:
+def derivation() -> sympy.Expr:
     """SymPy's proof, for every C at once, that the forms this module evaluates are ℓ's
     derivatives: O(1) SymPy work, run once per process.
 
@@ -272,7 +272,7 @@ def derivation() -> tuple[sympy.Expr, ...]:
     for got, want in claims:
         if not _is_zero(got - want, logs):
             raise AssertionError(f"softmax_ce: {want} is not SymPy's {got}")
-    return (h,)
+    return h
 
 
 def _symbols(n: int) -> tuple[tuple[sympy.Symbol, ...], tuple[sympy.Symbol, ...], tuple[sympy.Symbol, ...]]:
@@ -287,9 +287,9 @@ class SoftmaxTemplate:
     """softmax_ce with C classes, for the evaluator: the interface of
     :class:`symjac.loss._templates.LossTemplate`, computed class-generically.
 
-    ``loss``, ``derivatives``, ``stable_loss`` and ``stable_derivatives`` are the explicit
-    per-class SymPy forms (built on first use, for display: O(C²) SymPy work); nothing
-    the evaluator or the verifier calls builds them.
+    ``loss`` and ``derivatives`` are the explicit per-class SymPy forms (built on first
+    use, for display: O(C²) SymPy work); nothing the evaluator or the verifier calls
+    builds them.
 
     Arguments of every function: ``z_0..z_{C-1}, t_0..t_{C-1}, w_0..w_{C-1}, ε`` (one
     array of MPFR numbers per symbol, or mpmath numbers for one row).
@@ -326,14 +326,6 @@ class SoftmaxTemplate:
     @property
     def derivatives(self) -> tuple[sympy.Expr, ...]:
         return self._explicit.derivatives
-
-    @property
-    def stable_loss(self) -> sympy.Expr:
-        return self._explicit.stable_loss
-
-    @property
-    def stable_derivatives(self) -> tuple[sympy.Expr, ...]:
-        return self._explicit.stable_derivatives
 
     def _rows(self, cols: Sequence[Any], ar: _Arithmetic) -> _Rows:
         n = self.classes
