@@ -268,3 +268,26 @@ def test_torch_cross_entropy_at_300_classes_passes(labels: str, reduction: str, 
                                 upstream=upstream, dtype=dtype)
     assert report.ok, report
     assert report.stats["fd_checked"] > 0
+
+
+def test_finite_difference_points_get_forward_bounds_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The stencil points z± need ℓ and its bound (the forward's), never dℓ/dz's bounds:
+    # those are formed for the base rows only (at most the 4 rows here), not for the
+    # 2 points of each of the 32 probes.
+    from symjac.loss._softmax import SoftmaxTemplate
+
+    rows_seen: list[int] = []
+    real = SoftmaxTemplate.derivative_bounds_at
+
+    def counting(self: SoftmaxTemplate, cols: Any) -> Any:
+        rows_seen.append(len(cols[0]))
+        return real(self, cols)
+
+    monkeypatch.setattr(SoftmaxTemplate, "derivative_bounds_at", counting)
+    pred, label = _inputs(4, 40)
+    loss = symjac.Loss("softmax_ce")
+    values = to_numpy(symjac.loss_derivative(loss, pred, label))
+    report = symjac.verify_loss(loss, derivative=lambda z, y: values, forward=_forward(loss, 40), pred=pred,
+                                label=label)
+    assert report.ok and report.stats["fd_checked"] == 32
+    assert sum(rows_seen) <= 4
