@@ -84,13 +84,15 @@ depend on C. Before, the template had one symbol per class, and its differentiat
 bound expressions and lowering grew as C² to C³. 10 rows x C classes, +forward, main
 at b693791 -> after (several runs, 2026-12-01):
 
-    C = 10                                 0.90                   0.05-0.06
-    C = 100                                209                    0.21
-    C = 1000                               (not finished)         1.9 (loss_derivative 0.15-0.25)
-    10,000 x 10                            1.5-1.6 (+forward 2.3-2.5)  1.2 (+forward 1.3)
+    C = 10                                 0.90                   0.04-0.05
+    C = 100                                209                    0.14-0.15
+    C = 1000                               (not finished)         1.1-1.2 (loss_derivative 0.23)
+    10,000 x 10                            1.5-1.6 (+forward 2.3-2.5)  1.1 (+forward 1.25)
 
-At C = 1000 most of the 1.9 s is the finite-difference oracle: 32 probes, each two
-rows of 1000 classes evaluated with their bounds (O(C) each).
+At C = 1000 most of the 1.1 s is the finite-difference oracle: 32 probes, each two
+rows of 1000 classes with ℓ and the forward's bound (O(C) each; dℓ/dz's bounds, which
+those points never need, took another 0.7 s before). loss_derivative's 0.23 s includes
+the derivation (~0.13 s, once per process).
 """
 
 from __future__ import annotations
