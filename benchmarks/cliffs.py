@@ -72,12 +72,27 @@ share (a Python int of colours per key), in one pass over the incidences.
 The loss rows run on random inputs (every element distinct) and the "+forward" rows
 add the forward check and the finite-difference oracle. Inputs stay integer numerators
 over one denominator (no Fraction per element; domain checks vectorised), floats
-become MPFR as 1·v, softmax_ce's derivatives come from a_c and 1 + Σ E_c formed once
-per element, the exponentials are shared by ℓ and dℓ/dz, and cond(ℓ) takes 4 SymPy
-differentiations instead of 3C + 1. What remains of softmax_ce +forward is ~0.9 s of
-MPFR work on the 100,000 entries, ~0.6 s of SymPy building the bound functions (once
-per process and class count), and the verdict's bounds and comparisons. The MPFR rows
-put the loss engine (gmpy2, whole arrays) next to mpmath element by element: 6.4-9.8x.
+become MPFR as 1·v, and sigmoid_ce's exponential is shared by ℓ and dℓ/dz. The MPFR
+rows put the loss engine (gmpy2, whole arrays) next to mpmath element by element:
+5.4-9.8x.
+
+softmax_ce is evaluated class-generically (symjac/loss/_softmax.py): per row the sums
+Σ E_c and Σ a_c and each class's leave-one-out sums, then a few operations per class
+for ℓ, dℓ/dz, their condition sums and running errors, so the numbers are O(rows·C),
+and the SymPy work (one class-generic derivation, ~0.13 s once per process) does not
+depend on C. Before, the template had one symbol per class, and its differentiation,
+bound expressions and lowering grew as C² to C³. 10 rows x C classes, +forward, main
+at b693791 -> after (several runs, 2026-12-01):
+
+    C = 10                                 0.90                   0.04-0.05
+    C = 100                                209                    0.14-0.15
+    C = 1000                               (not finished)         1.1-1.2 (loss_derivative 0.23)
+    10,000 x 10                            1.5-1.6 (+forward 2.3-2.5)  1.1 (+forward 1.25)
+
+At C = 1000 most of the 1.1 s is the finite-difference oracle: 32 probes, each two
+rows of 1000 classes with ℓ and the forward's bound (O(C) each; dℓ/dz's bounds, which
+those points never need, took another 0.7 s before). loss_derivative's 0.23 s includes
+the derivation (~0.13 s, once per process).
 """
 
 from __future__ import annotations
@@ -395,6 +410,9 @@ for _kind in ("mse", "sigmoid_ce", "softmax_ce"):
     for _z in (1.0, 1e4, 1e6, 1e300):
         CASES.append((f"loss_derivative {_kind} |z|={_z:g}", "case_loss", [_kind, "derivative", _z, 2, 3]))
         CASES.append((f"verify_loss {_kind} |z|={_z:g}", "case_loss", [_kind, "forward", _z, 2, 3]))
+for _c in (10, 100, 1000):  # many classes: ImageNet's C = 1000
+    CASES.append((f"verify_loss softmax_ce 10 x {_c:,d} +forward", "case_loss", ["softmax_ce", "forward", 1.0, 10, _c]))
+CASES.append(("loss_derivative softmax_ce 10 x 1,000", "case_loss", ["softmax_ce", "derivative", 1.0, 10, 1000]))
 CASES.append(("verify_loss softmax_ce 10,000 x 10", "case_loss", ["softmax_ce", "verify", 1.0, 10_000, 10]))
 CASES.append(("verify_loss softmax_ce 10,000 x 10 +forward", "case_loss", ["softmax_ce", "forward", 1.0, 10_000, 10]))
 for _kind in ("mse", "sigmoid_ce"):

@@ -4,7 +4,7 @@ Each test pins the property that keeps a case linear in its work: SymPy work per
 window class independent of the window's size, Python iterations bounded by
 sqrt(windows x slots), verify-path memory within c·nnz, loss precision independent
 of |z|, the finite-difference oracle's calls independent of the window size, loss
-inputs read without a Fraction per element, and softmax_ce's SymPy work per class 0.
+inputs read without a Fraction per element, and softmax_ce's SymPy work none per class (tests/test_softmax_classes.py).
 """
 
 from __future__ import annotations
@@ -482,23 +482,6 @@ def test_wrong_derivative_still_gets_full_bounds_everywhere() -> None:
     assert "c = 2" in report.findings[0].message
 
 
-def test_softmax_bounds_per_class_equal_their_own_sympy_build() -> None:
-    # Class j's bound functions are class 0's at swapped arguments. Oracle: cond and running
-    # error built by SymPy from dℓ/dz_j itself, lowered to mpmath, at a point with distinct
-    # logits, labels and weights.
-    from symjac.loss._templates import loss_template, running_error
-
-    tpl = loss_template(symjac.Loss("softmax_ce"), 3)
-    assert len(tpl._bound_derivatives) == 1
-    args = [mpmath.mpf(v) for v in (0.5, -1.25, 2.0, 0.25, 0.75, 0.0, 1.5, 0.5, 2.0, 0.125)]
-    with mpmath.workdps(60):
-        got = tpl.derivative_cond_fn(*args)
-        for j, h in enumerate(tpl.derivatives):
-            own = sympy.lambdify(tpl.symbols, [tpl._cond(h), running_error(h)], modules="mpmath")(*args)
-            assert abs(got[j] - own[0]) <= mpmath.mpf("1e-50") * abs(own[0])
-            assert abs(got[3 + j] - own[1]) <= mpmath.mpf("1e-50") * abs(own[1])
-
-
 def _count_fractions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count every Fraction built (Python 3.11 builds them all through __new__) and every
     ExactArray.to_fractions call (as -1)."""
@@ -596,49 +579,6 @@ def test_weighted_mean_over_class_indices_sums_the_labelled_rows_weights() -> No
     assert ev.denominator == Fraction(9)
     assert [float(v) for v in ev.derivative()[0]] == [-2 / 27, 1 / 27, 1 / 27]
     assert [float(v) for v in ev.derivative()[3]] == [0.0, 0.0, 0.0]
-
-
-@pytest.mark.parametrize("classes", [2, 3, 10])
-def test_softmax_loss_condition_differentiates_class_0_only(monkeypatch: pytest.MonkeyPatch, classes: int) -> None:
-    # cond(ℓ) = Σ_m |∂ℓ/∂x_m|·|x_m| over the 3C + 1 inputs takes 4 differentiations (z_0,
-    # t_0, w_0, ε; the other classes' by swapping symbols), and is the very expression
-    # the direct build (one sympy.diff per input) gives, so it lowers to the same code.
-    from symjac.loss import _templates
-
-    tpl = _templates._template("softmax_ce", classes, False, False)
-    tpl.__dict__.pop("_loss_cond_expr", None)
-    calls: list[object] = []
-    real = sympy.diff
-
-    def counting(*args: object, **kw: object) -> object:
-        calls.append(args[1])
-        return real(*args, **kw)
-
-    monkeypatch.setattr(_templates.sympy, "diff", counting)
-    fast = tpl._loss_cond_expr
-    assert len(calls) == 4
-    monkeypatch.setattr(_templates.sympy, "diff", real)
-    assert fast == tpl._cond(tpl.loss)
-
-
-@pytest.mark.parametrize("classes", [2, 3, 10, 12])
-def test_softmax_value_reads_the_exponentials_the_derivatives_take(classes: int) -> None:
-    # The lowered ℓ takes E_c = e^{z_c} (computed once per element for ℓ and dℓ/dz alike)
-    # and is otherwise the very code the direct lowering of the stable ℓ gives: the same
-    # operations in the same order on the same numbers, so the same MPFR values.
-    import inspect
-
-    from symjac.loss import _numbers, _templates
-
-    tpl = _templates._template("softmax_ce", classes, False, False)
-    direct = inspect.getsource(_numbers.lambdify(tpl.symbols, tpl._stable_exprs([tpl.stable_loss]))).split("\n", 1)
-    lowered = inspect.getsource(tpl._vec_value).split("\n", 1)
-    body = direct[1]
-    for c in range(classes):
-        body = body.replace(f"exp(z{c})", f"E{c}")
-    assert "exp(" in direct[1] and "exp(" not in lowered[1]
-    assert lowered[1] == body
-    assert lowered[0] == direct[0].replace("epsilon)", "epsilon, " + ", ".join(f"E{c}" for c in range(classes)) + ")")
 
 
 def test_sigmoid_ce_value_and_derivative_share_e_to_the_z() -> None:

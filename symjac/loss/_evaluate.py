@@ -1,11 +1,14 @@
 """Losses: a validated spec, exact SymPy expressions and derivatives, mpmath values.
 
 A :class:`Loss` says *which* loss is meant (kind, reduction, loss scale S, options).
-For every kind SymPy builds the per-element loss ``ℓ`` once (per number of classes
-for ``softmax_ce``) over symbols for the prediction, the label and the options, and
-differentiates it with :func:`sympy.diff`; nothing is differentiated by hand. The
-expressions are lowered with :func:`sympy.lambdify` to MPFR (:mod:`symjac.loss._numbers`:
-every element of the input at once, each operation correctly rounded to 200 bits) and
+For every element-wise kind SymPy builds the per-element loss ``ℓ`` once over symbols
+for the prediction, the label and the options, and differentiates it with
+:func:`sympy.diff`; nothing is differentiated by hand. ``softmax_ce`` is evaluated
+class-generically (:mod:`symjac.loss._softmax`): per class, short forms in the class's
+own numbers and per-row sums, which SymPy proves are ℓ's derivatives for every number
+of classes at once, so no SymPy work grows with C. The expressions are lowered
+with :func:`sympy.lambdify` to MPFR (:mod:`symjac.loss._numbers`: every element of
+the input at once, each operation correctly rounded to 200 bits) and
 evaluated at ``DPS`` = 60 significant digits on the exact rational values of the inputs
 (:class:`symjac.exact.ExactArray`); elements with an input beyond 2^24 in magnitude
 (beyond MPFR's exponent range once exponentiated) go through mpmath, element by
@@ -42,7 +45,7 @@ from symjac._exact import ExactArray
 
 from symjac.loss import _numbers
 from symjac.loss._spec import DPS, Loss, check_loss
-from symjac.loss._templates import LossTemplate, loss_template
+from symjac.loss._templates import Template, loss_template
 
 # -------------------------------------------------------------------- evaluation
 
@@ -97,7 +100,7 @@ class LossEvaluation:
     """
 
     loss: Loss
-    template: LossTemplate
+    template: Template
     pred: ExactArray
     columns: list[np.ndarray]
     counted: np.ndarray
@@ -412,7 +415,7 @@ def _numbers_of(raw: Any, exact: ExactArray) -> np.ndarray:
     return _numbers.from_exact(exact.num, exact.den)
 
 
-def _columns(tpl: LossTemplate, z: np.ndarray, t: np.ndarray | None, params_per_class: list[list[Fraction]],
+def _columns(tpl: Template, z: np.ndarray, t: np.ndarray | None, params_per_class: list[list[Fraction]],
              element_shape: tuple[int, ...]) -> list[np.ndarray]:
     """The template's arguments (pred, label, options) as columns over the flattened
     elements: one object array of MPFR numbers per template symbol."""
@@ -437,7 +440,7 @@ def _columns(tpl: LossTemplate, z: np.ndarray, t: np.ndarray | None, params_per_
 _FIELDS = ("elements", "element_cond", "element_run", "h", "h_lo", "h_hi", "h_cond", "h_run")
 
 
-def element_values(tpl: LossTemplate, cols: list[np.ndarray], *, values: bool = True, derivatives: bool = True,
+def element_values(tpl: Template, cols: list[np.ndarray], *, values: bool = True, derivatives: bool = True,
                    bounds: bool = False, bounds_of: tuple[str, ...] = ("loss", "derivative")) -> dict[str, np.ndarray]:
     """The template at a batch of elements (MPFR columns, see :func:`_columns`), as MPFR
     numbers: per element ``elements`` (ℓ; ``values``), ``element_cond``, ``element_run``
@@ -472,7 +475,7 @@ def element_values(tpl: LossTemplate, cols: list[np.ndarray], *, values: bool = 
     return out
 
 
-def _vectorised(tpl: LossTemplate, cols: list[np.ndarray], values: bool, derivatives: bool,
+def _vectorised(tpl: Template, cols: list[np.ndarray], values: bool, derivatives: bool,
                 bounds: tuple[str, ...]) -> dict[str, np.ndarray]:
     """:func:`element_values` for elements MPFR can hold, each function once over all of them."""
     got: dict[str, np.ndarray] = {}
@@ -491,7 +494,7 @@ def _vectorised(tpl: LossTemplate, cols: list[np.ndarray], values: bool, derivat
     return got
 
 
-def _element(tpl: LossTemplate, a: tuple[mpmath.mpf, ...], values: bool, derivatives: bool,
+def _element(tpl: Template, a: tuple[mpmath.mpf, ...], values: bool, derivatives: bool,
              bounds: bool) -> tuple[list[Any], list[list[Any]]]:
     """One element in mpmath: [ℓ, cond, run] and per derivative [h, lo, hi, cond, run]
     (zeros and Nones for what was not asked)."""
@@ -513,7 +516,7 @@ def _element(tpl: LossTemplate, a: tuple[mpmath.mpf, ...], values: bool, derivat
     return value, [[hv[c], lo[c], hi[c], hc[c], hc[n + c]] for c in range(n)]
 
 
-def _evaluate_elements(tpl: LossTemplate, cols: list[np.ndarray], counted: np.ndarray, pred_shape: tuple[int, ...],
+def _evaluate_elements(tpl: Template, cols: list[np.ndarray], counted: np.ndarray, pred_shape: tuple[int, ...],
                        values: bool, derivatives: bool, bounds: bool) -> dict[str, Any]:
     """The fields of :class:`LossEvaluation` that hold values (ignored rows are 0)."""
     element_shape = counted.shape
@@ -586,9 +589,10 @@ def to_numpy(values: Any, dtype: Any = np.float64) -> np.ndarray:
     round to nearest), not an OverflowError.
     """
     from symjac._exact import round_fraction
+    from symjac.check._rounding import finfo
 
     dt = np.dtype(dtype)
-    info = np.finfo(dt)
+    info = finfo(dt)  # bfloat16 included
     arr = np.asarray(values, dtype=object)
     out = np.empty(arr.size, dtype=dt)
     for i, v in enumerate(arr.reshape(-1)):

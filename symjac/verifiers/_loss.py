@@ -688,7 +688,7 @@ class _ForwardCheck:
             kept = [st for st, ok in zip(kept, smooth) if ok]
             cols = [c.reshape(-1, 3)[smooth].reshape(-1) for c in cols]
         got = element_values(ev.template, [c.reshape(-1, 3)[:, ::2].reshape(-1) for c in cols], values=True,
-                             derivatives=False, bounds=True)
+                             derivatives=False, bounds=True, bounds_of=("loss",))  # the forward bounds at z±
         for k, st in enumerate(kept):
             st.exact = [(got["elements"][2 * k + m], got["element_cond"][2 * k + m], got["element_run"][2 * k + m])
                         for m in (0, 1)]
