@@ -246,6 +246,25 @@ def test_every_call_made_is_counted_though_reading_stopped_early():
     assert g.calls == len(calls) >= 2  # the call thread may have run ahead of the reading
 
 
+def test_a_call_that_times_out_in_a_sequence_is_counted_once():
+    release, made = threading.Event(), []
+
+    def second_hangs(x, dy):
+        made.append(1)
+        if len(made) == 2:
+            release.wait(30)
+        return x
+
+    g, findings = _guard(second_hangs, timeout=0.3)
+    try:
+        got = list(g.arrays(((np.ones(2), np.ones(1)) for _ in range(4)), shape=(2,), dtype=np.dtype(np.float64)))
+    finally:
+        release.set()
+    assert got[0] is not None and got[1:] == [None]  # the sequence ends at the hung call
+    assert [f.category for f in findings] == ["timeout"]
+    assert g.calls == len(made) == 2
+
+
 def test_an_error_building_the_arguments_is_raised_not_a_finding():
     g, findings = _guard(lambda x, dy: x)
 

@@ -264,7 +264,7 @@ def _invoke_each(seq: _Sequence, timeout: float) -> Generator[tuple[str, Any, tu
         while True:
             item = seq.take(timeout)
             if item == "timeout":
-                call = seq.given[0] if seq.given else None  # None: still building its arguments
+                call = seq.given.popleft() if seq.given else None  # None: still building its arguments
                 yield "timeout", None, call[1] if call else (), call
                 return
             if item is None:
