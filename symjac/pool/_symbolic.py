@@ -514,10 +514,9 @@ def _route_by_members(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.
     member = max_members(geometry, xc, pads=pads_compete(geometry))
     k = member.shape[-1]
     slot = member.argmax(axis=-1) if tie == "first" else k - 1 - member[..., ::-1].argmax(axis=-1)
-    windows = np.arange(geometry.n_out)
-    cell = np.where(geometry.valid[windows, slot], geometry.cells[windows, slot], -1)
+    cell = geometry.cells[np.arange(geometry.n_out), slot]  # -1 at a slot outside the input: a pad cell
     xc, _ = _comparable(xc)
-    top = np.take_along_axis(xc, np.maximum(cell, 0), axis=1)
+    top = xc[np.arange(xc.shape[0])[:, None], np.maximum(cell, 0)]
     top[cell < 0] = 0  # a pad cell of pad_value=0 won: the window's max is that 0
     return np.where(cell >= 0, slot, -1), top, cell
 
