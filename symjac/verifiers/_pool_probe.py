@@ -28,19 +28,18 @@ Unexplained = list[tuple[int, int, int, float]]
 
 
 @functools.lru_cache(maxsize=8)
-def colour_plan(g: Geometry) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]:
-    """Per window colour: its windows, the input cells none of them reads (where a
-    probe's dx must be 0) and the windows' cells (``g.cells[windows]``). A function of
-    the geometry alone, so each verification at the same geometry reuses it (read-only
-    arrays; ~0.2 ms at 32x32, as much as a small implementation's call). Kept for the
-    last few geometries (O(colours x n_in + windows x K) each)."""
+def colour_plan(g: Geometry) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    """Per window colour: its windows and the input cells none of them reads (where a
+    probe's dx must be 0). A function of the geometry alone, so each verification at
+    the same geometry reuses it (read-only arrays; ~0.2 ms at 32x32, as much as a
+    small implementation's call). Kept for the last few geometries (O(colours x n_in) each)."""
     colours, n = window_colouring(g)
     order = np.argsort(colours, kind="stable")
     wins = np.split(order, np.cumsum(np.bincount(colours, minlength=n))[:-1])
     read = np.zeros((n, g.n_in), dtype=bool)  # read[c, cell]: some window of colour c reads it
     for line in lines(g):  # min(windows, slots) passes with O(line) temporaries
         read[colours[line.w], line.cells] = True
-    plan = tuple((wins[c], np.flatnonzero(~read[c]), g.cells[wins[c]]) for c in range(n))
+    plan = tuple((wins[c], np.flatnonzero(~read[c])) for c in range(n))
     for pair in plan:
         for a in pair:
             a.setflags(write=False)  # shared by every verification at this geometry
@@ -55,9 +54,9 @@ class Prober:
         self.colours, self.n_colours = window_colouring(g)
         self.one_hot_calls = 0
 
-    def plan(self) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]:
-        """Per window colour: its windows, the input cells none of them reads (where a
-        probe's dx must be 0) and their cells; built once per geometry (:func:`colour_plan`)."""
+    def plan(self) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+        """Per window colour: its windows and the input cells none of them reads (where a
+        probe's dx must be 0); built once per geometry (:func:`colour_plan`)."""
         return colour_plan(self.g)
 
     def probe(self, x: np.ndarray, dense: Sequence[np.ndarray] = ()) -> tuple[Rows, Unexplained, list[np.ndarray]] | None:
@@ -76,20 +75,20 @@ class Prober:
         obs = np.zeros((g.batch, g.n_out, g.cells.shape[1]))
         unexplained: Unexplained = []
         padded = np.zeros((g.batch, g.n_in + 1))  # column -1 stays 0: what an invalid slot (cell -1) reads
-        plan = [(colour, *entry) for colour, entry in enumerate(self.plan()) if entry[0].size]
+        plan = [(colour, wins, uncovered) for colour, (wins, uncovered) in enumerate(self.plan()) if wins.size]
 
         def indicator(wins: np.ndarray) -> np.ndarray:
             dy = np.zeros((g.batch, g.n_out))
             dy[:, wins] = 1.0
             return dy
 
-        calls = self.backward_each(x, itertools.chain((indicator(wins) for _, wins, _, _ in plan), dense))
-        for (colour, wins, uncovered, cells), dx in zip(plan, calls):  # plan first: no dense result read here
+        calls = self.backward_each(x, itertools.chain((indicator(wins) for _, wins, _ in plan), dense))
+        for (colour, wins, uncovered), dx in zip(plan, calls):  # plan first: no dense result read here
             if dx is None:
                 calls.close()
                 return None
             padded[:, :-1] = dx
-            obs[:, wins, :] = padded[:, cells]
+            obs[:, wins, :] = padded[:, g.cells[wins]]
             outside = dx[:, uncovered]
             if np.count_nonzero(outside):  # rarely: then where (argwhere costs ~4 us even on nothing)
                 for b, i in np.argwhere(outside != 0).tolist():
