@@ -10,8 +10,8 @@ with the forward, so the finite-difference oracle runs too, of the lowered refer
 :class:`BoxPool`, a fast NumPy k x k pool (probing needs one backward call per window
 colour, k² of them, so an O(nnz) backward would make verify O(k²·nnz)); loss rows time
 ``loss_derivative`` and ``verify_loss``; the last rows put symjac next to
-``torch.autograd.gradcheck`` (slow mode) on 3x3 pooling (benchmarks/verify.py's
-NumPy implementations). Verify rows also give the seconds spent inside the
+``torch.autograd.gradcheck`` (slow mode) on 3x3 pooling, symjac checking the same
+PyTorch op and benchmarks/verify.py's NumPy implementations. Verify rows also give the seconds spent inside the
 implementation's forward and backward (the rest is symjac's own work); engine rows
 give the CPU seconds too (wall time on a loaded machine overstates the work). The
 4096^2 row is beyond ``symjac.pool.MAX_NNZ``: it shows how fast it is refused. Peak RSS is the child's ``ru_maxrss``. A case that exceeds
@@ -19,50 +19,53 @@ give the CPU seconds too (wall time on a loaded machine overstates the work). Th
 
 Run: python benchmarks/cliffs.py [--timeout 120] [--only SUBSTRING]
 
-Measured on the 2-core shared VM, each case in its own process, seconds; "evening" =
-main at f8a548e (2026-11-30 evening), "night" = main after the night's work (max pooling
-routed axis by axis, colourings without pair lists, class keys by slot runs, golden data
-per distinct value, verify's own work at small shapes ~1 ms less), several runs each,
-load 0.6-1.8:
+Measured on the 2-core shared VM, each case in its own process, seconds; "night" =
+main at b693791 (2026-11-30 night), "morning" = main after 2026-12-01's work (fewer
+hand-overs to the call thread, small max tables routed from their tie sets, softmax_ce
+class-generic, the gradcheck rows on PyTorch's own op too), two full runs and reruns,
+load 0.2-1.3:
 
-    case                                   evening                night
-    verify max k15 s1 same 256^2           2.8-3.5, 946 MB        2.9-3.7, 941-972 MB
-    verify avg k15 s1 same 256^2           4.2-4.3, 910 MB        4.2-4.6, 908 MB
-    verify avg 3x3 1024^2                  3.0-3.5, 943 MB        3.1-4.0, 900-940 MB
-    verify avg k255 s1 same 1-D 16,000     305 (colouring), 797 MB  2.5-3.5, 531 MB
-    verify max k255 s1 same 1-D 16,000     (not run: same colouring) 1.8-2.0, 531 MB
-    verify global avg / max 256^2          0.21 / 0.20            0.20-0.27 / 0.19-0.22
-    verify adaptive 224^2, 256^2 -> 7^2    0.16-0.23              0.18-0.28
-    verify_loss softmax_ce 10,000 x 10     1.5 (+forward 2.3)     1.5-1.6 (+forward 2.3-2.5)
-    verify_loss mse 100,000                0.7 (+forward 1.0-1.2) 0.7 (+forward 0.9)
-    verify_loss sigmoid_ce 100,000         1.1-1.3 (+fwd 2.2-2.3) 1.0 (+forward 2.2)
-    engine avg k15 / 3x3 1024^2            0.85 / 0.37-0.46       0.70-0.83 / 0.39-0.74
-    engine max k3 / k7 / k15 256^2         0.024 / 0.12 / 0.11    0.014 / 0.016-0.018 / 0.019-0.025
-    engine max 3x3 64^2 / 1024^2           0.003 / 0.27           0.003-0.004 / 0.15-0.39
-    golden avg 3x3 512^2 npz / json        23 / 48, 4.2 GB        3.1-4.3 / 25-32, 1.3-1.6 GB
-    gradcheck / symjac, 32^2 avg / max     16-25x / 13-19x        20-24x / 16-19x
-    gradcheck / symjac, 48^2 avg / max     37-50x / 31-42x        50-60x / 39-45x
+    case                                   night                    morning
+    verify max k15 s1 same 256^2           2.9-3.7, 941-972 MB      3.0-3.1 (4.3 loaded), 935 MB
+    verify avg k15 s1 same 256^2           4.2-4.6, 908 MB          4.0-4.1, 903 MB
+    verify avg 3x3 1024^2                  3.1-4.0, 900-940 MB      3.3-3.9, 940-947 MB
+    verify avg / max k255 s1 same 1-D 16,000  2.5-3.5 / 1.8-2.0     2.5-2.6 / 1.8, 532 MB
+    verify global avg / max 256^2          0.20-0.27 / 0.19-0.22    0.20-0.23 / 0.18-0.21
+    verify adaptive 224^2, 256^2 -> 7^2    0.18-0.28                0.18-0.22
+    verify_loss softmax_ce 10,000 x 10     1.5-1.6 (+forward 2.3-2.5)  1.1-1.2 (+forward 1.3-1.4)
+    verify_loss mse 100,000                0.7 (+forward 0.9)       0.7 (+forward 1.0)
+    verify_loss sigmoid_ce 100,000         1.0 (+forward 2.2)       1.0 (+forward 2.3-2.4)
+    engine avg k15 / 3x3 1024^2            0.70-0.83 / 0.39-0.74    0.41-0.75 / 0.15-0.57
+    engine max k3 / k7 / k15 256^2         0.014 / 0.016-0.018 / 0.019-0.025  0.014-0.020 / 0.017-0.019 / 0.018-0.023
+    engine max 3x3 64^2 / 1024^2           0.003-0.004 / 0.15-0.39  0.003 / 0.16-0.25
+    golden avg 3x3 512^2 npz / json        3.1-4.3 / 25-32, 1.3-1.6 GB  3.2-3.4 / 29-31, 1.6 GB
+    gradcheck / symjac, 32^2 avg / max, NumPy impl   20-24x / 16-19x   22-27x / 17-22x
+    gradcheck / symjac, 32^2 avg / max, torch op     (no row)          34-45x / 27-31x
+    gradcheck / symjac, 48^2 avg / max, NumPy impl   50-60x / 39-45x   59-70x / 47-52x
+    gradcheck / symjac, 48^2 avg / max, torch op     (no row)          119-145x / 69-80x
 
 The verify rows run with the default ``timeout`` (calls in symjac's call thread, as
-users run them). The gradcheck rows are medians (7 symjac runs, 3 gradcheck runs); at
-32^2 gradcheck takes 0.19-0.20 s and symjac 10-12 ms for max: ~5 ms inside
-benchmarks/verify.py's NumPy implementation (34 calls for max: probes at x and at
-ties, dense confirmation twice, FD, two more input families), ~4.5-5 ms of its own
-work (max_route at 4 inputs ~0.6 ms, ~16 us of guard per call, exact rows and tie sets
-~0.3 ms per input, the generators ~0.25 ms) and 0.4-1 ms of hand-overs to the call
-thread. So >= 20x holds at 48^2 and for avg at 32^2; not for max at 32^2.
+users run them). The gradcheck rows are medians (7 symjac runs, 3 gradcheck runs), with
+PyTorch on one intra-op thread. "torch op": symjac checks the op gradcheck checks,
+``torch.nn.functional.{avg,max}_pool2d`` through ``symjac.frameworks.torch``; "NumPy
+impl": symjac checks benchmarks/verify.py's NumPy pool, whose calls take 0.1-0.17 ms
+(PyTorch's: 0.02-0.06 ms), ~5 of the ~10 ms for max at 32^2 (34 calls: probes at x
+and at ties, the dense confirmation twice, FD, two more input families). symjac's own
+work there is ~4.5 ms: the dense confirmation now rides on the probes' sequence and
+each family's forward and backward share one, 6 hand-overs to the call thread instead
+of 9 (~0.15 ms each), and small max tables (<= 2^15 window slots) take their first/last
+route from the tie sets the exact rows need anyway (0.11 -> 0.05 ms an input at 32^2).
 
-Engine rows: "again, templates built" is the same case run a second time in the
-process. Max pooling's first/last routes are found axis by axis (O(windows x sum_a
-K_a), no (windows, K) array): k15 fell from 112-473 ms (mostly page faults on its
-118 MB cell table) to ~20 ms, its RSS from 433 to 114 MB, so the max rows are judged per
-nnz (one entry a window), issue 11's unit. The large rows spread within 2.5x; 64^2's
-~3 ms is fixed cost (SymPy differentiating Max(a, r) once per process, ~1-1.5 ms cold,
-and ~30 small NumPy calls, ~2 ms in a fresh process even with the templates derived
-beforehand), which sets the max spread at 4.4-4.9x; the faster the large rows, the
-wider it gets. Per nnz the avg rows spread 2.0-4.6x: their large rows are dominated by
-first-touch page faults of fresh memory on this VM ("kernel" in the note: 0.6-0.8 s of
-avg k15's 0.7-0.8 s), which vary from run to run. No row grows faster than its nnz.
+Engine rows: "again" is the same case run three more times in the process (the median;
+templates kept, geometry rebuilt). Max per nnz (one entry a window): the cold rows
+spread 3.6-4.9x, all of it the 64^2 row's fixed cost (SymPy differentiating Max(a, r)
+once per process, ~1.1-1.4 ms, and cold code), while run again they spread 1.6-1.8x.
+avg per nnz: cold 2.3-11x, again 6.4-7.8x. avg's large rows are first-touch page faults
+of fresh memory ("kernel" in the note), from 0.02 to 0.7 s for the same case from run
+to run; with memory warm, the large kernels cost less than their nnz (k7, k15: 0.008
+us an nnz, a slab a kernel offset, at memory speed; 3x3 64^2: 0.05), the separable
+evaluation issue 11 asks for, so no fixed bound on the spread holds between 36,100 and
+14.3M nnz. No row grows faster than its nnz.
 
 The 1-D rows (audio: one second at 16 kHz, a kernel of 255) were a cliff in the window
 and input colourings, which listed every pair of windows sharing a cell: 16,000·255²
