@@ -211,15 +211,21 @@ def test_each_call_of_a_sequence_reads_the_original_input():
     assert not (seen[0] == 7.0).any()
 
 
-def test_a_call_that_hangs_inside_a_sequence_is_a_timeout():
-    release, calls = threading.Event(), []
+def _hangs_at(n, result):
+    """A backward whose n-th call waits (up to 30 s) for the returned event, and the list of its calls."""
+    release, made = threading.Event(), []
 
-    def third_hangs(x, dy):
-        calls.append(1)
-        if len(calls) == 3:
+    def backward(x, dy):
+        made.append(1)
+        if len(made) == n:
             release.wait(30)
-        return _avg3_backward(x, dy)
+        return result(x, dy)
 
+    return backward, release, made
+
+
+def test_a_call_that_hangs_inside_a_sequence_is_a_timeout():
+    third_hangs, release, _ = _hangs_at(3, _avg3_backward)
     try:
         report = symjac.verify(AVG3, backward=third_hangs, input_shape=(1, 1, 6, 6), timeout=0.3)
     finally:
@@ -247,14 +253,7 @@ def test_every_call_made_is_counted_though_reading_stopped_early():
 
 
 def test_a_call_that_times_out_in_a_sequence_is_counted_once():
-    release, made = threading.Event(), []
-
-    def second_hangs(x, dy):
-        made.append(1)
-        if len(made) == 2:
-            release.wait(30)
-        return x
-
+    second_hangs, release, made = _hangs_at(2, lambda x, dy: x)
     g, findings = _guard(second_hangs, timeout=0.3)
     try:
         got = list(g.arrays(((np.ones(2), np.ones(1)) for _ in range(4)), shape=(2,), dtype=np.dtype(np.float64)))
