@@ -484,6 +484,9 @@ def max_route(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarray,
       ``Pool(pad_value=0)`` won); the window's maximum, in ``xc``'s values (0 where a
       pad cell won); and the flat spatial input cell of the slot (-1 for none).
     """
+    check_tie(tie)
+    if tie not in ("first", "last"):
+        raise ValueError(f"tie={tie!r}: only first/last route to one slot a window")
     key = (geometry, xc.dtype.str, xc.shape, np.ascontiguousarray(xc).tobytes()) if xc.dtype != object else None
     last = _LAST_ROUTE.get(tie)
     if key is not None and last is not None and last[0] == key:
@@ -508,12 +511,7 @@ def _route_by_members(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.
     """:func:`max_route` from the tie sets: the first (last) member of each window's row-major
     slots is its first (last) maximal slot, as :func:`policy_support` picks it. With
     ``Pool(pad_value=0)`` pad slots compete, and a window they win routes to no input."""
-    check_tie(tie)
-    if tie not in ("first", "last"):
-        raise ValueError(f"tie={tie!r}: only first/last route to one slot a window")
-    member = max_members(geometry, xc, pads=pads_compete(geometry))
-    k = member.shape[-1]
-    slot = member.argmax(axis=-1) if tie == "first" else k - 1 - member[..., ::-1].argmax(axis=-1)
+    slot = _pick(max_members(geometry, xc, pads=pads_compete(geometry)), tie)
     cell = geometry.cells[np.arange(geometry.n_out), slot]  # -1 at a slot outside the input: a pad cell
     xc, _ = _comparable(xc)
     top = xc[np.arange(xc.shape[0])[:, None], np.maximum(cell, 0)]
@@ -547,9 +545,6 @@ def _max_route(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarray
     :func:`max_support` does. The choice carried from level to level is one int64,
     ``slot * n_in + cell``: slot and flat input cell are both sums of one term per axis.
     """
-    check_tie(tie)
-    if tie not in ("first", "last"):
-        raise ValueError(f"tie={tie!r}: only first/last route to one slot a window")
     tmpl = template("max", 2, 2)
     assert tmpl.tie_arg is not None
     pads = pads_compete(geometry)
@@ -661,12 +656,19 @@ def policy_support(member: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray
         count = member.sum(axis=-1)
         q = int(np.lcm.reduce(np.unique(count[count > 0]))) if (count > 0).any() else 1
         return member, (q // np.maximum(count, 1)).astype(np.int64), q
-    pick = member.argmax(axis=-1) if tie == "first" else n - 1 - member[..., ::-1].argmax(axis=-1)
+    pick = _pick(member, tie)
     has = member.any(axis=-1)
     support = np.zeros(member.shape, dtype=bool)
     rows = support.reshape(-1, n)  # a view: one row a window
     rows[np.arange(rows.shape[0]), pick.reshape(-1)] = has.reshape(-1)
     return support, np.ones(member.shape[:-1], dtype=np.int64), 1
+
+
+def _pick(member: np.ndarray, tie: str) -> np.ndarray:
+    """(..., windows) the first (``tie="first"``) or last member slot of each window's row-major tie set."""
+    if tie == "first":
+        return np.asarray(member.argmax(axis=-1))
+    return np.asarray(member.shape[-1] - 1 - member[..., ::-1].argmax(axis=-1))
 
 
 def policy_weights(member: np.ndarray, tie: str) -> tuple[np.ndarray, int]:

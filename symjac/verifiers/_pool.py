@@ -115,14 +115,6 @@ class _Verifier:
         for dx in self.bwd.arrays(calls, shape=g.input_shape, dtype=self.dtype, index_name="dx"):
             yield None if dx is None else g.to_canonical(dx.astype(np.float64, copy=False))  # dx is a copy
 
-    def backward(self, x: np.ndarray, dy_c: np.ndarray) -> np.ndarray | None:
-        """One backward call (:meth:`Guard.array`: lighter than a sequence of one)."""
-        assert self.bwd is not None
-        g = self.g
-        dx = self.bwd.array(x, g.from_canonical(dy_c.astype(self.dtype), g.out_spatial), shape=g.input_shape,
-                            dtype=self.dtype, index_name="dx")
-        return None if dx is None else g.to_canonical(dx.astype(np.float64, copy=False))  # dx is a copy
-
     def forward_each(self, xs: Iterable[np.ndarray]) -> Generator[np.ndarray | None, None, None]:
         """The implementation's forward at each x, the calls run back to back; float64 y or None."""
         assert self.fwd is not None
@@ -188,15 +180,15 @@ class _Verifier:
         return dy, dy_c
 
     # -- the passes, in the order run() takes them ---------------------------------------
-    def check_forward(self, x: np.ndarray, y: np.ndarray | None | bool = True) -> bool | None:
-        """The forward at x against the exact forward: exact for max, within γ_{n+1}·Σ|x|/d for avg,
-        within the derived bound for lp. ``y``: the forward's result at x if already called
-        (None: unusable), else True (call it here)."""
-        if self.fwd is None:
-            return None
+    def check_forward(self, x: np.ndarray) -> bool | None:
+        """The forward at x (one call) against the exact forward (:meth:`forward_verdict`)."""
+        return None if self.fwd is None else self.forward_verdict(x, self.forward(x))
+
+    def forward_verdict(self, x: np.ndarray, y: np.ndarray | None) -> bool:
+        """The forward's result ``y`` at x (None: unusable) against the exact forward: exact for
+        max, within γ_{n+1}·Σ|x|/d for avg, within the derived bound for lp."""
         g = self.g
-        y = self.forward(x) if y is True else y
-        if y is None or y is False:
+        if y is None:
             return False
         y_c = g.to_canonical(y, g.out_spatial)
         self.forward_at = (x, y_c)  # the finite differences start from it
@@ -237,19 +229,19 @@ class _Verifier:
     def backward_pass(self, x: np.ndarray, context: str,
                       dense: list[np.ndarray]) -> tuple[Rows, ExactRows, list[np.ndarray | None]] | None:
         """Probe, attribute, confirm with each dense dy (the first one twice), classify."""
-        # the dense calls ride on the probes' sequence: the first dy twice (determinism)
-        probed = self.prober.probe(x, dense[:1] + dense)
+        calls = dense[:1] + dense  # ride on the probes' sequence, the first dense dy twice (determinism)
+        probed = self.prober.probe(x, calls)
         if probed is None:
             return None
         rows, unexplained, found = probed
-        got: list[np.ndarray | None] = list(found)
-        got += [None] * (len(dense) + bool(dense) - len(got))  # None: unusable (flagged), and the rest uncalled
+        got: list[np.ndarray | None] = [*found, *[None] * (len(calls) - len(found))]  # None: unusable, or uncalled
+        again = got.pop(1) if dense else None
         exact = exact_rows(self.g, x, self.dtype, self.exact(x) if self.g.spec.mode == "max" else None)
         self.exact_at = None  # x's last exact use: hold no copy through the passes' (B, W, K) arrays
         suspects = self.prober.attribute(x, rows, unexplained, lambda r: self.diagnosis.mismatches(r, exact))
         results: list[np.ndarray | None] = []
-        for i, dy in enumerate(dense):
-            dx, off = self.confirm(rows, dy, got[i + bool(i)], got[1] if i == 0 else None)
+        for i, (dy, dx) in enumerate(zip(dense, got)):
+            dx, off = self.confirm(rows, dy, dx, again if i == 0 else None)
             results.append(dx)
             if off.size:
                 suspects = self.rediagnose(x, rows, exact, suspects, dy, dx, off)
@@ -367,7 +359,7 @@ class _Verifier:
         x = generate_input(g, family, self.dtype, seed)
         dy, dy_c = self.dense_dy(family, seed) if check_bwd else (None, None)
         y, dx = self.forward_backward(x, dy_c if check_bwd else None, check_fwd)
-        forward_ok = self.check_forward(x, y) if check_fwd else None
+        forward_ok = self.forward_verdict(x, y) if check_fwd else None
         if dx is not None and dy is not None:
             self.dense_check(x, dy, dx)
         self.tag(start, family, f"at {FAMILY_NAMES[family]} inputs")
