@@ -77,3 +77,24 @@ def test_golden_bfloat16_bits_match_torch_rounding(tmp_path):
         exact = [float(Fraction(v)) for v in doc["arrays"][name]["exact"]]
         want = torch.tensor(exact, dtype=torch.float64).to(torch.bfloat16).view(torch.int16).numpy().view("<u2")
         assert bits.tolist() == want.tolist(), name
+
+
+def test_verify_loss_takes_bfloat16_arrays_as_it_takes_their_float64_values():
+    # ml_dtypes' bfloat16 has dtype kind "V": verify_loss refused such pred/label arrays
+    # ("give real numbers"); their values widen exactly to float64, which it always took.
+    loss = symjac.Loss("softmax_ce")
+    pred = np.array([[0.5, -1.0, 2.0], [0.25, 3.0, -0.5]], dtype=BF16)  # dyadic: exact in bfloat16
+    label = np.array([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]], dtype=BF16)
+
+    def exact(z, y):
+        return np.asarray(symjac.loss_derivative(loss, z.astype(float), y.astype(float)), dtype=float).astype(z.dtype)
+
+    def doubled(z, y):
+        return (2 * exact(z, y).astype(float)).astype(z.dtype)
+
+    for derivative, categories in ((exact, []), (doubled, ["wrong_scale"])):
+        as_bf16 = symjac.verify_loss(loss, derivative=derivative, pred=pred, label=label, dtype="bfloat16")
+        as_f64 = symjac.verify_loss(loss, derivative=derivative, pred=pred.astype(np.float64),
+                                    label=label.astype(np.float64), dtype="bfloat16")
+        assert as_bf16.categories() == as_f64.categories() == categories
+        assert as_bf16.stats["inputs_rounded"] is as_f64.stats["inputs_rounded"] is False

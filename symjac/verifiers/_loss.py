@@ -53,7 +53,7 @@ from symjac._errors import InputError
 from symjac._exact import round_fractions, to_fraction
 from symjac.check._report import Finding, Report
 from symjac.check._call import DEFAULT_TIMEOUT, Guard, same, sha256
-from symjac.check._rounding import finfo, float_dtype, ulp_mp, ulps
+from symjac.check._rounding import finfo, float_dtype, is_float, ulp_mp, ulps
 from symjac.loss import _numbers
 from symjac.loss._bounds import Bounds, ForwardSums
 from symjac.loss._evaluate import LossEvaluation, _index, complete_inputs, element_values, evaluate, to_numpy
@@ -194,7 +194,8 @@ def prepare_inputs(
     def cast(name: str, a: Any) -> np.ndarray:
         nonlocal rounded
         src = np.asarray(a)
-        if src.dtype.kind not in "fiub" and src.dtype != object:
+        real_float = src.dtype.kind == "f" or is_float(src.dtype)  # bfloat16 (ml_dtypes) has kind "V"
+        if src.dtype.kind not in "iub" and src.dtype != object and not real_float:
             raise InputError(f"{name} has dtype {src.dtype}; give real numbers")
         if src.dtype == object:  # exact numbers (Fractions from spec files): rounded once, each checked
             exact = np.array([to_fraction(v, name) for v in src.reshape(-1)], dtype=object)
@@ -206,8 +207,7 @@ def prepare_inputs(
         except (TypeError, ValueError) as exc:
             raise InputError(f"{name} could not be converted to {dt.name}: {exc}") from None
         with np.errstate(invalid="ignore"):
-            if src.dtype.kind == "f" and not np.array_equal(out.astype(np.float64), src.astype(np.float64),
-                                                           equal_nan=True):
+            if real_float and not np.array_equal(out.astype(np.float64), src.astype(np.float64), equal_nan=True):
                 rounded = True
         return out
 
