@@ -306,6 +306,33 @@ def test_explain_softmax_ce_omits_unset_weights_and_smoothing(tmp_path):
     assert "where w0 = 1, w1 = 2, epsilon = 1/10" in r.stdout
 
 
+def test_explain_softmax_ce_over_many_classes_prints_the_class_generic_forms(tmp_path, monkeypatch):
+    # 300 classes written out would be 300 derivatives of 300-term sums (O(C^2) SymPy work:
+    # 6.7 s at C = 40); above EXPLICIT_CLASSES explain prints the forms SymPy derives for
+    # every C at once, classes j and k written out, the others as sums, and builds no
+    # per-class template.
+    from symjac.io._explain import explain
+    from symjac.io._specfile import load
+    from symjac.loss import _templates
+
+    def no_template(*args):
+        raise AssertionError("the per-class template was built")
+
+    monkeypatch.setattr(_templates, "loss_template", no_template)
+    spec = tmp_path / "sce.toml"
+    row, label = ", ".join(["0.5"] * 300), ", ".join(["1.0"] + ["0.0"] * 299)
+    spec.write_text(f'[operator]\nkind = "loss"\nloss = "softmax_ce"\n[input]\npred = [[{row}]]\nlabel = [[{label}]]\n')
+    text = explain(load(spec).cases[0])
+    assert "per-row loss over C = 300 classes" in text and "epsilon" not in text and "w_j" not in text
+    # unit weights and no smoothing: dl/dz_j = p_j (t_j + t_k + TW) - t_j, with p_j = e^{z_j}/(s + e^{z_j} + e^{z_k})
+    # (SymPy prints it expanded; the proof that it is the derivative: tests/test_softmax_classes.py)
+    assert "dl/dz_j = TW*exp(z_j)/(s + exp(z_j) + exp(z_k)) + t_j*(-1 + exp(z_j)/(s + exp(z_j) + exp(z_k)))" in text
+    spec.write_text(spec.read_text().replace('loss = "softmax_ce"', 'loss = "softmax_ce"\nlabel_smoothing = "0.1"\n'
+                                             f'weight = [{", ".join(["1"] * 299)}, 2]'))
+    text = explain(load(spec).cases[0])
+    assert "where epsilon = 1/10, w = (1, 1, " in text and ", 2)" in text and "w_j" in text
+
+
 # ------------------------------------------------------------ graph
 
 def test_graph_says_which_case_it_drew_and_takes_case(tmp_path):

@@ -46,6 +46,12 @@ def explain_pool(case: Any, latex: bool = False) -> str:
     return "\n".join(lines)
 
 
+#: Up to this many classes ``explain`` writes softmax_ce out class by class (C
+#: derivatives of C-term sums: O(C²) SymPy work and text); above it, the class-generic
+#: forms SymPy derives for every C at once (:func:`symjac.loss._softmax.derivation`).
+EXPLICIT_CLASSES = 8
+
+
 def explain_loss(case: Any, latex: bool = False) -> str:
     """The per-element loss and its derivative, as SymPy built them."""
     from symjac.loss._templates import loss_template
@@ -54,6 +60,8 @@ def explain_loss(case: Any, latex: bool = False) -> str:
     pred = case.inputs.get("pred")
     classes = int(np.asarray(pred).shape[-1]) if loss.kind == "softmax_ce" and pred is not None else (
         2 if loss.kind == "softmax_ce" else 1)
+    if classes > EXPLICIT_CLASSES:
+        return _explain_softmax_generic(case, classes, latex)
     t = loss_template(loss, classes)
     unset, given = _parameters(loss, t)
     lines = [f"{case.name}: {loss!r}", "per-element loss:", f"  {_render(t.loss.xreplace(unset), latex)}"]
@@ -64,6 +72,38 @@ def explain_loss(case: Any, latex: bool = False) -> str:
         lhs = sympy.Derivative(sympy.Symbol("l"), z) if latex else f"dl/d{z}"
         lines.append(f"  {_equation(lhs, d.xreplace(unset), latex)}")
     lines.append(f"emitted derivative = S * dL/dpred with S = {loss.scale} (after the {loss.reduction!r} reduction)")
+    return "\n".join(lines)
+
+
+def _explain_softmax_generic(case: Any, classes: int, latex: bool) -> str:
+    """softmax_ce over many classes: ℓ and dℓ/dz_j as SymPy derives them for every C, with
+    classes j and k written out and the others through sums over c ≠ j, k."""
+    from symjac.loss._softmax import derivation
+
+    loss = case.operator
+    ell, h = derivation()
+    by_name = {str(s): s for s in ell.free_symbols | h.free_symbols}
+    sub: dict[Any, Any] = {by_name["C"]: classes}
+    given = []
+    if loss.label_smoothing:
+        eps = loss.label_smoothing
+        given.append(_equation(by_name["epsilon"], sympy.Rational(eps.numerator, eps.denominator), latex))
+    else:
+        sub[by_name["epsilon"]] = 0
+    if loss.weight is None:
+        sub.update({by_name["w_j"]: 1, by_name["w_k"]: 1, by_name["WS"]: classes - 2})
+    else:
+        given.append("w = (" + ", ".join(str(sympy.Rational(w.numerator, w.denominator)) for w in loss.weight) + ")")
+    lines = [f"{case.name}: {loss!r}",
+             f"per-row loss over C = {classes} classes, as SymPy derives it for every C (classes j, k written "
+             "out; over the other classes c: s = sum exp(z_c), TW = sum t_c*w_c, TWZ = sum t_c*w_c*z_c, "
+             "WS = sum w_c, WZ = sum w_c*z_c):",
+             f"  {_render(ell.xreplace(sub), latex)}"]
+    if given:
+        lines.append("where " + ", ".join(given))
+    lhs = sympy.Derivative(sympy.Symbol("l"), by_name["z_j"]) if latex else "dl/dz_j"
+    lines += ["derivative (every class alike):", f"  {_equation(lhs, h.xreplace(sub), latex)}",
+              f"emitted derivative = S * dL/dpred with S = {loss.scale} (after the {loss.reduction!r} reduction)"]
     return "\n".join(lines)
 
 

@@ -222,7 +222,7 @@ def _is_zero(e: sympy.Expr, logs: dict[sympy.Symbol, sympy.Expr]) -> bool:
 
 
 @functools.lru_cache(maxsize=1)
-def derivation() -> sympy.Expr:
+def derivation() -> tuple[sympy.Expr, sympy.Expr]:
     """SymPy's proof, for every C at once, that the forms this module evaluates are ℓ's
     derivatives: O(1) SymPy work, run once per process.
 
@@ -237,7 +237,7 @@ def derivation() -> sympy.Expr:
     ``z_j, z_k, t_j, t_k, w_j, w_k, ε`` against :func:`_derivative_condition`'s.
 
     Returns:
-      h_j as SymPy derived it (in the symbols above).
+      ℓ, and h_j as SymPy derived it (in the symbols above).
 
     Raises:
       AssertionError: a form is not the derivative.
@@ -272,7 +272,7 @@ def derivation() -> sympy.Expr:
     for got, want in claims:
         if not _is_zero(got - want, logs):
             raise AssertionError(f"softmax_ce: {want} is not SymPy's {got}")
-    return h
+    return ell, h
 
 
 def _symbols(n: int) -> tuple[tuple[sympy.Symbol, ...], tuple[sympy.Symbol, ...], tuple[sympy.Symbol, ...]]:
