@@ -75,7 +75,7 @@ class Stamp:
 
         A one-slot-a-window stamp builds it on demand from :attr:`slot`, O(windows x K):
         only readers of whole rows ask (the verifier's exact rows, the window graph);
-        the Jacobian, VJP and forward go by :attr:`slot` and :attr:`pairs`.
+        the Jacobian, VJP and forward go by :attr:`slot` and :attr:`entries`.
         """
         if self.mask is not None:
             return self.mask
@@ -94,19 +94,23 @@ class Stamp:
         return int(self.weight.shape[0])
 
     @functools.cached_property
-    def pairs(self) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
-        """Per slice of the support, the window and the cell of each nonzero entry
-        (window-major): what a sparse support is scattered over."""
-        out = []
-        for b in range(self.depth):
-            if self.slot is not None:  # one slot a window at most: O(windows)
-                assert self.cell is not None
-                w = np.flatnonzero(self.slot[b] >= 0)
-                out.append((w, self.cell[b, w]))
-            else:
-                w, k = np.nonzero(self.support[b])
-                out.append((w, self.geometry.cells[w, k]))
-        return tuple(out)
+    def entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The support's nonzero entries over every slice at once, slice-major, then window,
+        then slot (row-major): (slice, window, input cell), each (nnz of the stamp,).
+        What a sparse support is scattered over, with no Python step per slice."""
+        g = self.geometry
+        if self.slot is not None:  # one slot a window at most: O(windows), no (windows, K) pass
+            assert self.cell is not None
+            flat = np.flatnonzero(self.slot >= 0)
+            sl, w = np.divmod(flat, g.n_out) if self.depth > 1 else (_zeros(flat.size), flat)
+            return sl, w, self.cell.reshape(-1)[flat]
+        support = self.support
+        per_window = np.count_nonzero(support, axis=2).reshape(-1)
+        w = np.repeat(np.tile(np.arange(g.n_out), self.depth), per_window)
+        if self.depth == 1:
+            return _zeros(w.size), w, g.cells[support[0]]
+        sl = np.repeat(np.arange(self.depth), per_window.reshape(self.depth, -1).sum(axis=1))
+        return sl, w, np.broadcast_to(g.cells, support.shape)[support]
 
     @functools.cached_property
     def size(self) -> int:
@@ -120,6 +124,11 @@ class Stamp:
         if self.slot is not None:
             return np.where(self.slot[:, line.w] == line.k, self.weight[:, line.w], 0)
         return np.where(self.support[:, line.w, line.k], self.weight[:, line.w], 0)
+
+
+def _zeros(n: int) -> np.ndarray:
+    """n zeros of one slice's entries, as a read-only view of a single 0 (no n-sized array)."""
+    return np.broadcast_to(np.intp(0), (n,))
 
 
 def _input(geometry_or_spec: Any, x: Any, name: str = "x") -> tuple[Geometry, ExactArray | None]:
@@ -245,22 +254,36 @@ def _apply_slabs(st: Stamp, s: np.ndarray, acc: np.ndarray, transpose: bool, box
 
 
 def _apply_pairs(st: Stamp, s: np.ndarray, acc: np.ndarray, transpose: bool) -> None:
-    """:func:`_accumulate` over the support's own (window, slot) pairs, one slice at a time.
+    """:func:`_accumulate` over the support's own (window, slot) pairs, every slice at once.
 
     For a sparse support (max pooling's one slot a window, or any x-dependent
     support) this is O(support) instead of O(windows x K) lines; pairs may share a
     cell, so the scatter is ``np.add.at`` (exact on int64 and on Python ints), or ``np.bincount`` into floats.
     """
-    g = st.geometry
-    for b in range(g.batch):
-        sb = min(b, st.depth - 1)
-        w, cells = st.pairs[sb]
-        coeff = st.weight[sb, w].astype(acc.dtype)
-        target, terms = (cells, s[b, w] * coeff) if transpose else (w, s[b, cells] * coeff)
-        if acc.dtype.kind == "f":  # float sums in any order (bincount is ~5x faster than add.at)
-            acc[b] += np.bincount(target, weights=terms, minlength=acc.shape[1])
-        else:  # exact on int64 and on Python ints
-            np.add.at(acc[b], target, terms)
+    b, w, cells, coeff = _batch_entries(st)
+    coeff = coeff.astype(acc.dtype)
+    target, terms = (cells, s[b, w] * coeff) if transpose else (w, s[b, cells] * coeff)
+    if acc.dtype.kind == "f":  # float sums in any order (bincount is ~5x faster than add.at)
+        acc += np.bincount(_flat(b, target, acc.shape), weights=terms, minlength=acc.size).reshape(acc.shape)
+    else:  # exact on int64 and on Python ints
+        np.add.at(acc, (b, target), terms)
+
+
+def _flat(b: np.ndarray, target: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Flat positions ``b * shape[1] + target`` in a (batch, n) array (``target`` itself for one slice)."""
+    return target if shape[0] == 1 else b * shape[1] + target
+
+
+def _batch_entries(st: Stamp) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:attr:`Stamp.entries` for every batch slice (a stamp of depth 1 serves them all) with
+    each entry's integer weight: (batch index, window, input cell, weight)."""
+    sl, w, cells = st.entries
+    weight = st.weight[0, w] if st.depth == 1 else st.weight[sl, w]
+    batch = st.geometry.batch
+    if st.depth == batch:
+        return sl, w, cells, weight
+    n = w.size  # depth 1: the same entries in every slice
+    return np.repeat(np.arange(batch), n), np.tile(w, batch), np.tile(cells, batch), np.tile(weight, batch)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -350,28 +373,21 @@ def _sparse(st: Stamp) -> SparseJacobian:
     distinct, inverse = _unique_int64(st.weight.reshape(-1))
     id_type = next(t for t in (np.int8, np.int16, np.int32, np.int64) if distinct.size <= np.iinfo(t).max + 1)
     weight_ids = inverse.astype(id_type).reshape(st.weight.shape)
-    rows, cols, ids = [], [], []
-    for b in range(g.batch):
-        s = min(b, st.depth - 1)
-        if b == 0 or st.depth > 1:
-            # Boolean-mask reads go row-major (window, then slot): no (w, k) index pair arrays.
-            if st.slot is not None:  # one entry a window at most: O(windows), no (windows, K) pass
-                w, cells = st.pairs[s]
-                wid = weight_ids[s][w]
-            else:
-                support = st.support[s]
-                per_window = _valid_counts(g) if st.full else np.count_nonzero(support, axis=1)
-                w = np.repeat(np.arange(g.n_out), per_window)
-                cells = g.cells[support]
-                wid = np.repeat(weight_ids[s], per_window)
-                del support, per_window
-        first = b == 0 and not g.trail  # flat index = canonical index: no copy
-        rows.append(w if first else g.flat_index(np.asarray(b), w, g.out_spatial))
-        cols.append(cells if first else g.flat_index(np.asarray(b), cells, g.in_spatial))
-        ids.append(wid)
-    del w, cells, wid
-    row, col, vid = (a[0] if len(a) == 1 else np.concatenate(a) for a in (rows, cols, ids))
-    del rows, cols, ids
+    # every slice at once, slice-major, window-major, slots row-major (a depth-1 stamp repeated per slice)
+    if st.depth == 1 and st.full:  # no per-entry slice array: (window, slot) pairs read row-major
+        w = np.repeat(np.arange(g.n_out), _valid_counts(g))
+        b, cells, vid = None, g.cells[g.valid], np.repeat(weight_ids[0], _valid_counts(g))
+    else:
+        sl, w, cells = st.entries
+        b, vid = sl, weight_ids[0, w] if st.depth == 1 else weight_ids[sl, w]
+    if g.batch > 1 and st.depth == 1:
+        n = w.size
+        b, w, cells, vid = np.repeat(np.arange(g.batch), n), np.tile(w, g.batch), np.tile(cells, g.batch), np.tile(vid, g.batch)
+    if b is None or (g.batch == 1 and not g.trail):  # one slice: flat index = canonical index, no copy
+        row, col = w, cells
+    else:
+        row, col = g.flat_index(b, w, g.out_spatial), g.flat_index(b, cells, g.in_spatial)
+    del b, w, cells
     if math.prod(g.trail) > 1:  # channels_last with several channels: rows interleave
         order = np.argsort(row, kind="stable")
         row, col, vid = row[order], col[order], vid[order]
@@ -492,11 +508,10 @@ def vjp_terms(geometry: Geometry, x: ExactArray | None, dy: ExactArray) -> tuple
         _accumulate(dataclasses.replace(st, weight=np.abs(st.weight) / st.q, q=1), dy_abs, bound, transpose=True)
         count[:] = np.bincount(g.cells[g.valid], minlength=g.n_in)
         return want, bound, count
-    for b in range(g.batch):  # over the support's own pairs (kept on the stamp)
-        sb = min(b, st.depth - 1)
-        w, cells = st.pairs[sb]
-        bound[b] = np.bincount(cells, weights=dy_abs[b, w] * np.abs(st.weight[sb, w]) / st.q, minlength=g.n_in)
-        count[b] = np.bincount(cells, minlength=g.n_in)
+    b, w, cells, weight = _batch_entries(st)  # over the support's own pairs
+    target = _flat(b, cells, bound.shape)
+    bound[:] = np.bincount(target, weights=dy_abs[b, w] * np.abs(weight) / st.q, minlength=bound.size).reshape(bound.shape)
+    count[:] = np.bincount(target, minlength=count.size).reshape(count.shape)
     return want, bound, count
 
 
