@@ -26,10 +26,10 @@ class-generic, the gradcheck rows on PyTorch's own op too), two full runs and re
 load 0.2-1.3:
 
     case                                   night                    morning
-    verify max k15 s1 same 256^2           2.9-3.7, 941-972 MB      3.0-3.1 (4.3 loaded), 935 MB
+    verify max k15 s1 same 256^2           2.9-3.7, 941-972 MB      3.0-3.6 (4.3 loaded), 935 MB
     verify avg k15 s1 same 256^2           4.2-4.6, 908 MB          4.0-4.1, 903 MB
     verify avg 3x3 1024^2                  3.1-4.0, 900-940 MB      3.3-3.9, 940-947 MB
-    verify avg / max k255 s1 same 1-D 16,000  2.5-3.5 / 1.8-2.0     2.5-2.6 / 1.8, 532 MB
+    verify avg / max k255 s1 same 1-D 16,000  2.5-3.5 / 1.8-2.0     2.5-3.0 / 1.8-2.0, 532 MB
     verify global avg / max 256^2          0.20-0.27 / 0.19-0.22    0.20-0.23 / 0.18-0.21
     verify adaptive 224^2, 256^2 -> 7^2    0.18-0.28                0.18-0.22
     verify_loss softmax_ce 10,000 x 10     1.5-1.6 (+forward 2.3-2.5)  1.1-1.2 (+forward 1.3-1.4)
@@ -58,9 +58,9 @@ route from the tie sets the exact rows need anyway (0.11 -> 0.05 ms an input at 
 
 Engine rows: "again" is the same case run three more times in the process (the median;
 templates kept, geometry rebuilt). Max per nnz (one entry a window): the cold rows
-spread 3.6-4.9x, all of it the 64^2 row's fixed cost (SymPy differentiating Max(a, r)
-once per process, ~1.1-1.4 ms, and cold code), while run again they spread 1.6-1.8x.
-avg per nnz: cold 2.3-11x, again 6.4-7.8x. avg's large rows are first-touch page faults
+spread 3.6-5.2x, all of it the 64^2 row's fixed cost (SymPy differentiating Max(a, r)
+once per process, ~1.1-1.4 ms, and cold code), while run again they spread 1.5-1.8x.
+avg per nnz: cold 2.3-11x, again 6.4-10x. avg's large rows are first-touch page faults
 of fresh memory ("kernel" in the note), from 0.02 to 0.7 s for the same case from run
 to run; with memory warm, the large kernels cost less than their nnz (k7, k15: 0.008
 us an nnz, a slab a kernel offset, at memory speed; 3x3 64^2: 0.05), the separable
