@@ -275,15 +275,22 @@ def _flat(b: np.ndarray, target: np.ndarray, shape: tuple[int, ...]) -> np.ndarr
 
 
 def _batch_entries(st: Stamp) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """:attr:`Stamp.entries` for every batch slice (a stamp of depth 1 serves them all) with
-    each entry's integer weight: (batch index, window, input cell, weight)."""
+    """:attr:`Stamp.entries` for every batch slice with each entry's integer weight:
+    (batch index, window, input cell, weight)."""
     sl, w, cells = st.entries
     weight = st.weight[0, w] if st.depth == 1 else st.weight[sl, w]
+    b, (w, cells, weight) = _every_slice(st, sl, w, cells, weight)
+    return b, w, cells, weight
+
+
+def _every_slice(st: Stamp, sl: np.ndarray, *per_entry: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """The batch index of each entry, and the per-entry arrays, over every batch slice: a
+    stamp of depth 1 (the same support in every slice) is repeated slice by slice."""
     batch = st.geometry.batch
     if st.depth == batch:
-        return sl, w, cells, weight
-    n = w.size  # depth 1: the same entries in every slice
-    return np.repeat(np.arange(batch), n), np.tile(w, batch), np.tile(cells, batch), np.tile(weight, batch)
+        return sl, per_entry
+    n = sl.size
+    return np.repeat(np.arange(batch), n), tuple(np.tile(a, batch) for a in per_entry)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -374,20 +381,18 @@ def _sparse(st: Stamp) -> SparseJacobian:
     id_type = next(t for t in (np.int8, np.int16, np.int32, np.int64) if distinct.size <= np.iinfo(t).max + 1)
     weight_ids = inverse.astype(id_type).reshape(st.weight.shape)
     # every slice at once, slice-major, window-major, slots row-major (a depth-1 stamp repeated per slice)
-    if st.depth == 1 and st.full:  # no per-entry slice array: (window, slot) pairs read row-major
+    if st.depth == 1 and st.full:  # every valid slot: read row-major from the table (no count pass)
         w = np.repeat(np.arange(g.n_out), _valid_counts(g))
-        b, cells, vid = None, g.cells[g.valid], np.repeat(weight_ids[0], _valid_counts(g))
+        sl, cells, vid = _zeros(w.size), g.cells[g.valid], np.repeat(weight_ids[0], _valid_counts(g))
     else:
         sl, w, cells = st.entries
-        b, vid = sl, weight_ids[0, w] if st.depth == 1 else weight_ids[sl, w]
-    if g.batch > 1 and st.depth == 1:
-        n = w.size
-        b, w, cells, vid = np.repeat(np.arange(g.batch), n), np.tile(w, g.batch), np.tile(cells, g.batch), np.tile(vid, g.batch)
-    if b is None or (g.batch == 1 and not g.trail):  # one slice: flat index = canonical index, no copy
+        vid = weight_ids[0, w] if st.depth == 1 else weight_ids[sl, w]
+    b, (w, cells, vid) = _every_slice(st, sl, w, cells, vid)
+    if g.batch == 1 and not g.trail:  # one slice: flat index = canonical index, no copy
         row, col = w, cells
     else:
         row, col = g.flat_index(b, w, g.out_spatial), g.flat_index(b, cells, g.in_spatial)
-    del b, w, cells
+    del b, sl, w, cells
     if math.prod(g.trail) > 1:  # channels_last with several channels: rows interleave
         order = np.argsort(row, kind="stable")
         row, col, vid = row[order], col[order], vid[order]
