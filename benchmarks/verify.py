@@ -4,7 +4,8 @@ torch.autograd.gradcheck on the same op, side by side in one run.
 Prints, for avg and max 3x3 stride 1 (padding 1, PyTorch style) on 1x1xHxW:
 seconds, backward and forward calls and peak traced memory of `symjac.verify`
 (with forward, so the finite-difference oracle runs too) at 256x256, then both
-tools at 32x32 and 48x48 and the speed ratio.
+tools at 32x32 and 48x48 and the speed ratios: symjac on the NumPy pool below and on
+PyTorch's own op (the one gradcheck checks), one cold run each.
 
 Run: python benchmarks/verify.py        (gradcheck columns need torch)
 """
@@ -134,15 +135,20 @@ def main() -> None:
               f"peak {peak:.0f} MiB, ok={report.ok}")
         if not report.ok:
             print("   ", report.summary())
-    print("\nside by side (seconds):")
-    print(f"  {'mode':4} {'HxW':>6} {'symjac':>8} {'gradcheck':>10} {'ratio':>7}")
+    print("\nside by side (seconds; one cold symjac run each, on the NumPy impl and on PyTorch's op;"
+          " benchmarks/cliffs.py takes medians of warm runs):")
+    print(f"  {'mode':4} {'HxW':>6} {'symjac':>8} {'on torch':>9} {'gradcheck':>10} {'ratio':>7} {'torch':>7}")
     for mode in ("avg", "max"):
         for size in (32, 48):
             ours, report, _ = run_symjac(mode, size)
+            run_symjac_torch(mode, 4)  # PyTorch's first calls (as run_gradcheck warms at 4x4)
+            on_torch = run_symjac_torch(mode, size)
             theirs = run_gradcheck(mode, size)
             ratio = f"{theirs / ours:6.0f}x" if theirs else "   n/a"
+            ratio_torch = f"{theirs / on_torch[0]:6.0f}x" if theirs and on_torch else "   n/a"
+            tt = f"{on_torch[0]:9.3f}" if on_torch else "      n/a"
             tg = f"{theirs:10.2f}" if theirs else "       n/a"
-            print(f"  {mode:4} {size:>3}x{size:<2} {ours:8.3f} {tg} {ratio}  (symjac ok={report.ok})")
+            print(f"  {mode:4} {size:>3}x{size:<2} {ours:8.3f} {tt} {tg} {ratio} {ratio_torch}  (symjac ok={report.ok})")
 
 
 if __name__ == "__main__":
