@@ -30,6 +30,7 @@ The rules, by the stage that reads them:
 - *inputs*: :meth:`~LossKind.default_inputs`.
 - *explain*: :attr:`~LossKind.explain_classes` (how many classes to show without a
   prediction).
+- *tests*: :attr:`~LossKind.samples` (option sets the generic tests run every rule with).
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ class LossKind:
     takes_label: ClassVar[bool] = True
     #: classes ``explain`` shows when a case gives no prediction.
     explain_classes: ClassVar[int] = 1
+    #: option sets the generic tests run the kind's rules with (tests/test_loss_kinds.py,
+    #: on :meth:`default_inputs`): the options' cases the rules branch on.
+    samples: ClassVar[tuple[dict[str, Any], ...]] = ({},)
 
     # ---- spec
 

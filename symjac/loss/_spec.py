@@ -10,7 +10,7 @@ from fractions import Fraction
 from typing import Any
 
 from symjac._errors import SpecError, did_you_mean
-from symjac.loss._fields import DPS, is_int as _is_int, number as _number, weights as _weights
+from symjac.loss._fields import DPS, number as _number, weights as _weights
 from symjac.loss._kind import REGISTRY, LossKind
 from symjac.loss._kinds import softmax_ce
 
@@ -25,7 +25,7 @@ SYNONYMS = {
 LABEL_FORMS = softmax_ce.LABEL_FORMS
 
 _ALL_OPTIONS = ("delta", "pos_weight", "weight", "label_smoothing", "ignore_index", "labels", "log_input", "log_target")
-__all__ = ["DPS", "KINDS", "LABEL_FORMS", "REDUCTIONS", "SYNONYMS", "Loss", "check_loss", "kind_of", "_is_int"]
+__all__ = ["DPS", "KINDS", "LABEL_FORMS", "REDUCTIONS", "SYNONYMS", "Loss", "check_loss", "kind_of"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ class Bce(ElementwiseKind):
     name = "bce"
     options = ("weight",)
     synonyms = ("binary_cross_entropy", "binary_crossentropy")
+    samples = ({}, {"weight": (0.75, 1, 2)})
 
     def expressions(self, *key: Any) -> LossTemplate:
         z, y, w = real("z"), real("y"), real("w")

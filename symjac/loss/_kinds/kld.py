@@ -26,6 +26,7 @@ class Kld(ElementwiseKind):
     name = "kld"
     options = ("log_input", "log_target")
     synonyms = ("kl_div", "kl_divergence", "kullback_leibler")
+    samples = tuple({"log_input": i, "log_target": t} for i in (False, True) for t in (False, True))
 
     def validate(self, loss: Loss, put: Put) -> None:
         for name in ("log_input", "log_target"):

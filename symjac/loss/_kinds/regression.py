@@ -87,6 +87,7 @@ class SmoothL1(_Delta):
     name = "smooth_l1"
     synonyms = ("smoothl1",)
     delta_hint = " (smooth_l1 with beta = 0 is kind='mae')"
+    samples = ({}, {"delta": 0.5})
 
     def loss_of(self, d: sympy.Expr) -> tuple[tuple[sympy.Symbol, ...], sympy.Expr]:
         delta = sympy.Symbol("delta", positive=True)
@@ -104,6 +105,7 @@ class Huber(_Delta):
     """PyTorch ``huber_loss``: ``huber = δ·smooth_l1``."""
 
     name = "huber"
+    samples = ({}, {"delta": 1.5})
 
     def loss_of(self, d: sympy.Expr) -> tuple[tuple[sympy.Symbol, ...], sympy.Expr]:
         delta = sympy.Symbol("delta", positive=True)

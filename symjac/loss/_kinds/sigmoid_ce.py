@@ -26,6 +26,7 @@ class SigmoidCe(ElementwiseKind):
     name = "sigmoid_ce"
     options = ("pos_weight", "weight")
     synonyms = ("binary_cross_entropy_with_logits", "bce_with_logits", "sigmoid_cross_entropy")
+    samples = ({}, {"weight": (0.5, 2, 1), "pos_weight": 3})
 
     def expressions(self, *key: Any) -> LossTemplate:
         z, y = real("z"), real("y")

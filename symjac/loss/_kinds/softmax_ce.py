@@ -58,6 +58,8 @@ class SoftmaxCe(LossKind):
                 "softmax_cross_entropy", "nll")
     class_axis = True
     explain_classes = 2
+    samples = ({}, {"labels": "indices"}, {"weight": (1, 0.5, 2), "label_smoothing": 0.25},
+               {"labels": "indices", "weight": (1, 0.5, 2), "label_smoothing": 0.125, "ignore_index": 0})
 
     def validate(self, loss: Loss, put: Put) -> None:
         eps = number("label_smoothing", 0 if loss.label_smoothing is None else loss.label_smoothing,
