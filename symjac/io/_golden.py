@@ -206,7 +206,7 @@ def _loss_bounds(case: Any, qs: dict[str, np.ndarray], dtype: str) -> dict[str, 
     from symjac.loss import _numbers
     from symjac.loss._evaluate import evaluate
     from symjac.loss._bounds import Bounds, ForwardSums
-    from symjac.verifiers._loss import prepare_inputs
+    from symjac.verifiers._loss_inputs import prepare_inputs
 
     dt = float_dtype(dtype)
     pred, label, upstream, rounded = prepare_inputs(case.operator, qs["pred"], qs.get("label"), qs.get("upstream"), dt)

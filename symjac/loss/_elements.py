@@ -38,8 +38,8 @@ _FIELDS = ("elements", "element_cond", "element_run", "h", "h_lo", "h_hi", "h_co
 
 def element_values(tpl: Template, cols: list[np.ndarray], *, values: bool = True, derivatives: bool = True,
                    bounds: bool = False, bounds_of: tuple[str, ...] = ("loss", "derivative")) -> dict[str, np.ndarray]:
-    """The template at a batch of elements (MPFR columns, see :func:`_columns`), as MPFR
-    numbers: per element ``elements`` (ℓ; ``values``), ``element_cond``, ``element_run``
+    """The template at a batch of elements (MPFR columns, see
+    :func:`symjac.loss._inputs.columns`), as MPFR numbers: per element ``elements`` (ℓ; ``values``), ``element_cond``, ``element_run``
     (``bounds``); per element and class (shape (n, classes)) ``h``, ``h_lo``, ``h_hi``
     (``derivatives``), ``h_cond``, ``h_run`` (``bounds``; ``bounds_of`` says whether of
     the loss, the derivative or both). What was not asked is 0. Elements with an input beyond ``_numbers.LIMIT`` (and any the

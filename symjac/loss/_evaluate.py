@@ -1,8 +1,9 @@
 """Losses: a validated spec, exact SymPy expressions and derivatives, mpmath values.
 
-A :class:`Loss` says *which* loss is meant (kind, reduction, loss scale S, options).
-For every element-wise kind SymPy builds the per-element loss ``ℓ`` once over symbols
-for the prediction, the label and the options, and differentiates it with
+A :class:`Loss` says *which* loss is meant (kind, reduction, loss scale S, options);
+its kind's definition (:mod:`symjac.loss._kinds`) gives every rule that differs per
+kind. For every element-wise kind SymPy builds the per-element loss ``ℓ`` once over
+symbols for the prediction, the label and the options, and differentiates it with
 :func:`sympy.diff`; nothing is differentiated by hand. ``softmax_ce`` is evaluated
 class-generically (:mod:`symjac.loss._softmax`): per class, short forms in the class's
 own numbers and per-row sums, which SymPy proves are ℓ's derivatives for every number
@@ -12,7 +13,8 @@ the input at once, each operation correctly rounded to 200 bits) and
 evaluated at ``DPS`` = 60 significant digits on the exact rational values of the inputs
 (:class:`symjac.exact.ExactArray`); elements with an input beyond 2^24 in magnitude
 (beyond MPFR's exponent range once exponentiated) go through mpmath, element by
-element. The reduction is exact (rational factors).
+element (:mod:`symjac.loss._elements`). The inputs are read exactly and the reduction
+is exact, rational factors (:mod:`symjac.loss._inputs`).
 
 Values returned by :func:`loss_value`, :func:`loss_derivative` and
 :func:`loss_derivative_set` are ``mpmath.mpf`` numbers (a scalar, or an ``object``

@@ -163,7 +163,6 @@ def check_loss(loss: Any) -> Loss:
     return loss
 
 
-
 def kind_of(loss: Loss) -> LossKind:
     """The definition of ``loss``'s kind (:mod:`symjac.loss._kinds`)."""
     return REGISTRY[loss.kind]
