@@ -9,7 +9,11 @@ wrong shape, a probability outside [0, 1], ...) are the caller's mistake and rai
 
 Implementations are called only through the guarded-call core
 (:mod:`symjac.check._call`); :mod:`symjac.verifiers._family` checks sibling losses
-that share one loss scale S as a table.
+that share one loss scale S as a table. The stages: the call arguments in the dtype
+(:mod:`symjac.verifiers._loss_inputs`), the derivative against the exact one and the
+scale findings (:mod:`symjac.verifiers._loss_values`), the forward and the finite
+differences (:mod:`symjac.verifiers._loss_fd`); what differs per kind is the kind's
+rule (:mod:`symjac.loss._kinds`).
 
 Error bounds
 ------------
