@@ -831,6 +831,7 @@ def _has_ties(ref: NumpyPool, shape: tuple[int, ...], layout: str, batch: str, x
     return False
 
 
+@pytest.mark.slow
 def test_torch_pooling_has_no_false_alarms():
     torch = pytest.importorskip("torch")
     configs = _torch_configs(torch, N_TORCH_CONFIGS)
