@@ -165,6 +165,7 @@ def test_onnxruntime_same_padding_with_dilations():
         assert r["category"] == "bad_output" and f"expected {want}" in r["summary"], r["summary"]
 
 
+@pytest.mark.slow
 def test_dask_and_local_jobs_give_the_same_table():
     distributed = pytest.importorskip("distributed")
     here = symjac.conform(ADAPTER, dtypes=("float64",), families=("distinct",))

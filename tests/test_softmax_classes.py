@@ -43,7 +43,7 @@ def _close(got: Any, want: Any) -> bool:
     return bool(abs(got - want) <= mpmath.mpf("1e-40") * max(abs(want), mpmath.mpf("1e-300")))
 
 
-@pytest.mark.parametrize("classes", [1, 2, 3, 4, 5, 6, 8])
+@pytest.mark.parametrize("classes", [1, 2, 3, 4, 5, pytest.param(6, marks=pytest.mark.slow), pytest.param(8, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("eps", [0.0, 0.1])
 def test_values_and_bounds_equal_the_explicit_sympy_build(classes: int, eps: float) -> None:
     # Oracle: the per-class SymPy template (one symbol per class, sympy.diff, running_error

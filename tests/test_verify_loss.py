@@ -522,6 +522,7 @@ def test_exact_rational_inputs_are_rounded_to_the_dtype_and_flagged_when_not_exa
             assert r.stats["inputs_rounded"] is flagged
 
 
+@pytest.mark.requires("ml_dtypes")
 def test_bounds_stay_positive_when_depth_times_u_passes_one(monkeypatch: pytest.MonkeyPatch) -> None:
     import gmpy2
 
