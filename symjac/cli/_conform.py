@@ -12,10 +12,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from symjac._errors import UsageError
+
 
 def _list(option: str, text: str, valid: tuple[str, ...]) -> list[str]:
-    from symjac.cli._impl import UsageError
-
     items = [t for t in text.split(",") if t]
     for item in items:
         if item not in valid:
@@ -28,7 +28,6 @@ def _list(option: str, text: str, valid: tuple[str, ...]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     """The subcommand: the table on stdout, the progress bar and reproducer paths on stderr."""
     from symjac.check._inputs import GENERATORS
-    from symjac.cli._impl import UsageError
     from symjac.frameworks._conform import DTYPES, conform
 
     if args.budget is not None and args.budget <= 0:

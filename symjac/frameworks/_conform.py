@@ -9,11 +9,11 @@ category, or ``unsupported`` (the framework has no such op/convention/dtype, or 
 VJP: not a finding).
 
 Isolation (default on): each configuration runs in a worker process
-(:mod:`symjac.check._isolate`, a fresh interpreter, whatever this process ran before),
+(:mod:`symjac.run._isolate`, a fresh interpreter, whatever this process ran before),
 which also builds the framework op; an abort, segfault or SIGFPE becomes a
 ``crashed`` finding naming the signal and the run goes on with a fresh worker.
 
-Scheduling reuses ``symjac sweep``'s executor: in process (sequential), local worker
+Scheduling is ``symjac sweep``'s executor (:mod:`symjac.run._executor`): in process (sequential), local worker
 processes (``jobs``) or a Dask cluster (``scheduler``); a ``budget`` in seconds stops
 starting new configurations once spent.
 """
@@ -30,7 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from symjac._errors import InputError, SpecError, SymjacError
+from symjac._errors import InputError, SpecError, SymjacError, UsageError
+from symjac.run._executor import execute
+from symjac.run._isolate import Crashed, Raised, Worker
+from symjac.run._load import load_impl
 
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 FAMILIES = ("distinct", "ties", "random")
@@ -62,8 +65,6 @@ def load_adapter(target: str) -> Any:
 
             adapter = importlib.import_module(target)
         else:
-            from symjac.cli._impl import UsageError, load_impl
-
             try:
                 adapter = load_impl(target)
             except UsageError as exc:
@@ -203,8 +204,6 @@ _WORKERS: dict[tuple[str, float | None], Any] = {}
 
 def run_isolated(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]:
     """:func:`run_cell` in a worker process; a crash of the worker is a ``crashed`` finding."""
-    from symjac.check._isolate import Crashed, Raised, Worker
-
     timeout = job.get("timeout")
     key = (target, timeout)
     if key not in _WORKERS:
@@ -463,7 +462,6 @@ def conform(framework: str, *, grid: str = "small", budget: float | None = None,
         :class:`symjac.frameworks.FrameworkMissing` when the framework is not installed.
     """
     from symjac.check._inputs import GENERATORS
-    from symjac.cli._sweep import execute
 
     for d in dtypes:
         if d not in DTYPES:

@@ -7,26 +7,13 @@ fixture ``symjac_case`` turn an implementation object and a case into a call of
 
 from __future__ import annotations
 
-import types
 from typing import Any
 
 import numpy as np
 
 from symjac._errors import InputError
 from symjac.check._call import DEFAULT_TIMEOUT
-
-
-def impl_candidates(holder: Any, needed: tuple[str, ...] = ("backward", "derivative")) -> list[str]:
-    """Public attributes of a module that look like implementations: objects (or
-    dicts) with one of ``needed``."""
-    names = []
-    for name in sorted(vars(holder)) if isinstance(holder, types.ModuleType) else ():
-        obj = getattr(holder, name)
-        if name.startswith("_") or isinstance(obj, types.ModuleType):
-            continue
-        if any((k in obj) if isinstance(obj, dict) else hasattr(obj, k) for k in needed):
-            names.append(name)
-    return names
+from symjac.run._load import impl_candidates
 
 
 def case_callables(impl: Any, case: Any) -> dict[str, Any]:
