@@ -297,7 +297,7 @@ def call_each(guards: list[Guard], calls: Iterable[tuple[Any, ...]],
         return
     ahead = max(1, AHEAD_BYTES // max(size, 1))
     seq = CallSequence(((guard.fn, args, guard, shape, dtype, index_name)
-                     for guard, args, shape, dtype, index_name in calls), ahead)
+                        for guard, args, shape, dtype, index_name in calls), ahead)
     timeout = guards[0].timeout
     assert timeout is not None
     results = invoke_each(seq, timeout)
