@@ -37,10 +37,13 @@ from typing import Any
 
 import numpy as np
 
+from symjac._atomic import atomic_folder, atomic_open
+from symjac._errors import SpecError
 from symjac._exact import round_fraction
+from symjac.pool._geometry import resolve
 from symjac.check._rounding import float_dtype, gamma, ulps, unit_roundoff
 
-FORMATS = ("json", "npz", "bin")
+FORMATS = ("json", "npz", "bin", "onnx")
 _FIXED_DATE = (1980, 1, 1, 0, 0, 0)
 #: Significant digits of a loss value that is no exact binary fraction (evaluated at >= 60).
 DECIMAL_DIGITS = 40
@@ -299,7 +302,7 @@ def _json(case: Any, qs: dict[str, np.ndarray], meta: dict[str, Any], prov: dict
     doc = {"provenance": prov, **meta, "dtypes": dtypes, "arrays": arrays}
     # json.dumps(doc, indent=1, sort_keys=True), written as it is encoded: the same bytes
     # without the whole text (and its millions of pieces) in memory at once
-    with path.open("w", encoding="ascii", newline="\n") as f:
+    with atomic_open(path, "w", encoding="ascii", newline="\n") as f:
         for chunk in json.JSONEncoder(indent=1, sort_keys=True).iterencode(doc):
             f.write(chunk)
         f.write("\n")
@@ -330,12 +333,13 @@ def _typed(case: Any, qs: dict[str, np.ndarray], dtypes: list[str]) -> dict[str,
 
 def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: list[str]) -> list[Path]:
     """Write golden files for ``cases`` (spec-file cases); return the paths written."""
+    cases = list(cases)
+    stems = _stems(cases)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    for case in cases:
+    for case, stem in zip(cases, stems):
         qs, meta = case_quantities(case)
         prov = provenance(case, qs)
-        stem = _slug(case.name)
         if "json" in formats:
             p = out / f"{stem}.json"
             _json(case, qs, meta, prov, dtypes, p)
@@ -343,7 +347,7 @@ def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: li
         typed = _typed(case, qs, dtypes) if ("npz" in formats or "bin" in formats) else {}
         if "npz" in formats:
             p = out / f"{stem}.npz"
-            with zipfile.ZipFile(p, "w", compression=zipfile.ZIP_STORED) as z:
+            with atomic_open(p, "wb") as f, zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED) as z:
                 for name in sorted(typed):
                     z.writestr(zipfile.ZipInfo(f"{name}.npy", date_time=_FIXED_DATE), _npy(typed[name]))
                 z.writestr(zipfile.ZipInfo("provenance.json.npy", date_time=_FIXED_DATE),
@@ -351,17 +355,48 @@ def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: li
             written.append(p)
         if "bin" in formats:
             written += _write_bin(out / stem, typed, meta, prov)
+        if "onnx" in formats:
+            from symjac.io._onnx import write_onnx  # imports onnx: only for this format
+
+            geometry = None if case.is_loss else resolve(case.operator, tuple(meta["input_shape"]))
+            written += write_onnx(case, geometry, qs, _bounds(case, qs, dtypes), dtypes, out, stem, _rounded)
     return written
 
 
+def _stems(cases: list[Any]) -> list[str]:
+    """Each case's file stem; two cases whose names slug alike (``"a b"``, ``"a/b"``, ``"a_b"``;
+    names with no ASCII letter or digit, which all become ``case``) would overwrite each other's
+    files, so they are refused before anything is written."""
+    seen: dict[str, Any] = {}
+    stems = []
+    for case in cases:
+        stem = _slug(case.name)
+        if stem in seen:
+            first = seen[stem]
+            raise SpecError(
+                f"cases {first.name!r} ({getattr(first, 'source', '?')}) and {case.name!r} "
+                f"({getattr(case, 'source', '?')}) would both be written as {stem!r}: give them names that differ "
+                "in ASCII letters, digits, '.', '-' or '_' (or select one with --case)")
+        seen[stem] = case
+        stems.append(stem)
+    return stems
+
+
 def _write_bin(folder: Path, typed: dict[str, np.ndarray], meta: dict[str, Any], prov: dict[str, Any]) -> list[Path]:
-    folder.mkdir(exist_ok=True)
+    """The case's folder of raw arrays and its index.json, replaced whole (:func:`atomic_folder`):
+    an interrupted rewrite leaves the previous folder, never a mix of two runs' files."""
+    with atomic_folder(folder) as tmp:
+        names = _write_bin_files(tmp, typed, meta, prov)
+    return [folder / name for name in names]
+
+
+def _write_bin_files(folder: Path, typed: dict[str, np.ndarray], meta: dict[str, Any], prov: dict[str, Any]) -> list[str]:
     written = []
     sidecar: dict[str, Any] = {"provenance": prov, **meta, "byte_order": "little", "order": "C", "arrays": {}}
     for name in sorted(typed):
         arr = typed[name]
         fname = f"{name}.bin"
-        (folder / fname).write_bytes(arr.tobytes(order="C"))
+        (folder / fname).write_bytes(arr.tobytes(order="C"))  # inside the folder that replaces the old one whole
         entry: dict[str, Any] = {"file": fname, "dtype": arr.dtype.str, "shape": list(arr.shape), "count": int(arr.size)}
         if name.endswith(".bfloat16"):
             entry["bits_of"] = "bfloat16"
@@ -371,10 +406,9 @@ def _write_bin(folder: Path, typed: dict[str, np.ndarray], meta: dict[str, Any],
             worst = _ulp_bound(typed[f"{name}.max_abs_error"], arr)
             entry["max_ulp"] = float(worst[~np.isnan(worst)].max(initial=0.0))  # over golden values that are not 0
         sidecar["arrays"][name] = entry
-        written.append(folder / fname)
-    p = folder / "index.json"
-    p.write_text(json.dumps(sidecar, indent=1, sort_keys=True) + "\n")
-    written.append(p)
+        written.append(fname)
+    (folder / "index.json").write_text(json.dumps(sidecar, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    written.append("index.json")
     return written
 
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from symjac._atomic import atomic_open, write_text
+
 PLOT_HINT = "matplotlib is not installed: pip install 'symjac[plot]' to draw PNG/SVG"
 CATEGORY_COLOURS = {"missing_windows": "#d62728", "partial_windows": "#ff7f0e",
                     "wrong_cells": "#9467bd", "wrong_weights": "#8c564b"}
@@ -131,7 +133,7 @@ def _write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str,
     graph = window_graph(case.operator, x64 if case.operator.mode == "max" else g.input_shape)
     dot = to_dot(graph, states)
     if out.suffix == ".dot":
-        out.write_text(dot)
+        write_text(out, dot)
         return messages + [f"wrote {out}"], report
     try:
         import matplotlib
@@ -139,11 +141,11 @@ def _write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str,
         matplotlib.use("Agg")
     except ImportError:
         fallback = out.with_suffix(".dot")
-        fallback.write_text(dot)
+        write_text(fallback, dot)
         return messages + [PLOT_HINT, f"wrote {fallback} instead"], report
     if len(g.in_spatial) == 3:
         fallback = out.with_suffix(".dot")
-        fallback.write_text(dot)
+        write_text(fallback, dot)
         return messages + ["coverage pictures show 1-D and 2-D pools; 3-D pools get the DOT graph", f"wrote {fallback}"], report
     _draw(case, g, x, b, slice_label, report, states, out, dtype)
     return messages + [f"drew {slice_label}", f"wrote {out}"], report
@@ -218,7 +220,8 @@ def _draw(case: Any, g: Any, x: np.ndarray, b: int, slice_label: str, report: An
     import matplotlib as mpl
 
     with mpl.rc_context({"svg.hashsalt": "symjac"}):  # SVG ids from a fixed salt: reproducible files
-        fig.savefig(out, dpi=120, metadata={"Date": None} if out.suffix == ".svg" else None)
+        with atomic_open(out, "wb") as f:  # savefig into the temporary file: the format from out's suffix
+            fig.savefig(f, format=out.suffix[1:] or None, dpi=120, metadata={"Date": None} if out.suffix == ".svg" else None)
     plt.close(fig)
 
 
