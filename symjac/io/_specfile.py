@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import tomllib
+import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -205,6 +206,7 @@ def _operator(table: Any, where: str) -> Any:
 
 
 def _case(table: dict[str, Any], source: str, default_name: str) -> Case:
+    name = _name(table.get("name", default_name), source)  # first: every message below names the case
     _check_keys(source, table, CASE_KEYS)
     if "operator" not in table:
         raise SpecError(f"{source}: missing the [operator] table")
@@ -238,7 +240,19 @@ def _case(table: dict[str, Any], source: str, default_name: str) -> Case:
             raise SpecError(f"{source} [input].generator: {inputs['generator']!r} is not valid; "
                             f"give one of {', '.join(GENERATORS)}")
     expect = _check_keys(f"{source} [expect]", table.get("expect", {}), EXPECT_KEYS)
-    return Case(str(table.get("name", default_name)), operator, inputs, dict(expect), source, tie)
+    return Case(name, operator, inputs, dict(expect), source, tie)
+
+
+def _name(value: Any, source: str) -> str:
+    """A case name, on one line: a control character (a newline, a tab, an escape) would
+    split or garble the PASS/FAIL line and the report that name it."""
+    name = str(value)
+    bad = [c for c in name if unicodedata.category(c) in ("Cc", "Zl", "Zp")]
+    if bad:
+        file = source[:-len(name) - 1] if source.endswith(f"#{name}") else source  # (a [[case]]'s source holds it)
+        raise SpecError(f"{file}: name = {name!r} holds the control character {bad[0]!r}; give a name on one line "
+                        "without control characters")
+    return name
 
 
 def _tie(table: dict[str, Any], operator: Any, where: str) -> Any:
@@ -259,8 +273,10 @@ def _tie(table: dict[str, Any], operator: Any, where: str) -> Any:
 def read_toml(path: str | Path, what: str = "spec file") -> tuple[Path, dict[str, Any]]:
     """Parse a TOML file; a missing or malformed file is a :class:`SpecError` naming it."""
     p = Path(path)
-    try:
-        return p, tomllib.loads(p.read_text(encoding="utf-8"))
+    try:  # utf-8-sig: a leading byte-order mark is skipped, as most TOML tools do
+        return p, tomllib.loads(p.read_text(encoding="utf-8-sig"))
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise SpecError(f"{p}: not valid TOML: arrays or tables nested too deeply for the parser") from None
     except FileNotFoundError:
         raise SpecError(f"{p}: no such {what}") from None
     except UnicodeDecodeError as exc:
@@ -277,6 +293,13 @@ def load(path: str | Path) -> SpecFile:
         the message names the file and the key.
     """
     p, data = read_toml(path)
+    try:
+        return _load(p, data)
+    except RecursionError:  # a value nested deeper than the reader's recursion (arrays of arrays of ...)
+        raise SpecError(f"{p}: a value is nested too deeply; spec-file arrays have one level per axis") from None
+
+
+def _load(p: Path, data: dict[str, Any]) -> SpecFile:
     _check_keys(str(p), data, TOP_KEYS)
     if "case" in data:
         if not isinstance(data["case"], list) or not all(isinstance(c, dict) for c in data["case"]):
@@ -284,6 +307,8 @@ def load(path: str | Path) -> SpecFile:
         extra = [k for k in data if k not in ("case", "name", "description")]
         if extra:
             raise SpecError(f"{p}: a file with [[case]] tables takes no top-level {extra[0]!r}; put it in each case")
+        if not data["case"]:
+            raise SpecError(f"{p}: case = [] holds no case; give at least one [[case]] table")
         cases = tuple(_case(c, f"{p}#{c.get('name', i)}", f"case {i}") for i, c in enumerate(data["case"]))
     else:
         cases = (_case(data, str(p), p.stem),)
