@@ -33,6 +33,9 @@ def impl_candidates(holder: Any, needed: tuple[str, ...] = ("backward", "derivat
 def load_impl(target: str) -> Any:
     """``MODULE_OR_PATH[:ATTR]`` -> the object (or module) holding the callables.
 
+    A file is imported with its folder first on ``sys.path`` (while it loads), so that it
+    imports its sibling modules without ``PYTHONPATH``.
+
     Raises:
       UsageError: no such file or module, its import failed (or called ``sys.exit``), or
         it has no attribute ``ATTR``; the message names the target and the nearest name.
@@ -51,7 +54,15 @@ def load_impl(target: str) -> Any:
                 raise UsageError(f"--impl {target!r}: cannot load {module_part} as Python")
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
-            spec.loader.exec_module(module)
+            folder = str(path.resolve().parent)
+            added = folder not in sys.path
+            if added:  # its sibling modules import as they would for `python impls.py`
+                sys.path.insert(0, folder)
+            try:
+                spec.loader.exec_module(module)
+            finally:
+                if added and folder in sys.path:
+                    sys.path.remove(folder)
         else:
             module = importlib.import_module(module_part)
     except UsageError:
