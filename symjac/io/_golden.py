@@ -24,6 +24,7 @@ timestamp: regenerating gives byte-identical files.
 
 from __future__ import annotations
 
+import decimal
 import hashlib
 import io
 import json
@@ -339,6 +340,7 @@ def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: li
     written: list[Path] = []
     for case, stem in zip(cases, stems):
         qs, meta = case_quantities(case)
+        _refuse_overflow(case, qs, dtypes)
         prov = provenance(case, qs)
         if "json" in formats:
             p = out / f"{stem}.json"
@@ -361,6 +363,26 @@ def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: li
             geometry = None if case.is_loss else resolve(case.operator, tuple(meta["input_shape"]))
             written += write_onnx(case, geometry, qs, _bounds(case, qs, dtypes), dtypes, out, stem, _rounded)
     return written
+
+
+def _refuse_overflow(case: Any, qs: dict[str, np.ndarray], dtypes: list[str]) -> None:
+    """A SpecError naming the case, the quantity and its value when a finite exact value
+    rounds to infinity in a requested dtype: its golden value and bound would be
+    infinite (and the rounding of an input raises OverflowError)."""
+    for name, a in qs.items():
+        arr = np.asarray(a)
+        if _is_int_array(arr) or arr.size == 0:
+            continue
+        flat = arr.reshape(-1)
+        _, first = np.unique(np.fromiter(map(id, flat), dtype=np.uint64, count=flat.size), return_index=True)
+        largest = max((abs(_fraction(v)) for v in flat[first]), default=Fraction(0))
+        for dt in dtypes:
+            if math.isinf(float(round_fraction(largest, float_dtype(dt)))):
+                with decimal.localcontext() as ctx:
+                    ctx.prec = 7
+                    value = f"{decimal.Decimal(largest.numerator) / decimal.Decimal(largest.denominator):.6e}"
+                raise SpecError(f"{case.source}: case {case.name!r}: {name} reaches {value} in magnitude, past the largest finite "
+                                f"{dt}; give --dtype without {dt}, or smaller values")
 
 
 def _stems(cases: list[Any]) -> list[str]:
