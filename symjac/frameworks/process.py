@@ -30,12 +30,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
-
 import numpy as np
 
 from symjac.frameworks._adapter import Impl
 from symjac.frameworks._child import DEFAULT_TIMEOUT, Child, describe_exit
+from symjac.frameworks._native import LossCalls, PoolCalls
 from symjac.frameworks._wire import (
     ChildCrashed,
     ChildError,
@@ -43,13 +42,10 @@ from symjac.frameworks._wire import (
     KernelRefused,
     ProtocolError,
     request,
-    settings,
     unpack,
-    wire_dtype,
     write_back,
 )
 from symjac.loss._spec import Loss, check_loss
-from symjac.pool._geometry import resolve
 from symjac.pool._spec import PoolSpec, check_pool_spec
 from symjac.verifiers._family import LossImpl
 
@@ -63,38 +59,19 @@ def _child(cmd: Command, timeout: float, env: Mapping[str, str] | None, cwd: str
     return cmd if isinstance(cmd, Child) else Child(cmd, timeout=timeout, env=env, cwd=cwd)
 
 
-def _call(child: Child, op: str, lines: list[str], inputs: list[tuple[str, np.ndarray | None]],
-          output: tuple[str, str, tuple[int, ...]]) -> np.ndarray:
-    req = request(child.next_id(), op, lines, inputs, output)
-    resp, payload = child.exchange(req)
-    result, states = unpack(resp, payload, req)
-    write_back(req, states, [a for _, a in inputs])
-    return result
+class _Send:
+    """One request to the child and its answer: the result, the inputs' state written back."""
 
+    def __init__(self, child: Child):
+        self.child = child
 
-class _PoolCalls:
-    """forward/backward of one pooling spec; the settings are written once per input shape."""
-
-    def __init__(self, child: Child, spec: PoolSpec):
-        self.child, self.spec = child, spec
-        self._shapes: dict[tuple[int, ...], tuple[list[str], tuple[int, ...]]] = {}
-
-    def _setup(self, shape: tuple[int, ...]) -> tuple[list[str], tuple[int, ...]]:
-        got = self._shapes.get(shape)
-        if got is None:
-            geometry = resolve(self.spec, shape)
-            got = self._shapes[shape] = (settings(self.spec, geometry.pads), geometry.output_shape)
-        return got
-
-    def forward(self, x: np.ndarray) -> np.ndarray:
-        x = np.asarray(x)
-        lines, out_shape = self._setup(x.shape)
-        return _call(self.child, "forward", lines, [("x", x)], ("y", wire_dtype(x), out_shape))
-
-    def backward(self, x: np.ndarray, dy: np.ndarray) -> np.ndarray:
-        x, dy = np.asarray(x), np.asarray(dy)
-        lines, _ = self._setup(x.shape)
-        return _call(self.child, "backward", lines, [("x", x), ("dy", dy)], ("dx", wire_dtype(x), x.shape))
+    def __call__(self, op: str, lines: list[str], inputs: list[tuple[str, np.ndarray | None]],
+                 output: tuple[str, str, tuple[int, ...]]) -> np.ndarray:
+        req = request(self.child.next_id(), op, lines, inputs, output)
+        resp, payload = self.child.exchange(req)
+        result, states = unpack(resp, payload, req)
+        write_back(req, states, [a for _, a in inputs])
+        return result
 
 
 def impl(cmd: Command, spec: PoolSpec, *, timeout: float = DEFAULT_TIMEOUT, env: Mapping[str, str] | None = None,
@@ -118,38 +95,11 @@ def impl(cmd: Command, spec: PoolSpec, *, timeout: float = DEFAULT_TIMEOUT, env:
     """
     spec = check_pool_spec(spec)
     child = _child(cmd, timeout, env, cwd)
-    calls = _PoolCalls(child, spec)
+    calls = PoolCalls(_Send(child), spec)
     reproducer = (f"import symjac, symjac.frameworks.process as sjp\nimpl = sjp.impl({child.argv!r}, symjac.{spec!r})\n"
                   "y = impl.forward(x)\ndx = impl.backward(x, dy)\n")
     return Impl(forward=calls.forward, backward=calls.backward, framework="process", op=child.command,
                 kwargs={"cmd": child.argv, "spec": spec}, reproducer=reproducer)
-
-
-class _LossCalls:
-    """derivative/forward of one loss spec."""
-
-    def __init__(self, child: Child, loss: Loss):
-        self.child, self.loss = child, loss
-        self.lines = settings(loss)
-        self.per_element = loss.reduction == "none"
-
-    def derivative(self, pred: np.ndarray, label: np.ndarray | None = None,
-                   upstream: np.ndarray | None = None) -> np.ndarray:
-        pred = np.asarray(pred)
-        inputs = [("pred", pred), ("label", _array(label)), ("upstream", _array(upstream))]
-        return _call(self.child, "derivative", self.lines, inputs, ("dpred", wire_dtype(pred), pred.shape))
-
-    def forward(self, pred: np.ndarray, label: np.ndarray | None = None) -> np.ndarray:
-        pred = np.asarray(pred)
-        # one number, or one per element for reduction "none" (a kernel whose elements are
-        # rows, softmax_ce, answers with its own shape)
-        shape = pred.shape if self.per_element else ()
-        return _call(self.child, "loss", self.lines, [("pred", pred), ("label", _array(label))],
-                     ("value", wire_dtype(pred), shape))
-
-
-def _array(a: Any) -> np.ndarray | None:
-    return None if a is None else np.asarray(a)
 
 
 def loss_impl(cmd: Command, loss: Loss, *, timeout: float = DEFAULT_TIMEOUT, env: Mapping[str, str] | None = None,
@@ -165,5 +115,5 @@ def loss_impl(cmd: Command, loss: Loss, *, timeout: float = DEFAULT_TIMEOUT, env
       SpecError: ``loss`` is not a :class:`symjac.Loss`.
     """
     loss = check_loss(loss)
-    calls = _LossCalls(_child(cmd, timeout, env, cwd), loss)
+    calls = LossCalls(_Send(_child(cmd, timeout, env, cwd)), loss)
     return LossImpl(loss=loss, derivative=calls.derivative, forward=calls.forward)
