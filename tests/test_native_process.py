@@ -224,7 +224,7 @@ def test_a_c_kernel_that_crashes_is_a_finding_naming_the_signal(kernels: dict[st
         impl.backward(X, ONES)
     report = symjac.verify(SEED000, forward=impl.forward, backward=impl.backward, x=X, dy=ONES)
     messages = [f.message for f in report.findings if f.category == "bad_output"]
-    assert any(f"ChildCrashed: {kernels[name]} was killed by {signal_name}" in m for m in messages), messages
+    assert any(f"ChildCrashed: kernel `{kernels[name]}` was killed by {signal_name}" in m for m in messages), messages
 
 
 @pytest.mark.parametrize("mode", ["hang", "segv", "garbage", "short_hang", "extra", "wrong_id"])
@@ -276,5 +276,5 @@ def test_a_guard_timeout_below_the_childs_deadline_does_not_hold_the_next_call(t
 
 def test_a_command_that_cannot_start_is_a_finding() -> None:
     impl = sjp.impl("/nonexistent/kernel --flag", SEED000)
-    with pytest.raises(sjp.ChildCrashed, match="cannot start /nonexistent/kernel --flag"):
+    with pytest.raises(sjp.ChildCrashed, match="cannot start kernel `/nonexistent/kernel --flag`"):
         impl.forward(X)

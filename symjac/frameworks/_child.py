@@ -104,7 +104,12 @@ class Child:
 
     @property
     def command(self) -> str:
+        """The command line, quoted as a shell would read it."""
         return shlex.join(self.argv)
+
+    @property
+    def _name(self) -> str:
+        return f"kernel `{self.command}`"
 
     def __enter__(self) -> Child:
         return self
@@ -140,20 +145,20 @@ class Child:
                 self._abandoned = True
                 proc.kill()
             if not self._lock.acquire(timeout=self.timeout):
-                raise ChildTimeout(f"{self.command}: an earlier request still holds the child")
+                raise ChildTimeout(f"{self._name}: an earlier request still holds the child")
         try:
             resp, payload = self._exchange(req)
         except BaseException as exc:  # the stream is out of step (or interrupted): a fresh child next time
             self._kill()
             if self._abandoned and isinstance(exc, ChildCrashed):
-                raise ChildTimeout(f"{self.command} was still busy with request {req.id} ({req.op}) when "
+                raise ChildTimeout(f"{self._name} was still busy with request {req.id} ({req.op}) when "
                                    "symjac gave up on it (its guard's timeout) and a later call killed it") from None
             raise
         finally:
             self._abandoned = False
             self._lock.release()
         if resp.status == "error":
-            raise KernelRefused(f"{self.command} refused {req.op} (request {req.id}): {resp.message}")
+            raise KernelRefused(f"{self._name} refused {req.op} (request {req.id}): {resp.message}")
         return resp, payload
 
     def _start(self) -> subprocess.Popen[bytes]:
@@ -161,7 +166,7 @@ class Child:
             proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, env=self.env, cwd=self.cwd, bufsize=0)
         except OSError as exc:
-            raise ChildCrashed(f"cannot start {self.command}: {exc}") from None
+            raise ChildCrashed(f"cannot start {self._name}: {exc}") from None
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             assert stream is not None
             os.set_blocking(stream.fileno(), False)
@@ -205,7 +210,7 @@ class Child:
         if proc is not None and proc.poll() is not None:
             code = proc.returncode
             self.close()
-            raise ChildCrashed(f"{self.command} {describe_exit(code)} between requests, after answering "
+            raise ChildCrashed(f"{self._name} {describe_exit(code)} between requests, after answering "
                                f"{self._last}; {self.stderr_tail().strip()[-600:]!r}")
         if proc is None or self._finalizer is None or not self._finalizer.alive:
             proc = self._start()
@@ -213,7 +218,7 @@ class Child:
         self._abandoned = False
         stray = self._read_now(proc)
         if stray:
-            raise ProtocolError(f"{self.command} wrote {len(stray)} bytes out of turn, before request {req.id} "
+            raise ProtocolError(f"{self._name} wrote {len(stray)} bytes out of turn, before request {req.id} "
                                 f"(after answering {self._last}): {stray[:48]!r}")
         deadline = time.monotonic() + self.timeout
         sel = selectors.DefaultSelector()
@@ -228,7 +233,7 @@ class Child:
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise ChildTimeout(f"{self.command} did not answer within {self.timeout:g} s "
+                    raise ChildTimeout(f"{self._name} did not answer within {self.timeout:g} s "
                                        f"{self._where(req, len(out), total)}; it was killed")
                 for key, _ in sel.select(min(left, 1.0)):
                     if key.data == "in":
@@ -246,22 +251,22 @@ class Child:
                         continue
                     if not data:  # stdout closed: the child ended (or closed it)
                         how = self._reap(proc)
-                        raise ChildCrashed(f"{self.command} {how} before answering "
+                        raise ChildCrashed(f"{self._name} {how} before answering "
                                            f"{self._where(req, len(out), total)}")
                     out += data
                 if resp is None:
                     header_end = out.find(b"\n\n")
                     if header_end < 0 and len(out) > MAX_HEADER:
-                        raise ProtocolError(f"{self.command} wrote {len(out)} bytes with no end of a response "
+                        raise ProtocolError(f"{self._name} wrote {len(out)} bytes with no end of a response "
                                             f"header: it begins {bytes(out[:48])!r}")
                     if header_end >= 0:
                         if pending:
-                            raise ProtocolError(f"{self.command} answered request {req.id} before reading "
+                            raise ProtocolError(f"{self._name} answered request {req.id} before reading "
                                                 "all of it (out of turn)")
                         resp = parse_response(bytes(out[:header_end]), req)
                         total = header_end + 2 + resp.nbytes
                     elif out and not out.startswith(b"symjac"[:len(out)]):
-                        raise ProtocolError(f"{self.command} answered with garbage: {bytes(out[:48])!r}")
+                        raise ProtocolError(f"{self._name} answered with garbage: {bytes(out[:48])!r}")
                 if total is not None and len(out) >= total:
                     break
             sel.unregister(proc.stdout)
@@ -270,7 +275,7 @@ class Child:
         assert resp is not None and total is not None
         extra = len(out) - total + len(self._read_now(proc))
         if extra:
-            raise ProtocolError(f"{self.command} wrote {extra} bytes more than its response to request {req.id} "
+            raise ProtocolError(f"{self._name} wrote {extra} bytes more than its response to request {req.id} "
                                 f"({req.op}) announces ({resp.nbytes} payload bytes)")
         self._last = f"request {req.id} ({req.op})"
         return resp, memoryview(out)[header_end + 2:total]

@@ -57,6 +57,10 @@ class ProtocolError(ChildError):
     """The child's answer broke the protocol: garbage, a wrong byte count, or an answer out of turn."""
 
 
+for _error in (ChildError, KernelRefused, ChildTimeout, ChildCrashed, ProtocolError):
+    _error.__module__ = "symjac.frameworks.process"  # where users import them from
+
+
 def _text(value: Any) -> str:
     """A setting's value as the wire writes it: ints, 1/0, words, exact fractions, lists flat."""
     if isinstance(value, (bool, np.bool_)):
