@@ -80,7 +80,8 @@ def settings(spec: PoolSpec | Loss, pads: tuple[tuple[int, int], ...] | None = N
         if value is not None:
             lines.append(f"{field.name} {_text(value)}")
     if pads is not None:
-        lines.append(f"rank {len(pads)}")
+        if not any(line.startswith("rank ") for line in lines):  # GlobalPool has it as a field
+            lines.append(f"rank {len(pads)}")
         lines.append(f"pads {_text(pads)}")
     for line in lines:
         if "\n" in line or not line.isascii():
