@@ -53,17 +53,25 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     if args.timeout < 0:
         raise UsageError(f"--timeout {args.timeout:g}: give seconds > 0, or 0 for no limit")
+    if (args.impl is None) == (args.exec is None):
+        raise UsageError("give --impl MODULE_OR_PATH[:ATTR] or --exec CMD (one of them)")
     cases = _selected(args)
-    impl = load_impl(args.impl)
+    if args.exec is not None:  # one kernel program serves every case (docs/native.md)
+        import symjac.frameworks.process as sjp
+
+        child = sjp.Child(args.exec, timeout=sjp.deadline_below(args.timeout))
+    impl = load_impl(args.impl) if args.exec is None else None
     runnable, skipped = [], []
     for case in cases:
+        case_impl = impl if args.exec is None else sjp.impl_for(child, case.operator)
         try:
-            runnable.append((case, _callables(impl, case, args.impl)))
+            _callables(case_impl, case, args.impl)
+            runnable.append((case, case_impl))
         except UsageError as exc:
             skipped.append((case, exc))
     if not runnable:
         raise skipped[0][1]
-    reports = [(case, verify_case(case, impl, args.dtype, args.timeout or None)) for case, _ in runnable]
+    reports = [(case, verify_case(case, case_impl, args.dtype, args.timeout or None)) for case, case_impl in runnable]
     failed = any(not r.ok for _, r in reports)
     if args.json:
         out = [{"case": c.name, "file": c.source.split("#")[0], **r.to_dict()} for c, r in reports]
@@ -174,7 +182,9 @@ def add_spec_arguments(p: argparse.ArgumentParser) -> None:
 
 def _verify_args(p: argparse.ArgumentParser) -> None:
     add_spec_arguments(p)
-    p.add_argument("--impl", required=True, metavar="MODULE_OR_PATH[:ATTR]", help=IMPL_HELP)
+    p.add_argument("--impl", metavar="MODULE_OR_PATH[:ATTR]", help=IMPL_HELP + " (or give --exec)")
+    p.add_argument("--exec", metavar="CMD", help="instead of --impl: a native kernel program speaking symjac's "
+                   "protocol on stdin/stdout (contrib/symjac_driver.h; docs/native.md), started once")
     p.add_argument("--dtype", default=DEFAULT_DTYPE, choices=DTYPES, help=DTYPE_HELP)
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                    help=f"per call of the implementation (default {DEFAULT_TIMEOUT:g}; 0: no limit); "

@@ -50,7 +50,7 @@ from symjac.pool._spec import PoolSpec, check_pool_spec
 from symjac.verifiers._family import LossImpl
 
 __all__ = ["DEFAULT_TIMEOUT", "Child", "ChildCrashed", "ChildError", "ChildTimeout", "KernelRefused",
-           "ProtocolError", "describe_exit", "impl", "loss_impl"]
+           "ProtocolError", "deadline_below", "describe_exit", "impl", "impl_for", "loss_impl"]
 
 Command = str | Sequence[str] | Child
 
@@ -117,3 +117,15 @@ def loss_impl(cmd: Command, loss: Loss, *, timeout: float = DEFAULT_TIMEOUT, env
     loss = check_loss(loss)
     calls = LossCalls(_Send(_child(cmd, timeout, env, cwd)), loss)
     return LossImpl(loss=loss, derivative=calls.derivative, forward=calls.forward)
+
+
+def impl_for(cmd: Command, spec: PoolSpec | Loss) -> Impl | LossImpl:
+    """:func:`impl` for a pooling spec, :func:`loss_impl` for a loss: what a spec-file case needs
+    (``symjac verify SPEC --exec CMD`` gives every case one shared :class:`Child`)."""
+    return loss_impl(cmd, spec) if isinstance(spec, Loss) else impl(cmd, spec)
+
+
+def deadline_below(guard_timeout: float | None) -> float:
+    """A request deadline just below symjac's per-call ``timeout`` (None or 0: no limit, a day
+    here), so that a hung kernel is named, and killed, by the process route."""
+    return 0.9 * guard_timeout if guard_timeout else 86400.0
