@@ -371,9 +371,14 @@ static inline int symjac_serve(symjac_dispatch_fn dispatch) {
 }
 
 #if defined(__GNUC__)
-#define SYMJAC_EXPORT __attribute__((visibility("default")))
+#define SYMJAC_VISIBLE __attribute__((visibility("default")))
 #else
-#define SYMJAC_EXPORT
+#define SYMJAC_VISIBLE
+#endif
+#ifdef __cplusplus
+#define SYMJAC_EXPORT extern "C" SYMJAC_VISIBLE /* unmangled names, for ctypes */
+#else
+#define SYMJAC_EXPORT SYMJAC_VISIBLE
 #endif
 
 /* SYMJAC_MAIN(dispatch) (no semicolon after it): main() for a program, the ctypes entry

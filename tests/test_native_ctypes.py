@@ -9,6 +9,9 @@ and the Python twin must give the same report. Expected numbers: seed 000's audi
 from __future__ import annotations
 
 import ctypes.util
+import pathlib
+import shutil
+import subprocess
 import sys
 
 import numpy as np
@@ -46,6 +49,26 @@ static int dispatch(symjac_request *r) {
 }
 SYMJAC_MAIN(dispatch)
 """
+# The contrib pooling kernels behind a C++ dispatch (average pooling, float64 only).
+CPP = r"""
+#include "symjac_driver.h"
+#include "pool_kernels.h"
+static int dispatch(symjac_request *r) {
+    const symjac_array *x = symjac_input(r, "x"), *dy = symjac_input(r, "dy");
+    if (!symjac_is(r->mode, "avg") || !symjac_is(r->dtype, "float64")) return symjac_fail(r, "avg, float64 only");
+    pool2d p = {x->count / (x->shape[x->ndim - 2] * x->shape[x->ndim - 1]), x->shape[x->ndim - 2],
+                x->shape[x->ndim - 1], 0, 0, r->kernel[0], r->kernel[1], r->stride[0], r->stride[1],
+                r->pads[0][0], r->pads[0][1], r->pads[1][0], r->pads[1][1], 0};
+    const symjac_array *grid = dy ? dy : &r->output;
+    p.oh = grid->shape[grid->ndim - 2];
+    p.ow = grid->shape[grid->ndim - 1];
+    double *out = static_cast<double *>(r->output.data);
+    if (dy) avg_pool2d_backward_f64(&p, static_cast<const double *>(dy->data), out);
+    else avg_pool2d_forward_f64(&p, static_cast<const double *>(x->data), out);
+    return 0;
+}
+SYMJAC_MAIN(dispatch)
+"""
 WRONG_ABI = r"""
 #include <stdint.h>
 int64_t symjac_abi(void) { return ((int64_t)7 << 32) | 100; }
@@ -70,6 +93,22 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "segfault": str(build(out, out / "segfault.c", shared=True)),
         "wrong_abi": str(build(out, out / "wrong_abi.c", shared=True)),
     }
+
+
+@pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None, reason="no C++ compiler")
+def test_a_cpp_kernel_through_both_routes(tmp_path: pathlib.Path) -> None:
+    cxx = shutil.which("c++") or shutil.which("g++")
+    src = tmp_path / "kernel.cpp"
+    src.write_text(CPP)
+    flags = [str(cxx), "-std=c++11", "-O2", "-Wall", "-Wextra", "-pedantic", "-Werror", "-I", str(ROOT / "contrib"),
+             "-I", str(ROOT / "contrib" / "examples")]
+    for extra, target in (([], "kernel"), (["-shared", "-fPIC", "-DSYMJAC_SHARED"], "libkernel.so")):
+        proc = subprocess.run([*flags, *extra, "-o", str(tmp_path / target), str(src)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+    spec = symjac.Pool("avg", 3, stride=2, padding=1)
+    reports = [symjac.verify(spec, forward=i.forward, backward=i.backward)
+               for i in (sjp.impl(str(tmp_path / "kernel"), spec), sjc.impl(tmp_path / "libkernel.so", spec))]
+    assert reports[0].ok and reports[0].headline == reports[1].headline, reports[0].headline
 
 
 def _findings(report: symjac.Report) -> list[tuple[str, str]]:

@@ -230,7 +230,8 @@ def test_a_c_kernel_that_crashes_is_a_finding_naming_the_signal(kernels: dict[st
     assert any(f"ChildCrashed: kernel `{kernels[name]}` was killed by {signal_name}" in m for m in messages), messages
 
 
-@pytest.mark.parametrize("mode", ["hang", "segv", "garbage", "short_hang", "extra", "wrong_id"])
+@pytest.mark.parametrize("mode", ["hang", "exit3", "segv", "garbage", "short_exit", "short_hang", "extra", "wrong_bytes",
+                                  "wrong_id", "refuse"])
 def test_verify_reports_a_faulty_child_and_returns(tmp_path: pathlib.Path, mode: str) -> None:
     # every call faults (no marker): each is a finding, and verify still ends in bounded time
     child = _python_child(mode, tmp_path, once=False)
