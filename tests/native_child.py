@@ -97,8 +97,10 @@ def main():
             sys.stderr.flush()
         OUT.write(message)
         OUT.flush()
-        if fault == "short_exit":
+        if fault in ("short_exit", "one_shot"):  # one_shot: a program serving one request per run
             return
+        if fault == "exit_after":  # answers, then fails on its way out
+            sys.exit(3)
 
 
 main()

@@ -24,6 +24,7 @@ from typing import Any
 
 from symjac.frameworks._wire import (
     MAX_HEADER,
+    RESPONSE,
     ChildCrashed,
     ChildError,
     ChildTimeout,
@@ -39,6 +40,7 @@ DEFAULT_TIMEOUT = 30.0
 #: Bytes of the child's stderr kept for messages (the latest).
 STDERR_TAIL = 4096
 _CHUNK = 1 << 16
+_FIRST_LINE = RESPONSE.encode() + b"\n"
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -97,7 +99,7 @@ class Child:
         self._finalizer: Any = None
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._abandoned = False  # a later call killed the child under an earlier one
+        self._killed: subprocess.Popen[bytes] | None = None  # the process symjac killed itself, if any
         self._last = "none yet"  # the last request answered, for messages
         self._stderr: collections.deque[bytes] = collections.deque()
         self._stderr_size = 0
@@ -138,24 +140,24 @@ class Child:
           KernelRefused: the kernel answered ``status error`` (the child keeps running).
           ChildTimeout, ChildCrashed, ProtocolError: the child is killed; the next call restarts it.
         """
-        if not self._lock.acquire(blocking=False):
+        if not self._lock.acquire(timeout=0.05):
             # an abandoned call (symjac's guard timed out) holds the child: kill it, so that call fails now
             proc = self._proc
             if proc is not None and proc.poll() is None:
-                self._abandoned = True
+                self._killed = proc
                 proc.kill()
             if not self._lock.acquire(timeout=self.timeout):
                 raise ChildTimeout(f"{self._name}: an earlier request still holds the child")
         try:
             resp, payload = self._exchange(req)
         except BaseException as exc:  # the stream is out of step (or interrupted): a fresh child next time
+            abandoned = self._killed is not None and self._killed is self._proc
             self._kill()
-            if self._abandoned and isinstance(exc, ChildCrashed):
+            if abandoned and isinstance(exc, ChildCrashed):
                 raise ChildTimeout(f"{self._name} was still busy with request {req.id} ({req.op}) when "
                                    "symjac gave up on it (its guard's timeout) and a later call killed it") from None
             raise
         finally:
-            self._abandoned = False
             self._lock.release()
         if resp.status == "error":
             raise KernelRefused(f"{self._name} refused {req.op} (request {req.id}): {resp.message}")
@@ -184,6 +186,7 @@ class Child:
             except OSError:
                 pass
         self.close()
+        self._killed = None
 
     def _keep_stderr(self, data: bytes) -> None:
         self._stderr.append(data)
@@ -208,14 +211,18 @@ class Child:
     def _exchange(self, req: Request) -> tuple[Response, memoryview]:
         proc = self._proc
         if proc is not None and proc.poll() is not None:
-            code = proc.returncode
+            code, ours = proc.returncode, self._killed is proc
             self.close()
-            raise ChildCrashed(f"{self._name} {describe_exit(code)} between requests, after answering "
-                               f"{self._last}; {self.stderr_tail().strip()[-600:]!r}")
+            self._killed = None
+            # exit code 0 after an answer (a program serving one request per run) or our own kill: restart;
+            # a crash between requests is the kernel's
+            if code and not ours:
+                raise ChildCrashed(f"{self._name} {describe_exit(code)} between requests, after answering "
+                                   f"{self._last}; its stderr ends: {self.stderr_tail().strip()[-600:]!r}")
+            proc = None
         if proc is None or self._finalizer is None or not self._finalizer.alive:
             proc = self._start()
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-        self._abandoned = False
         stray = self._read_now(proc)
         if stray:
             raise ProtocolError(f"{self._name} wrote {len(stray)} bytes out of turn, before request {req.id} "
@@ -265,8 +272,9 @@ class Child:
                                                 "all of it (out of turn)")
                         resp = parse_response(bytes(out[:header_end]), req)
                         total = header_end + 2 + resp.nbytes
-                    elif out and not out.startswith(b"symjac"[:len(out)]):
-                        raise ProtocolError(f"{self._name} answered with garbage: {bytes(out[:48])!r}")
+                    elif not _FIRST_LINE.startswith(bytes(out[:len(_FIRST_LINE)])):
+                        raise ProtocolError(f"{self._name}'s answer does not begin with {RESPONSE!r}: "
+                                            f"it begins {bytes(out[:48])!r}")
                 if total is not None and len(out) >= total:
                     break
             sel.unregister(proc.stdout)
