@@ -69,6 +69,19 @@ def _findings(report: symjac.Report) -> list[tuple[str, str]]:
 # ------------------------------------------------------------------- the planted bugs
 
 
+@pytest.mark.parametrize("name", ["pool.c", "loss.c"])
+def test_the_kernel_authors_part_is_one_short_dispatch(name: str) -> None:
+    # issue 22: the author's part of each contrib example is <= 60 lines of C, and no Python:
+    # the file is its dispatch function, the includes and SYMJAC_MAIN
+    text = (ROOT / "contrib" / "examples" / name).read_text()
+    lines = text.splitlines()
+    start = lines.index("static int dispatch(symjac_request *r) {")
+    end = lines.index("}", start)
+    assert end - start + 1 <= 60
+    assert [line for line in lines[end + 1:] if line.strip()] == ["SYMJAC_MAIN(dispatch)"]
+    assert text.count("static ") == 1  # nothing besides the dispatch
+
+
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_seed000_in_c_gets_the_report_of_its_python_twin(kernels: dict[str, str], dtype: str) -> None:
     x, dy = X.astype(dtype), ONES.astype(dtype)
