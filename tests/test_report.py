@@ -1,6 +1,7 @@
 """Readable findings: exact values as simple rationals, cells named with their values,
 missing windows reported as missing, the dtype in every headline, one default dtype."""
 
+import dataclasses
 import inspect
 import json
 import sys
@@ -120,3 +121,46 @@ def test_loss_expected_values_are_exact_where_they_are_short_binary_fractions():
     with mpmath.workdps(30):
         assert expected[1] == mpmath.nstr(4 / (1 + mpmath.exp(-1)), 17)
     assert "expected: [-2, 2.9242343145200195]" in str(report)
+
+
+# -- renderings a person reads (issue 24, item 6: `str` ran to ~200 lines, `repr` was a 5,039-character dump)
+
+def _many_findings(n):
+    from symjac.check._report import Finding, Report
+
+    findings = tuple(Finding("missing_windows", f"window ({i},0) gets nothing", window=(i, 0), cells=((i, 0), (i, 1)),
+                             expected=["1/4", "1/4"], observed=[0.0, 0.0]) for i in range(n))
+    return Report("Pool(mode='avg', ...)", findings, {"dtype": "float32"}, f"backward visits 0 of {n} output windows")
+
+
+def test_str_of_a_long_report_fits_one_screen_and_says_what_is_wrong_first():
+    from symjac.check._report import SCREEN_LINES
+
+    report = _many_findings(60)  # 60 findings x 4 lines: 241 lines of details
+    text = str(report).splitlines()
+    assert len(text) <= SCREEN_LINES
+    assert text[0] == "FAIL: backward visits 0 of 60 output windows"
+    assert text[1] == "findings: missing_windows x60"
+    assert text[-1].startswith("... ") and "print(report.details())" in text[-1]
+    assert len(report.details().splitlines()) == 1 + 60 * 4  # nothing is lost from details()
+
+
+def test_str_of_a_short_report_is_the_summary_then_every_detail():
+    report = _many_findings(2)
+    assert str(report) == "FAIL: backward visits 0 of 2 output windows\n" + report.details()
+
+
+def test_repr_is_one_short_line_naming_verdict_categories_and_dtype():
+    report = _many_findings(60)
+    assert repr(report) == "<Report FAIL missing_windows: backward visits 0 of 60 output windows (float32)>"
+    long = dataclasses.replace(report, headline="x" * 500)
+    assert len(repr(long)) < 200 and repr(long).endswith("... (float32)>")
+
+
+def test_repr_html_escapes_and_tabulates():
+    from symjac.check._report import Finding, Report
+
+    report = Report("<spec>", (Finding("wrong_cells", "a < b & c"),), {}, "1 <wrong> cell")
+    page = report._repr_html_()
+    assert "<b style='color:#cf222e'>FAIL</b>" in page and "1 &lt;wrong&gt; cell" in page
+    assert "a &lt; b &amp; c" in page and "&lt;spec&gt;" in page and "<td><code>wrong_cells</code></td>" in page

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
+from collections import Counter
 from fractions import Fraction
 from typing import Any
 
@@ -33,6 +35,8 @@ CATEGORIES = (
 
 #: At most this many items are named in one message ("... and 12 more").
 MAX_LISTED = 8
+#: ``str(report)`` fits one terminal screen; :meth:`Report.details` has every line.
+SCREEN_LINES = 40
 
 
 def fmt_index(index: tuple[int, ...]) -> str:
@@ -205,8 +209,40 @@ class Report:
         return "\n".join(lines)
 
     def __str__(self) -> str:
-        """``PASS``/``FAIL`` and the summary on the first line, then :meth:`details`."""
-        return f"{'PASS' if self.ok else 'FAIL'}: {self.headline}\n{self.details()}"
+        """``PASS``/``FAIL`` and the summary on the first line, then :meth:`details`, cut to
+        one screen (:data:`SCREEN_LINES`): past it, a count of findings per category comes
+        second and the cut says how many lines ``details()`` has beyond it."""
+        head = f"{'PASS' if self.ok else 'FAIL'}: {self.headline}"
+        lines = self.details().splitlines()
+        if len(lines) < SCREEN_LINES:
+            return "\n".join([head, *lines])
+        counts = Counter(f.category for f in self.findings if f.consequence_of is None)
+        tally = "findings: " + ", ".join(f"{c} x{n}" for c, n in counts.items())
+        shown = lines[: SCREEN_LINES - 3]
+        return "\n".join([head, tally, *shown,
+                          f"... {len(lines) - len(shown)} more lines: print(report.details()) shows every finding"])
+
+    def __repr__(self) -> str:
+        """``<Report FAIL missing_windows: backward visits 1 of 4 ... (float32)>``: one short line."""
+        cats = self.categories()
+        status = "PASS" if self.ok else "FAIL " + ", ".join(cats[:3]) + (", ..." if len(cats) > 3 else "")
+        headline = self.headline if len(self.headline) <= 120 else self.headline[:117] + "..."
+        dtype = self.stats.get("dtype")
+        return f"<Report {status}: {headline}{f' ({dtype})' if dtype else ''}>"
+
+    def _repr_html_(self) -> str:
+        """A notebook's rendering: the verdict, the summary and a table of the findings."""
+        colour = "#1a7f37" if self.ok else "#cf222e"
+        rows = "".join(
+            f"<tr><td><code>{html.escape(f.category)}</code></td><td>{html.escape(f.message)}</td>"
+            f"<td>{html.escape(fmt_index(f.window)) if f.window is not None else ''}</td></tr>"
+            for f in self.findings[:50])
+        more = (f"<p>... {len(self.findings) - 50} more findings: <code>report.details()</code></p>"
+                if len(self.findings) > 50 else "")
+        table = (f"<table><tr><th>category</th><th>finding</th><th>window</th></tr>{rows}</table>{more}"
+                 if self.findings else "")
+        return (f"<div><p><b style='color:{colour}'>{'PASS' if self.ok else 'FAIL'}</b> "
+                f"{html.escape(self.headline)}</p><p><small>{html.escape(self.subject)}</small></p>{table}</div>")
 
     def to_dict(self) -> dict[str, Any]:
         """Stable keys: ``ok``, ``subject``, ``summary``, the stats, ``findings``."""

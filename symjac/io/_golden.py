@@ -40,9 +40,10 @@ import numpy as np
 from symjac._atomic import atomic_folder, atomic_open
 from symjac._errors import SpecError
 from symjac._exact import round_fraction
+from symjac.pool._geometry import resolve
 from symjac.check._rounding import float_dtype, gamma, ulps, unit_roundoff
 
-FORMATS = ("json", "npz", "bin")
+FORMATS = ("json", "npz", "bin", "onnx")
 _FIXED_DATE = (1980, 1, 1, 0, 0, 0)
 #: Significant digits of a loss value that is no exact binary fraction (evaluated at >= 60).
 DECIMAL_DIGITS = 40
@@ -354,6 +355,11 @@ def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: li
             written.append(p)
         if "bin" in formats:
             written += _write_bin(out / stem, typed, meta, prov)
+        if "onnx" in formats:
+            from symjac.io._onnx import write_onnx  # imports onnx: only for this format
+
+            geometry = None if case.is_loss else resolve(case.operator, tuple(meta["input_shape"]))
+            written += write_onnx(case, geometry, qs, _bounds(case, qs, dtypes), dtypes, out, stem, _rounded)
     return written
 
 

@@ -1,0 +1,104 @@
+"""golden --format onnx: ONNX backend-test directories that onnx loads and ONNX Runtime (an
+independent implementation) runs to the stored outputs, within the bound written beside them."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import numpy_helper  # noqa: E402
+from onnx.backend.test.loader import load_model_tests  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = sorted(str(p) for p in (ROOT / "specs").rglob("*.toml"))
+DTYPES = ("float16", "float32", "float64")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    out = tmp_path_factory.mktemp("golden")
+    r = subprocess.run([sys.executable, "-m", "symjac", "golden", *SPECS, "--out", str(out), "--format", "onnx,json",
+                        "--dtype", ",".join(DTYPES)], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    return out, r.stderr
+
+
+def _tensor(path):
+    t = onnx.TensorProto()
+    t.ParseFromString(Path(path).read_bytes())
+    return numpy_helper.to_array(t)
+
+
+def test_every_expressible_pooling_case_is_a_backend_test_onnx_loads(exported):
+    out, notes = exported
+    cases = load_model_tests(data_dir=str(out), kind="onnx")
+    names = {c.name for c in cases}
+    # the repo's pooling specs that ONNX expresses: channels_first, exclude/include_pad, not adaptive
+    for stem in ("nntrainer_avgpool_same_2x2", "maxpool_ties_3x3", "textbook_4x4_avg", "dilated_max",
+                 "onnx_same_lower", "tf_same_stride2", "torch_ceil_include_pad"):
+        assert {f"test_symjac_{stem}_{dt}" for dt in DTYPES} <= names, stem
+    for c in cases:
+        model = onnx.load(os.path.join(c.model_dir, "model.onnx"))
+        onnx.checker.check_model(model, full_check=True)
+        assert c.rtol == 0 and c.atol >= 0  # data.json: symjac's bound, not ONNX's default rtol 1e-3
+    # what ONNX cannot express is named, not dropped in silence
+    assert "channels_last: no ONNX form: layout 'channels_last'" in notes
+    assert "adaptive_5_to_3: no ONNX form: AdaptivePool" in notes
+    assert not any("channels_last" in n or "adaptive_5_to_3" in n for n in names)
+
+
+def test_onnx_runtime_runs_each_case_to_the_stored_output(exported):
+    ort = pytest.importorskip("onnxruntime")
+    out, _ = exported
+    ran = 0
+    for c in load_model_tests(data_dir=str(out), kind="onnx"):
+        x = _tensor(os.path.join(c.model_dir, "test_data_set_0", "input_0.pb"))
+        want = _tensor(os.path.join(c.model_dir, "test_data_set_0", "output_0.pb"))
+        try:
+            session = ort.InferenceSession(os.path.join(c.model_dir, "model.onnx"), providers=["CPUExecutionProvider"])
+        except Exception as exc:  # ORT's CPU provider has no float64 AveragePool kernel
+            assert "NOT_IMPLEMENTED" in str(exc) and c.name.endswith("_float64"), (c.name, exc)
+            continue
+        got = session.run(None, {"X": x})[0]
+        assert got.dtype == want.dtype and got.shape == want.shape, c.name
+        err = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        assert np.all(err <= c.atol), (c.name, err.max(), c.atol)
+        ran += 1
+    assert ran >= 16
+
+
+def test_the_stored_output_is_the_json_golden_rounded_value(exported):
+    # the two formats are one computation: same input, same rounded forward, same bound
+    out, _ = exported
+    doc = json.loads((out / "textbook_4x4_avg.json").read_text())
+    folder = out / "onnx" / "test_symjac_textbook_4x4_avg_float16"
+    y = _tensor(folder / "test_data_set_0" / "output_0.pb")
+    assert y.reshape(-1).tolist() == doc["arrays"]["y"]["float16"]
+    assert json.loads((folder / "data.json").read_text())["atol"] == max(doc["arrays"]["y"]["max_abs_error"]["float16"])
+
+
+def test_a_pool_against_pytorch_through_the_export(tmp_path):
+    # The mapping itself, against an independent library: an avg pool with explicit asymmetric
+    # pads ONNX reads as pads=[b1, b2, e1, e2]; PyTorch pads symmetric only, so compare a pad-1
+    # count_include_pad=True ceil case with F.avg_pool2d.
+    torch = pytest.importorskip("torch")
+    ort = pytest.importorskip("onnxruntime")
+    spec = tmp_path / "c.toml"
+    spec.write_text('name = "c"\n[operator]\nkind = "pool"\nmode = "avg"\nkernel = 3\nstride = 2\npadding = 1\n'
+                    'ceil_mode = true\ndivisor = "include_pad"\n[input]\nshape = [1, 2, 6, 7]\ngenerator = "random"\n')
+    r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(spec), "--out", str(tmp_path / "g"),
+                        "--format", "onnx", "--dtype", "float32"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    folder = tmp_path / "g" / "onnx" / "test_symjac_c_float32"
+    x = _tensor(folder / "test_data_set_0" / "input_0.pb")
+    want = torch.nn.functional.avg_pool2d(torch.from_numpy(x.copy()).double(), 3, 2, 1, ceil_mode=True,
+                                          count_include_pad=True).numpy()
+    stored = _tensor(folder / "test_data_set_0" / "output_0.pb")
+    assert stored.shape == want.shape and np.allclose(stored, want, rtol=2**-23, atol=0)
+    got = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
+    assert np.allclose(got, want, rtol=2**-20, atol=0)
