@@ -112,7 +112,7 @@ def cmd_golden(args: argparse.Namespace) -> int:
     dtypes = _comma_list("--dtype", args.dtype, DTYPES)
     with warnings.catch_warnings(record=True) as notes:  # cases a format cannot express: one line each
         warnings.simplefilter("always")
-        for path in write_golden(_selected(args), Path(args.out), formats, dtypes):
+        for path in write_golden(_selected(args), Path(args.out), formats, dtypes, divisors=args.divisors):
             print(path)
     for note in notes:
         print(f"note: {note.message}", file=sys.stderr)
@@ -205,6 +205,8 @@ def _golden_args(p: argparse.ArgumentParser) -> None:
                    "(default json; onnx: ONNX backend-test directories, pooling cases ONNX can express)")
     p.add_argument("--dtype", default="float32,float64", metavar="DTYPES",
                    help="comma-separated float dtypes, for every format (default float32,float64)")
+    p.add_argument("--divisors", action="store_true",
+                   help="the operator object lists every output window's divisor (a pool's 'divisors')")
 
 
 def _explain_args(p: argparse.ArgumentParser) -> None:

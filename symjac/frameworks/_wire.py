@@ -2,8 +2,9 @@
 
 A message is ASCII header lines (``key value``), an empty line, then raw arrays,
 little-endian and C order (the golden ``bin`` layout). The operator's settings are the
-spec's fields written generically (one line per field that is set, plus the resolved
-``pads`` and ``rank`` of a pool), so nothing here depends on which operator it is:
+spec's fields written generically by :func:`symjac.io._operator.operator_fields` (one
+line per field that is set, plus the resolved ``pads`` and ``rank`` of a pool; the golden
+metadata's ``operator`` object is the same data), so nothing here depends on which operator it is:
 both routes, the process (:mod:`symjac.frameworks.process`) and the shared library
 (:mod:`symjac.frameworks.ctypes`), send the same lines.
 """
@@ -19,16 +20,15 @@ from typing import Any
 import numpy as np
 
 from symjac._errors import SymjacError
+from symjac.io._operator import operator_fields
 from symjac.loss._spec import Loss
-from symjac.pool._spec import AdaptivePool, GlobalPool, Pool, PoolSpec
+from symjac.pool._spec import PoolSpec
 
 PROTOCOL = 1
 REQUEST = f"symjac {PROTOCOL} request"
 RESPONSE = f"symjac {PROTOCOL} response"
 #: A response header longer than this is garbage, not a header.
 MAX_HEADER = 1 << 16
-#: The operator line of each spec type.
-OPERATORS: dict[type, str] = {Pool: "pool", AdaptivePool: "adaptive_pool", GlobalPool: "global_pool", Loss: "loss"}
 #: The dtypes the wire carries (NumPy's names; bfloat16 with ml_dtypes).
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int64", "int32", "int8", "uint8", "bool")
 
@@ -74,15 +74,7 @@ def _text(value: Any) -> str:
 
 def settings(spec: PoolSpec | Loss, pads: tuple[tuple[int, int], ...] | None = None) -> list[str]:
     """The settings lines of ``spec`` (and, for a pool, its resolved ``pads`` at one input shape)."""
-    lines = [f"operator {OPERATORS[type(spec)]}"]
-    for field in dataclasses.fields(spec):
-        value = getattr(spec, field.name)
-        if value is not None:
-            lines.append(f"{field.name} {_text(value)}")
-    if pads is not None:
-        if not any(line.startswith("rank ") for line in lines):  # GlobalPool has it as a field
-            lines.append(f"rank {len(pads)}")
-        lines.append(f"pads {_text(pads)}")
+    lines = [f"{key} {_text(value)}" for key, value in operator_fields(spec, pads).items()]
     for line in lines:
         if "\n" in line or not line.isascii():
             raise SymjacError(f"setting {line!r} cannot be written on the wire (one ASCII line each)")

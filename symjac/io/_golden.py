@@ -40,6 +40,7 @@ import numpy as np
 from symjac._atomic import atomic_folder, atomic_open
 from symjac._errors import SpecError
 from symjac._exact import round_fraction
+from symjac.io._operator import golden_operator
 from symjac.pool._geometry import resolve
 from symjac.check._rounding import float_dtype, gamma, ulps, unit_roundoff
 
@@ -331,14 +332,19 @@ def _typed(case: Any, qs: dict[str, np.ndarray], dtypes: list[str]) -> dict[str,
     return out
 
 
-def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: list[str]) -> list[Path]:
-    """Write golden files for ``cases`` (spec-file cases); return the paths written."""
+def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: list[str],
+                 divisors: bool = False) -> list[Path]:
+    """Write golden files for ``cases`` (spec-file cases); return the paths written.
+
+    ``divisors``: the ``operator`` object lists every output window's divisor."""
     cases = list(cases)
     stems = _stems(cases)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     for case, stem in zip(cases, stems):
         qs, meta = case_quantities(case)
+        geometry = None if case.is_loss else resolve(case.operator, tuple(meta["input_shape"]))
+        meta = {**meta, "operator": golden_operator(case, geometry, divisors), "operator_repr": meta["operator"]}
         prov = provenance(case, qs)
         if "json" in formats:
             p = out / f"{stem}.json"
@@ -350,15 +356,15 @@ def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: li
             with atomic_open(p, "wb") as f, zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED) as z:
                 for name in sorted(typed):
                     z.writestr(zipfile.ZipInfo(f"{name}.npy", date_time=_FIXED_DATE), _npy(typed[name]))
-                z.writestr(zipfile.ZipInfo("provenance.json.npy", date_time=_FIXED_DATE),
-                           _npy(np.array(json.dumps(prov, sort_keys=True))))
+                for key, value in (("operator", meta["operator"]), ("provenance", prov)):
+                    z.writestr(zipfile.ZipInfo(f"{key}.json.npy", date_time=_FIXED_DATE),
+                               _npy(np.array(json.dumps(value, sort_keys=True))))
             written.append(p)
         if "bin" in formats:
             written += _write_bin(out / stem, typed, meta, prov)
         if "onnx" in formats:
             from symjac.io._onnx import write_onnx  # imports onnx: only for this format
 
-            geometry = None if case.is_loss else resolve(case.operator, tuple(meta["input_shape"]))
             written += write_onnx(case, geometry, qs, _bounds(case, qs, dtypes), dtypes, out, stem, _rounded)
     return written
 
