@@ -372,4 +372,30 @@ static inline size_t symjac_golden_check_float(const symjac_golden_array *a, con
     return bad;
 }
 
+/* Which tie policy a max-pooling backward follows, from got (its dx, as doubles) and the
+   golden dx of each valid policy ("dx_first.DTYPE", "dx_last.DTYPE", "dx_split.DTYPE",
+   written for cases with tied windows): "first", "last" or "split", the first whose every
+   element is within its bound; NULL when none is, or the case has no tied windows (err says
+   which). dtype is "float32", "float64", ... */
+static inline const char *symjac_golden_tie_policy(const char *folder, const char *dtype, const double *got, char *err,
+                                                   size_t errlen) {
+    static const char *const policies[] = {"first", "last", "split"};
+    char name[64];
+    int i;
+    for (i = 0; i < 3; i++) {
+        symjac_golden_array a;
+        size_t bad;
+        snprintf(name, sizeof name, "dx_%s.%s", policies[i], dtype);
+        if (symjac_golden_load(folder, name, &a, err, errlen)) {
+            snprintf(err, errlen, "%s: no %s: the case has no tied windows (or no dtype %s)", folder, name, dtype);
+            return NULL;
+        }
+        bad = symjac_golden_check(&a, got, NULL);
+        symjac_golden_free(&a);
+        if (bad == 0) return policies[i];
+    }
+    snprintf(err, errlen, "%s: dx follows none of the tie policies first, last, split", folder);
+    return NULL;
+}
+
 #endif /* SYMJAC_GOLDEN_H */

@@ -1,6 +1,7 @@
 /* golden_layer.c: a C test that builds its pooling layer from a golden case's index.json
    (symjac golden --format bin) and runs the contrib reference kernels against the golden arrays.
-   usage: golden_layer FOLDER        prints "y: N bad, dx: M bad" and exits 0 when both are 0 */
+   usage: golden_layer FOLDER [ties]   prints "y: N bad, dx: M bad" and exits 0 when both are 0;
+   with "ties", also the tie policy the kernel's dx follows (symjac_golden_tie_policy) */
 #include <stdio.h>
 #include <string.h>
 #include "symjac_golden.h"
@@ -60,5 +61,9 @@ int main(int argc, char **argv) {
     bad_y = symjac_golden_check(&y, got_y, &first);
     bad_dx = symjac_golden_check(&dx, got_dx, &first);
     printf("y: %lu bad, dx: %lu bad\n", (unsigned long)bad_y, (unsigned long)bad_dx);
+    if (argc > 2) { /* "ties": say which valid tie policy the kernel's dx follows */
+        const char *policy = symjac_golden_tie_policy(folder, "float64", got_dx, err, sizeof err);
+        printf("tie policy: %s\n", policy ? policy : err);
+    }
     return bad_y || bad_dx;
 }

@@ -40,6 +40,7 @@ import numpy as np
 from symjac._atomic import atomic_folder, atomic_open
 from symjac._errors import SpecError
 from symjac._exact import round_fraction
+from symjac.io._golden_ties import NOTE as TIES_NOTE, tie_magnitudes, tie_quantities
 from symjac.io._operator import golden_operator
 from symjac.pool._geometry import resolve
 from symjac.check._rounding import float_dtype, gamma, ulps, unit_roundoff
@@ -182,6 +183,7 @@ def _pool_magnitudes(qs: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, n
     out["y"] = gather(qs["y"].size, rows, weights * x[cols])
     out["dx"] = gather(qs["dx"].size, cols, weights * dy[rows])
     out["jac_values"] = (weights, np.full(weights.size, 3.0))
+    out.update(tie_magnitudes(qs))
     return out
 
 
@@ -345,6 +347,8 @@ def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: li
         qs, meta = case_quantities(case)
         geometry = None if case.is_loss else resolve(case.operator, tuple(meta["input_shape"]))
         meta = {**meta, "operator": golden_operator(case, geometry, divisors), "operator_repr": meta["operator"]}
+        ties = tie_quantities(case, qs, case_quantities)
+        qs, meta = {**qs, **ties}, {**meta, **({"ties": TIES_NOTE} if ties else {})}
         prov = provenance(case, qs)
         if "json" in formats:
             p = out / f"{stem}.json"
