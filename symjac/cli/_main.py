@@ -112,7 +112,12 @@ def cmd_golden(args: argparse.Namespace) -> int:
     dtypes = _comma_list("--dtype", args.dtype, DTYPES)
     with warnings.catch_warnings(record=True) as notes:  # cases a format cannot express: one line each
         warnings.simplefilter("always")
-        for path in write_golden(_selected(args), Path(args.out), formats, dtypes, divisors=args.divisors):
+        cases = _selected(args)
+        if args.cover:
+            from symjac.io._golden_cover import cover_cases
+
+            cases = cover_cases(cases)
+        for path in write_golden(cases, Path(args.out), formats, dtypes, divisors=args.divisors):
             print(path)
     for note in notes:
         print(f"note: {note.message}", file=sys.stderr)
@@ -207,6 +212,8 @@ def _golden_args(p: argparse.ArgumentParser) -> None:
                    help="comma-separated float dtypes, for every format (default float32,float64)")
     p.add_argument("--divisors", action="store_true",
                    help="the operator object lists every output window's divisor (a pool's 'divisors')")
+    p.add_argument("--cover", action="store_true", help="one case per coverage-plan shape and input family verify "
+                   "runs, named CASE__SHAPE__FAMILY (pooling; a loss case is written as it is)")
 
 
 def _explain_args(p: argparse.ArgumentParser) -> None:
