@@ -197,6 +197,89 @@ static inline int symjac_golden__read_bin(const char *path, const char *dtype, s
     return 0;
 }
 
+/* ---------------------------------------------------------------- the operator and other metadata */
+
+/* The value at a dotted path of index.json's text ("operator.kernel", "input_shape"), or NULL. */
+static inline const char *symjac_golden__path(const char *index, const char *path) {
+    char key[128];
+    const char *p = index;
+    while (p != NULL && *path != '\0') {
+        size_t n = strcspn(path, ".");
+        if (n >= sizeof key) return NULL;
+        memcpy(key, path, n);
+        key[n] = '\0';
+        p = symjac_golden__get(p, key);
+        path += n + (path[n] == '.');
+    }
+    return p;
+}
+
+static inline char *symjac_golden__index(const char *folder, char *err, size_t errlen) {
+    char path[4096];
+    char *index;
+    snprintf(path, sizeof path, "%s/index.json", folder);
+    index = symjac_golden__read_text(path);
+    if (index == NULL) snprintf(err, errlen, "%s: cannot read", path);
+    return index;
+}
+
+/* The integers of index.json's value at path: a number, true/false (1/0), or a list, nested
+   lists flattened in order ("operator.pads" gives low, high of each spatial axis;
+   "operator.kernel", "operator.stride", "operator.divisors", "input_shape", ...). Stores at
+   most max of them in out and returns how many there are, or -1 (err says why: no such key,
+   or a value that is not integers, such as the divisor rule "exclude_pad"). */
+static inline int symjac_golden_meta_ints(const char *folder, const char *path, long long *out, int max, char *err,
+                                          size_t errlen) {
+    char *index = symjac_golden__index(folder, err, errlen);
+    const char *p, *end;
+    int n = 0;
+    if (index == NULL) return -1;
+    p = symjac_golden__path(index, path);
+    end = p ? symjac_golden__skip(p) : NULL;
+    if (end == NULL) {
+        snprintf(err, errlen, "%s/index.json: no \"%s\"", folder, path);
+        free(index);
+        return -1;
+    }
+    for (p = symjac_golden__ws(p); p < end; p++) {
+        long long v;
+        if (*p == '[' || *p == ']' || *p == ',' || *p == ' ' || *p == '\n') continue;
+        if (strncmp(p, "true", 4) == 0 || strncmp(p, "false", 5) == 0) {
+            v = *p == 't';
+            p += v ? 3 : 4;
+        } else if (*p == '-' || (*p >= '0' && *p <= '9')) {
+            char *stop;
+            v = strtoll(p, &stop, 10);
+            if (*stop == '.' || *stop == 'e' || *stop == 'E') break;
+            p = stop - 1;
+        } else {
+            break;
+        }
+        if (n < max) out[n] = v;
+        n++;
+    }
+    if (p < end) {
+        snprintf(err, errlen, "%s/index.json: \"%s\" is not integers", folder, path);
+        n = -1;
+    }
+    free(index);
+    return n;
+}
+
+/* The string at path ("operator.mode", "operator.divisor", "operator.tie") into out; 0 on
+   success, else 1 (err says why: no such key, not a string, or longer than size - 1). */
+static inline int symjac_golden_meta_string(const char *folder, const char *path, char *out, size_t size, char *err,
+                                            size_t errlen) {
+    char *index = symjac_golden__index(folder, err, errlen);
+    int status;
+    if (index == NULL) return 1;
+    status = symjac_golden__string(symjac_golden__path(index, path), out, size);
+    if (status) snprintf(err, errlen, "%s/index.json: \"%s\" is no string of fewer than %lu characters", folder, path,
+                         (unsigned long)size);
+    free(index);
+    return status;
+}
+
 /* ---------------------------------------------------------------- the API */
 
 static inline void symjac_golden_free(symjac_golden_array *a) {
@@ -287,6 +370,32 @@ static inline size_t symjac_golden_check_float(const symjac_golden_array *a, con
         }
     }
     return bad;
+}
+
+/* Which tie policy a max-pooling backward follows, from got (its dx, as doubles) and the
+   golden dx of each valid policy ("dx_first.DTYPE", "dx_last.DTYPE", "dx_split.DTYPE",
+   written for cases with tied windows): "first", "last" or "split", the first whose every
+   element is within its bound; NULL when none is, or the case has no tied windows (err says
+   which). dtype is "float32", "float64", ... */
+static inline const char *symjac_golden_tie_policy(const char *folder, const char *dtype, const double *got, char *err,
+                                                   size_t errlen) {
+    static const char *const policies[] = {"first", "last", "split"};
+    char name[64];
+    int i;
+    for (i = 0; i < 3; i++) {
+        symjac_golden_array a;
+        size_t bad;
+        snprintf(name, sizeof name, "dx_%s.%s", policies[i], dtype);
+        if (symjac_golden_load(folder, name, &a, err, errlen)) {
+            snprintf(err, errlen, "%s: no %s: the case has no tied windows (or no dtype %s)", folder, name, dtype);
+            return NULL;
+        }
+        bad = symjac_golden_check(&a, got, NULL);
+        symjac_golden_free(&a);
+        if (bad == 0) return policies[i];
+    }
+    snprintf(err, errlen, "%s: dx follows none of the tie policies first, last, split", folder);
+    return NULL;
 }
 
 #endif /* SYMJAC_GOLDEN_H */

@@ -55,17 +55,25 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     if args.timeout < 0:
         raise UsageError(f"--timeout {args.timeout:g}: give seconds > 0, or 0 for no limit")
+    if (args.impl is None) == (args.exec is None):
+        raise UsageError("give --impl MODULE_OR_PATH[:ATTR] or --exec CMD (one of them)")
     cases = _selected(args)
-    impl = load_impl(args.impl)
+    if args.exec is not None:  # one kernel program serves every case (docs/native.md)
+        import symjac.frameworks.process as sjp
+
+        child = sjp.Child(args.exec, timeout=sjp.deadline_below(args.timeout))
+    impl = load_impl(args.impl) if args.exec is None else None
     runnable, skipped = [], []
     for case in cases:
+        case_impl = impl if args.exec is None else sjp.impl_for(child, case.operator)
         try:
-            runnable.append((case, _callables(impl, case, args.impl)))
+            _callables(case_impl, case, args.impl)
+            runnable.append((case, case_impl))
         except UsageError as exc:
             skipped.append((case, exc))
     if not runnable:
         raise skipped[0][1]
-    reports = [(case, verify_case(case, impl, args.dtype, args.timeout or None)) for case, _ in runnable]
+    reports = [(case, verify_case(case, case_impl, args.dtype, args.timeout or None)) for case, case_impl in runnable]
     failed = any(not r.ok for _, r in reports)
     if args.json:
         out = [{"case": c.name, "file": c.source.split("#")[0], **r.to_dict()} for c, r in reports]
@@ -105,7 +113,12 @@ def cmd_golden(args: argparse.Namespace) -> int:
     dtypes = _comma_list("--dtype", args.dtype, DTYPES)
     with warnings.catch_warnings(record=True) as notes:  # cases a format cannot express: one line each
         warnings.simplefilter("always")
-        for path in write_golden(_selected(args), Path(args.out), formats, dtypes):
+        cases = _selected(args)
+        if args.cover:
+            from symjac.io._golden_cover import cover_cases
+
+            cases = cover_cases(cases)
+        for path in write_golden(cases, Path(args.out), formats, dtypes, divisors=args.divisors):
             print(path)
     for note in notes:
         print(f"note: {note.message}", file=sys.stderr)
@@ -180,7 +193,9 @@ def add_spec_arguments(p: argparse.ArgumentParser) -> None:
 
 def _verify_args(p: argparse.ArgumentParser) -> None:
     add_spec_arguments(p)
-    p.add_argument("--impl", required=True, metavar="MODULE_OR_PATH[:ATTR]", help=IMPL_HELP)
+    p.add_argument("--impl", metavar="MODULE_OR_PATH[:ATTR]", help=IMPL_HELP + " (or give --exec)")
+    p.add_argument("--exec", metavar="CMD", help="instead of --impl: a native kernel program speaking symjac's "
+                   "protocol on stdin/stdout (contrib/symjac_driver.h; docs/native.md), started once")
     p.add_argument("--dtype", default=DEFAULT_DTYPE, choices=DTYPES, help=DTYPE_HELP)
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                    help=f"per call of the implementation (default {DEFAULT_TIMEOUT:g}; 0: no limit); "
@@ -196,6 +211,10 @@ def _golden_args(p: argparse.ArgumentParser) -> None:
                    "(default json; onnx: ONNX backend-test directories, pooling cases ONNX can express)")
     p.add_argument("--dtype", default="float32,float64", metavar="DTYPES",
                    help="comma-separated float dtypes, for every format (default float32,float64)")
+    p.add_argument("--divisors", action="store_true",
+                   help="the operator object lists every output window's divisor (a pool's 'divisors')")
+    p.add_argument("--cover", action="store_true", help="one case per coverage-plan shape and input family verify "
+                   "runs, named CASE__SHAPE__FAMILY (pooling; a loss case is written as it is)")
 
 
 def _explain_args(p: argparse.ArgumentParser) -> None:

@@ -41,6 +41,8 @@ import numpy as np
 from symjac._atomic import atomic_folder, atomic_open
 from symjac._errors import SpecError
 from symjac._exact import round_fraction
+from symjac.io._golden_ties import NOTE as TIES_NOTE, tie_magnitudes, tie_quantities
+from symjac.io._operator import golden_operator
 from symjac.pool._geometry import resolve
 from symjac.check._rounding import float_dtype, gamma, ulps, unit_roundoff
 
@@ -182,6 +184,7 @@ def _pool_magnitudes(qs: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, n
     out["y"] = gather(qs["y"].size, rows, weights * x[cols])
     out["dx"] = gather(qs["dx"].size, cols, weights * dy[rows])
     out["jac_values"] = (weights, np.full(weights.size, 3.0))
+    out.update(tie_magnitudes(qs))
     return out
 
 
@@ -332,14 +335,21 @@ def _typed(case: Any, qs: dict[str, np.ndarray], dtypes: list[str]) -> dict[str,
     return out
 
 
-def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: list[str]) -> list[Path]:
-    """Write golden files for ``cases`` (spec-file cases); return the paths written."""
+def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: list[str],
+                 divisors: bool = False) -> list[Path]:
+    """Write golden files for ``cases`` (spec-file cases); return the paths written.
+
+    ``divisors``: the ``operator`` object lists every output window's divisor."""
     cases = list(cases)
     stems = _stems(cases)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     for case, stem in zip(cases, stems):
         qs, meta = case_quantities(case)
+        geometry = None if case.is_loss else resolve(case.operator, tuple(meta["input_shape"]))
+        meta = {**meta, "operator": golden_operator(case, geometry, divisors), "operator_repr": meta["operator"]}
+        ties = tie_quantities(case, qs, case_quantities)
+        qs, meta = {**qs, **ties}, {**meta, **({"ties": TIES_NOTE} if ties else {})}
         _refuse_overflow(case, qs, dtypes)
         prov = provenance(case, qs)
         if "json" in formats:
@@ -352,15 +362,15 @@ def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: li
             with atomic_open(p, "wb") as f, zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED) as z:
                 for name in sorted(typed):
                     z.writestr(zipfile.ZipInfo(f"{name}.npy", date_time=_FIXED_DATE), _npy(typed[name]))
-                z.writestr(zipfile.ZipInfo("provenance.json.npy", date_time=_FIXED_DATE),
-                           _npy(np.array(json.dumps(prov, sort_keys=True))))
+                for key, value in (("operator", meta["operator"]), ("provenance", prov)):
+                    z.writestr(zipfile.ZipInfo(f"{key}.json.npy", date_time=_FIXED_DATE),
+                               _npy(np.array(json.dumps(value, sort_keys=True))))
             written.append(p)
         if "bin" in formats:
             written += _write_bin(out / stem, typed, meta, prov)
         if "onnx" in formats:
             from symjac.io._onnx import write_onnx  # imports onnx: only for this format
 
-            geometry = None if case.is_loss else resolve(case.operator, tuple(meta["input_shape"]))
             written += write_onnx(case, geometry, qs, _bounds(case, qs, dtypes), dtypes, out, stem, _rounded)
     return written
 

@@ -1,0 +1,395 @@
+/* symjac_driver.h: let symjac verify a C or C++ pooling or loss kernel, with no Python glue.
+
+   One header, C99 (or C++11), the C standard library only. The kernel author writes ONE
+   function, the dispatch, that reads a request and calls their kernels:
+
+       #include "symjac_driver.h"
+
+       static int dispatch(symjac_request *r) {
+           const symjac_array *x = symjac_input(r, "x");
+           if (!symjac_is(r->op, "forward")) return symjac_fail(r, "only the forward here");
+           ...  my_pool_forward(x->data, r->output.data, x->shape, r->kernel, r->pads, ...);
+           return 0;
+       }
+       SYMJAC_MAIN(dispatch)
+
+   Built as a program (`cc -o mykernel mykernel.c`), SYMJAC_MAIN is main(): it answers
+   symjac's requests on stdin/stdout (`symjac.frameworks.process`, docs/native.md) until
+   stdin ends. Built as a shared library (`cc -shared -fPIC -DSYMJAC_SHARED -o libmykernel.so
+   mykernel.c`), it exports symjac_call(symjac_request *) and symjac_abi() for
+   `symjac.frameworks.ctypes` instead. The same dispatch serves both routes.
+
+   Rules for the dispatch: write the result into r->output.data (allocated for
+   r->output_capacity elements of r->output.dtype, zeroed; r->output's shape is the one
+   symjac expects, which the kernel may change); never write to stdout (the protocol runs
+   there: diagnostics go to stderr); return 0, or symjac_fail(r, "why", ...) for a request
+   the kernel cannot serve. Inputs may be written to: symjac is told, and reports it.
+
+   The wire format (docs/native.md): ASCII header lines, an empty line, then the arrays as
+   raw little-endian C-order bytes (the golden `bin` layout). */
+#ifndef SYMJAC_DRIVER_H
+#define SYMJAC_DRIVER_H
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SYMJAC_PROTOCOL 1
+#define SYMJAC_MAX_DIMS 8
+#define SYMJAC_MAX_INPUTS 4
+#define SYMJAC_MAX_RANK 3
+#define SYMJAC_NAME 32
+#define SYMJAC_SETTINGS 16384
+#define SYMJAC_MESSAGE 1024
+
+typedef struct {
+    char name[SYMJAC_NAME];   /* "x", "dy", "pred", "label", "upstream"; output: "y", "dx", "value", "dpred" */
+    char dtype[SYMJAC_NAME];  /* NumPy's name: "float16", "bfloat16", "float32", "float64", "int64", ... */
+    int32_t ndim;             /* 0 for one number */
+    int32_t itemsize;         /* bytes per element */
+    int64_t shape[SYMJAC_MAX_DIMS];
+    int64_t count;            /* number of elements */
+    void *data;               /* C order, host byte order */
+} symjac_array;
+
+typedef struct {
+    int64_t id;                          /* the request's number (echoed by the driver) */
+    char op[SYMJAC_NAME];                /* "forward", "backward" (pools); "loss", "derivative" (losses) */
+    char settings[SYMJAC_SETTINGS];      /* the operator's settings, "key value\n" lines (docs/native.md) */
+    int32_t n_inputs;
+    symjac_array inputs[SYMJAC_MAX_INPUTS];
+    symjac_array output;
+    int64_t output_capacity;             /* elements allocated at output.data */
+    char message[SYMJAC_MESSAGE];        /* symjac_fail's text */
+    /* Parsed from settings before the dispatch is called (0 / "" where a setting is absent). */
+    char operator_name[SYMJAC_NAME];     /* "pool", "adaptive_pool", "global_pool", "loss" */
+    char dtype[SYMJAC_NAME];             /* the first input's dtype */
+    char mode[SYMJAC_NAME];              /* pools: "max", "avg", "lp" */
+    char layout[SYMJAC_NAME];            /* "channels_first" (N, C, spatial...) or "channels_last" */
+    char divisor[SYMJAC_NAME];           /* "exclude_pad", "include_pad", or an integer (divisor_override) */
+    int32_t rank;                        /* spatial dimensions */
+    int32_t ceil_mode;
+    int64_t kernel[SYMJAC_MAX_RANK], stride[SYMJAC_MAX_RANK], dilation[SYMJAC_MAX_RANK];
+    int64_t pads[SYMJAC_MAX_RANK][2];    /* resolved (low, high) per spatial axis */
+    int64_t output_size[SYMJAC_MAX_RANK];/* adaptive pools */
+    char kind[SYMJAC_NAME];              /* losses: "mse", "sigmoid_ce", ... */
+    char reduction[SYMJAC_NAME];         /* "mean", "batch_mean", "sum", "none" */
+    double scale;                        /* the loss scale S (exactly: symjac_setting(r, "scale"), "p" or "p/q") */
+} symjac_request;
+
+#define SYMJAC_ABI ((int64_t)SYMJAC_PROTOCOL << 32 | (int64_t)sizeof(symjac_request))
+
+typedef int (*symjac_dispatch_fn)(symjac_request *r);
+
+/* ---------------------------------------------------------------- for the dispatch */
+
+static inline int symjac_is(const char *a, const char *b) { return strcmp(a, b) == 0; }
+
+/* The input called name, or NULL (label is absent for losses without one, upstream unless reduction "none"). */
+static inline const symjac_array *symjac_input(const symjac_request *r, const char *name) {
+    int i;
+    for (i = 0; i < r->n_inputs; i++)
+        if (symjac_is(r->inputs[i].name, name)) return &r->inputs[i];
+    return NULL;
+}
+
+/* Refuse a request: the message reaches symjac's report. Returns 1 (return it from the dispatch). */
+static inline int symjac_fail(symjac_request *r, const char *format, ...) {
+    va_list args;
+    va_start(args, format);
+    vsnprintf(r->message, sizeof r->message, format, args);
+    va_end(args);
+    return 1;
+}
+
+/* The text of setting key (up to the end of its line), or NULL when the request has none. */
+static inline const char *symjac_setting(const symjac_request *r, const char *key) {
+    size_t n = strlen(key);
+    const char *p = r->settings;
+    while (*p) {
+        if (strncmp(p, key, n) == 0 && p[n] == ' ') return p + n + 1;
+        p = strchr(p, '\n');
+        if (p == NULL) break;
+        p++;
+    }
+    return NULL;
+}
+
+/* Setting key as a number ("2", "0.25", "1/3" exactly as p/q), or fallback when absent. */
+static inline double symjac_setting_number(const symjac_request *r, const char *key, double fallback) {
+    const char *p = symjac_setting(r, key);
+    char *end;
+    double value;
+    if (p == NULL) return fallback;
+    value = strtod(p, &end);
+    if (*end == '/') value /= strtod(end + 1, NULL);
+    return value;
+}
+
+/* Up to max integers of setting key into out; returns how many were read. */
+static inline int symjac_setting_ints(const symjac_request *r, const char *key, int64_t *out, int max) {
+    const char *p = symjac_setting(r, key);
+    int n = 0;
+    while (p != NULL && n < max && *p != '\n' && *p != '\0') {
+        char *end;
+        long long v = strtoll(p, &end, 10);
+        if (end == p) break;
+        out[n++] = (int64_t)v;
+        p = end;
+    }
+    return n;
+}
+
+/* ---------------------------------------------------------------- the driver */
+
+static inline int symjac__itemsize(const char *dtype) {
+    static const char *const names[] = {"float16", "bfloat16", "float32", "float64", "int64", "int32", "int8",
+                                        "uint8", "bool", NULL};
+    static const int sizes[] = {2, 2, 4, 8, 8, 4, 1, 1, 1};
+    int i;
+    for (i = 0; names[i] != NULL; i++)
+        if (symjac_is(dtype, names[i])) return sizes[i];
+    return 0;
+}
+
+static inline void symjac__word(const char *p, char *out) {
+    size_t i = 0;
+    while (p != NULL && p[i] != '\0' && p[i] != '\n' && p[i] != ' ' && i + 1 < SYMJAC_NAME) {
+        out[i] = p[i];
+        i++;
+    }
+    out[i] = '\0';
+}
+
+/* Fill the parsed fields of r from r->settings and r->inputs (both routes call this). */
+static inline void symjac_parse_settings(symjac_request *r) {
+    int64_t pads[2 * SYMJAC_MAX_RANK] = {0}, v = 0;
+    int i, n;
+    symjac__word(symjac_setting(r, "operator"), r->operator_name);
+    symjac__word(r->n_inputs ? r->inputs[0].dtype : "", r->dtype);
+    symjac__word(symjac_setting(r, "mode"), r->mode);
+    symjac__word(symjac_setting(r, "layout"), r->layout);
+    symjac__word(symjac_setting(r, "divisor"), r->divisor);
+    symjac__word(symjac_setting(r, "kind"), r->kind);
+    symjac__word(symjac_setting(r, "reduction"), r->reduction);
+    r->rank = symjac_setting_ints(r, "rank", &v, 1) ? (int32_t)v : 0;
+    r->ceil_mode = symjac_setting_ints(r, "ceil_mode", &v, 1) ? (int32_t)v : 0;
+    symjac_setting_ints(r, "kernel", r->kernel, SYMJAC_MAX_RANK);
+    symjac_setting_ints(r, "stride", r->stride, SYMJAC_MAX_RANK);
+    symjac_setting_ints(r, "dilation", r->dilation, SYMJAC_MAX_RANK);
+    symjac_setting_ints(r, "output_size", r->output_size, SYMJAC_MAX_RANK);
+    n = symjac_setting_ints(r, "pads", pads, 2 * SYMJAC_MAX_RANK);
+    for (i = 0; 2 * i + 1 < n; i++) {
+        r->pads[i][0] = pads[2 * i];
+        r->pads[i][1] = pads[2 * i + 1];
+    }
+    r->scale = symjac_setting_number(r, "scale", 1.0);
+}
+
+/* Route of a shared library: symjac.frameworks.ctypes fills op, settings, inputs and output. */
+static inline int symjac_call_dispatch(symjac_dispatch_fn dispatch, symjac_request *r) {
+    r->message[0] = '\0';
+    symjac_parse_settings(r);
+    return dispatch(r);
+}
+
+static inline int symjac__little_endian(void) {
+    const uint16_t one = 1;
+    return *(const unsigned char *)&one == 1;
+}
+
+/* The wire is little-endian: swap each element in place on a big-endian host. */
+static inline void symjac__to_host(void *data, int64_t count, int itemsize) {
+    unsigned char *p = (unsigned char *)data, t;
+    int64_t i;
+    int k;
+    if (symjac__little_endian() || itemsize == 1) return;
+    for (i = 0; i < count; i++, p += itemsize)
+        for (k = 0; k < itemsize / 2; k++) {
+            t = p[k];
+            p[k] = p[itemsize - 1 - k];
+            p[itemsize - 1 - k] = t;
+        }
+}
+
+/* Parse "NAME DTYPE NDIM D0 D1 ..." into a; 0 on success. */
+static inline int symjac__array_line(const char *p, symjac_array *a) {
+    char *end;
+    int i;
+    memset(a, 0, sizeof *a);
+    symjac__word(p, a->name);
+    p += strlen(a->name);
+    while (*p == ' ') p++;
+    symjac__word(p, a->dtype);
+    p += strlen(a->dtype);
+    a->itemsize = symjac__itemsize(a->dtype);
+    a->ndim = (int32_t)strtol(p, &end, 10);
+    if (end == p || a->ndim < 0 || a->ndim > SYMJAC_MAX_DIMS) return 1;
+    a->count = 1;
+    for (i = 0; i < a->ndim; i++) {
+        p = end;
+        a->shape[i] = (int64_t)strtoll(p, &end, 10);
+        if (end == p || a->shape[i] < 0) return 1;
+        a->count *= a->shape[i];
+    }
+    return 0;
+}
+
+static inline void symjac__array_text(FILE *out, const char *role, const symjac_array *a) {
+    int i;
+    fprintf(out, "%s %s %s %d", role, a->name, a->dtype, (int)a->ndim);
+    for (i = 0; i < a->ndim; i++) fprintf(out, " %lld", (long long)a->shape[i]);
+    fputc('\n', out);
+}
+
+static inline int symjac__read_line(char *line, size_t size) {
+    size_t n;
+    if (fgets(line, (int)size, stdin) == NULL) return 1;
+    n = strlen(line);
+    if (n == 0 || line[n - 1] != '\n') return 2; /* too long, or no newline before EOF */
+    line[n - 1] = '\0';
+    return 0;
+}
+
+/* Answer one request: 0 served (or refused), 1 end of input, 2 a malformed request. */
+static inline int symjac__serve_one(symjac_dispatch_fn dispatch, symjac_request *r, char *line, size_t size) {
+    unsigned char *saved[SYMJAC_MAX_INPUTS] = {NULL};
+    long long bytes = -1, need = 0;
+    int i, status, unknown = 0, same;
+    size_t used = 0;
+    memset(r, 0, sizeof *r);
+    status = symjac__read_line(line, size);
+    if (status) return status == 1 && feof(stdin) ? 1 : 2;
+    if (strcmp(line, "symjac 1 request") != 0) {
+        fprintf(stderr, "symjac_driver: expected \"symjac 1 request\", got \"%.60s\"\n", line);
+        return 2;
+    }
+    for (;;) {
+        char *value;
+        if (symjac__read_line(line, size)) return 2;
+        if (line[0] == '\0') break;
+        value = strchr(line, ' ');
+        value = value ? value + 1 : line + strlen(line);
+        if (strncmp(line, "id ", 3) == 0) r->id = strtoll(value, NULL, 10);
+        else if (strncmp(line, "op ", 3) == 0) symjac__word(value, r->op);
+        else if (strncmp(line, "bytes ", 6) == 0) bytes = strtoll(value, NULL, 10);
+        else if (strncmp(line, "output ", 7) == 0) {
+            if (symjac__array_line(value, &r->output)) return 2;
+        } else if (strncmp(line, "input ", 6) == 0) {
+            if (r->n_inputs == SYMJAC_MAX_INPUTS || symjac__array_line(value, &r->inputs[r->n_inputs])) return 2;
+            need += r->inputs[r->n_inputs].count * r->inputs[r->n_inputs].itemsize;
+            unknown |= r->inputs[r->n_inputs].itemsize == 0;
+            r->n_inputs++;
+        } else {
+            size_t n = strlen(line);
+            if (used + n + 2 > sizeof r->settings) return 2;
+            memcpy(r->settings + used, line, n);
+            r->settings[used + n] = '\n';
+            used += n + 1;
+        }
+    }
+    unknown |= symjac__itemsize(r->output.dtype) == 0;
+    if (bytes < 0 || (!unknown && bytes != need)) return 2;
+    if (unknown) { /* skip the payload and refuse: the stream stays in step */
+        for (; bytes > 0; bytes--)
+            if (getchar() == EOF) return 2;
+        symjac_fail(r, "an array of this request has a dtype the driver does not know (docs/native.md lists them)");
+        status = 1;
+    } else {
+        for (i = 0; i < r->n_inputs; i++) {
+            symjac_array *a = &r->inputs[i];
+            size_t n = (size_t)(a->count * a->itemsize);
+            a->data = malloc(n ? n : 1);
+            saved[i] = (unsigned char *)malloc(n ? n : 1);
+            if (a->data == NULL || saved[i] == NULL || fread(a->data, 1, n, stdin) != n) return 2;
+            symjac__to_host(a->data, a->count, a->itemsize);
+            memcpy(saved[i], a->data, n);
+        }
+        r->output.itemsize = symjac__itemsize(r->output.dtype);
+        r->output_capacity = r->output.count;
+        for (i = 0; i < r->n_inputs; i++)
+            if (r->inputs[i].count > r->output_capacity) r->output_capacity = r->inputs[i].count;
+        r->output.data = calloc((size_t)(r->output_capacity ? r->output_capacity : 1),
+                                (size_t)(r->output.itemsize ? r->output.itemsize : 1));
+        if (r->output.data == NULL) return 2;
+        status = symjac_call_dispatch(dispatch, r);
+    }
+    printf("symjac 1 response\nid %lld\nop %s\n", (long long)r->id, r->op);
+    if (status) {
+        for (i = 0; r->message[i]; i++)
+            if (r->message[i] == '\n') r->message[i] = ' ';
+        printf("status error\nmessage %s\nbytes 0\n\n", r->message[0] ? r->message : "the kernel refused");
+    } else {
+        symjac_array *o = &r->output;
+        o->count = 1;
+        for (i = 0; i < o->ndim; i++) o->count *= o->shape[i];
+        if (o->count > r->output_capacity) {
+            printf("status error\nmessage the kernel set an output of %lld elements, %lld allocated\nbytes 0\n\n",
+                   (long long)o->count, (long long)r->output_capacity);
+        } else {
+            need = o->count * o->itemsize;
+            printf("status ok\n");
+            symjac__array_text(stdout, "output", o);
+            for (i = 0; i < r->n_inputs; i++) {
+                symjac_array *a = &r->inputs[i];
+                same = memcmp(saved[i], a->data, (size_t)(a->count * a->itemsize)) == 0;
+                if (same) printf("input %s same\n", a->name);
+                else symjac__array_text(stdout, "input", a);
+                if (!same) need += a->count * a->itemsize;
+            }
+            printf("bytes %lld\n\n", need);
+            symjac__to_host(o->data, o->count, o->itemsize); /* host to little-endian: the same swap */
+            fwrite(o->data, (size_t)o->itemsize, (size_t)o->count, stdout);
+            for (i = 0; i < r->n_inputs; i++) {
+                symjac_array *a = &r->inputs[i];
+                if (memcmp(saved[i], a->data, (size_t)(a->count * a->itemsize)) == 0) continue;
+                symjac__to_host(a->data, a->count, a->itemsize);
+                fwrite(a->data, (size_t)a->itemsize, (size_t)a->count, stdout);
+            }
+        }
+    }
+    fflush(stdout);
+    for (i = 0; i < r->n_inputs; i++) {
+        free(r->inputs[i].data);
+        free(saved[i]);
+    }
+    free(r->output.data);
+    return 0;
+}
+
+/* The request loop: answer every request on stdin until it ends. Returns main's exit code. */
+static inline int symjac_serve(symjac_dispatch_fn dispatch) {
+    static symjac_request request;
+    static char line[SYMJAC_SETTINGS];
+    int status;
+    while ((status = symjac__serve_one(dispatch, &request, line, sizeof line)) == 0) {
+    }
+    if (status == 2) fprintf(stderr, "symjac_driver: malformed request (see docs/native.md); stopping\n");
+    return status == 1 ? 0 : 2;
+}
+
+#if defined(__GNUC__)
+#define SYMJAC_VISIBLE __attribute__((visibility("default")))
+#else
+#define SYMJAC_VISIBLE
+#endif
+#ifdef __cplusplus
+#define SYMJAC_EXPORT extern "C" SYMJAC_VISIBLE /* unmangled names, for ctypes */
+#else
+#define SYMJAC_EXPORT SYMJAC_VISIBLE
+#endif
+
+/* SYMJAC_MAIN(dispatch) (no semicolon after it): main() for a program, the ctypes entry
+   points symjac_call and symjac_abi when built with -DSYMJAC_SHARED. */
+#ifdef SYMJAC_SHARED
+#define SYMJAC_MAIN(dispatch)                                                                          \
+    SYMJAC_EXPORT int symjac_call(symjac_request *r) { return symjac_call_dispatch(dispatch, r); }    \
+    SYMJAC_EXPORT int64_t symjac_abi(void) { return SYMJAC_ABI; }
+#else
+#define SYMJAC_MAIN(dispatch) \
+    int main(void) { return symjac_serve(dispatch); }
+#endif
+
+#endif /* SYMJAC_DRIVER_H */

@@ -1,0 +1,72 @@
+"""An operator's settings as data: what the native wire's settings lines and the golden
+metadata's ``operator`` object both say (one serializer, so the two never disagree).
+
+The spec's fields are written generically (every field that is set, under its own name),
+after the ``operator`` type (``pool``, ``adaptive_pool``, ``global_pool``, ``loss``) and
+followed, for a pool at one input shape, by its ``rank`` (where the spec has no such
+field) and resolved ``pads`` (``[low, high]`` per spatial axis). Nothing here depends on
+which operator it is: a new mode or loss kind, or a new field, needs no change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from symjac.loss._spec import Loss
+from symjac.pool._spec import AdaptivePool, GlobalPool, Pool, PoolSpec
+
+#: The ``operator`` value of each spec type.
+OPERATORS: dict[type, str] = {Pool: "pool", AdaptivePool: "adaptive_pool", GlobalPool: "global_pool", Loss: "loss"}
+
+
+def operator_fields(spec: PoolSpec | Loss, pads: tuple[tuple[int, int], ...] | None = None) -> dict[str, Any]:
+    """``{"operator": type, field: value, ..., "rank": n, "pads": ((lo, hi), ...)}``, in that
+    order: the spec's fields that are set (values as the spec holds them: ints, bools,
+    words, Fractions, tuples), and for a pool the resolved ``pads`` at one input shape."""
+    out: dict[str, Any] = {"operator": OPERATORS[type(spec)]}
+    for field in dataclasses.fields(spec):
+        value = getattr(spec, field.name)
+        if value is not None:
+            out[field.name] = value
+    if pads is not None:
+        out.setdefault("rank", len(pads))  # GlobalPool has it as a field
+        out["pads"] = tuple(tuple(int(v) for v in p) for p in pads)
+    return out
+
+
+def json_value(value: Any) -> Any:
+    """A setting as JSON: ints and bools as they are, an exact number that is no integer
+    as its text ``"p/q"`` (never a rounded float), tuples as lists."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, Fraction):
+        return int(value) if value.denominator == 1 else str(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (tuple, list)):
+        return [json_value(v) for v in value]
+    return value if isinstance(value, (str, float)) or value is None else str(value)
+
+
+def operator_json(spec: PoolSpec | Loss, pads: tuple[tuple[int, int], ...] | None = None) -> dict[str, Any]:
+    """:func:`operator_fields` as a JSON object."""
+    return {k: json_value(v) for k, v in operator_fields(spec, pads).items()}
+
+
+def golden_operator(case: Any, geometry: Any = None, divisors: bool = False) -> dict[str, Any]:
+    """The golden metadata's ``operator`` object of a spec-file case (docs/golden-data.md):
+    :func:`operator_json` of its spec at the case's input shape, with, for a pool, the
+    ``tie`` policy its Jacobian and ``dx`` follow (symjac's default ``first`` unless the
+    case names one; only max pooling has ties) and, when ``divisors`` is asked, every
+    output window's divisor (flat, C order over the output's spatial positions)."""
+    if geometry is None:
+        return operator_json(case.operator)
+    out = operator_json(case.operator, geometry.pads)
+    out["tie"] = str(case.tie or "first")
+    if divisors:
+        out["divisors"] = [int(d) for d in np.asarray(geometry.divisor).reshape(-1)]
+    return out

@@ -1,0 +1,69 @@
+/* golden_layer.c: a C test that builds its pooling layer from a golden case's index.json
+   (symjac golden --format bin) and runs the contrib reference kernels against the golden arrays.
+   usage: golden_layer FOLDER [ties]   prints "y: N bad, dx: M bad" and exits 0 when both are 0;
+   with "ties", also the tie policy the kernel's dx follows (symjac_golden_tie_policy) */
+#include <stdio.h>
+#include <string.h>
+#include "symjac_golden.h"
+#include "pool_kernels.h"
+
+int main(int argc, char **argv) {
+    const char *folder = argc > 1 ? argv[1] : ".";
+    char err[512], type[32], mode[16], divisor[32], layout[32];
+    long long kernel[2], stride[2], dilation[2], pads[4], in[4], out[4];
+    int n_in, n_out, i;
+    symjac_golden_array x, dy, y, dx;
+    double *got_y, *got_dx;
+    size_t bad_y, bad_dx, first = 0;
+    pool2d p;
+    if (symjac_golden_meta_string(folder, "operator.operator", type, sizeof type, err, sizeof err) ||
+        symjac_golden_meta_string(folder, "operator.mode", mode, sizeof mode, err, sizeof err) ||
+        symjac_golden_meta_string(folder, "operator.layout", layout, sizeof layout, err, sizeof err) ||
+        symjac_golden_meta_ints(folder, "operator.kernel", kernel, 2, err, sizeof err) != 2 ||
+        symjac_golden_meta_ints(folder, "operator.stride", stride, 2, err, sizeof err) != 2 ||
+        symjac_golden_meta_ints(folder, "operator.dilation", dilation, 2, err, sizeof err) != 2 ||
+        symjac_golden_meta_ints(folder, "operator.pads", pads, 4, err, sizeof err) != 4 ||
+        (n_in = symjac_golden_meta_ints(folder, "input_shape", in, 4, err, sizeof err)) < 2 || n_in > 4 ||
+        (n_out = symjac_golden_meta_ints(folder, "output_shape", out, 4, err, sizeof err)) != n_in) {
+        fprintf(stderr, "%s: not a 2-D NCHW pool case: %s\n", folder, err);
+        return 2;
+    }
+    if (symjac_golden_meta_string(folder, "operator.divisor", divisor, sizeof divisor, err, sizeof err))
+        strcpy(divisor, "integer");
+    if (strcmp(type, "pool") || strcmp(layout, "channels_first") || dilation[0] != 1 || dilation[1] != 1 ||
+        (strcmp(mode, "max") && strcmp(mode, "avg")) || (strcmp(divisor, "exclude_pad") && strcmp(divisor, "include_pad"))) {
+        fprintf(stderr, "%s: the reference kernels do not compute %s %s (divisor %s, layout %s)\n", folder, type, mode,
+                divisor, layout);
+        return 2;
+    }
+    /* (N, C,) H, W: every leading dimension is a batch of planes */
+    for (p.planes = 1, i = 0; i < n_in - 2; i++) p.planes *= in[i];
+    p.h = in[n_in - 2], p.w = in[n_in - 1], p.oh = out[n_in - 2], p.ow = out[n_in - 1];
+    p.kh = kernel[0], p.kw = kernel[1], p.sh = stride[0], p.sw = stride[1];
+    p.top = pads[0], p.bottom = pads[1], p.left = pads[2], p.right = pads[3];
+    p.include_pad = strcmp(divisor, "include_pad") == 0;
+    if (symjac_golden_load(folder, "x.float64", &x, err, sizeof err) ||
+        symjac_golden_load(folder, "dy.float64", &dy, err, sizeof err) ||
+        symjac_golden_load(folder, "y.float64", &y, err, sizeof err) ||
+        symjac_golden_load(folder, "dx.float64", &dx, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return 2;
+    }
+    got_y = (double *)malloc(y.count * sizeof(double) + 1);
+    got_dx = (double *)malloc(dx.count * sizeof(double) + 1);
+    if (mode[0] == 'a') {
+        avg_pool2d_forward_f64(&p, x.values, got_y);
+        avg_pool2d_backward_f64(&p, dy.values, got_dx);
+    } else {
+        max_pool2d_forward_f64(&p, x.values, got_y);
+        max_pool2d_backward_f64(&p, x.values, dy.values, got_dx);
+    }
+    bad_y = symjac_golden_check(&y, got_y, &first);
+    bad_dx = symjac_golden_check(&dx, got_dx, &first);
+    printf("y: %lu bad, dx: %lu bad\n", (unsigned long)bad_y, (unsigned long)bad_dx);
+    if (argc > 2) { /* "ties": say which valid tie policy the kernel's dx follows */
+        const char *policy = symjac_golden_tie_policy(folder, "float64", got_dx, err, sizeof err);
+        printf("tie policy: %s\n", policy ? policy : err);
+    }
+    return bad_y || bad_dx;
+}

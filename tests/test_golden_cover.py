@@ -1,0 +1,58 @@
+"""``symjac golden --cover``: one case per coverage-plan shape and input family, named
+``<case>__<shape>__<family>``, each with its operator object; values against PyTorch."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import symjac
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = """name = "mp"
+[operator]
+kind = "pool"
+mode = "max"
+kernel = 3
+stride = 2
+padding = 1
+"""
+
+
+def test_one_case_per_plan_shape_and_family_with_pytorch_values(tmp_path):
+    torch = pytest.importorskip("torch")
+    (tmp_path / "mp.toml").write_text(SPEC)
+    loss = ROOT / "specs" / "seeds" / "loss_scale_family.toml"
+    r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(tmp_path / "mp.toml"), str(loss), "--case", "mp",
+                        "--case", "mse", "--out", str(tmp_path / "g"), "--cover", "--dtype", "float64"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    # the families verify runs for max pooling whose windows touch padding: distinct, ties (its
+    # probed pass at tied inputs), all_negative (padding taken for 0 shows), near_ties
+    families = ("distinct", "ties", "all_negative", "near_ties")
+    plan = symjac.cover(symjac.Pool("max", 3, stride=2, padding=1))
+    # a 1x1 input has no ties (every window reads its one cell): no ties case there
+    names = [f"mp__{'x'.join(map(str, shape))}__{f}" for shape in plan for f in families
+             if not (f == "ties" and shape == (2, 3, 1, 1))]
+    assert r.stdout.split() == [str(tmp_path / "g" / f"{n}.json") for n in names] + [str(tmp_path / "g" / "mse.json")]
+    for shape in plan:
+        for family in families:
+            if family == "ties" and shape == (2, 3, 1, 1):
+                continue
+            doc = json.loads((tmp_path / "g" / f"mp__{'x'.join(map(str, shape))}__{family}.json").read_text())
+            assert doc["provenance"]["generator"] == family and doc["input_shape"] == list(shape)
+            # padding 1 on every axis, k=3, s=2: out = (L + 2 - 3)//2 + 1, the pads as given
+            assert doc["operator"]["pads"] == [[1, 1], [1, 1]]
+            assert doc["output_shape"][2:] == [(L - 1) // 2 + 1 for L in shape[2:]]
+            a = doc["arrays"]
+            x = torch.tensor(np.array(a["x"]["float64"]).reshape(shape), requires_grad=True)
+            y = torch.nn.functional.max_pool2d(x, 3, stride=2, padding=1)
+            y.backward(torch.tensor(np.array(a["dy"]["float64"]).reshape(y.shape)))
+            assert np.array_equal(y.detach().numpy().reshape(-1), a["y"]["float64"])
+            assert np.array_equal(x.grad.numpy().reshape(-1), a["dx"]["float64"])  # first maximum, as PyTorch
+            assert ("tied" in a) == (family == "ties")
+            if family == "all_negative":
+                assert max(a["x"]["float64"]) < 0
