@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from symjac import loss as _loss_package
 from symjac._errors import InputError
 from symjac.check._call import DEFAULT_TIMEOUT, Guard, same, sha256
 from symjac.check._report import Finding, Report
@@ -159,6 +160,7 @@ def _verify(
     if forward is not None and not callable(forward):
         raise InputError(f"forward={forward!r} is not callable")
     dt = float_dtype(dtype)
+    _check_budget(loss, pred)
     p0, l0, u0, rounded = prepare_inputs(loss, pred, label, upstream, dt)
     # the loss values only for the forward check, the bounds where a verdict needs them (Bounds.fill)
     ev = evaluate_checked(loss, p0, l0, u0, values=forward is not None, derivatives=True)
@@ -188,6 +190,21 @@ def _verify(
     }
     return _Outcome(Report(f"{loss!r} in {dt.name}", tuple(findings), stats,
                            _headline(loss, p0.size, forward is not None, stats, findings)), out1, ex.value, ex.base)
+
+
+def _check_budget(loss: Loss, pred: Any) -> None:
+    """Refuse, before any work, a pred with more entries than ``symjac.loss.MAX_ELEMENTS``."""
+    if pred is None:  # the default inputs are small
+        return
+    entries = int(np.prod(np.shape(pred), dtype=np.int64))
+    budget = _loss_package.MAX_ELEMENTS
+    if entries > budget:
+        raise InputError(
+            f"pred has {entries:,d} entries (shape {tuple(np.shape(pred))}), beyond the budget of {budget:,d} "
+            f"entries of one verify_loss of {loss.kind} (the exact evaluation holds about 2 KB of 200-bit MPFR numbers "
+            f"an entry: about {entries * 2 / 1e6:.3g} GB here); verify a slice of the batch, or raise the budget "
+            "with symjac.loss.MAX_ELEMENTS"
+        )
 
 
 def _purity_calls(deriv: Guard, args_of: _ArgFactory, ex: _Expected, dt: np.dtype[Any],
