@@ -67,8 +67,12 @@ def read_labels(loss: Loss, z: ExactArray, label: Any, element_shape: tuple[int,
     else:
         t = read_exact(label, "label")
         if t.shape != z.shape:
+            hint = ""
+            if "labels" in rules.options and t.shape == element_shape and t.den == 1:
+                hint = (f"; label looks like class indices (integers, one per row): give "
+                        f"Loss({kind!r}, labels=\"indices\", ...) for those")
             raise InputError(f"label has shape {t.shape} but pred has shape {z.shape}: kind={kind!r} needs "
-                             f"label of pred's shape")
+                             f"label of pred's shape{hint}")
     return t, counted, indices
 
 
