@@ -225,6 +225,10 @@ def _default_inputs(loss: Loss) -> tuple[np.ndarray, np.ndarray | None, np.ndarr
     pred: np.ndarray
     label: np.ndarray | None
     pred, label = kind.default_inputs(loss)
+    classes = kind.default_classes(loss)
+    if not kind.class_axis and pred.shape[-1] != classes:  # a per-class option's width: repeat the rows
+        pred = np.array([np.resize(row, classes) for row in pred])
+        label = None if label is None else np.array([np.resize(row, classes) for row in label])
     upstream = None
     if loss.reduction == "none":
         shape = kind.element_shape(pred.shape)
