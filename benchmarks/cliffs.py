@@ -102,6 +102,35 @@ At C = 1000 most of the 1.1 s is the finite-difference oracle: 32 probes, each t
 rows of 1000 classes with ℓ and the forward's bound (O(C) each; dℓ/dz's bounds, which
 those points never need, took another 0.7 s before). loss_derivative's 0.23 s includes
 the derivation (~0.13 s, once per process).
+
+verify_loss at size (issue 24 item 5; "verify_loss size" rows: no forward, the exact
+derivative rounded by NumPy's closed forms; bytes an entry = the peak RSS the call adds
+to its process, ru_maxrss after minus before, over pred's entries; rows x 10 classes for
+softmax_ce). Before = main at 676ae81, after = this branch (the budget
+``symjac.loss.MAX_ELEMENTS = 2^20`` entries, refused up front above it); one run each on
+the loaded 2-core VM (wall time 2-3.5x the CPU time), 2026-12-01 22:00 UTC:
+
+    case                       before: wall / CPU s, B/entry    after: wall / CPU s, B/entry
+    mse 100,000                2.0 / 0.94, 1426                 2.3 / 1.11, 1429
+    mse 1,000,000              21.3 / 10.3, 1407                22.4 / 9.98, 1407
+    sigmoid_ce 100,000         5.5 / 2.04, 1449                 4.4 / 1.88, 1458
+    sigmoid_ce 1,000,000       56.6 / 18.7, 1418                53.9 / 15.8, 1417
+    softmax_ce x 10 100,000    4.6 / 1.77, 2119                 4.0 / 2.13, 2120
+    softmax_ce x 10 1,000,000  46.7 / 16.6, 2102                56.6 / 16.8, 2102
+
+The budget changes only what is refused (10^7 entries: an InputError in microseconds
+instead of 7.3 GB and > 300 s; softmax_ce at 10^6 rows x 10 classes: refused instead of
+GNU MP aborting at 7.8 GB); the representation is unchanged, so issue 24's target (10^6
+entries in < 10 s at <= 100 bytes an entry) is NOT met. Where the bytes go: every exact
+value is a 200-bit MPFR object (96 bytes, ``sys.getsizeof``) plus its 8-byte pointer in an
+object array, and about a dozen are alive per entry at the peak (tracemalloc at 2x10^4
+sigmoid_ce entries before the first call: the scaled derivative S·r_i·h (loss/_evaluate.py
+_scaled) 144 B, the MPFR columns of the inputs (_numbers.from_exact) 144 B, the lowered
+exp/log results 129 B, the bound floor (loss/_bounds.py) 72 B, the lambdified template's
+temporaries 64 B; peak 1049 B traced, 1400-2100 B of RSS). Meeting 100 B needs the
+entries evaluated in blocks (the per-entry verdicts, the worst entry and the scale fit
+merged across blocks; the forward sum accumulated exactly) so that only the float arrays
+(pred, label, the outputs and their copies: ~60 B an entry) live for the whole call.
 """
 
 from __future__ import annotations
@@ -324,6 +353,34 @@ def case_loss(kind: str, what: str, magnitude: float, rows: int, classes: int) -
     return {"seconds": time.perf_counter() - t0, "nnz": pred.size, "ok": report.ok}
 
 
+def case_loss_size(kind: str, entries: int) -> dict[str, Any]:
+    """verify_loss at size (issue 24 item 5): the exact derivative rounded to float64 (by
+    NumPy, from the closed forms), no forward; seconds, CPU seconds and the peak RSS this
+    call adds to the process (ru_maxrss after minus before) per pred entry."""
+    import numpy as np
+
+    import symjac
+
+    classes = 10 if kind == "softmax_ce" else 1
+    pred, label, _ = _loss_inputs(kind, 1.0, entries // classes, classes)
+    if kind == "mse":
+        values = 2 * (pred - label) / pred.size
+    elif kind == "sigmoid_ce":
+        values = (1 / (1 + np.exp(-pred)) - label) / pred.size
+    else:
+        e = np.exp(pred - pred.max(axis=-1, keepdims=True))
+        values = (e / e.sum(axis=-1, keepdims=True) - label) / pred.shape[0]
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0, c0 = time.perf_counter(), time.process_time()
+    try:
+        report = symjac.verify_loss(symjac.Loss(kind), derivative=lambda z, y: values, pred=pred, label=label)
+    except symjac.InputError as exc:
+        return {"seconds": time.perf_counter() - t0, "nnz": pred.size, "refused": str(exc)[:60]}
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    added = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024
+    return {"seconds": seconds, "cpu": cpu, "nnz": pred.size, "ok": report.ok, "bytes_per_entry": added / pred.size}
+
+
 def case_numbers(kind: str, rows: int, classes: int) -> dict[str, Any]:
     """loss_derivative evaluated with MPFR (gmpy2, whole arrays; the default) and with
     mpmath element by element (the engine before; forced by setting the MPFR limit below
@@ -443,6 +500,10 @@ CASES.append(("verify_loss softmax_ce 10,000 x 10 +forward", "case_loss", ["soft
 for _kind in ("mse", "sigmoid_ce"):
     CASES.append((f"verify_loss {_kind} 100,000", "case_loss", [_kind, "verify", 1.0, 10_000, 10]))
     CASES.append((f"verify_loss {_kind} 100,000 +forward", "case_loss", [_kind, "forward", 1.0, 10_000, 10]))
+for _kind in ("mse", "sigmoid_ce", "softmax_ce"):  # issue 24 item 5: memory and time per entry at size
+    for _n in (100_000, 1_000_000):
+        CASES.append((f"verify_loss size {_kind}{' x 10' if _kind == 'softmax_ce' else ''} {_n:,d}",
+                      "case_loss_size", [_kind, _n]))
 for _kind, _rows, _classes in (("mse", 10_000, 10), ("sigmoid_ce", 10_000, 10), ("softmax_ce", 10_000, 10)):
     CASES.append((f"MPFR vs mpmath: loss_derivative {_kind} {_rows}x{_classes}", "case_numbers",
                   [_kind, _rows, _classes]))
@@ -517,6 +578,8 @@ def main() -> None:
             note += f" ({r['gradcheck'] / r['cold']:.0f}x a cold symjac run, {r['cold'] * 1e3:.0f} ms)"
         if "calls" in r:
             note += f"{r['calls']} backward calls, {r['impl']:.2f} s in the implementation"
+        if "bytes_per_entry" in r:
+            note += f"{r['bytes_per_entry']:.0f} bytes an entry (peak RSS added); "
         if "refused" in r:
             note += f"refused: ...{r['refused']}"
         if "warm" in r:

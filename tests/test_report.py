@@ -82,10 +82,13 @@ def test_one_default_dtype_everywhere():
 
     defaults = {fn.__name__: inspect.signature(fn).parameters["dtype"].default
                 for fn in (symjac.verify, symjac.verify_loss, symjac.check_loss_family)}
-    # verify: None = the dtype of a float x when one is given (issue 9), else float64
-    assert defaults == {"verify": None, "verify_loss": "float64", "check_loss_family": "float64"}
+    # verify: None = the dtype of a float x when one is given (issue 9), else float64;
+    # verify_loss the same with pred (issue 21)
+    assert defaults == {"verify": None, "verify_loss": None, "check_loss_family": "float64"}
     lowered = symjac.lower(symjac.Pool("avg", 2), (2, 2))
     assert symjac.verify(symjac.Pool("avg", 2), backward=lowered.vjp, input_shape=(2, 2)).stats["dtype"] == "float64"
+    mse = symjac.Loss("mse")  # the default inputs: float64
+    assert symjac.verify_loss(mse, derivative=lambda z, y: 2 * (z - y) / z.size).stats["dtype"] == "float64"
     _, parsers = build_parser()
     for name in ("verify", "graph", "sweep"):
         assert parsers[name].get_default("dtype") == DEFAULT_DTYPE == "float64"

@@ -67,8 +67,12 @@ def read_labels(loss: Loss, z: ExactArray, label: Any, element_shape: tuple[int,
     else:
         t = read_exact(label, "label")
         if t.shape != z.shape:
+            hint = ""
+            if "labels" in rules.options and t.shape == element_shape and t.den == 1:
+                hint = (f"; label looks like class indices (integers, one per row): give "
+                        f"Loss({kind!r}, labels=\"indices\", ...) for those")
             raise InputError(f"label has shape {t.shape} but pred has shape {z.shape}: kind={kind!r} needs "
-                             f"label of pred's shape")
+                             f"label of pred's shape{hint}")
     return t, counted, indices
 
 
@@ -221,6 +225,10 @@ def _default_inputs(loss: Loss) -> tuple[np.ndarray, np.ndarray | None, np.ndarr
     pred: np.ndarray
     label: np.ndarray | None
     pred, label = kind.default_inputs(loss)
+    classes = kind.default_classes(loss)
+    if not kind.class_axis and pred.shape[-1] != classes:  # a per-class option's width: repeat the rows
+        pred = np.array([np.resize(row, classes) for row in pred])
+        label = None if label is None else np.array([np.resize(row, classes) for row in label])
     upstream = None
     if loss.reduction == "none":
         shape = kind.element_shape(pred.shape)

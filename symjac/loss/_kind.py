@@ -141,8 +141,20 @@ class LossKind:
     # ---- inputs
 
     def default_inputs(self, loss: Loss) -> tuple[np.ndarray, np.ndarray | None]:
-        """Small deterministic ``(pred, label)`` in the domain (see :func:`symjac.default_loss_inputs`)."""
+        """Small deterministic ``(pred, label)`` in the domain (see :func:`symjac.default_loss_inputs`),
+        :meth:`default_classes` wide along the last axis (the generic default input widens
+        a kind's 3-wide rows by repeating them; a kind whose rows cannot be repeated, as
+        softmax_ce's probability rows, builds them that wide itself)."""
         raise NotImplementedError
+
+    def default_classes(self, loss: Loss) -> int:
+        """The last-axis length of the default inputs: the length of a per-class option
+        (``weight``, ``pos_weight``) given with more than one entry, else 3."""
+        for option in self.options:
+            value = getattr(loss, option, None)
+            if isinstance(value, tuple) and len(value) > 1:
+                return len(value)
+        return 3
 
 
 class ElementwiseKind(LossKind):

@@ -49,10 +49,11 @@ from typing import Any
 
 import numpy as np
 
+from symjac import loss as _loss_package
 from symjac._errors import InputError
 from symjac.check._call import DEFAULT_TIMEOUT, Guard, same, sha256
 from symjac.check._report import Finding, Report
-from symjac.check._rounding import finfo, float_dtype
+from symjac.check._rounding import finfo, float_dtype, is_float
 from symjac.loss import _numbers
 from symjac.loss._bounds import Bounds
 from symjac.loss._domain import index as _index
@@ -81,7 +82,7 @@ def verify_loss(
     pred: Any = None,
     label: Any = None,
     upstream: Any = None,
-    dtype: Any = "float64",
+    dtype: Any = None,
     timeout: float | None = DEFAULT_TIMEOUT,
 ) -> Report:
     """Check a loss derivative against the exact ``S·dL/dpred``; every fault a finding.
@@ -117,9 +118,9 @@ def verify_loss(
       pred, label, upstream: inputs; default :func:`symjac.losses.default_inputs`.
         They are rounded to ``dtype`` first and the exact analysis uses the rounded
         values. ``upstream`` only for ``reduction="none"``.
-      dtype: ``"float16"``, ``"float32"`` or ``"float64"`` (default float64, as
-        :func:`symjac.verify` and the command line; ask for float32 to check a
-        float32 layer's rounding).
+      dtype: ``"float16"``, ``"bfloat16"``, ``"float32"`` or ``"float64"``; default,
+        as :func:`symjac.verify` takes x's: the dtype of a float ``pred`` (else of a
+        float ``label``), else float64. A float32 pred is checked in float32.
       timeout: seconds each call of the implementation may take (None: no limit);
         a call that takes longer is a ``timeout`` finding.
 
@@ -158,7 +159,8 @@ def _verify(
         raise InputError(f"derivative={derivative!r} is not callable")
     if forward is not None and not callable(forward):
         raise InputError(f"forward={forward!r} is not callable")
-    dt = float_dtype(dtype)
+    dt = _dtype(dtype, pred, label)
+    _check_budget(loss, pred)
     p0, l0, u0, rounded = prepare_inputs(loss, pred, label, upstream, dt)
     # the loss values only for the forward check, the bounds where a verdict needs them (Bounds.fill)
     ev = evaluate_checked(loss, p0, l0, u0, values=forward is not None, derivatives=True)
@@ -188,6 +190,33 @@ def _verify(
     }
     return _Outcome(Report(f"{loss!r} in {dt.name}", tuple(findings), stats,
                            _headline(loss, p0.size, forward is not None, stats, findings)), out1, ex.value, ex.base)
+
+
+def _dtype(dtype: Any, pred: Any, label: Any) -> np.dtype[Any]:
+    """The dtype of the calls: ``dtype`` when given, else a float pred's own dtype (else a
+    float label's), else float64 -- as :func:`symjac.verify` reads x's."""
+    if dtype is not None:
+        return float_dtype(dtype)
+    for data in (pred, label):
+        found = getattr(data, "dtype", None) if data is not None else None
+        if isinstance(found, np.dtype) and (np.issubdtype(found, np.floating) or is_float(found)):
+            return float_dtype(found)
+    return float_dtype("float64")
+
+
+def _check_budget(loss: Loss, pred: Any) -> None:
+    """Refuse, before any work, a pred with more entries than ``symjac.loss.MAX_ELEMENTS``."""
+    if pred is None:  # the default inputs are small
+        return
+    entries = int(np.prod(np.shape(pred), dtype=np.int64))
+    budget = _loss_package.MAX_ELEMENTS
+    if entries > budget:
+        raise InputError(
+            f"pred has {entries:,d} entries (shape {tuple(np.shape(pred))}), beyond the budget of {budget:,d} "
+            f"entries of one verify_loss of {loss.kind} (the exact evaluation holds about 2 KB of 200-bit MPFR numbers "
+            f"an entry: about {entries * 2 / 1e6:.3g} GB here); verify a slice of the batch, or raise the budget "
+            "with symjac.loss.MAX_ELEMENTS"
+        )
 
 
 def _purity_calls(deriv: Guard, args_of: _ArgFactory, ex: _Expected, dt: np.dtype[Any],

@@ -15,7 +15,7 @@ import numpy as np
 
 from symjac.check._call import Guard
 from symjac.check._report import Finding
-from symjac.check._rounding import ulp_mp
+from symjac.check._rounding import finfo, ulp_mp
 from symjac.loss import _numbers
 from symjac.loss._bounds import Bounds, ForwardSums
 from symjac.loss._domain import index as _index
@@ -124,8 +124,41 @@ class _ForwardCheck:
             message = f"forward element {list(where)} = {v!r}; exact {detail}"
         else:
             where, message = None, f"forward returned {v!r}; exact L = {detail}"
+        message += self._scaled_hint(got, exact, bound, right_inf)
         self.findings.append(Finding("forward_values", message, window=where, expected=_numbers.to_mpf(e), observed=v))
         return False
+
+    def _scaled_hint(self, got: np.ndarray, exact: np.ndarray, bound: np.ndarray, right_inf: np.ndarray) -> str:
+        """"; your forward equals S·L" when every value is c times the exact one within c times
+        its bound and one more rounding (the product), for c the loss scale S, or the ratio's
+        nearest power of two or integer (named exactly); "" when none fits."""
+        counted = np.flatnonzero(~right_inf & np.asarray(exact != 0, dtype=bool))
+        if not counted.size:
+            return ""
+        s = self.ev.loss.scale
+        u = Fraction(1, 2 ** (int(finfo(self.dt).nmant) + 1))
+        with _numbers.context():
+            obs = _numbers.from_floats(got[counted])
+            e, b = exact[counted], bound[counted]
+            ratio = obs[0] / e[0]
+            if not gmpy2.is_finite(ratio) or ratio == 0:
+                return ""
+            candidates: list[Fraction] = [s] if s != 1 else []
+            k = int(gmpy2.floor(gmpy2.log2(abs(ratio)) + gmpy2.mpfr(0.5)))
+            if k:
+                candidates.append(Fraction(2) ** k * (1 if ratio > 0 else -1))
+            n = int(gmpy2.rint(ratio))
+            if abs(n) >= 2:
+                candidates.append(Fraction(n))
+            for c in candidates:
+                cm = _numbers.number(c)
+                slack = abs(cm) * b + abs(cm * e) * _numbers.number(u)
+                if np.all(np.asarray(abs(obs - cm * e) <= slack, dtype=bool)):
+                    if c == s:
+                        return (f"; your forward equals S·L (S = {s}, the loss scale): the forward must return the "
+                                "unscaled L")
+                    return f"; your forward equals {c}·L (exactly {c} times the exact loss, within its bound)"
+        return ""
 
     def finite_differences(self, out1: np.ndarray, ex: _Expected, scale_found: Fraction | None) -> None:
         """Probe up to :data:`MAX_FD_PROBES` elements, evenly spread; report the worst misfit."""

@@ -104,7 +104,17 @@ class SoftmaxCe(LossKind):
         return per_class("weight", loss.weight, classes, Fraction(1)) if self.labels_are_indices(loss) else None
 
     def default_inputs(self, loss: Loss) -> tuple[np.ndarray, np.ndarray | None]:
-        pred = np.array([[0.5, -1.0, 2.0], [-0.25, 1.5, -2.0]])
+        # C classes (weight's length, else 3); with ignore_index, a row at it (a third row
+        # unless a default row's class is the ignored one), so the reduction's skip shows
+        c = self.default_classes(loss)
+        pred = np.array([np.resize([0.5, -1.0, 2.0], c), np.resize([-0.25, 1.5, -2.0], c)])
         if self.labels_are_indices(loss):
-            return pred, np.array([2, 0])
-        return pred, np.array([[0.0, 0.0, 1.0], [0.75, 0.25, 0.0]])
+            label = np.array([c - 1, 0])
+            if loss.ignore_index is not None and loss.ignore_index not in label:
+                pred = np.vstack([pred, np.resize([1.0, -0.5, 0.25], c)])
+                label = np.append(label, loss.ignore_index)
+            return pred, label
+        rows = np.zeros((2, c))
+        rows[0, c - 1] = 1.0
+        rows[1, :2] = [0.75, 0.25] if c > 1 else [1.0]
+        return pred, rows
