@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import IO, Any
 
 
+_WRITE_MODES = ("w", "wb")
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike[str], mode: str = "w", **kwargs: Any) -> Iterator[IO[Any]]:
     """Open ``path`` for writing through a temporary file that replaces it on success.
@@ -29,7 +32,7 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w", **kwargs: Any) ->
     Yields:
       The open temporary file. If the block raises, the final path is left untouched.
     """
-    if mode not in ("w", "wb"):
+    if mode not in _WRITE_MODES:  # a file mode (open's), not an operator's
         raise ValueError(f"atomic_open writes whole files: mode {mode!r}, give 'w' or 'wb'")
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")

@@ -32,6 +32,17 @@ class VerificationError(SymjacError, AssertionError):
         self.report = report
 
 
+class UsageError(Exception):
+    """A mistake in what the user named: a command-line option, or an ``--impl`` target that
+    does not load (:func:`symjac.run._load.load_impl`).
+
+    The command line prints it as one line and exits 2; a library entry point that loads a
+    user's object (``conform`` with an adapter ``PATH:ATTR``) raises it as an
+    :class:`InputError`. Deliberately no :class:`SymjacError`: it says what to type, not
+    what is wrong with a spec or an input.
+    """
+
+
 def did_you_mean(value: Any, choices: Iterable[str], synonyms: Mapping[str, str] | None = None) -> str:
     """``" (did you mean 'avg'?)"`` for the choice nearest ``value``, or ``""``.
 

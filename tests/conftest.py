@@ -1,18 +1,62 @@
-"""Fixtures shared by the test modules."""
+"""Fixtures, markers and options shared by the test modules.
+
+Markers (registered in pyproject.toml):
+
+- ``@pytest.mark.requires("ml_dtypes", ...)``: the test skips, with the reason
+  ``pytest.importorskip`` gives, unless every named module imports. For tests whose
+  optional package is reached inside the library (``dtype="bfloat16"`` needs
+  ml_dtypes) rather than imported by the test itself.
+- ``@pytest.mark.slow``: a long grid. Skipped unless ``--run-slow`` is given
+  (``.ci/run`` gives it in its full-suite step), so that the README's test command
+  stays short.
+"""
 
 from __future__ import annotations
 
+import functools
+import importlib
 from collections.abc import Iterator
 
 import pytest
+
+RUN_SLOW = "--run-slow"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(RUN_SLOW, action="store_true", default=False,
+                     help="also run the tests marked slow (long grids; .ci/run's full-suite step runs them)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Skip markers added here are reported at the test's own line, as a skipif would be.
+    run_slow = config.getoption(RUN_SLOW)
+    for item in items:
+        if not run_slow and item.get_closest_marker("slow") is not None:
+            item.add_marker(pytest.mark.skip(reason=f"slow grid: run with {RUN_SLOW}"))
+        for marker in item.iter_markers("requires"):
+            for module in marker.args:
+                reason = _missing(module)
+                if reason is not None:
+                    item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@functools.cache
+def _missing(module: str) -> str | None:
+    """Why ``module`` does not import (pytest.importorskip's words), or None if it does."""
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        return f"could not import {module!r}: {exc}"
+    return None
 
 
 @pytest.fixture(scope="module")
 def one_torch_thread() -> Iterator[None]:
     """torch on one intra-op thread while a module runs (its tests make thousands of tiny
     ops, where intra-op threads only add wake-up latency on a busy 2-core machine);
-    the previous count is restored afterwards. Use: ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
-    import torch
+    the previous count is restored afterwards; the test skips without torch.
+    Use: ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
+    torch = pytest.importorskip("torch")
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)

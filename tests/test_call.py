@@ -173,12 +173,12 @@ def sequences(monkeypatch):
 
     made = []
 
-    class Recorded(_call._Sequence):
+    class Recorded(_call.CallSequence):
         def __init__(self, *a, **kw):
             super().__init__(*a, **kw)
             made.append(self)
 
-    monkeypatch.setattr(_call, "_Sequence", Recorded)
+    monkeypatch.setattr(_call, "CallSequence", Recorded)
     return made
 
 

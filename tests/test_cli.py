@@ -313,7 +313,7 @@ def test_explain_softmax_ce_over_many_classes_prints_the_class_generic_forms(tmp
     # per-class template.
     from symjac.io._explain import explain
     from symjac.io._specfile import load
-    from symjac.loss import _templates
+    from symjac.loss import _elements as _templates
 
     def no_template(*args):
         raise AssertionError("the per-class template was built")

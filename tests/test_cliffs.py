@@ -403,10 +403,10 @@ def _count_calls(monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> 
 def test_evaluation_runs_each_lowered_function_once_per_batch(monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
     # 2,000 elements below the MPFR limit: no element goes through mpmath one by one, and
     # the lowered SymPy functions run once over the whole batch, however many elements.
-    from symjac.loss import _evaluate
+    from symjac.loss import _elements
 
-    scalar = _count_calls(monkeypatch, _evaluate, "_element")
-    batches = _count_calls(monkeypatch, _evaluate, "_vectorised")
+    scalar = _count_calls(monkeypatch, _elements, "_element")
+    batches = _count_calls(monkeypatch, _elements, "_vectorised")
     rng = np.random.default_rng(1)
     pred = rng.standard_normal((200, 10))
     label = np.eye(10)[rng.integers(0, 10, 200)] if kind == "softmax_ce" else rng.random((200, 10))
@@ -419,9 +419,9 @@ def test_evaluation_runs_each_lowered_function_once_per_batch(monkeypatch: pytes
 def test_only_inputs_beyond_the_limit_go_through_mpmath(monkeypatch: pytest.MonkeyPatch) -> None:
     # Independent oracle: dℓ/dz of sigmoid_ce is σ(z) - y (mean over 4 elements: /4),
     # σ from mpmath at 60 digits; e^-1e300 is far below any dtype (and below MPFR).
-    from symjac.loss import _evaluate
+    from symjac.loss import _elements
 
-    scalar = _count_calls(monkeypatch, _evaluate, "_element")
+    scalar = _count_calls(monkeypatch, _elements, "_element")
     z, y = [1e300, 1.0, 1e6, -1e300], [0.25, 0.5, 1.0, 0.0]
     got = symjac.loss_derivative(symjac.Loss("sigmoid_ce"), z, y)
     assert len(scalar) == 2  # the two elements at |z| = 1e300 (1e6 < 2^24 stays in MPFR)
@@ -448,7 +448,7 @@ def test_verifier_forms_full_bounds_only_where_needed(monkeypatch: pytest.Monkey
     # computed for the worst entry, the probed entries (the derivative bound in each FD
     # tolerance) and their two stencil points (the forward bound) only, not per element.
     from symjac.loss._evaluate import to_numpy
-    from symjac.verifiers import _loss
+    from symjac.verifiers import _loss_fd as _loss  # the stencils' evaluations
 
     rng = np.random.default_rng(2)
     pred, label = rng.standard_normal((500, 10)), rng.random((500, 10)).round(3)
@@ -588,9 +588,10 @@ def test_sigmoid_ce_value_and_derivative_share_e_to_the_z() -> None:
     # order, and a - b for a + (-b), both correctly rounded, so equal bit for bit (checked).
     import inspect
 
-    from symjac.loss import _numbers, _templates
+    from symjac.loss import _numbers
+    from symjac.loss._kinds import REGISTRY
 
-    tpl = _templates._template("sigmoid_ce", 1, False, False)
+    tpl = REGISTRY["sigmoid_ce"].template(symjac.Loss("sigmoid_ce"), 1)
     direct = inspect.getsource(_numbers.lambdify(tpl.symbols, [tpl.stable_loss])).split("\n", 1)[1]
     assert inspect.getsource(tpl._vec_value).split("\n", 1)[1] == direct.replace("exp(z))", "E0)")
     rng = np.random.default_rng(11)

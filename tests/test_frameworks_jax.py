@@ -48,6 +48,7 @@ def test_unsupported_conventions():
         sjj.reduce_window_max((2, 2, 2, 1), (1, 1, 1, 1), "VALID")
 
 
+@pytest.mark.slow
 def test_generated_configurations_verify_in_float32_and_float64():
     grid = "full" if FULL else "small"
     assert_counts(check_configurations(sjj, grid), grid)

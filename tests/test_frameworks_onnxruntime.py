@@ -69,6 +69,7 @@ def test_wrap_a_whole_model_and_run_the_reproducer():
     np.testing.assert_array_equal(model.forward(x), impl.forward(x))
 
 
+@pytest.mark.slow
 def test_every_generated_configuration_matches_the_exact_forward():
     checked: collections.Counter[str] = collections.Counter()
     failures = []

@@ -51,6 +51,7 @@ def test_unsupported_conventions():
         stf.max_pool2d(2, 1, "SAME_LOWER")
 
 
+@pytest.mark.slow
 def test_generated_configurations_verify_in_float32_and_float64():
     grid = "full" if FULL else "small"
     assert_counts(check_configurations(stf, grid), grid)

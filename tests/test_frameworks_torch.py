@@ -42,6 +42,7 @@ def test_output_size_none_is_unsupported():
         sjt.adaptive_avg_pool2d((None, 3))
 
 
+@pytest.mark.slow
 def test_every_generated_configuration_verifies_in_float32_and_float64():
     checked = check_configurations(sjt, "full")
     assert_counts(checked, "full")

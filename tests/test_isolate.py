@@ -10,7 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from symjac.check._isolate import Crashed, Raised, TimedOut, Worker, describe_exit, invoke
+from symjac.check._invoke import invoke_isolated
+from symjac.run._isolate import Crashed, Raised, TimedOut, Worker, describe_exit
 
 
 def double(x):
@@ -76,9 +77,9 @@ def test_an_exit_and_a_raise(worker):
     assert info.value.signal is None
     with pytest.raises(Raised, match="ValueError: bad input"):
         worker.call("fails", 1)
-    status, exc = invoke(worker, "fails", (1,))
+    status, exc = invoke_isolated(worker, "fails", (1,))
     assert status == "raised" and exc.type_name == "ValueError" and 'raise ValueError("bad input")' in exc.traceback_text
-    assert invoke(worker, "fpe", (1,))[0] == "crashed" and invoke(worker, "double", (2,)) == ("ok", 4)
+    assert invoke_isolated(worker, "fpe", (1,))[0] == "crashed" and invoke_isolated(worker, "double", (2,)) == ("ok", 4)
 
 
 def test_in_place_changes_come_back_to_the_caller(worker):

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import symjac
 from symjac import InputError, Loss, SpecError, loss_derivative, loss_derivative_set, loss_value
-from symjac.loss import _evaluate as L, _templates as LT, _spec as LS
+from symjac.loss import _elements as LE, _evaluate as L, _templates as LT, _spec as LS
 
 TIGHT = mpmath.mpf("1e-50")  # ">= 50 digits": agreement demanded of exact values
 
@@ -220,13 +220,13 @@ def test_sigmoid_ce_matches_mpmath_diff_of_independent_formula(k, y, pw):
 
 
 def test_template_is_sympy_and_differentiated_once():
-    t = LT.loss_template(Loss("mse"))
+    t = LE.loss_template(Loss("mse"))
     z, y = t.pred[0], t.label[0]
     assert sympy.expand(t.loss - (z - y) ** 2) == 0
     assert sympy.expand(t.derivatives[0] - 2 * (z - y)) == 0  # by hand: d/dz (z - y)² = 2(z - y)
-    c3 = LT.loss_template(Loss("softmax_ce"), classes=3)
+    c3 = LE.loss_template(Loss("softmax_ce"), classes=3)
     assert len(c3.pred) == 3 and len(c3.derivatives) == 3
-    assert LT.loss_template(Loss("softmax_ce"), classes=3) is c3  # cached: built once per class count
+    assert LE.loss_template(Loss("softmax_ce"), classes=3) is c3  # cached: built once per class count
 
 
 def test_rounding_depth_counts_by_hand():

@@ -162,6 +162,7 @@ def _torch(cfg: dict, x: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray, np.nda
     return y.detach().numpy(), xt.grad.numpy()
 
 
+@pytest.mark.slow
 def test_lp_against_torch_lp_pool_on_240_configurations():
     failures, compared, zero_windows = [], 0, 0
     for cfg in _configs(240):

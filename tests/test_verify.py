@@ -831,6 +831,7 @@ def _has_ties(ref: NumpyPool, shape: tuple[int, ...], layout: str, batch: str, x
     return False
 
 
+@pytest.mark.slow
 def test_torch_pooling_has_no_false_alarms():
     torch = pytest.importorskip("torch")
     configs = _torch_configs(torch, N_TORCH_CONFIGS)
@@ -1061,6 +1062,7 @@ def test_exact_where_the_dtype_holds_the_value():
     assert "wrong_weights" not in third.categories() and third.stats["max_ulp_error"] <= 1.5, str(third)
 
 
+@pytest.mark.requires("ml_dtypes")
 def test_gamma_is_a_bound_for_any_number_of_roundings() -> None:
     import mpmath
 
@@ -1079,7 +1081,7 @@ def test_gamma_is_a_bound_for_any_number_of_roundings() -> None:
     assert float(gamma(255, u)) == 255 * u / (1 - 255 * u)  # below nu = 1: Higham's γ_n itself
 
 
-@pytest.mark.parametrize(("side", "dtype"), [(64, "float16"), (24, "bfloat16")])
+@pytest.mark.parametrize(("side", "dtype"), [(64, "float16"), pytest.param(24, "bfloat16", marks=pytest.mark.requires("ml_dtypes"))])
 def test_a_global_average_over_more_cells_than_gamma_allows_is_no_false_alarm(side: int, dtype: str) -> None:
     from symjac.check._rounding import float_dtype
 
@@ -1111,6 +1113,7 @@ def test_a_global_average_over_more_cells_than_gamma_allows_is_no_false_alarm(si
         assert torch.__version__
 
 
+@pytest.mark.requires("ml_dtypes")
 def test_torch_average_pool_of_289_cells_in_bfloat16_is_no_false_alarm() -> None:
     pytest.importorskip("torch")
     from symjac.frameworks import torch as torch_adapter

@@ -522,6 +522,7 @@ def test_exact_rational_inputs_are_rounded_to_the_dtype_and_flagged_when_not_exa
             assert r.stats["inputs_rounded"] is flagged
 
 
+@pytest.mark.requires("ml_dtypes")
 def test_bounds_stay_positive_when_depth_times_u_passes_one(monkeypatch: pytest.MonkeyPatch) -> None:
     import gmpy2
 
@@ -550,3 +551,24 @@ def test_bounds_stay_positive_when_depth_times_u_passes_one(monkeypatch: pytest.
     assert bounds.k_loss * 2.0**-4 >= 1
     small, large = (float(bounds.element(gmpy2.mpfr(0), gmpy2.mpfr(0), gmpy2.mpfr(run))) for run in (0, 2**20))
     assert 0 <= small < large
+
+
+def test_one_verify_loss_call_checks_its_loss_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # check_loss is called where a public entry point takes a Loss; verify_loss is one
+    # entry point, so the evaluation, inputs and template inside it do not check again.
+    from symjac.loss import _elements, _evaluate, _inputs, _spec
+    from symjac.verifiers import _loss
+
+    calls: list[object] = []
+    real = _spec.check_loss
+
+    def counting(loss: object) -> object:
+        calls.append(loss)
+        return real(loss)
+
+    for module in (_loss, _evaluate, _elements, _inputs):
+        monkeypatch.setattr(module, "check_loss", counting)
+    loss = Loss("softmax_ce", scale=8)
+    d = lambda z, y: (8 * (np.exp(z) / np.exp(z).sum(-1, keepdims=True) - y) / len(z)).astype(z.dtype)  # noqa: E731
+    assert verify_loss(loss, derivative=d).ok
+    assert calls == [loss]

@@ -16,23 +16,9 @@ Both verifiers (pools and losses) call an implementation only through a
 :meth:`Guard.compare` is the repeat-call check for nondeterminism. Each kind of
 misbehaviour is reported once per callable (``flag`` keys), however many calls hit it.
 
-Calls run in a daemon thread kept for the next call. A timed-out call keeps running in
-its thread (Python cannot stop a thread), which ends when the call does; the verification
-continues without it, in another thread.
-
-:meth:`Guard.arrays` hands a whole sequence of calls (a probe plan's colours, the finite
-differences' moved inputs) to that thread at once: it runs them back to back and wakes
-the caller once the sequence has ended (or :data:`AHEAD_BYTES` of results wait, or a
-call failed). Handing each call to another thread and back costs two wake-ups of a
-sleeping core (~0.2 ms a call on a shared VM, more than a small implementation's whole
-call); a sequence pays them once. Reading each result while the next calls run would
-overlap the two threads, but they then contend for the GIL: measured slower at small
-sizes, where the hand-overs matter. Each call's ``timeout`` runs from its own start.
-
-Isolated mode (``isolate=(worker, name)``, :mod:`symjac.check._isolate`): the same
-checks, but the call runs in a worker process, so an abort, a segfault or a SIGFPE
-of the implementation is a ``crashed`` finding naming the signal (and a hung call is
-killed, not left running); the next call gets a fresh worker.
+How a call is made (a kept daemon thread with a per-call timeout, a sequence of calls handed
+over at once, a worker process) is :mod:`symjac.check._invoke`'s; this module checks what
+each call did.
 """
 
 from __future__ import annotations
@@ -42,16 +28,14 @@ import hashlib
 import inspect
 import itertools
 import math
-import os
-import queue
-import threading
-import time
 import traceback
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
 import numpy as np
 
+from symjac.check._invoke import CallSequence, invoke, invoke_each, invoke_isolated
+from symjac.check._invoke import same as same  # the bitwise comparison of the call core (verifiers import it here)
 from symjac.check._report import Finding
 from symjac.check._rounding import is_float
 
@@ -66,11 +50,6 @@ AHEAD_BYTES = 2**22
 def sha256(a: np.ndarray) -> str:
     """Checksum of an array's bytes (what a mutation finding quotes)."""
     return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
-
-
-def same(a: np.ndarray, b: np.ndarray) -> bool:
-    """Bitwise equal, shape and dtype included."""
-    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
 
 
 def first_difference(a: np.ndarray, b: np.ndarray) -> int:
@@ -112,176 +91,6 @@ def _what_came_back(value: Any) -> str | None:
     return None
 
 
-class _Sequence:
-    """Calls handed to a runner at once: ``calls`` yields each call as ``(fn, args, ...)``
-    (built in the runner's thread, as it goes; what follows ``args`` is the caller's, kept
-    with the call), at most ``ahead`` results held untaken. Every call
-    gets its own copies of the array arguments, so a call that writes into them changes
-    neither the caller's arrays, which the caller reads meanwhile, nor the next call's.
-
-    The runner wakes the caller only when ``ahead`` results wait, at a failure and at
-    the end (a wake-up per result would wake the caller's core each call, and the
-    woken caller takes the GIL from the runner).
-    """
-
-    def __init__(self, calls: Iterable[tuple[Any, ...]], ahead: int):
-        self.calls, self.ahead = calls, ahead
-        self.made = 0  # calls made
-        self.given: collections.deque[tuple[Any, ...]] = collections.deque()  # the calls made, not yet taken
-        self.results: collections.deque[Any] = collections.deque()
-        self.changed = threading.Condition()  # results added (runner) or taken (caller); cancelled
-        self.started = time.monotonic()  # when the call now running started
-        self.cancelled = False
-
-    def run(self) -> None:
-        iterator = iter(self.calls)
-        while True:
-            with self.changed:
-                while len(self.results) >= self.ahead and not self.cancelled:
-                    self.changed.wait()
-            self.started = time.monotonic()  # the next call's clock (building its arguments included)
-            try:
-                call = None if self.cancelled else next(iterator, None)
-            except BaseException as exc:  # noqa: BLE001 - symjac's own error building the arguments: the caller raises it
-                self._put(("internal", exc, ()))
-                return
-            if call is None:
-                break
-            self.made += 1
-            self.given.append(call)
-            fn, args = call[0], call[1]
-            passed = tuple(np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args)
-            status, value = _run(fn, passed)
-            # the copies are kept for the mutation finding only if the call wrote into one
-            wrote = any(isinstance(a, np.ndarray) and not same(a, b) for a, b in zip(passed, args))
-            self._put((status, value, passed if wrote else args))
-            del value, passed, args, call
-            if status != "ok":  # a raise ends the sequence, as it ends the caller's loop
-                break
-        self._put(None)
-
-    def _put(self, item: Any) -> None:
-        with self.changed:
-            self.results.append(item)
-            if item is None or item[0] != "ok" or len(self.results) >= self.ahead:
-                self.changed.notify()
-
-    def take(self, timeout: float) -> Any:
-        """The next result, None at the end, or ``"timeout"`` once the call now running has
-        taken ``timeout`` seconds."""
-        with self.changed:
-            while not self.results:
-                left = self.started + timeout - time.monotonic()
-                if left <= 0:
-                    return "timeout"
-                self.changed.wait(left)
-            item = self.results.popleft()
-            self.changed.notify()  # a runner waiting for room
-            return item
-
-    def cancel(self) -> None:
-        with self.changed:
-            self.cancelled = True
-            self.changed.notify()
-
-
-def _run(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[str, Any]:
-    try:
-        return "ok", fn(*args)
-    except BaseException as exc:  # noqa: BLE001 - SystemExit too: the implementation's failure is a finding
-        return "raised", exc
-
-
-class _Runner:
-    """A daemon thread that runs the calls handed to it, one at a time: starting a thread
-    per call costs ~0.1 ms, as much as a small implementation's whole call."""
-
-    def __init__(self) -> None:
-        self.jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        threading.Thread(target=self._serve, name="symjac-call", daemon=True).start()
-
-    def _serve(self) -> None:
-        while (job := self.jobs.get()) is not None:
-            if isinstance(job, _Sequence):
-                job.run()
-            else:
-                fn, args, box, done = job
-                box.append(_run(fn, args))
-                done.release()
-            del job  # hold nothing of the call (arguments, result) while idle
-
-
-#: Runners waiting for a call. One whose call timed out (or was interrupted) is not put
-#: back: it is told to end, and does once its call returns.
-_IDLE: list[_Runner] = []
-if hasattr(os, "register_at_fork"):  # a forked child has none of its parent's threads
-    os.register_at_fork(after_in_child=_IDLE.clear)
-
-
-def _runner() -> _Runner:
-    try:
-        return _IDLE.pop()
-    except IndexError:
-        return _Runner()
-
-
-def _invoke(fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None) -> tuple[str, Any]:
-    """Run ``fn(*args)``: ``("ok", value)``, ``("raised", exc)`` or ``("timeout", None)``."""
-    if timeout is None:
-        status, value = _run(fn, args)
-    else:
-        runner = _runner()
-        box: list[tuple[str, Any]] = []
-        done = threading.Lock()
-        done.acquire()
-        runner.jobs.put((fn, args, box, done))
-        finished = False
-        try:
-            finished = done.acquire(timeout=timeout)
-        finally:
-            if finished:
-                _IDLE.append(runner)
-            else:
-                runner.jobs.put(None)
-        if not finished:
-            return "timeout", None
-        status, value = box[0]
-    if status == "raised" and isinstance(value, KeyboardInterrupt):
-        raise value
-    return status, value
-
-
-def _invoke_each(seq: _Sequence, timeout: float) -> Generator[tuple[str, Any, tuple[Any, ...], Any], None, None]:
-    """:func:`_invoke` for a sequence of calls in one runner: yields ``(status, value, the
-    arguments after the call, the call as given)`` per call, in order; a call that
-    runs ``timeout`` seconds is yielded once as a timeout and ends the sequence. Closing
-    the iterator early cancels the calls not yet started."""
-    runner = _runner()
-    seq.started = time.monotonic()
-    runner.jobs.put(seq)
-    ended = False
-    try:
-        while True:
-            item = seq.take(timeout)
-            if item == "timeout":
-                call = seq.given.popleft() if seq.given else None  # None: still building its arguments
-                yield "timeout", None, call[1] if call else (), call
-                return
-            if item is None:
-                ended = True
-                return
-            status, value, passed = item
-            if status == "internal" or (status == "raised" and isinstance(value, KeyboardInterrupt)):
-                raise value
-            yield status, value, passed, seq.given.popleft()
-    finally:
-        seq.cancel()  # a runner waiting for room wakes, sees the cancel and stops
-        if ended:
-            _IDLE.append(runner)
-        else:  # still running a call, or hung: it ends once that call returns
-            runner.jobs.put(None)
-
-
 class Guard:
     """Calls one callable of the implementation under test; never raises its errors.
 
@@ -295,7 +104,7 @@ class Guard:
         (so later calls see the intended input); False leaves it, so a second call
         on the same buffers shows what the mutation does.
       isolate: ``(worker, name)``: run the call as ``worker.functions[name]`` in the
-        worker process of a :class:`symjac.check._isolate.Worker` (whose own timeout
+        worker process of a :class:`symjac.run._isolate.Worker` (whose own timeout
         applies) instead of calling ``fn`` here.
     """
 
@@ -323,11 +132,9 @@ class Guard:
         """
         before = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args]
         if self.isolate is None:
-            status, value = _invoke(self.fn, args, self.timeout)
+            status, value = invoke(self.fn, args, self.timeout)
         else:
-            from symjac.check._isolate import invoke
-
-            status, value = invoke(*self.isolate, args)
+            status, value = invoke_isolated(*self.isolate, args)
         return self._settle(status, value, args, before, again)
 
     def _settle(self, status: str, value: Any, args: tuple[Any, ...], before: list[Any] | tuple[Any, ...],
@@ -489,11 +296,11 @@ def call_each(guards: list[Guard], calls: Iterable[tuple[Any, ...]],
             yield guard.array(*args, shape=shape, dtype=dtype, index_name=index_name)
         return
     ahead = max(1, AHEAD_BYTES // max(size, 1))
-    seq = _Sequence(((guard.fn, args, guard, shape, dtype, index_name)
-                     for guard, args, shape, dtype, index_name in calls), ahead)
+    seq = CallSequence(((guard.fn, args, guard, shape, dtype, index_name)
+                        for guard, args, shape, dtype, index_name in calls), ahead)
     timeout = guards[0].timeout
     assert timeout is not None
-    results = _invoke_each(seq, timeout)
+    results = invoke_each(seq, timeout)
     taken: collections.deque[tuple[str, Any, tuple[Any, ...], Any]] = collections.deque()
     try:
         while True:

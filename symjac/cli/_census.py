@@ -12,7 +12,7 @@ import argparse
 import json
 from typing import Any
 
-from symjac.cli._impl import UsageError
+from symjac._errors import UsageError
 
 DTYPES = ("float16", "float32", "float64")
 

@@ -3,19 +3,23 @@
 Registered as a ``Command`` in :mod:`symjac.cli._main` (``add_arguments``, ``run``).
 
 Exit codes as for every command: 0 no finding, 1 a finding, 2 a usage error
-(an unknown framework, a framework that is not installed, a bad option).
+(an unknown framework, a framework that is not installed, a bad option, a user adapter
+whose ``configurations()`` fails), or no cell verified (every cell not run, unsupported,
+skipped or an error).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 from pathlib import Path
 
+from symjac._errors import UsageError
+
 
 def _list(option: str, text: str, valid: tuple[str, ...]) -> list[str]:
-    from symjac.cli._impl import UsageError
-
     items = [t for t in text.split(",") if t]
     for item in items:
         if item not in valid:
@@ -25,26 +29,67 @@ def _list(option: str, text: str, valid: tuple[str, ...]) -> list[str]:
     return items
 
 
+def _positive(option: str, value: float, valid: str) -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{option} {value:g}: {valid}")
+
+
+def _file_to_write(option: str, path: str) -> None:
+    """Refuse, before the run, a path the results could not be written to."""
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{option} {path}: is a folder; give a file path")
+    if not p.parent.is_dir():
+        raise UsageError(f"{option} {path}: no folder {p.parent}")
+    if not os.access(p.parent, os.W_OK):
+        raise UsageError(f"{option} {path}: the folder {p.parent} is not writable")
+
+
+def _folder_to_write(option: str, path: str) -> None:
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise UsageError(f"{option} {path}: is a file; give a folder")
+    existing = next(q for q in (p, *p.parents) if q.exists())  # ("." or the root at the latest)
+    if not existing.is_dir():
+        raise UsageError(f"{option} {path}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK):
+        raise UsageError(f"{option} {path}: the folder {existing} is not writable")
+
+
 def run(args: argparse.Namespace) -> int:
     """The subcommand: the table on stdout, the progress bar and reproducer paths on stderr."""
+    from symjac._atomic import write_text
     from symjac.check._inputs import GENERATORS
-    from symjac.cli._impl import UsageError
-    from symjac.frameworks._conform import DTYPES, conform
+    from symjac.frameworks._conform import DTYPES, MAX_JOBS, conform
 
-    if args.budget is not None and args.budget <= 0:
-        raise UsageError(f"--budget {args.budget}: give a positive number of seconds")
+    if args.budget is not None:
+        _positive("--budget", args.budget, "give a positive number of seconds")
+    if not 1 <= args.jobs <= MAX_JOBS:
+        raise UsageError(f"-j {args.jobs}: give 1 to {MAX_JOBS} worker processes")
+    if args.timeout != 0:  # 0: no limit, as for verify
+        _positive("--timeout", args.timeout, "give seconds > 0, or 0 for no limit")
+    if args.json:
+        _file_to_write("--json", args.json)
+    if args.reproducers:
+        _folder_to_write("--reproducers", args.reproducers)
     grid = args.grid or ("full" if args.budget is not None else "small")
     result = conform(args.framework, grid=grid, budget=args.budget, dtypes=_list("--dtype", args.dtype, DTYPES),
                      families=_list("--families", args.families, GENERATORS), isolate=not args.no_isolate,
-                     jobs=args.jobs, scheduler=args.scheduler, timeout=args.timeout, progress=not args.quiet,
+                     jobs=args.jobs, scheduler=args.scheduler, timeout=args.timeout or None, progress=not args.quiet,
                      ops=[o for o in args.ops.split(",") if o] if args.ops else None)
     print(result.table())
     if args.json:
-        Path(args.json).write_text(result.to_json() + "\n")
+        write_text(args.json, result.to_json() + "\n")
     if args.reproducers:
         for path in result.write_reproducers(args.reproducers):
             print(f"reproducer: {path}", file=sys.stderr)
-    return 0 if result.ok else 1
+    if not result.ok:
+        return 1
+    if not result.verified:  # nothing passed and nothing failed: no verdict, not a success
+        counts = ", ".join(f"{v} {k}" for k, v in result.counts().items() if v) or "no cells"
+        print(f"symjac conform: error: no cell was verified ({counts})", file=sys.stderr)
+        return 2
+    return 0
 
 
 EXAMPLES = (
@@ -67,7 +112,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grid", choices=("small", "full"), default=None,
                    help="configurations: small (a few dozen; the default) or full (hundreds; the default with --budget)")
     p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
-                   help="stop starting configurations after this many seconds (the rest show as -)")
+                   help="stop starting configurations after this many seconds (the rest show as -); "
+                        "configurations start in a seeded random order, so those run span the grid")
     p.add_argument("--dtype", default=_DTYPES, metavar="DTYPES", help=f"comma-separated dtypes (default {_DTYPES})")
     p.add_argument("--families", default=_FAMILIES, metavar="FAMILIES",
                    help=f"comma-separated input families (default {_FAMILIES}; ties: max pooling only)")
@@ -75,11 +121,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", default=None, metavar="PATH", help="write the results as JSON")
     p.add_argument("--reproducers", default=None, metavar="DIR",
                    help="write a spec file and a Python script for every distinct failure class")
-    p.add_argument("-j", "--jobs", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument("-j", "--jobs", type=int, default=1, help="worker processes (default 1; at most 64)")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="address of a Dask distributed scheduler (pip install 'symjac[dask]')")
     p.add_argument("--no-isolate", action="store_true",
                    help="run in this process (faster; a crashing op ends the run)")
     p.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
-                   help="per configuration, isolated: longer counts as crashed (default 120)")
+                   help="per configuration, isolated: longer is a timeout finding (default 120; 0: no limit); "
+                        "a user adapter's configurations() gets the same")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")

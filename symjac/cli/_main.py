@@ -16,10 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from symjac._errors import UsageError
 from symjac.check._call import DEFAULT_TIMEOUT
 from symjac.cli import _census
 from symjac.cli import _conform
-from symjac.cli._impl import UsageError, load_impl
+from symjac.run._load import impl_candidates, load_impl
 
 EXIT_OK, EXIT_FINDING, EXIT_USAGE = 0, 1, 2
 DTYPES = ("float16", "bfloat16", "float32", "float64")  # bfloat16 needs symjac[bfloat16] (ml_dtypes)
@@ -29,7 +30,7 @@ DEFAULT_DTYPE = "float64"
 def _callables(impl: Any, case: Any, target: str) -> dict[str, Any]:
     """:func:`case_callables`, its error said in the command line's words."""
     from symjac._errors import InputError
-    from symjac.verifiers._case import case_callables, impl_candidates
+    from symjac.verifiers._case import case_callables
 
     try:
         return case_callables(impl, case)

@@ -33,6 +33,7 @@ def expand_paths(paths: Sequence[str]) -> list[Path]:
       SelectionError: a glob matches nothing, or a directory holds no ``*.toml``.
     """
     files: list[Path] = []
+    seen: set[Path] = set()
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
@@ -40,13 +41,29 @@ def expand_paths(paths: Sequence[str]) -> list[Path]:
             if not found:
                 raise SelectionError(f"{raw}: the directory holds no *.toml spec file")
         elif not p.exists() and GLOB_CHARS.search(raw):
-            found = sorted(Path(q) for q in glob.glob(raw, recursive=True) if Path(q).is_file())
+            found = _glob(raw)
             if not found:
                 raise SelectionError(f"{raw!r}: no spec file matches this pattern (relative to {Path.cwd()})")
         else:
             found = [p]  # a missing file is reported by the reader, naming it
-        files.extend(q for q in found if q not in files)
+        for q in found:  # each file once, by its real path (a symlink and its target are one file)
+            real = q.resolve()
+            if real not in seen:
+                seen.add(real)
+                files.append(q)
     return files
+
+
+def _glob(pattern: str) -> list[Path]:
+    """The files a pattern matches, sorted. ``**`` walks the directories below without
+    entering symlinked ones (pathlib's rule; :func:`glob.glob` follows them, and a symlink
+    to a parent makes that walk endless)."""
+    parts = Path(pattern).parts
+    if "**" not in parts:
+        return sorted(Path(q) for q in glob.glob(pattern) if Path(q).is_file())
+    first = next(i for i, part in enumerate(parts) if GLOB_CHARS.search(part))
+    root = Path(*parts[:first]) if first else Path()
+    return sorted(q for q in root.glob(str(Path(*parts[first:]))) if q.is_file())
 
 
 _TOKEN = re.compile(r"\s*(\(|\)|[^\s()]+)")

@@ -65,14 +65,17 @@ class Config:
     Attributes:
       op: name of the ready-made op in the framework module.
       kwargs: its arguments.
-      input_shape: the full input shape, in the framework's layout.
-      label: a short human label of the convention, e.g. ``"k3 s2 p1 ceil"``.
+      input_shape: the full input shape, in the framework's layout; ``()`` or None (a user adapter's
+        configuration may leave it out): ``conform`` runs it at every shape of the coverage plan
+        (:func:`symjac.cover` of the spec ``make`` returns).
+      label: a short human label of the convention, e.g. ``"k3 s2 p1 ceil"`` (empty: the op and
+        its arguments).
     """
 
     op: str
     kwargs: Mapping[str, Any]
-    input_shape: tuple[int, ...]
-    label: str
+    input_shape: tuple[int, ...] = ()
+    label: str = ""
 
 
 def require(name: str) -> ModuleType:

@@ -9,11 +9,11 @@ category, or ``unsupported`` (the framework has no such op/convention/dtype, or 
 VJP: not a finding).
 
 Isolation (default on): each configuration runs in a worker process
-(:mod:`symjac.check._isolate`, a fresh interpreter, whatever this process ran before),
+(:mod:`symjac.run._isolate`, a fresh interpreter, whatever this process ran before),
 which also builds the framework op; an abort, segfault or SIGFPE becomes a
 ``crashed`` finding naming the signal and the run goes on with a fresh worker.
 
-Scheduling reuses ``symjac sweep``'s executor: in process (sequential), local worker
+Scheduling is ``symjac sweep``'s executor (:mod:`symjac.run._executor`): in process (sequential), local worker
 processes (``jobs``) or a Dask cluster (``scheduler``); a ``budget`` in seconds stops
 starting new configurations once spent.
 """
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import time
 from collections.abc import Sequence
@@ -30,50 +31,21 @@ from typing import Any
 
 import numpy as np
 
+from symjac._atomic import write_text
 from symjac._errors import InputError, SpecError, SymjacError
+from symjac.frameworks._conform_plan import adapter_target, check_budget, load_adapter, plan, sample_order
+from symjac.run._executor import execute
+from symjac.run._isolate import Crashed, Raised, TimedOut, Worker
 
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 FAMILIES = ("distinct", "ties", "random")
 #: Statuses of a cell; "finding" cells carry the root category.
 STATUSES = ("pass", "finding", "unsupported", "skipped", "error", "not_run")
 TIE_CATEGORIES = ("tie_not_subgradient", "tie_policy")
-
-
-def adapter_target(framework: str) -> str:
-    """``"torch"`` -> ``"symjac.frameworks.torch"``; ``path:attr`` stays as it is."""
-    from symjac.frameworks import FRAMEWORKS
-
-    if framework in FRAMEWORKS:
-        return f"symjac.frameworks.{framework}"
-    if ":" in framework or framework.endswith(".py"):
-        return framework
-    raise InputError(f"framework={framework!r} is not valid: give one of {', '.join(FRAMEWORKS)}, "
-                     "or a user adapter MODULE_OR_PATH:ATTR with configurations(grid) and make(config)")
-
-
-_ADAPTERS: dict[str, Any] = {}
-
-
-def load_adapter(target: str) -> Any:
-    """The adapter (module or object) with ``configurations(grid)`` and ``make(config)``."""
-    if target not in _ADAPTERS:
-        if target.startswith("symjac.frameworks.") and ":" not in target:
-            import importlib
-
-            adapter = importlib.import_module(target)
-        else:
-            from symjac.cli._impl import UsageError, load_impl
-
-            try:
-                adapter = load_impl(target)
-            except UsageError as exc:
-                raise InputError(str(exc)) from None
-        for name in ("configurations", "make"):
-            if not callable(getattr(adapter, name, None)):
-                raise InputError(f"adapter {target!r} has no callable {name!r}: an adapter provides "
-                                 "configurations(grid) -> iterable of Config and make(config) -> (spec, impl)")
-        _ADAPTERS[target] = adapter
-    return _ADAPTERS[target]
+#: The most worker processes a run starts (``jobs``).
+MAX_JOBS = 64
+#: Seconds a budget grants a user adapter's configurations() beyond itself: its worker's start.
+WORKER_START = 10.0
 
 
 def numpy_dtype(name: str) -> np.dtype:
@@ -203,8 +175,6 @@ _WORKERS: dict[tuple[str, float | None], Any] = {}
 
 def run_isolated(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]:
     """:func:`run_cell` in a worker process; a crash of the worker is a ``crashed`` finding."""
-    from symjac.check._isolate import Crashed, Raised, Worker
-
     timeout = job.get("timeout")
     key = (target, timeout)
     if key not in _WORKERS:
@@ -215,6 +185,11 @@ def run_isolated(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]
     try:
         result: dict[str, Any] = worker.call("cell", job, target, dtype)
         return result
+    except TimedOut:  # a hang is a timeout finding, as for verify --timeout
+        crash = {"config": job, "dtype": dtype, "status": "finding", "category": "timeout", "categories": ["timeout"],
+                 "signal": None, "family": "distinct",
+                 "summary": f"{job['label']} in {dtype} did not return within {timeout:g} s; the process running "
+                            "it was killed"}
     except Crashed as exc:
         crash = {"config": job, "dtype": dtype, "status": "finding", "category": "crashed", "categories": ["crashed"],
                  "signal": exc.signal, "family": "distinct",
@@ -266,6 +241,11 @@ class Conformance:
     @property
     def findings(self) -> list[dict[str, Any]]:
         return [r for r in self.results if r["status"] == "finding"]
+
+    @property
+    def verified(self) -> int:
+        """How many cells were verified (passed or had a finding)."""
+        return sum(r["status"] in ("pass", "finding") for r in self.results)
 
     @property
     def ok(self) -> bool:
@@ -377,9 +357,9 @@ def _write_reproducer(out: Path, stem: str, framework: str, r: dict[str, Any]) -
         spec, g, x, dy, family = _reproducer_input(r)
     except (SymjacError, KeyError) as exc:  # a crash before the op was built: no spec to write
         script = out / f"{stem}.txt"
-        script.write_text(f"{title}\n{r.get('summary', '')}\nno reproducer: {exc}\n")
+        write_text(script, f"{title}\n{r.get('summary', '')}\nno reproducer: {exc}\n")
         return [script]
-    path.write_text(dumps(stem, f"{framework} {config['op']} {config['label']}: {category}",
+    write_text(path, dumps(stem, f"{framework} {config['op']} {config['label']}: {category}",
                           dict(r["operator"]),
                           {"shape": list(config["input_shape"]), "generator": family,
                            "seed": int(config.get("seed", 0))},
@@ -416,20 +396,8 @@ def _write_reproducer(out: Path, stem: str, framework: str, r: dict[str, Any]) -
               "            print(f'{name}: max |difference| {np.abs(got - want).max():g}; sum {got.sum():g}, expected '",
               "                  f'{want.sum():g}')"]
     script = out / f"{stem}.py"
-    script.write_text("\n".join(lines) + "\n")
+    write_text(script, "\n".join(lines) + "\n")
     return [path, script]
-
-
-def _configurations(adapter: Any, grid: str, known_defects: bool) -> Any:
-    """The adapter's configurations; with ``known_defects``, those it leaves out by default
-    because they run into a known defect of the framework too (``include_known_defects``)."""
-    import inspect
-
-    try:
-        takes = "include_known_defects" in inspect.signature(adapter.configurations).parameters
-    except (TypeError, ValueError):
-        takes = False
-    return adapter.configurations(grid, include_known_defects=known_defects) if takes else adapter.configurations(grid)
 
 
 def conform(framework: str, *, grid: str = "small", budget: float | None = None,
@@ -441,14 +409,18 @@ def conform(framework: str, *, grid: str = "small", budget: float | None = None,
     Args:
       framework: ``"torch"``, ``"jax"``, ``"tensorflow"``, ``"onnxruntime"``, or a user
         adapter ``MODULE_OR_PATH:ATTR`` (an object with ``configurations(grid)`` and
-        ``make(config) -> (spec, impl)``, see ``docs/frameworks.md``).
+        ``make(config) -> (spec, impl)``, see ``docs/frameworks.md``; its configurations may leave
+        ``input_shape`` None for the coverage plan's shapes).
       grid: ``"small"`` (a few dozen configurations) or ``"full"`` (hundreds).
-      budget: seconds; stop starting configurations once spent (the rest are ``not_run``).
+      budget: seconds; stop starting configurations once spent (the rest are ``not_run``); with a
+        budget the cells start in a seeded random order, so those run are spread over the grid.
       dtypes: columns of the table, from float16, bfloat16, float32, float64.
       families: input families (``"distinct"``, ``"ties"``: max pooling only, ``"random"``).
       isolate: run each configuration in a worker process (a crash is a ``crashed`` finding).
-      jobs: local worker processes; ``scheduler``: a Dask scheduler address.
-      timeout: seconds one configuration may take in isolation before it counts as crashed.
+      jobs: local worker processes (1 to :data:`MAX_JOBS`); ``scheduler``: a Dask scheduler address.
+      timeout: seconds one configuration may take in isolation before it is a ``timeout``
+        finding (None: no limit); a user adapter's ``configurations()`` runs isolated too, within
+        the smaller of ``timeout`` and ``budget`` (plus :data:`WORKER_START` for its worker's start).
       progress: a progress bar on stderr.
       ops: only the configurations of these ops (the adapter's op names, e.g. ``"max_pool3d"``).
       known_defects: also run the configurations an adapter leaves out of its default grid
@@ -459,11 +431,11 @@ def conform(framework: str, *, grid: str = "small", budget: float | None = None,
       A :class:`Conformance` (``.ok``, ``.table()``, ``.to_json()``, ``.write_reproducers(dir)``).
 
     Raises:
-      InputError: an unknown framework, grid, dtype or family;
+      InputError: an unknown framework, grid, dtype or family; a bad budget, jobs or timeout; a
+        user adapter whose ``configurations()`` raised, crashed, hung or gave no configurations;
         :class:`symjac.frameworks.FrameworkMissing` when the framework is not installed.
     """
     from symjac.check._inputs import GENERATORS
-    from symjac.cli._sweep import execute
 
     for d in dtypes:
         if d not in DTYPES:
@@ -473,24 +445,32 @@ def conform(framework: str, *, grid: str = "small", budget: float | None = None,
             raise InputError(f"input family {f!r} is not valid: give a subset of {', '.join(GENERATORS)}")
     if not dtypes or not families:
         raise InputError("give at least one dtype and one input family")
+    check_budget(budget)
+    if not 1 <= jobs <= MAX_JOBS:
+        raise InputError(f"jobs={jobs!r} is not valid: give 1 to {MAX_JOBS} worker processes")
+    if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
+        raise InputError(f"timeout={timeout!r} is not valid: give seconds > 0, or None for no limit")
     target = adapter_target(framework)
-    adapter = load_adapter(target)
-    try:
-        configs = list(_configurations(adapter, grid, known_defects))
-    except SymjacError as exc:
-        raise InputError(str(exc)) from None
+    started = time.monotonic()
+    # the listing may take the time a configuration may, and no more than the budget (plus the
+    # worker's start); its time counts against the budget
+    limit = min((t for t in (timeout, None if budget is None else budget + WORKER_START) if t is not None),
+                default=None)
+    configs = plan(target, grid, known_defects=known_defects, isolate=isolate, timeout=limit)
     if ops is not None:
-        unknown = set(ops) - {c.op for c in configs}
+        unknown = set(ops) - {c["op"] for c in configs}
         if unknown:
             raise InputError(f"ops {sorted(unknown)} are not in the {grid} grid of {framework}; its ops: "
-                             f"{', '.join(sorted({c.op for c in configs}))}")
-        configs = [c for c in configs if c.op in ops]
-    started = time.monotonic()
-    jobs_list = [{"op": c.op, "kwargs": dict(c.kwargs), "input_shape": list(c.input_shape), "label": c.label,
-                  "dtype": d, "families": list(families), "isolate": isolate, "timeout": timeout}
+                             f"{', '.join(sorted({c['op'] for c in configs}))}")
+        configs = [c for c in configs if c["op"] in ops]
+    jobs_list = [{**c, "dtype": d, "families": list(families), "isolate": isolate, "timeout": timeout}
                  for c in configs for d in dtypes]
-    raw = execute(jobs_list, target, jobs=jobs, scheduler=scheduler, progress=progress, runner=run_job,
-                  deadline=None if budget is None else started + budget)
+    order = sample_order(len(jobs_list), budget)
+    raw_in_order = execute([jobs_list[i] for i in order], target, jobs=jobs, scheduler=scheduler, progress=progress,
+                           runner=run_job, deadline=None if budget is None else started + budget)
+    raw: list[dict[str, Any]] = [{}] * len(jobs_list)
+    for i, r in zip(order, raw_in_order):
+        raw[i] = r
     results = []
     for job, r in zip(jobs_list, raw):
         if r["status"] == "not_run":

@@ -54,12 +54,13 @@ EXPLICIT_CLASSES = 8
 
 def explain_loss(case: Any, latex: bool = False) -> str:
     """The per-element loss and its derivative, as SymPy built them."""
-    from symjac.loss._templates import loss_template
+    from symjac.loss._elements import loss_template
+    from symjac.loss._spec import kind_of
 
     loss = case.operator
     pred = case.inputs.get("pred")
-    classes = int(np.asarray(pred).shape[-1]) if loss.kind == "softmax_ce" and pred is not None else (
-        2 if loss.kind == "softmax_ce" else 1)
+    kind = kind_of(loss)  # classes per element: along pred's last axis, or the kind's default to show
+    classes = kind.classes(tuple(np.shape(pred))) if pred is not None else kind.explain_classes
     if classes > EXPLICIT_CLASSES:
         return _explain_softmax_generic(case, classes, latex)
     t = loss_template(loss, classes)

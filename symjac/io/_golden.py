@@ -24,6 +24,7 @@ timestamp: regenerating gives byte-identical files.
 
 from __future__ import annotations
 
+import decimal
 import hashlib
 import io
 import json
@@ -212,7 +213,7 @@ def _loss_bounds(case: Any, qs: dict[str, np.ndarray], dtype: str) -> dict[str, 
     from symjac.loss import _numbers
     from symjac.loss._evaluate import evaluate
     from symjac.loss._bounds import Bounds, ForwardSums
-    from symjac.verifiers._loss import prepare_inputs
+    from symjac.verifiers._loss_inputs import prepare_inputs
 
     dt = float_dtype(dtype)
     pred, label, upstream, rounded = prepare_inputs(case.operator, qs["pred"], qs.get("label"), qs.get("upstream"), dt)
@@ -349,6 +350,7 @@ def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: li
         meta = {**meta, "operator": golden_operator(case, geometry, divisors), "operator_repr": meta["operator"]}
         ties = tie_quantities(case, qs, case_quantities)
         qs, meta = {**qs, **ties}, {**meta, **({"ties": TIES_NOTE} if ties else {})}
+        _refuse_overflow(case, qs, dtypes)
         prov = provenance(case, qs)
         if "json" in formats:
             p = out / f"{stem}.json"
@@ -371,6 +373,26 @@ def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: li
 
             written += write_onnx(case, geometry, qs, _bounds(case, qs, dtypes), dtypes, out, stem, _rounded)
     return written
+
+
+def _refuse_overflow(case: Any, qs: dict[str, np.ndarray], dtypes: list[str]) -> None:
+    """A SpecError naming the case, the quantity and its value when a finite exact value
+    rounds to infinity in a requested dtype: its golden value and bound would be
+    infinite (and the rounding of an input raises OverflowError)."""
+    for name, a in qs.items():
+        arr = np.asarray(a)
+        if _is_int_array(arr) or arr.size == 0:
+            continue
+        flat = arr.reshape(-1)
+        _, first = np.unique(np.fromiter(map(id, flat), dtype=np.uint64, count=flat.size), return_index=True)
+        largest = max((abs(_fraction(v)) for v in flat[first]), default=Fraction(0))
+        for dt in dtypes:
+            if math.isinf(float(round_fraction(largest, float_dtype(dt)))):
+                with decimal.localcontext() as ctx:
+                    ctx.prec = 7
+                    value = f"{decimal.Decimal(largest.numerator) / decimal.Decimal(largest.denominator):.6e}"
+                raise SpecError(f"{case.source}: case {case.name!r}: {name} reaches {value} in magnitude, past the largest finite "
+                                f"{dt}; give --dtype without {dt}, or smaller values")
 
 
 def _stems(cases: list[Any]) -> list[str]:

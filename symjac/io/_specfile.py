@@ -33,21 +33,17 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import tomllib
+import unicodedata
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from symjac._errors import InputError, SpecError, SymjacError, did_you_mean
+from symjac.loss._spec import KINDS, SYNONYMS, Loss
+from symjac.pool._spec import AdaptivePool, GlobalPool, Pool
 
-OPERATOR_KEYS = {
-    "pool": ("kind", "mode", "kernel", "stride", "padding", "dilation", "ceil_mode", "divisor", "layout", "p",
-             "zero_window", "tie", "pad_value"),
-    "adaptive_pool": ("kind", "mode", "output_size", "layout"),
-    "global_pool": ("kind", "mode", "rank", "layout"),
-    "loss": ("kind", "loss", "reduction", "scale", "delta", "pos_weight", "weight", "label_smoothing",
-             "ignore_index", "labels", "log_input", "log_target"),
-}
 POOL_INPUT_KEYS = ("shape", "x", "dy", "generator", "seed")
 LOSS_INPUT_KEYS = ("pred", "label", "upstream")
 EXPECT_KEYS = ("forward", "gradient", "output_shape", "pads", "nnz", "value", "derivative", "base_derivative")
@@ -123,45 +119,86 @@ def exact_array(value: Any, where: str) -> np.ndarray:
         raise SpecError(message if message.startswith(where) else f"{where}: {message}") from None
 
 
-def _operator(table: Any, where: str) -> Any:
+def _pool(args: dict[str, Any], where: str) -> Any:
+    if "mode" not in args or "kernel" not in args:
+        raise SpecError("a pool needs 'mode' and 'kernel'")
+    return Pool(args.pop("mode"), args.pop("kernel"), **args)
+
+
+def _adaptive_pool(args: dict[str, Any], where: str) -> Any:
+    return AdaptivePool(args.pop("mode", None), args.pop("output_size", None), **args)
+
+
+def _global_pool(args: dict[str, Any], where: str) -> Any:
+    return GlobalPool(args.pop("mode", None), **args)
+
+
+def _loss(args: dict[str, Any], where: str) -> Any:
+    if "loss" not in args:
+        raise SpecError("a loss needs 'loss' (its kind, e.g. 'mse')")
+    loss_kind = args.pop("loss")
+    if loss_kind not in KINDS:  # the file's key is 'loss' (its 'kind' is "loss"): name that key
+        raise SpecError(f"loss={loss_kind!r} is not valid{did_you_mean(loss_kind, KINDS, SYNONYMS)}: "
+                        f"give one of {', '.join(map(repr, KINDS))}")
+    for key in ("scale", "delta", "label_smoothing"):
+        if isinstance(args.get(key), str):
+            args[key] = exact_array(args[key], f"{where}.{key}").item()
+    return Loss(loss_kind, **args)
+
+
+@dataclasses.dataclass(frozen=True)
+class OperatorTable:
+    """How an ``[operator]`` table of one ``kind`` reads.
+
+    Attributes:
+      keys: its valid keys (``kind`` and ``tie`` included).
+      inputs: the valid ``[input]`` keys of its cases.
+      build: ``build(args, where) -> spec``, ``args`` the table without ``kind`` and ``tie``
+        (TOML arrays as tuples), ``where`` the table's place for messages.
+      pooling: the spec is a pooling operator (what a sweep grid runs, through
+        :func:`symjac.verifiers._pool.verify`).
+    """
+
+    keys: tuple[str, ...]
+    inputs: tuple[str, ...]
+    build: Callable[[dict[str, Any], str], Any]
+    pooling: bool
+
+
+#: ``[operator] kind`` -> how that table reads; spec files, sweep files and reproducers look
+#: the kind up here.
+OPERATOR_TABLES = {
+    "pool": OperatorTable(("kind", "mode", "kernel", "stride", "padding", "dilation", "ceil_mode", "divisor",
+                           "layout", "p", "zero_window", "tie", "pad_value"), POOL_INPUT_KEYS, _pool, True),
+    "adaptive_pool": OperatorTable(("kind", "mode", "output_size", "layout"), POOL_INPUT_KEYS, _adaptive_pool,
+                                   True),
+    "global_pool": OperatorTable(("kind", "mode", "rank", "layout"), POOL_INPUT_KEYS, _global_pool, True),
+    "loss": OperatorTable(("kind", "loss", "reduction", "scale", "delta", "pos_weight", "weight",
+                           "label_smoothing", "ignore_index", "labels", "log_input", "log_target"),
+                          LOSS_INPUT_KEYS, _loss, False),
+}
+
+
+def operator_table(table: Any, where: str) -> OperatorTable:
+    """The :class:`OperatorTable` of an ``[operator]`` table's ``kind``; a missing or unknown
+    kind is a :class:`SpecError` naming the nearest valid one."""
     if not isinstance(table, dict):
         raise SpecError(f"{where}: expected a table with kind = \"pool\" | ..., got {type(table).__name__} {table!r}")
     kind = table.get("kind")
-    if not isinstance(kind, str) or kind not in OPERATOR_KEYS:
-        near = difflib.get_close_matches(str(kind), OPERATOR_KEYS, n=1)
+    reader = OPERATOR_TABLES.get(kind) if isinstance(kind, str) else None
+    if reader is None:
+        near = difflib.get_close_matches(str(kind), OPERATOR_TABLES, n=1)
         hint = f" (did you mean {near[0]!r}?)" if near else ""
-        raise SpecError(f"{where}.kind: {kind!r} is not valid{hint}; give one of {', '.join(OPERATOR_KEYS)}")
-    _check_keys(where, table, OPERATOR_KEYS[kind])
+        raise SpecError(f"{where}.kind: {kind!r} is not valid{hint}; give one of {', '.join(OPERATOR_TABLES)}")
+    return reader
+
+
+def _operator(table: Any, where: str) -> Any:
+    reader = operator_table(table, where)
+    _check_keys(where, table, reader.keys)
     args = {k: _tuples(v) for k, v in table.items() if k not in ("kind", "tie")}
     try:
-        if kind == "pool":
-            from symjac.pool._spec import Pool
-
-            if "mode" not in args or "kernel" not in args:
-                raise SpecError("a pool needs 'mode' and 'kernel'")
-            return Pool(args.pop("mode"), args.pop("kernel"), **args)
-        if kind == "adaptive_pool":
-            from symjac.pool._spec import AdaptivePool
-
-            return AdaptivePool(args.pop("mode", None), args.pop("output_size", None), **args)
-        if kind == "global_pool":
-            from symjac.pool._spec import GlobalPool
-
-            return GlobalPool(args.pop("mode", None), **args)
-        from symjac.loss._spec import Loss
-
-        if "loss" not in args:
-            raise SpecError("a loss needs 'loss' (its kind, e.g. 'mse')")
-        loss_kind = args.pop("loss")
-        from symjac.loss._spec import KINDS, SYNONYMS
-
-        if loss_kind not in KINDS:  # the file's key is 'loss' (its 'kind' is "loss"): name that key
-            raise SpecError(f"loss={loss_kind!r} is not valid{did_you_mean(loss_kind, KINDS, SYNONYMS)}: "
-                            f"give one of {', '.join(map(repr, KINDS))}")
-        for key in ("scale", "delta", "label_smoothing"):
-            if isinstance(args.get(key), str):
-                args[key] = exact_array(args[key], f"{where}.{key}").item()
-        return Loss(loss_kind, **args)
+        return reader.build(args, where)
     except SymjacError as exc:
         raise SpecError(f"{where}: {exc}") from None
     except TypeError as exc:
@@ -169,13 +206,14 @@ def _operator(table: Any, where: str) -> Any:
 
 
 def _case(table: dict[str, Any], source: str, default_name: str) -> Case:
+    name = _name(table.get("name", default_name), source)  # first: every message below names the case
     _check_keys(source, table, CASE_KEYS)
     if "operator" not in table:
         raise SpecError(f"{source}: missing the [operator] table")
     operator = _operator(table["operator"], f"{source} [operator]")
     tie = _tie(table["operator"], operator, f"{source} [operator]")
     is_loss = type(operator).__name__ == "Loss"
-    valid_inputs = LOSS_INPUT_KEYS if is_loss else POOL_INPUT_KEYS
+    valid_inputs = OPERATOR_TABLES[table["operator"]["kind"]].inputs
     raw = _check_keys(f"{source} [input]", table.get("input", {}), valid_inputs)
     inputs: dict[str, Any] = {}
     for key, value in raw.items():
@@ -202,7 +240,19 @@ def _case(table: dict[str, Any], source: str, default_name: str) -> Case:
             raise SpecError(f"{source} [input].generator: {inputs['generator']!r} is not valid; "
                             f"give one of {', '.join(GENERATORS)}")
     expect = _check_keys(f"{source} [expect]", table.get("expect", {}), EXPECT_KEYS)
-    return Case(str(table.get("name", default_name)), operator, inputs, dict(expect), source, tie)
+    return Case(name, operator, inputs, dict(expect), source, tie)
+
+
+def _name(value: Any, source: str) -> str:
+    """A case name, on one line: a control character (a newline, a tab, an escape) would
+    split or garble the PASS/FAIL line and the report that name it."""
+    name = str(value)
+    bad = [c for c in name if unicodedata.category(c) in ("Cc", "Zl", "Zp")]
+    if bad:
+        file = source[:-len(name) - 1] if source.endswith(f"#{name}") else source  # (a [[case]]'s source holds it)
+        raise SpecError(f"{file}: name = {name!r} holds the control character {bad[0]!r}; give a name on one line "
+                        "without control characters")
+    return name
 
 
 def _tie(table: dict[str, Any], operator: Any, where: str) -> Any:
@@ -223,8 +273,10 @@ def _tie(table: dict[str, Any], operator: Any, where: str) -> Any:
 def read_toml(path: str | Path, what: str = "spec file") -> tuple[Path, dict[str, Any]]:
     """Parse a TOML file; a missing or malformed file is a :class:`SpecError` naming it."""
     p = Path(path)
-    try:
-        return p, tomllib.loads(p.read_text(encoding="utf-8"))
+    try:  # utf-8-sig: a leading byte-order mark is skipped, as most TOML tools do
+        return p, tomllib.loads(p.read_text(encoding="utf-8-sig"))
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise SpecError(f"{p}: not valid TOML: arrays or tables nested too deeply for the parser") from None
     except FileNotFoundError:
         raise SpecError(f"{p}: no such {what}") from None
     except UnicodeDecodeError as exc:
@@ -241,6 +293,13 @@ def load(path: str | Path) -> SpecFile:
         the message names the file and the key.
     """
     p, data = read_toml(path)
+    try:
+        return _load(p, data)
+    except RecursionError:  # a value nested deeper than the reader's recursion (arrays of arrays of ...)
+        raise SpecError(f"{p}: a value is nested too deeply; spec-file arrays have one level per axis") from None
+
+
+def _load(p: Path, data: dict[str, Any]) -> SpecFile:
     _check_keys(str(p), data, TOP_KEYS)
     if "case" in data:
         if not isinstance(data["case"], list) or not all(isinstance(c, dict) for c in data["case"]):
@@ -248,6 +307,8 @@ def load(path: str | Path) -> SpecFile:
         extra = [k for k in data if k not in ("case", "name", "description")]
         if extra:
             raise SpecError(f"{p}: a file with [[case]] tables takes no top-level {extra[0]!r}; put it in each case")
+        if not data["case"]:
+            raise SpecError(f"{p}: case = [] holds no case; give at least one [[case]] table")
         cases = tuple(_case(c, f"{p}#{c.get('name', i)}", f"case {i}") for i, c in enumerate(data["case"]))
     else:
         cases = (_case(data, str(p), p.stem),)

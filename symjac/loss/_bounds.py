@@ -66,7 +66,8 @@ import numpy as np
 
 from symjac.check._rounding import finfo, gamma_mp, unit_roundoff_mp
 from symjac.loss import _numbers
-from symjac.loss._evaluate import LossEvaluation, element_values
+from symjac.loss._elements import element_values
+from symjac.loss._evaluate import LossEvaluation
 
 
 class Bounds:
@@ -90,9 +91,9 @@ class Bounds:
             amp = _numbers.number(1)
             for col in ev.columns[len(tpl.pred) + len(tpl.label):]:
                 amp = max([amp] + [abs(v) for v in {id(v): v for v in col}.values()])
-            if ev.loss.kind == "smooth_l1":
-                assert ev.loss.delta is not None
-                amp = max(amp, 1 / _numbers.number(ev.loss.delta))
+            extra = ev.kind.amplitude(ev.loss)  # the kind's rounding model (smooth_l1: 1/δ)
+            if extra is not None:
+                amp = max(amp, extra)
             self.u, self.amp = unit_roundoff_mp(dt), amp
             self.eta = _numbers.number(float(finfo(dt).smallest_subnormal))
         n, classes = ev.counted.size, tpl.classes

@@ -1,6 +1,6 @@
 """softmax_ce evaluated class-generically: O(C) numbers per row, no SymPy work per class.
 
-The explicit SymPy template (``symjac.loss._templates._template``: one symbol per
+The explicit SymPy template (``symjac.loss._kinds.softmax_ce``: one symbol per
 class) grows with C: differentiating it, its condition sums and running errors are
 O(C) to O(C²) expressions, and lowering them with ``cse`` costs far more. Every
 quantity the evaluator needs is, per class j, a short formula in class j's own numbers
@@ -45,16 +45,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import mpmath
 import numpy as np
 import sympy
 
 from symjac.loss import _numbers
-
-if TYPE_CHECKING:
-    from symjac.loss._templates import LossTemplate
+from symjac.loss._templates import LossTemplate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -287,9 +285,9 @@ class SoftmaxTemplate:
     """softmax_ce with C classes, for the evaluator: the interface of
     :class:`symjac.loss._templates.LossTemplate`, computed class-generically.
 
-    ``loss`` and ``derivatives`` are the explicit per-class SymPy forms (built on first
-    use, for display: O(C²) SymPy work); nothing the evaluator or the verifier calls
-    builds them.
+    ``loss`` and ``derivatives`` are the explicit per-class SymPy forms (``explicit(C)``,
+    the kind's definition, built on first use, for display: O(C²) SymPy work); nothing
+    the evaluator or the verifier calls builds them.
 
     Arguments of every function: ``z_0..z_{C-1}, t_0..t_{C-1}, w_0..w_{C-1}, ε`` (one
     array of MPFR numbers per symbol, or mpmath numbers for one row).
@@ -299,9 +297,9 @@ class SoftmaxTemplate:
     kink_args: tuple[sympy.Expr, ...] = ()
     kink_fn: Callable[..., Any] | None = None
 
-    def __init__(self, classes: int):
+    def __init__(self, classes: int, explicit: Callable[[int], LossTemplate]):
         derivation()  # the forms are ℓ's derivatives for every C (once per process)
-        self.classes = classes
+        self.classes, self._build_explicit = classes, explicit
         self.pred, self.label, self.params = _symbols(classes)
         # rounding_depth of the explicit forms (node by node as in _loss_running_error):
         # Σ e^{z_k} C + 1, log C + 3, z_c - L C + 4, w_c·B_c·(z_c - L) C + 6, the C-term sum
@@ -315,9 +313,7 @@ class SoftmaxTemplate:
 
     @functools.cached_property
     def _explicit(self) -> LossTemplate:
-        from symjac.loss._templates import _template
-
-        return _template("softmax_ce", self.classes, False, False)
+        return self._build_explicit(self.classes)
 
     @property
     def loss(self) -> sympy.Expr:
@@ -395,3 +391,11 @@ class SoftmaxTemplate:
     def clarke_fn(self, *args: Any) -> list[Any]:
         h = self.derivative_fn(*args)
         return h + h
+
+    def hessian_fn(self, *args: Any) -> list[list[Any]]:
+        """mpmath: args -> ``d²ℓ/dz_j dz_k = W·p_j·(δ_jk - p_k)``, i.e. ``W·(diag(p) - p·pᵀ)``
+        with ``W = Σ_c a_c`` (the loss's scale: ``h_j = W·p_j - a_j`` and ``a`` does not
+        depend on z; :func:`derivation` proves both columns ``∂h_j/∂z_j``, ``∂h_j/∂z_k``)."""
+        r = self._row(args)
+        w, p = r.w_total[0, 0], list(r.p[0])
+        return [[w * p[j] * ((1 if j == k else 0) - p[k]) for k in range(self.classes)] for j in range(self.classes)]

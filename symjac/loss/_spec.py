@@ -6,86 +6,26 @@ See :mod:`symjac.loss._evaluate` for what is computed from it.
 from __future__ import annotations
 
 import dataclasses
-import numbers
-from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
-import numpy as np
+from symjac._errors import SpecError, did_you_mean
+from symjac.loss._fields import DPS, number as _number, weights as _weights
+from symjac.loss._kind import REGISTRY, LossKind
+from symjac.loss._kinds import softmax_ce
 
-from symjac._errors import InputError, SpecError, did_you_mean
-from symjac._exact import to_fraction
-
-KINDS = (
-    "mse",
-    "mae",
-    "smooth_l1",
-    "huber",
-    "sigmoid_ce",
-    "bce",
-    "softmax_ce",
-    "kld",
-    "constant_derivative",
-)
+#: The registered kinds (symjac.loss._kinds), in their order.
+KINDS = tuple(REGISTRY)
 REDUCTIONS = ("mean", "batch_mean", "sum", "none")
-#: Other libraries' names of our kinds and reductions, for "did you mean".
+#: Other libraries' names of our kinds (each kind's ``synonyms``) and reductions, for "did you mean".
 SYNONYMS = {
-    "cross_entropy": "softmax_ce", "crossentropy": "softmax_ce", "ce": "softmax_ce",
-    "categorical_crossentropy": "softmax_ce", "sparse_categorical_crossentropy": "softmax_ce",
-    "softmax_cross_entropy": "softmax_ce", "nll": "softmax_ce",
-    "binary_cross_entropy_with_logits": "sigmoid_ce", "bce_with_logits": "sigmoid_ce",
-    "sigmoid_cross_entropy": "sigmoid_ce", "binary_cross_entropy": "bce", "binary_crossentropy": "bce",
-    "kl_div": "kld", "kl_divergence": "kld", "kullback_leibler": "kld", "l1": "mae", "l2": "mse",
-    "mean_squared_error": "mse", "mean_absolute_error": "mae", "smoothl1": "smooth_l1",
+    **{other: kind.name for kind in REGISTRY.values() for other in kind.synonyms},
     "batchmean": "batch_mean", "average": "mean", "avg": "mean", "total": "sum",
 }
-LABEL_FORMS = ("probabilities", "indices")
+LABEL_FORMS = softmax_ce.LABEL_FORMS
 
-#: Significant decimal digits of every evaluation (MPFR at 200 bits, mpmath beyond 2^24), at any magnitude of the
-#: logits: the exact values come from forms in which nothing cancels (see
-#: symjac.loss._templates: sigmoid_ce via log1p(e^±z), softmax_ce shifted by its max).
-DPS = 60
-
-_ELEMENTWISE = ("mse", "mae", "smooth_l1", "huber", "sigmoid_ce", "bce", "kld", "constant_derivative")
-# Which options each kind takes; every other option must be left unset (None).
-_OPTIONS: dict[str, tuple[str, ...]] = {
-    "mse": (),
-    "mae": (),
-    "smooth_l1": ("delta",),
-    "huber": ("delta",),
-    "sigmoid_ce": ("pos_weight", "weight"),
-    "bce": ("weight",),
-    "softmax_ce": ("weight", "label_smoothing", "ignore_index", "labels"),
-    "kld": ("log_input", "log_target"),
-    "constant_derivative": (),
-}
 _ALL_OPTIONS = ("delta", "pos_weight", "weight", "label_smoothing", "ignore_index", "labels", "log_input", "log_target")
-
-
-# --------------------------------------------------------------------------- spec
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _number(field: str, value: Any, what: str) -> Fraction:
-    try:
-        return to_fraction(value, field)
-    except InputError:
-        raise SpecError(f"{field}={value!r} is not valid: give {what}") from None
-
-
-def _weights(field: str, value: Any) -> tuple[Fraction, ...]:
-    what = "a number >= 0 or a sequence of numbers >= 0 (one per class, along the last axis)"
-    items = tuple(value) if isinstance(value, (Sequence, np.ndarray)) and not isinstance(value, str) else (value,)
-    if not items:
-        raise SpecError(f"{field}={value!r} is not valid: it is empty; give {what}")
-    out = tuple(_number(field, v, what) for v in items)
-    for v in out:
-        if v < 0:
-            raise SpecError(f"{field}={value!r} is not valid: {v} < 0; give {what}")
-    return out
+__all__ = ["DPS", "KINDS", "LABEL_FORMS", "REDUCTIONS", "SYNONYMS", "Loss", "check_loss", "kind_of"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -184,59 +124,24 @@ class Loss:
         if scale <= 0:
             raise SpecError(f"scale={self.scale!r} is not valid: the loss scale S must be > 0")
         put(self, "scale", scale)
-        allowed = _OPTIONS[self.kind]
+        kind = REGISTRY[self.kind]
+        allowed = kind.options
         for name in _ALL_OPTIONS:
             if getattr(self, name) is not None and name not in allowed:
-                takes = [k for k, v in _OPTIONS.items() if name in v]
+                takes = [k.name for k in REGISTRY.values() if name in k.options]
                 raise SpecError(
                     f"{name}={getattr(self, name)!r} does not apply to kind={self.kind!r}: it is an option of "
                     f"{', '.join(map(repr, takes))}; leave it unset"
                 )
-        if "delta" in allowed:
-            delta = _number("delta", 1 if self.delta is None else self.delta, "a number > 0")
-            if delta <= 0:
-                hint = " (smooth_l1 with beta = 0 is kind='mae')" if self.kind == "smooth_l1" else ""
-                raise SpecError(f"delta={self.delta!r} is not valid: give a number > 0{hint}")
-            put(self, "delta", delta)
         if self.pos_weight is not None:
             put(self, "pos_weight", _weights("pos_weight", self.pos_weight))
         if self.weight is not None:
             put(self, "weight", _weights("weight", self.weight))
-        if self.kind == "softmax_ce":
-            eps = _number("label_smoothing", 0 if self.label_smoothing is None else self.label_smoothing,
-                          "a number in [0, 1]")
-            if not 0 <= eps <= 1:
-                raise SpecError(f"label_smoothing={self.label_smoothing!r} is not valid: give a number in [0, 1]")
-            put(self, "label_smoothing", eps)
-            labels = "probabilities" if self.labels is None else self.labels
-            if labels not in LABEL_FORMS:
-                raise SpecError(
-                    f"labels={self.labels!r} is not valid{did_you_mean(labels, LABEL_FORMS)}: give one of "
-                    f"{', '.join(map(repr, LABEL_FORMS))}"
-                )
-            put(self, "labels", labels)
-            if self.ignore_index is not None:
-                if not _is_int(self.ignore_index):
-                    raise SpecError(f"ignore_index={self.ignore_index!r} is not valid: give an integer class index")
-                if labels != "indices":
-                    raise SpecError(
-                        f"ignore_index={self.ignore_index!r} needs labels='indices' (class indices); "
-                        "probability labels have no index to ignore"
-                    )
-                put(self, "ignore_index", int(self.ignore_index))
-        if self.kind == "kld":
-            for name in ("log_input", "log_target"):
-                value = getattr(self, name)
-                if value is None:
-                    put(self, name, False)
-                elif not isinstance(value, (bool, np.bool_)):
-                    raise SpecError(f"{name}={value!r} is not valid: give True or False")
-                else:
-                    put(self, name, bool(value))
+        kind.validate(self, lambda name, value: put(self, name, value))
 
     def __repr__(self) -> str:
         parts = [repr(self.kind), f"reduction={self.reduction!r}", f"scale={_fmt(self.scale)}"]
-        for name in _OPTIONS[self.kind]:
+        for name in REGISTRY[self.kind].options:
             value = getattr(self, name)
             if isinstance(value, Fraction):
                 parts.append(f"{name}={_fmt(value)}")
@@ -257,3 +162,7 @@ def check_loss(loss: Any) -> Loss:
         raise SpecError(f"loss={loss!r} is not a loss spec: give symjac.Loss(kind, ...)")
     return loss
 
+
+def kind_of(loss: Loss) -> LossKind:
+    """The definition of ``loss``'s kind (:mod:`symjac.loss._kinds`)."""
+    return REGISTRY[loss.kind]

@@ -1,4 +1,8 @@
-"""Loss templates: the per-element SymPy loss, its derivative, and their rounding depth and running-error bounds."""
+"""Loss templates: the per-element SymPy loss, its derivatives, and their rounding depth and running-error bounds.
+
+The machinery every element-wise kind's template is built with (:func:`element_template`);
+which expression each kind has is its definition's (:mod:`symjac.loss._kinds`).
+"""
 
 from __future__ import annotations
 
@@ -13,9 +17,6 @@ from sympy.codegen.cfunctions import log1p
 
 from symjac._errors import SpecError
 from symjac.loss import _numbers
-
-from symjac.loss._softmax import SoftmaxTemplate
-from symjac.loss._spec import Loss, check_loss, _is_int
 
 # --------------------------------------------------------------------- templates
 
@@ -158,7 +159,7 @@ class LossTemplate:
     forms.
 
     Attributes:
-      kind: the loss kind.
+      kind: the loss kind's name (for display).
       classes: number of prediction entries per element (C for ``softmax_ce``, else 1).
       pred: prediction symbols of one element.
       label: label symbols of one element (empty for ``constant_derivative``).
@@ -173,6 +174,9 @@ class LossTemplate:
       stable_loss / stable_derivatives: the same functions (checked by SymPy) written
         so that nothing cancels at any magnitude; the exact values are evaluated from
         these, the rounding bounds from ``loss`` and ``derivatives``.
+      exponentials: symbols E for e^z that the stable loss and derivative take as
+        arguments (computed once per element, not once per function; sigmoid_ce's
+        ``E0``), none for other kinds.
     """
 
     kind: str
@@ -187,6 +191,7 @@ class LossTemplate:
     loss_depth: int
     derivative_depth: int
     kink_args: tuple[sympy.Expr, ...]
+    exponentials: tuple[sympy.Symbol, ...] = ()
 
     @property
     def symbols(self) -> tuple[sympy.Symbol, ...]:
@@ -200,15 +205,9 @@ class LossTemplate:
     def _stable_value(self) -> Callable[..., Any]:
         return self._lower([self.stable_loss])
 
-    @functools.cached_property
-    def _exponentials(self) -> tuple[sympy.Symbol, ...]:
-        """Symbols E for e^z, which sigmoid_ce's stable loss and derivative take as
-        arguments (computed once per element, not once per function); none for other kinds."""
-        return (sympy.Symbol("E0", positive=True),) if self.kind == "sigmoid_ce" else ()
-
     def _in_exponentials(self, e: sympy.Expr) -> sympy.Expr:
-        """``e`` with e^z read from :attr:`_exponentials` where there is one."""
-        return e.xreplace({sympy.exp(z): x for z, x in zip(self.pred, self._exponentials)})
+        """``e`` with e^z read from :attr:`exponentials` where there is one."""
+        return e.xreplace({sympy.exp(z): x for z, x in zip(self.pred, self.exponentials)})
 
     @functools.cached_property
     def _stable_derivatives(self) -> Callable[..., Any]:
@@ -276,6 +275,23 @@ class LossTemplate:
         hi = [h.replace(sympy.sign, lambda *a: sympy.S.One) for h in self.derivatives]
         return lo + hi
 
+    @functools.cached_property
+    def second_derivatives(self) -> tuple[tuple[sympy.Expr, ...], ...]:
+        """``d²ℓ/dz_c dz_k`` per row c and column k: one more SymPy differentiation of
+        :attr:`derivatives` (DiracDelta, from d sign, is zero off the kinks; at a kink the
+        second derivative does not exist)."""
+        return tuple(tuple(_off_kinks(sympy.diff(h, z)) for z in self.pred) for h in self.derivatives)
+
+    @functools.cached_property
+    def _stable_second(self) -> Callable[..., Any]:
+        # the same differentiation of the stable derivatives (the same functions, SymPy-checked)
+        return self._lower([_off_kinks(sympy.diff(h, z)) for h in self.stable_derivatives for z in self.pred])
+
+    def hessian_fn(self, *args: Any) -> list[list[Any]]:
+        """mpmath: args -> the matrix ``d²ℓ/dz_c dz_k`` (classes x classes; 1 x 1 element-wise)."""
+        flat, n = list(self._stable_second(*args)), self.classes
+        return [flat[c * n:(c + 1) * n] for c in range(n)]
+
     # ---- the same functions on arrays of MPFR numbers (symjac.loss._numbers), one
     # array per symbol (``cols``), every element of a batch at once
 
@@ -284,11 +300,11 @@ class LossTemplate:
         """The stable ℓ, e^z read from E where :attr:`_exponentials` has it (the
         exponential the derivative takes too, computed once per element: the lowered
         code is the same, each exp(z) replaced by E)."""
-        return _numbers.lambdify(self.symbols + self._exponentials, [self._in_exponentials(self.stable_loss)])
+        return _numbers.lambdify(self.symbols + self.exponentials, [self._in_exponentials(self.stable_loss)])
 
     @functools.cached_property
     def _vec_derivatives(self) -> Callable[..., list[Any]]:
-        return _numbers.lambdify(self.symbols + self._exponentials,
+        return _numbers.lambdify(self.symbols + self.exponentials,
                                  [self._in_exponentials(h) for h in self.stable_derivatives])
 
     @functools.cached_property
@@ -312,7 +328,7 @@ class LossTemplate:
         """ℓ of every element and dℓ/dz_c, shape (elements, classes) (from the stable
         forms; None for what was not asked)."""
         m = len(cols[0])
-        exps = [_numbers.FUNCTIONS["exp"](z) for z in cols[:len(self._exponentials)]]
+        exps = [_numbers.FUNCTIONS["exp"](z) for z in cols[:len(self.exponentials)]]
         ell = np.asarray(_full(self._vec_value(*cols, *exps)[0], m), dtype=object) if values else None
         if not derivatives:
             return ell, None
@@ -347,124 +363,42 @@ class LossTemplate:
         return np.minimum(a, b), np.maximum(a, b)
 
 
+def _off_kinks(e: sympy.Expr) -> sympy.Expr:
+    return e.replace(sympy.DiracDelta, lambda *a: sympy.S.Zero)
+
+
 def _full(value: Any, n: int) -> np.ndarray:
     """A lowered function's result as an object array of n elements (a constant broadcast)."""
     arr = np.asarray(value, dtype=object)
     return arr if arr.shape == (n,) else np.broadcast_to(arr, (n,)).copy()
 
 
-def _real(name: str) -> sympy.Symbol:
-    return sympy.Symbol(name, real=True)
-
-
-@functools.lru_cache(maxsize=64)
-def _template(kind: str, classes: int, log_input: bool, log_target: bool) -> LossTemplate:
-    half = sympy.Rational(1, 2)
-    label: tuple[sympy.Symbol, ...]
-    params: tuple[sympy.Symbol, ...] = ()
-    if kind == "softmax_ce":
-        z = tuple(_real(f"z{c}") for c in range(classes))
-        t = tuple(_real(f"t{c}") for c in range(classes))
-        w = tuple(_real(f"w{c}") for c in range(classes))
-        eps = _real("epsilon")
-        lse = sympy.log(sympy.Add(*(sympy.exp(zc) for zc in z)))
-        a = [((1 - eps) * t[c] + eps / classes) * w[c] for c in range(classes)]
-        loss = -sympy.Add(*(a[c] * (z[c] - lse) for c in range(classes)))
-        pred, label, params = z, t, w + (eps,)
-    else:
-        zz, y = _real("z"), _real("y")
-        pred, label = (zz,), (y,)
-        d = zz - y
-        if kind == "mse":
-            loss = d**2
-        elif kind == "mae":
-            loss = sympy.Abs(d)
-        elif kind in ("smooth_l1", "huber"):
-            delta = sympy.Symbol("delta", positive=True)
-            params = (delta,)
-            if kind == "smooth_l1":
-                loss = sympy.Piecewise((half * d**2 / delta, sympy.Abs(d) < delta), (sympy.Abs(d) - half * delta, True))
-            else:
-                loss = sympy.Piecewise((half * d**2, sympy.Abs(d) < delta), (delta * (sympy.Abs(d) - half * delta), True))
-        elif kind == "sigmoid_ce":
-            w, p = _real("w"), _real("pos_weight")
-            params = (w, p)
-            # -log σ(z) = log(1 + e^-z) and -log(1 - σ(z)) = z + log(1 + e^-z): the same
-            # function, written without 1 - σ (the form implementations evaluate, so the
-            # running-error bounds model it).
-            softplus = sympy.log(1 + sympy.exp(-zz))
-            loss = w * (p * y * softplus + (1 - y) * (zz + softplus))
-            # For the exact values: log1p(e^-z) and log1p(e^z), where nothing cancels at
-            # any |z| and log1p keeps e^-|z| when tiny, so mpmath needs no extra digits.
-            stable = w * (p * y * log1p(sympy.exp(-zz)) + (1 - y) * log1p(sympy.exp(zz)))
-        elif kind == "bce":
-            w = _real("w")
-            params = (w,)
-            loss = -w * (y * sympy.log(zz) + (1 - y) * sympy.log(1 - zz))
-        elif kind == "kld":
-            logq = zz if log_input else sympy.log(zz)
-            if log_target:
-                loss = sympy.exp(y) * (y - logq)
-            else:  # 0·log 0 = 0 (xlogy), as PyTorch
-                loss = sympy.Piecewise((sympy.S.Zero, sympy.Eq(y, 0)), (y * sympy.log(y) - y * logq, True))
-        elif kind == "constant_derivative":
-            loss = zz
-            label = ()
-        else:  # pragma: no cover - KINDS is closed
-            raise SpecError(f"kind={kind!r} is not valid")
+def element_template(kind: str, pred: tuple[sympy.Symbol, ...], label: tuple[sympy.Symbol, ...],
+                     params: tuple[sympy.Symbol, ...], loss: sympy.Expr, *, stable: sympy.Expr | None = None,
+                     stable_derivatives: Callable[[tuple[sympy.Expr, ...]], tuple[sympy.Expr, ...]] | None = None,
+                     exponentials: tuple[sympy.Symbol, ...] = ()) -> LossTemplate:
+    """The template of the element loss ``loss``: SymPy differentiates it once per
+    prediction symbol; ``stable`` (checked by SymPy to be the same function) and
+    ``stable_derivatives`` (a rewriting of SymPy's derivatives) are the forms the exact
+    values come from, the loss and its derivatives as written where not given."""
     derivatives = tuple(sympy.diff(loss, s) for s in pred)
-    stable_derivatives = derivatives
-    if kind == "sigmoid_ce":
-        if sympy.simplify(loss - stable.rewrite(sympy.log)) != 0:
-            raise AssertionError(f"stable form {stable} of {loss} is not the same function")
-        # SymPy's derivative over one denominator, w(-p·y + (1 - y)e^z)/(e^z + 1): the
-        # 1 - e^-z/(1 + e^-z) of the raw form would cancel ~|z|·log10(e) digits.
-        stable_derivatives = tuple(sympy.together(h) for h in derivatives)
-    else:  # evaluated as written (softmax_ce: symjac.loss._softmax evaluates its stable forms)
+    if stable is None:
         stable = loss
+    elif sympy.simplify(loss - stable.rewrite(sympy.log)) != 0:
+        raise AssertionError(f"stable form {stable} of {loss} is not the same function")
     kinks = tuple(dict.fromkeys(a.args[0] for h in derivatives for a in h.atoms(sympy.sign)))
     return LossTemplate(
         kind=kind,
-        classes=classes,
+        classes=len(pred),
         pred=pred,
         label=label,
         params=params,
         loss=loss,
         derivatives=derivatives,
         stable_loss=stable,
-        stable_derivatives=stable_derivatives,
+        stable_derivatives=derivatives if stable_derivatives is None else stable_derivatives(derivatives),
         loss_depth=_depth(loss),
         derivative_depth=max(_depth(h) for h in derivatives),
         kink_args=kinks,
+        exponentials=exponentials,
     )
-
-
-#: What :func:`loss_template` gives: softmax_ce's is class-generic (symjac.loss._softmax).
-Template = LossTemplate | SoftmaxTemplate
-
-
-@functools.lru_cache(maxsize=64)
-def _softmax_template(classes: int) -> SoftmaxTemplate:
-    return SoftmaxTemplate(classes)
-
-
-def loss_template(loss: Loss, classes: int = 1) -> Template:
-    """The SymPy template of one element of ``loss`` (``classes`` = C for softmax_ce).
-
-    Example::
-
-        >>> import symjac
-        >>> t = symjac.losses.loss_template(symjac.Loss("mse"))
-        >>> t.loss, t.derivatives
-        ((-y + z)**2, (-2*y + 2*z,))
-    """
-    check_loss(loss)
-    if loss.kind == "softmax_ce":
-        if not _is_int(classes) or classes < 1:
-            raise SpecError(f"classes={classes!r} is not valid: give the number of classes, an integer >= 1")
-    else:
-        classes = 1
-    if loss.kind == "softmax_ce":
-        return _softmax_template(int(classes))
-    return _template(loss.kind, int(classes), bool(loss.log_input), bool(loss.log_target))
-

@@ -7,26 +7,22 @@ fixture ``symjac_case`` turn an implementation object and a case into a call of
 
 from __future__ import annotations
 
-import types
+import sys
 from typing import Any
 
 import numpy as np
 
 from symjac._errors import InputError
 from symjac.check._call import DEFAULT_TIMEOUT
+from symjac.frameworks import torch as torch_adapter
+from symjac.run._load import impl_candidates
 
 
-def impl_candidates(holder: Any, needed: tuple[str, ...] = ("backward", "derivative")) -> list[str]:
-    """Public attributes of a module that look like implementations: objects (or
-    dicts) with one of ``needed``."""
-    names = []
-    for name in sorted(vars(holder)) if isinstance(holder, types.ModuleType) else ():
-        obj = getattr(holder, name)
-        if name.startswith("_") or isinstance(obj, types.ModuleType):
-            continue
-        if any((k in obj) if isinstance(obj, dict) else hasattr(obj, k) for k in needed):
-            names.append(name)
-    return names
+def _torch_function(obj: Any) -> bool:
+    """A ``torch.autograd.Function`` subclass (torch is imported by whoever defined one)."""
+    torch = sys.modules.get("torch")
+    function = getattr(getattr(torch, "autograd", None), "Function", None)
+    return isinstance(obj, type) and isinstance(function, type) and issubclass(obj, function)
 
 
 def case_callables(impl: Any, case: Any) -> dict[str, Any]:
@@ -34,7 +30,9 @@ def case_callables(impl: Any, case: Any) -> dict[str, Any]:
     ``impl`` for ``case``.
 
     ``impl`` is an object or dict with those entries, or one holding an attribute
-    named after the case (a family of implementations, as seed 003's losses).
+    named after the case (a family of implementations, as seed 003's losses); a
+    ``torch.autograd.Function`` subclass is called through its ``apply``, as
+    :func:`symjac.frameworks.torch.wrap` calls it.
 
     Raises:
       InputError: the needed callable is missing; the message lists the
@@ -42,6 +40,8 @@ def case_callables(impl: Any, case: Any) -> dict[str, Any]:
     """
     holder = getattr(impl, case.name, impl) if case.name.isidentifier() else impl
     needed = "derivative" if case.is_loss else "backward"
+    if not case.is_loss and _torch_function(holder):  # its forward/backward take ctx: call it as wrap does
+        holder = torch_adapter.wrap(holder)
 
     def get(name: str) -> Any:
         return holder.get(name) if isinstance(holder, dict) else getattr(holder, name, None)

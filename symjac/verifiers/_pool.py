@@ -702,7 +702,7 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forwar
     extra = tuple(dict.fromkeys(default_families(g) if families is None else families))
     worker = None
     if isolate:
-        from symjac.check._isolate import Worker
+        from symjac.run._isolate import Worker
 
         worker = Worker({k: v for k, v in (("backward", backward), ("forward", forward)) if v is not None},
                         timeout=timeout)

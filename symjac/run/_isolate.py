@@ -3,8 +3,8 @@
 A framework op that aborts, segfaults or raises SIGFPE kills the process it runs
 in. :class:`Worker` runs named callables in a child process and turns the death of
 that child into a :class:`Crashed` exception naming the signal, so the caller
-(the guarded-call core, ``conform``) records a ``crashed`` finding and goes on; the
-next call starts a fresh child.
+(the guarded-call core's isolated mode, :func:`symjac.check._invoke.invoke_isolated`;
+``conform``) records a ``crashed`` finding and goes on; the next call starts a fresh child.
 
 Start method: ``"fork"`` (the default on Linux) needs nothing picklable: the child
 inherits the callables. Fork is unsafe once a multithreaded runtime has started
@@ -165,7 +165,7 @@ class _Exec:
     def __init__(self, fd: int):
         import subprocess
 
-        code = "import sys; from symjac.check._isolate import _exec_main; _exec_main(int(sys.argv[1]))"
+        code = "import sys; from symjac.run._isolate import _exec_main; _exec_main(int(sys.argv[1]))"
         self.popen = subprocess.Popen([sys.executable, "-c", code, str(fd)], pass_fds=(fd,))
 
     def is_alive(self) -> bool:
@@ -317,20 +317,3 @@ class Worker:
             self._stop(kill=True)
         except Exception:  # noqa: BLE001 - e.g. in a forked child, which cannot join its sibling
             pass
-
-
-def invoke(worker: Worker, name: str, args: tuple[Any, ...]) -> tuple[str, Any]:
-    """The guarded-call core's isolated mode: run ``worker.functions[name](*args)``.
-
-    Returns ``("ok", value)``, ``("raised", Raised)``, ``("timeout", TimedOut)`` or
-    ``("crashed", Crashed)``: the statuses of :func:`symjac.check._call._invoke`, plus
-    a crash of the worker process.
-    """
-    try:
-        return "ok", worker.call(name, *args)
-    except Raised as exc:
-        return "raised", exc
-    except TimedOut as exc:
-        return "timeout", exc
-    except Crashed as exc:
-        return "crashed", exc

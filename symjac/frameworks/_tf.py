@@ -1,0 +1,120 @@
+"""What the TensorFlow and Keras adapters share: the frameworks imported on demand, an
+:class:`Impl` whose backward is ``tf.GradientTape``'s, TensorFlow's documented argument
+conventions (``data_format``, the int / rank / rank + 2 sizes, explicit padding pairs) and
+the draws of the configuration matrix's shapes.
+
+:mod:`symjac.frameworks.tensorflow` (``tf.nn``) and :mod:`symjac.frameworks.keras` (Keras
+layers, ``keras.ops``) map their ops onto specs with these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from symjac.frameworks._adapter import Impl, Unsupported, require
+
+FRAMEWORK = "tensorflow"
+_LAST = {"NWC", "NHWC", "NDHWC", "channels_last"}
+_FIRST = {"NCW", "NCHW", "NCDHW", "channels_first"}
+
+
+def import_tf() -> Any:
+    return require("tensorflow")
+
+
+def import_keras() -> Any:
+    """Keras, on its TensorFlow backend (the tape records TF ops only)."""
+    keras = require("keras")
+    if keras.backend.backend() != "tensorflow":
+        raise Unsupported(f"Keras runs on the {keras.backend.backend()!r} backend; symjac.frameworks.tensorflow "
+                          "differentiates Keras through tf.GradientTape and needs KERAS_BACKEND=tensorflow "
+                          "(for JAX-backed Keras use symjac.frameworks.jax.wrap)")
+    return keras
+
+
+def tape(call: Callable[[Any], Any], name: str, kwargs: dict[str, Any], reproducer: str,
+         framework: str = FRAMEWORK) -> Impl:
+    """``call`` (a tf.Tensor -> tf.Tensor) as an :class:`Impl`, its backward through ``tf.GradientTape``."""
+    tf = import_tf()
+
+    def forward(x: np.ndarray) -> np.ndarray:
+        return np.array(call(tf.constant(x)))
+
+    def backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
+        t = tf.constant(x)
+        with tf.GradientTape() as gradient_tape:
+            gradient_tape.watch(t)
+            y = call(t)
+        dx = gradient_tape.gradient(y, t, output_gradients=tf.constant(dy))
+        return np.zeros_like(x) if dx is None else np.array(dx)
+
+    return Impl(forward, backward, framework, name, kwargs, reproducer)
+
+
+#: The reproducer's tape around a ``{call}`` of ``xt``.
+TAPE = ("xt = tf.constant(x)\nwith tf.GradientTape() as tape:\n    tape.watch(xt)\n    y = {call}\n"
+        "dx = tape.gradient(y, xt, output_gradients=tf.constant(dy))\nprint('y =', y.numpy()); print('dx =', dx.numpy())\n")
+
+
+# ------------------------------------------------------------------ TF's argument conventions
+
+
+def tf_layout(data_format: str | None) -> str:
+    """``"NHWC"``-style or Keras ``"channels_last"``-style ``data_format`` -> symjac's layout."""
+    if data_format is None:
+        return "channels_last"
+    if data_format in _LAST:
+        return "channels_last"
+    if data_format in _FIRST:
+        return "channels_first"
+    raise Unsupported(f"data_format={data_format!r}: give one of {sorted(_LAST | _FIRST)}")
+
+
+def tf_sizes(value: Any, rank: int, field: str, layout: str) -> tuple[int, ...]:
+    """TF's int / rank / rank+2 list convention (Keras: int or rank tuple)."""
+    if isinstance(value, (int, np.integer)):
+        return (int(value),) * rank
+    values = [int(v) for v in value]
+    if len(values) == 1:
+        return (values[0],) * rank
+    if len(values) == rank:
+        return tuple(values)
+    if len(values) == rank + 2:
+        spatial = values[1:-1] if layout == "channels_last" else values[2:]
+        other = [values[0], values[-1]] if layout == "channels_last" else values[:2]
+        if other == [1, 1]:
+            return tuple(spatial)
+    raise Unsupported(f"{field}={value!r}: give an int, {rank} ints, or {rank + 2} with 1 on batch and channels")
+
+
+def tf_padding(padding: Any, rank: int, layout: str) -> Any:
+    """``"VALID"`` / ``"SAME"`` (any case), or rank + 2 explicit ``[lo, hi]`` pairs -> the spec's padding."""
+    if isinstance(padding, str):
+        if padding.upper() not in ("VALID", "SAME"):
+            raise Unsupported(f"padding={padding!r}: give 'VALID', 'SAME' or explicit [[lo, hi], ...] pairs")
+        return padding.lower()
+    pairs = [tuple(int(v) for v in p) for p in padding]
+    if len(pairs) == rank + 2:
+        spatial, other = (pairs[1:-1], [pairs[0], pairs[-1]]) if layout == "channels_last" else (pairs[2:], pairs[:2])
+        if other == [(0, 0), (0, 0)]:
+            return tuple(spatial)
+    raise Unsupported(f"padding={padding!r}: explicit padding is {rank + 2} [lo, hi] pairs with [0, 0] on the "
+                      "batch and channel dims")
+
+
+# ------------------------------------------------------------------ configuration draws
+
+_SIDES = {1: (3, 10), 2: (3, 7), 3: (2, 5)}
+
+
+def draw_shape(rng: np.random.Generator, rank: int) -> tuple[int, ...]:
+    """A channels-last input shape of ``rank`` spatial axes: batch 1, 1 or 2 channels."""
+    lo, hi = _SIDES[rank]
+    return (1, *(int(v) for v in rng.integers(lo, hi + 1, rank)), int(rng.integers(1, 3)))
+
+
+def draw_ints(rng: np.random.Generator, rank: int, lo: int = 1, hi: int = 3) -> tuple[int, ...]:
+    return tuple(int(v) for v in rng.integers(lo, hi + 1, rank))

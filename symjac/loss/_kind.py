@@ -1,0 +1,189 @@
+"""The loss-kind protocol: one definition per kind holds what every stage needs, and the registry.
+
+Modelled on JAX's primitives: a kind is defined once (a :class:`LossKind` subclass in
+its own module of :mod:`symjac.loss._kinds`) and carries its rules as attributes and
+methods; the spec, the evaluator, the bounds, the verifier, golden data and
+``explain`` look the kind up in :data:`REGISTRY` (``REGISTRY[loss.kind]``, one dict
+lookup) and read the rules, never compare the name with a string. Registering a kind
+is one module plus its tests (CONTRIBUTING.md, "Add a loss kind").
+
+The rules, by the stage that reads them:
+
+- *spec* (:class:`symjac.Loss`): :attr:`~LossKind.options` it takes,
+  :attr:`~LossKind.synonyms` (other libraries' names, for "did you mean"),
+  :meth:`~LossKind.validate` (its own options' values).
+- *labels*: :attr:`~LossKind.class_axis` (one element per row, classes along the last
+  axis; else one element per prediction entry), :attr:`~LossKind.takes_label`,
+  :meth:`~LossKind.labels_are_indices` (integer class per row).
+- *domain*: :meth:`~LossKind.check_domain` (exact comparisons on the rational inputs),
+  :meth:`~LossKind.fd_step` / :meth:`~LossKind.stencil_inside` (what finite
+  differences must respect).
+- *template*: :meth:`~LossKind.template` (the SymPy element loss and its derivatives,
+  lowered; the Clarke set is the template's: the hull over ``sign = ±1`` at a kink),
+  :meth:`~LossKind.params` (the template's option values per class),
+  :meth:`~LossKind.second_derivative` (``d²ℓ/dz²`` from one more SymPy
+  differentiation, or softmax_ce's ``W·(diag(p) - ppᵀ)``).
+- *reduction*: :meth:`~LossKind.mean_weights` (a mean over label weights instead of
+  the element count).
+- *rounding model*: :meth:`~LossKind.amplitude` (what the underflow term's ``A``
+  takes beyond the weights), besides the template's depths and running errors.
+- *inputs*: :meth:`~LossKind.default_inputs`.
+- *explain*: :attr:`~LossKind.explain_classes` (how many classes to show without a
+  prediction).
+- *tests*: :attr:`~LossKind.samples` (option sets the generic tests run every rule with).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+import numpy as np
+import sympy
+
+from symjac._exact import ExactArray
+from symjac.loss._softmax import SoftmaxTemplate
+from symjac.loss._templates import LossTemplate
+
+if TYPE_CHECKING:
+    from symjac.loss._spec import Loss
+
+#: A kind's template: element-wise (:class:`LossTemplate`) or class-generic (softmax_ce).
+Template = LossTemplate | SoftmaxTemplate
+#: Sets a field of the frozen spec during validation (``object.__setattr__`` on it).
+Put = Callable[[str, Any], None]
+
+
+class LossKind:
+    """One loss kind's definition: every rule the stages read (see the module docstring).
+
+    Subclasses set :attr:`name` and the rules that differ from these defaults, and are
+    registered with the :func:`register` decorator (one instance each).
+    """
+
+    #: the spec's ``kind``.
+    name: ClassVar[str]
+    #: the spec options this kind takes; every other option must be left unset.
+    options: ClassVar[tuple[str, ...]] = ()
+    #: other libraries' names of this kind (for "did you mean").
+    synonyms: ClassVar[tuple[str, ...]] = ()
+    #: one loss element per row of pred, classes along its last axis (else one per entry).
+    class_axis: ClassVar[bool] = False
+    #: the loss reads a label.
+    takes_label: ClassVar[bool] = True
+    #: classes ``explain`` shows when a case gives no prediction.
+    explain_classes: ClassVar[int] = 1
+    #: option sets the generic tests run the kind's rules with (tests/test_loss_kinds.py,
+    #: on :meth:`default_inputs`): the options' cases the rules branch on.
+    samples: ClassVar[tuple[dict[str, Any], ...]] = ({},)
+
+    # ---- spec
+
+    def validate(self, loss: Loss, put: Put) -> None:
+        """Check and normalise this kind's own options (raise :class:`symjac.SpecError`)."""
+
+    # ---- labels and shapes
+
+    def labels_are_indices(self, loss: Loss) -> bool:
+        """Is the label one integer class index per element (not of pred's shape)?"""
+        return False
+
+    def classes(self, pred_shape: tuple[int, ...]) -> int:
+        """Prediction entries per loss element."""
+        return int(pred_shape[-1]) if self.class_axis else 1
+
+    def element_shape(self, pred_shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The shape of the loss elements (and of a ``"none"`` reduction's upstream)."""
+        return tuple(pred_shape[:-1]) if self.class_axis else tuple(pred_shape)
+
+    # ---- domain
+
+    def check_domain(self, loss: Loss, z: ExactArray, t: ExactArray | None) -> None:
+        """Raise :class:`symjac.InputError` naming the first input outside the domain."""
+
+    def fd_step(self, loss: Loss, z: float, h: float) -> float | None:
+        """The finite-difference step at prediction ``z`` given the optimal ``h``:
+        narrowed to stay inside the domain, or None where no centred stencil fits."""
+        return h
+
+    def stencil_inside(self, loss: Loss, zm: Any, zp: Any) -> bool:
+        """Are both stencil points ``fl(z ± h)`` inside the domain?"""
+        return True
+
+    # ---- template
+
+    def template(self, loss: Loss, classes: int) -> Template:
+        """The SymPy template of one element (``classes`` entries per element)."""
+        raise NotImplementedError
+
+    def params(self, loss: Loss, z: ExactArray, classes: int) -> list[list[Fraction]]:
+        """The template's option values (its ``params`` symbols in order), one row per
+        class along pred's last axis (one row if they do not vary)."""
+        return [[]]
+
+    def second_derivative(self, template: Template, *args: Any) -> list[list[Any]]:
+        """mpmath: the template's arguments -> ``d²ℓ/dz_c dz_k`` (classes x classes)."""
+        return template.hessian_fn(*args)
+
+    # ---- reduction and rounding
+
+    def mean_weights(self, loss: Loss, classes: int) -> list[Fraction] | None:
+        """Per class the weight a labelled row adds to ``"mean"``'s divisor, or None
+        (the divisor is the number of elements)."""
+        return None
+
+    def amplitude(self, loss: Loss) -> Any:
+        """An amplification of underflow beyond the weights (``A`` in
+        :mod:`symjac.loss._bounds`, an MPFR number; called in its context), or None."""
+        return None
+
+    # ---- inputs
+
+    def default_inputs(self, loss: Loss) -> tuple[np.ndarray, np.ndarray | None]:
+        """Small deterministic ``(pred, label)`` in the domain (see :func:`symjac.default_loss_inputs`)."""
+        raise NotImplementedError
+
+
+class ElementwiseKind(LossKind):
+    """A kind whose loss is one SymPy expression per prediction entry: :meth:`expressions`
+    gives it, SymPy differentiates it (:func:`symjac.loss._templates.element_template`),
+    built once per :meth:`template_key`."""
+
+    def __init__(self) -> None:
+        self._built: dict[tuple[Any, ...], LossTemplate] = {}
+
+    def template_key(self, loss: Loss) -> tuple[Any, ...]:
+        """The spec fields the expression depends on (the template is built once per key)."""
+        return ()
+
+    def expressions(self, *key: Any) -> LossTemplate:
+        """The template for one key: :func:`symjac.loss._templates.element_template` of the
+        kind's SymPy element loss."""
+        raise NotImplementedError
+
+    def template(self, loss: Loss, classes: int) -> Template:
+        key = self.template_key(loss)
+        tpl = self._built.get(key)
+        if tpl is None:
+            tpl = self._built[key] = self.expressions(*key)
+        return tpl
+
+
+#: Every registered kind, by name, in registration order (the order :data:`symjac.loss._spec.KINDS` lists).
+REGISTRY: dict[str, LossKind] = {}
+
+
+K = TypeVar("K", bound=type[LossKind])
+
+
+def register(cls: K) -> K:
+    """Class decorator: add the kind's definition (an instance) to :data:`REGISTRY`, once per name."""
+    if cls.name in REGISTRY:
+        raise ValueError(f"loss kind {cls.name!r} is registered twice")
+    REGISTRY[cls.name] = cls()
+    return cls
+
+
+def real(name: str) -> sympy.Symbol:
+    return sympy.Symbol(name, real=True)

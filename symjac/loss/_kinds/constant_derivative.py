@@ -1,0 +1,26 @@
+"""constant_derivative: ``ℓ = z``, the label ignored, so ``dℓ/dz = 1`` (a probe of the scale and reduction)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from symjac.loss._kind import ElementwiseKind, real, register
+from symjac.loss._templates import LossTemplate, element_template
+
+if TYPE_CHECKING:
+    from symjac.loss._spec import Loss
+
+
+@register
+class ConstantDerivative(ElementwiseKind):
+    name = "constant_derivative"
+    takes_label = False
+
+    def expressions(self, *key: Any) -> LossTemplate:
+        z = real("z")
+        return element_template(self.name, (z,), (), (), z)
+
+    def default_inputs(self, loss: Loss) -> tuple[np.ndarray, np.ndarray | None]:
+        return np.array([[0.5, -1.0, 2.0], [-0.25, 1.5, -2.0]]), None

@@ -1,0 +1,113 @@
+"""Regression losses on ``d = z - y``: mse, mae, smooth_l1 and huber.
+
+One module because they share their label structure (a label of pred's shape), their
+domain (every real number), their default inputs and smooth_l1/huber's ``delta``.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import sympy
+
+from symjac._errors import SpecError
+from symjac._exact import ExactArray
+from symjac.loss import _numbers
+from symjac.loss._fields import number
+from symjac.loss._kind import ElementwiseKind, Put, real, register
+from symjac.loss._templates import LossTemplate, element_template
+
+if TYPE_CHECKING:
+    from symjac.loss._spec import Loss
+
+HALF = sympy.Rational(1, 2)
+
+
+class _Regression(ElementwiseKind):
+    def default_inputs(self, loss: Loss) -> tuple[np.ndarray, np.ndarray | None]:
+        # both branches of huber/smooth_l1 at δ = 1 (|d| = 0.25, 0.25, 2.5, 0.75, 0.125, 2); no kink
+        return (np.array([[0.5, -1.25, 2.0], [0.75, 0.0, -0.5]]),
+                np.array([[0.25, -1.0, -0.5], [1.5, -0.125, 1.5]]))
+
+    def expressions(self, *key: Any) -> LossTemplate:
+        z, y = real("z"), real("y")
+        params, loss = self.loss_of(z - y)
+        return element_template(self.name, (z,), (y,), params, loss)
+
+    def loss_of(self, d: sympy.Expr) -> tuple[tuple[sympy.Symbol, ...], sympy.Expr]:
+        """(option symbols, ℓ) in terms of ``d = z - y``."""
+        raise NotImplementedError
+
+
+@register
+class Mse(_Regression):
+    """``ℓ = d²``."""
+
+    name = "mse"
+    synonyms = ("l2", "mean_squared_error")
+
+    def loss_of(self, d: sympy.Expr) -> tuple[tuple[sympy.Symbol, ...], sympy.Expr]:
+        return (), d**2
+
+
+@register
+class Mae(_Regression):
+    """``ℓ = |d|``: a kink at ``d = 0``, Clarke set ``[-1, 1]``."""
+
+    name = "mae"
+    synonyms = ("l1", "mean_absolute_error")
+
+    def loss_of(self, d: sympy.Expr) -> tuple[tuple[sympy.Symbol, ...], sympy.Expr]:
+        return (), sympy.Abs(d)
+
+
+class _Delta(_Regression):
+    """A loss with ``delta`` > 0 (default 1): quadratic inside ``|d| < δ``, linear outside."""
+
+    options = ("delta",)
+    delta_hint = ""
+
+    def validate(self, loss: Loss, put: Put) -> None:
+        delta = number("delta", 1 if loss.delta is None else loss.delta, "a number > 0")
+        if delta <= 0:
+            raise SpecError(f"delta={loss.delta!r} is not valid: give a number > 0{self.delta_hint}")
+        put("delta", delta)
+
+    def params(self, loss: Loss, z: ExactArray, classes: int) -> list[list[Fraction]]:
+        assert loss.delta is not None
+        return [[loss.delta]]
+
+
+@register
+class SmoothL1(_Delta):
+    """PyTorch ``smooth_l1_loss`` with ``beta = delta`` (it divides by beta)."""
+
+    name = "smooth_l1"
+    synonyms = ("smoothl1",)
+    delta_hint = " (smooth_l1 with beta = 0 is kind='mae')"
+    samples = ({}, {"delta": 0.5})
+
+    def loss_of(self, d: sympy.Expr) -> tuple[tuple[sympy.Symbol, ...], sympy.Expr]:
+        delta = sympy.Symbol("delta", positive=True)
+        return (delta,), sympy.Piecewise((HALF * d**2 / delta, sympy.Abs(d) < delta),
+                                         (sympy.Abs(d) - HALF * delta, True))
+
+    def amplitude(self, loss: Loss) -> Any:
+        # d²/(2δ): an underflow in d² is amplified by 1/δ
+        assert loss.delta is not None
+        return 1 / _numbers.number(loss.delta)
+
+
+@register
+class Huber(_Delta):
+    """PyTorch ``huber_loss``: ``huber = δ·smooth_l1``."""
+
+    name = "huber"
+    samples = ({}, {"delta": 1.5})
+
+    def loss_of(self, d: sympy.Expr) -> tuple[tuple[sympy.Symbol, ...], sympy.Expr]:
+        delta = sympy.Symbol("delta", positive=True)
+        return (delta,), sympy.Piecewise((HALF * d**2, sympy.Abs(d) < delta),
+                                         (delta * (sympy.Abs(d) - HALF * delta), True))

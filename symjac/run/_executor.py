@@ -1,0 +1,93 @@
+"""Running configurations: in this process, in local worker processes or on a Dask cluster.
+
+:func:`execute` is the one scheduler ``symjac sweep`` (:mod:`symjac.verifiers._sweep`'s
+runner) and ``conform`` (:mod:`symjac.frameworks._conform`'s) share. A runner is a
+module-level function ``runner(config, impl_target, dtype) -> result dict``, so worker
+processes and Dask workers can import it; results come back in grid order whichever way
+they ran.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from symjac._errors import SpecError
+
+DASK_HINT = "Dask is not installed: pip install 'symjac[dask]' to run sweeps on a cluster"
+
+Runner = Callable[[dict[str, Any], str, str], dict[str, Any]]
+
+
+def _progress(done: int, total: int, failed: int) -> None:
+    width = 30
+    filled = width * done // max(total, 1)
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}  failures: {failed}")
+    if done == total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def execute(grid: list[dict[str, Any]], impl_target: str, *, runner: Runner, jobs: int = 1,
+            scheduler: str | None = None, dtype: str = "float64", progress: bool = False,
+            deadline: float | None = None) -> list[dict[str, Any]]:
+    """Run every configuration; results in grid order.
+
+    Args:
+      runner: ``runner(config, impl_target, dtype) -> result`` (a module-level function, so
+        worker processes and Dask can import it); its result's ``status`` counts as a failure
+        when it is ``"fail"`` or ``"error"``. ``symjac sweep`` passes
+        :func:`symjac.verifiers._sweep.run_one`, ``conform`` its own.
+      jobs: local worker processes (1: in this process); ``scheduler``: a Dask scheduler address.
+      progress: a progress bar on stderr.
+      deadline: a ``time.monotonic()`` instant after which no configuration is started; those
+        not run get ``{"config": ..., "status": "not_run"}``.
+
+    Raises:
+      SpecError: a ``scheduler`` without Dask installed (:data:`DASK_HINT`).
+    """
+    results: list[dict[str, Any] | None] = [None] * len(grid)
+    failed = 0
+
+    def record(i: int, r: dict[str, Any]) -> None:
+        nonlocal failed
+        results[i] = r
+        failed += r["status"] in ("fail", "error")
+        if progress:
+            _progress(sum(x is not None for x in results), len(grid), failed)
+
+    def late() -> bool:
+        return deadline is not None and time.monotonic() > deadline
+
+    if scheduler:
+        try:
+            from distributed import Client, as_completed
+        except ImportError:
+            raise SpecError(DASK_HINT) from None
+        with Client(scheduler) as client:  # type: ignore[no-untyped-call]
+            futures = client.map(runner, grid, impl_target=impl_target, dtype=dtype, pure=False)
+            index = {f.key: i for i, f in enumerate(futures)}
+            for future in as_completed(futures):  # type: ignore[no-untyped-call]
+                record(index[future.key], future.result())
+                if late():
+                    client.cancel([f for f in futures if not f.done()])
+                    break
+    elif jobs > 1:
+        with concurrent.futures.ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(runner, c, impl_target, dtype): i for i, c in enumerate(grid)}
+            for future in concurrent.futures.as_completed(futures):
+                if future.cancelled():
+                    continue
+                record(futures[future], future.result())
+                if late():
+                    for f in futures:
+                        f.cancel()
+    else:
+        for i, c in enumerate(grid):
+            if late():
+                break
+            record(i, runner(c, impl_target, dtype))
+    return [r if r is not None else {"config": grid[i], "status": "not_run"} for i, r in enumerate(results)]

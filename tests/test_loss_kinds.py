@@ -1,0 +1,206 @@
+"""Every registered loss kind's rules, generically (PyTorch OpInfo style): a kind is tested by registering it.
+
+Each test runs over every kind in ``symjac.loss._kinds.REGISTRY`` and each of its
+``samples`` (option sets), on its ``default_inputs``. The references are independent of
+the rule under test: a derivative rule against mpmath's numerical differentiation (at
+60 digits, with its own extra working precision) of the kind's raw SymPy element loss
+lowered to mpmath; a second-derivative rule against mpmath's differentiation of the
+first-derivative rule, and against PyTorch's double backward in float64.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import mpmath
+import numpy as np
+import pytest
+import sympy
+
+import symjac
+from symjac.loss import _numbers
+from symjac.loss._evaluate import evaluate
+from symjac.loss._kinds import REGISTRY
+from symjac.loss._spec import KINDS, SYNONYMS, Loss
+
+SPECS = [pytest.param(name, opts, id=f"{name}-{i}") for name, kind in REGISTRY.items()
+         for i, opts in enumerate(kind.samples)]
+ALL_OPTIONS = {f.name for f in dataclasses.fields(Loss)} - {"kind", "reduction", "scale"}
+
+
+def _elements(loss: Loss) -> tuple[Any, list[tuple[int, list[Any]]]]:
+    """The kind's template and, per counted element of the default inputs, its arguments (mpmath)."""
+    pred, label, _ = symjac.default_loss_inputs(loss)
+    ev = evaluate(loss, pred, label)
+    counted = ev.counted.reshape(-1)
+    with mpmath.workdps(60):
+        rows = [(i, [_mp(c[i]) for c in ev.columns]) for i in range(len(ev.columns[0])) if counted[i]]
+    return ev, rows
+
+
+def _mp(v: Any) -> Any:
+    """An MPFR number (or a constant a lowered function folded to a Python number) as mpmath."""
+    return _numbers.to_mpf(v) if _numbers.is_number(v) else mpmath.mpf(v)
+
+
+def _raw(tpl: Any) -> Any:
+    """The raw SymPy element loss, as written in the definition, lowered to mpmath."""
+    return sympy.lambdify(tpl.symbols, tpl.loss, modules="mpmath")
+
+
+def _close(a: Any, b: Any, rel: float = 1e-25) -> bool:
+    return bool(abs(a - b) <= rel * max(1, abs(a), abs(b)))
+
+
+def test_the_registry_is_the_spec_kinds() -> None:
+    assert KINDS == tuple(REGISTRY)
+    for name, kind in REGISTRY.items():
+        assert kind.name == name
+        assert set(kind.options) <= ALL_OPTIONS
+        assert all(SYNONYMS[s] == name for s in kind.synonyms)
+        assert Loss(name).kind == name
+        for opts in kind.samples:
+            assert set(opts) <= set(kind.options)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+@pytest.mark.parametrize(("name", "opts"), SPECS)
+def test_default_inputs_lie_in_the_domain(name: str, opts: dict[str, Any], reduction: str) -> None:
+    loss = Loss(name, reduction=reduction, **opts)
+    kind = REGISTRY[name]
+    pred, label, upstream = symjac.default_loss_inputs(loss)
+    assert (label is None) == (not kind.takes_label)
+    if reduction == "none":
+        assert upstream.shape == kind.element_shape(pred.shape)
+    ev = evaluate(loss, pred, label, upstream)  # the kind's domain check raises outside it
+    assert ev.smooth  # no default input on a kink
+    # every value is a short dyadic fraction, exact in float16 (the same numbers in every dtype)
+    for a in (pred, label, upstream):
+        if a is not None and np.asarray(a).dtype.kind == "f":
+            assert np.array_equal(np.asarray(a).astype(np.float16).astype(np.float64), a)
+    lo, hi = symjac.loss_derivative_set(loss, pred, label, upstream)  # the Clarke rule: the derivative off kinks
+    d = symjac.loss_derivative(loss, pred, label, upstream)
+    assert all(a == b == c for a, b, c in zip(lo.reshape(-1), hi.reshape(-1), d.reshape(-1)))
+
+
+@pytest.mark.parametrize(("name", "opts"), SPECS)
+def test_the_derivative_rule_is_the_derivative_of_the_template(name: str, opts: dict[str, Any]) -> None:
+    # ev.h comes from the stable forms (element-wise) or the class-generic forms
+    # (softmax_ce), in MPFR; the reference differentiates the raw element loss numerically.
+    loss = Loss(name, **opts)
+    ev, rows = _elements(loss)
+    tpl, n = ev.template, ev.template.classes
+    raw = _raw(tpl)
+    h = ev.h.reshape(-1, n)
+    with mpmath.workdps(60):
+        for i, args in rows:
+            for c in range(n):
+                def along(x: Any, c: int = c, args: list[Any] = args) -> Any:
+                    return raw(*args[:c], x, *args[c + 1:])
+
+                want = mpmath.diff(along, args[c])
+                assert _close(_mp(h[i, c]), want), (name, opts, i, c)
+                assert _close(tpl.derivative_fn(*args)[c], want), (name, opts, i, c)
+
+
+@pytest.mark.parametrize(("name", "opts"), SPECS)
+def test_the_second_derivative_rule_is_the_derivative_of_the_first(name: str, opts: dict[str, Any]) -> None:
+    loss = Loss(name, **opts)
+    kind = REGISTRY[name]
+    ev, rows = _elements(loss)
+    tpl, n = ev.template, ev.template.classes
+    with mpmath.workdps(60):
+        for _, args in rows:
+            got = kind.second_derivative(tpl, *args)
+            assert len(got) == n and all(len(r) == n for r in got)
+            for c in range(n):
+                for k in range(n):
+                    def along(x: Any, c: int = c, k: int = k, args: list[Any] = args) -> Any:
+                        return tpl.derivative_fn(*args[:k], x, *args[k + 1:])[c]
+
+                    assert _close(got[c][k], mpmath.diff(along, args[k])), (name, opts, c, k)
+
+
+@pytest.mark.parametrize(("name", "opts"), SPECS)
+def test_the_finite_difference_rule_keeps_the_stencil_in_the_domain(name: str, opts: dict[str, Any]) -> None:
+    loss = Loss(name, **opts)
+    kind = REGISTRY[name]
+    pred, label, _ = symjac.default_loss_inputs(loss)
+    h0 = 2.0**-17  # about u^(1/3) in float64, the verifier's step before the kind narrows it
+    for j, z in enumerate(pred.reshape(-1).tolist()):
+        h = kind.fd_step(loss, z, h0)
+        if h is None:
+            continue
+        assert 0 < h <= h0
+        assert kind.stencil_inside(loss, z - h, z + h)
+        for zz in (z - h, z + h):
+            moved = pred.copy()
+            moved.reshape(-1)[j] = zz
+            evaluate(loss, moved, label)  # inside the domain: no InputError
+
+
+def test_every_kind_has_a_pytorch_oracle_for_its_second_derivative() -> None:
+    assert set(REGISTRY) == set(TORCH)
+
+
+def _torch_elementwise(name: str, loss: Loss) -> Any:
+    F = pytest.importorskip("torch").nn.functional
+    torch = pytest.importorskip("torch")
+    d = float(loss.delta) if loss.delta is not None else None
+    w = None if loss.weight is None else torch.tensor([float(v) for v in loss.weight], dtype=torch.float64)
+    pw = None if loss.pos_weight is None else torch.tensor([float(v) for v in loss.pos_weight], dtype=torch.float64)
+    table = {
+        "mse": lambda z, y: (z - y) ** 2,
+        "mae": lambda z, y: (z - y).abs(),
+        "smooth_l1": lambda z, y: F.smooth_l1_loss(z, y, reduction="none", beta=d),
+        "huber": lambda z, y: F.huber_loss(z, y, reduction="none", delta=d),
+        "sigmoid_ce": lambda z, y: F.binary_cross_entropy_with_logits(z, y, weight=w, pos_weight=pw, reduction="none"),
+        # F.binary_cross_entropy's backward divides by max(z(1 - z), 1e-12), which its
+        # double backward carries to ~1e-11 relative: its formula through autograd's log
+        "bce": lambda z, y: -(1 if w is None else w) * (y * z.log() + (1 - y) * (1 - z).log()),
+        "kld": lambda z, y: F.kl_div(z if loss.log_input else z.log(), y, reduction="none",
+                                     log_target=bool(loss.log_target)),
+        "constant_derivative": lambda z, y: z,
+    }
+    return table[name]
+
+
+TORCH = {name: "elementwise" for name in ("mse", "mae", "smooth_l1", "huber", "sigmoid_ce", "bce", "kld",
+                                           "constant_derivative")} | {"softmax_ce": "rows"}
+
+
+@pytest.mark.parametrize(("name", "opts"), SPECS)
+def test_the_second_derivative_rule_against_pytorch_double_backward(name: str, opts: dict[str, Any]) -> None:
+    torch = pytest.importorskip("torch")
+    loss = Loss(name, reduction="sum", **opts)
+    kind = REGISTRY[name]
+    pred, label, _ = symjac.default_loss_inputs(loss)
+    ev, rows = _elements(loss)
+    tpl = ev.template
+    z = torch.tensor(pred, dtype=torch.float64, requires_grad=True)
+    if TORCH[name] == "rows":  # softmax_ce: the per-row Hessian of the summed loss
+        F = torch.nn.functional
+        w = None if loss.weight is None else torch.tensor([float(v) for v in loss.weight], dtype=torch.float64)
+        target = torch.tensor(label) if kind.labels_are_indices(loss) else torch.tensor(label, dtype=torch.float64)
+        ignore = -100 if loss.ignore_index is None else loss.ignore_index
+
+        def total(zz: Any) -> Any:
+            return F.cross_entropy(zz, target, weight=w, label_smoothing=float(loss.label_smoothing or 0),
+                                   reduction="sum", ignore_index=ignore)
+
+        hess = torch.autograd.functional.hessian(total, z)  # (rows, C, rows, C)
+        for i, args in rows:
+            got = kind.second_derivative(tpl, *args)
+            want = hess[i, :, i, :].numpy()
+            assert np.allclose(np.array(got, dtype=float), want, rtol=1e-12, atol=1e-14), (opts, i)
+        return
+    y = torch.tensor(label if label is not None else pred, dtype=torch.float64)
+    ell = _torch_elementwise(name, loss)(z, y)
+    (g,) = torch.autograd.grad(ell.sum(), z, create_graph=True)
+    # element-wise: ℓ_i depends on z_i only, so d(Σ g)/dz is the Hessian's diagonal
+    (g2,) = torch.autograd.grad(g.sum(), z, allow_unused=True) if g.requires_grad else (None,)
+    want = np.zeros(pred.size) if g2 is None else g2.detach().numpy(force=True).reshape(-1)
+    for i, args in rows:
+        got = float(kind.second_derivative(tpl, *args)[0][0])
+        assert np.isclose(got, want[i], rtol=1e-12, atol=1e-14), (name, opts, i, got, want[i])
