@@ -14,6 +14,11 @@
            printf("dx[%zu] = %g, golden %g +- %g\n", first, my_dx[first], dx.values[first], dx.max_abs_error[first]);
        symjac_golden_free(&dx);
 
+   The layer's settings come from index.json too: symjac_golden_meta_ints(folder,
+   "operator.pads", ...) and symjac_golden_meta_string(folder, "operator.mode", ...) read
+   any key (docs/golden-data.md, "The operator object"); symjac_golden_tie_policy says
+   which valid tie policy a max-pooling dx follows where windows are tied.
+
    Byte order is handled here (the files are little-endian on any host); float16
    ("<f2") is converted exactly. The JSON reader understands exactly what symjac
    writes into index.json; it is not a general JSON parser. */

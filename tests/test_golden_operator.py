@@ -123,7 +123,7 @@ def test_json_npz_and_index_carry_the_same_operator_and_keep_its_repr(tmp_path):
         assert index["operator"] == doc["operator"] == npz
         assert "divisors" not in index["operator"]  # only when asked
         assert index["operator_repr"] == doc["operator_repr"]
-    assert index["operator_repr"].startswith("Loss(kind='huber', reduction='sum'")
+    assert index["operator_repr"] == repr(Loss("huber", reduction="sum", scale=Fraction(3, 8), delta=Fraction(1, 2)))
     avg = json.loads((out / "avg_same" / "index.json").read_text())
     assert avg["operator_repr"] == ("Pool(mode='avg', kernel=(2, 2), stride=(1, 1), padding='same', dilation=(1, 1), "
                                     "ceil_mode=False, divisor='exclude_pad', layout='channels_first')")

@@ -40,12 +40,20 @@ def tie_quantities(case: Any, qs: dict[str, np.ndarray],
     if case.is_loss:
         return {}
     main = str(case.tie or "first")
-    per = {p: qs if p == main else quantities(dataclasses.replace(case, tie=p))[0] for p in POLICIES}
+
+    def under(policy: str) -> dict[str, np.ndarray]:
+        return qs if policy == main else quantities(dataclasses.replace(case, tie=policy))[0]
+
+    per = {p: under(p) for p in ("first", "last")}
     entries = {p: _entries(q) for p, q in per.items()}
-    pairs = set().union(*(set(e.items()) for e in entries.values()))
-    tied_rows = {r for (r, _), v in pairs if any(e.get((r, _)) != v for e in entries.values())}
-    if not tied_rows:
+    if entries["first"] == entries["last"]:
+        # a tie among two or more candidates sends first and last to different ones, so
+        # where they agree no window is tied (and split agrees too): no tie arrays
         return {}
+    per["split"] = under("split")
+    entries["split"] = _entries(per["split"])
+    keys = set().union(*entries.values())
+    tied_rows = {key[0] for key in keys if len({e.get(key) for e in entries.values()}) > 1}
     cells = sorted({rc for e in entries.values() for rc in e if rc[0] in tied_rows})
     tied = np.zeros(qs["y"].size, dtype=np.int64)
     tied[sorted(tied_rows)] = 1
