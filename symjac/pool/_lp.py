@@ -50,7 +50,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import sympy
@@ -58,8 +58,10 @@ import sympy
 from symjac._errors import InputError
 from symjac._exact import ExactArray, round_fraction
 from symjac.check._rounding import gamma, unit_roundoff
-from symjac.pool._geometry import Geometry
-from symjac.pool._jacobian import SparseJacobian
+from symjac.pool._stamp import SparseJacobian
+
+if TYPE_CHECKING:
+    from symjac.pool._geometry import Geometry
 
 
 

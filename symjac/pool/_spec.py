@@ -16,10 +16,12 @@ from typing import Any
 import numpy as np
 
 from symjac._errors import SpecError, did_you_mean
+from symjac.pool._ops import OPERATORS
 
-MODES = ("max", "avg")
-#: Pool (not adaptive or global) also takes ``"lp"``: power-average (norm) pooling.
-POOL_MODES = MODES + ("lp",)
+#: The registered operators every geometry takes (adaptive and global pooling too).
+MODES = tuple(name for name, op in OPERATORS.items() if op.any_geometry)
+#: Pool (not adaptive or global) takes every registered operator (``"lp"`` too: power-average pooling).
+POOL_MODES = tuple(OPERATORS)
 ZERO_WINDOW_POLICIES = ("zero", "one")
 PADDING_MODES = ("valid", "same", "same_lower")
 DIVISOR_RULES = ("exclude_pad", "include_pad")
@@ -226,8 +228,8 @@ class Pool:
             divisor = int(divisor)
         else:
             divisor = _choice("divisor", divisor, DIVISOR_RULES)
-        if self.mode == "max" and divisor != "exclude_pad":
-            raise SpecError(f"divisor={self.divisor!r} is only meaningful for mode='avg'; leave it unset for max pooling")
+        op = OPERATORS[self.mode]
+        op.check_divisor(self, divisor)
         put(self, "divisor", divisor)
         put(self, "layout", _choice("layout", self.layout, LAYOUTS))
         _check_lp(self)
@@ -235,9 +237,7 @@ class Pool:
             if isinstance(self.pad_value, bool) or not isinstance(self.pad_value, numbers.Real) or self.pad_value != 0:
                 raise SpecError(f"pad_value={self.pad_value!r} is not valid: give None (padding takes no part in "
                                 "the max) or 0 (pad cells hold 0 and take part in the max)")
-            if self.mode != "max":
-                raise SpecError(f"pad_value={self.pad_value!r} is only meaningful for mode='max' (average pooling "
-                                "counts padding through divisor='include_pad'); leave it unset")
+            op.check_pad_value(self)
             put(self, "pad_value", 0)
 
     def __repr__(self) -> str:
