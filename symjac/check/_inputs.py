@@ -155,7 +155,7 @@ def families(g: Geometry) -> tuple[str, ...]:
     ``distinct`` (and ``ties``, which max pooling gets its own probed pass for): the
     operator's ``families`` rule (``all_negative`` for max pooling whose windows touch
     padding, ``near_ties`` for max and avg pooling: routing for max, accumulation for avg)."""
-    if g.spec.mode == "lp":
+    if not g.operator.extra_families:
         return ()  # lp pooling: algebraic derivatives, no exact dense J(x)^T dy to compare with
     return g.operator.families(g, touches_padding(g))
 

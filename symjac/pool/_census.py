@@ -100,9 +100,6 @@ def _tied(g: Geometry, num: np.ndarray) -> np.ndarray:
     xc = g.to_canonical(num)
     safe = np.where(g.valid, g.cells, 0)
     vals = xc[:, safe]
-    if g.spec.mode == "lp":
-        zero: np.ndarray = ((vals == 0) | ~g.valid[None]).all(axis=-1)
-        return zero
     tied: np.ndarray = g.operator.census_tied(g, vals)
     return tied
 
@@ -161,8 +158,6 @@ def tie_census(spec: Any, x: Any, reference: Any = None, *, dy: Any = None,
 
 
 def _policies(spec: Any, betas: tuple[Any, Any]) -> tuple[Any, Any]:
-    if spec.mode == "lp":
-        return ("zero", "one")
     pair: tuple[Any, Any] = operator_of(spec).census_policies(betas)
     return pair
 
@@ -171,16 +166,5 @@ def _difference(g: Geometry, x: ExactArray, dy: ExactArray, policies: tuple[Any,
                 mask: np.ndarray) -> ExactArray:
     """Exact ``(J_1 − J_0)^T (dy on the masked windows)``."""
     masked = ExactArray(np.where(g.from_canonical(mask), dy.num, 0), dy.den)
-    if g.spec.mode == "lp":
-        # J_one − J_zero is 1 on every cell of a window with S = 0 (p >= 2), else 0.
-        from symjac.pool._lp import power, windows
-
-        p = power(g)
-        zero_sum = windows(g, x).power_sum == 0 if p > 1 else np.zeros((g.batch, g.n_out), dtype=bool)
-        up = np.where(zero_sum, g.to_canonical(masked.num, g.out_spatial), 0)
-        acc = np.zeros((g.batch, g.n_in), dtype=up.dtype)
-        for k in range(g.cells.shape[1]):
-            acc[:, g.cells[:, k]] += up  # one slot: distinct cells
-        return ExactArray(g.from_canonical(acc, g.in_spatial), masked.den)
     diff: ExactArray = g.operator.census_difference(g, x, masked, policies)
     return diff

@@ -102,18 +102,13 @@ def _smooth_rows(g: Geometry, exact: ExactArray, rows: list[dict[int, Any]]) -> 
     """avg and lp: the exact row where smooth; lp's all-zero windows: the dual ball."""
     ref = _dense_rows(jacobian(g.spec, exact.to_fractions()), len(rows), 0)
     ok = np.zeros(len(rows), dtype=bool)
-    p = g.spec.p if g.spec.mode == "lp" else None  # type: ignore[union-attr]
-    power_sum = None
-    if p is not None and p > 1:
-        from symjac.pool._lp import windows
-
-        power_sum = windows(g, exact).power_sum
+    ball = g.operator.clarke_ball(g, exact)  # lp's all-zero windows: the dual unit ball
     for b in range(g.batch):
         for w in range(g.n_out):
             r = int(g.flat_index(np.array(b), np.array(w), g.out_spatial))
             row = rows[r]
-            if power_sum is not None and power_sum[b, w] == 0:
-                ok[r] = _dual_ball(row, set(_window_cols(g, b, w)), p)  # type: ignore[arg-type]
+            if ball is not None and ball[0][b, w]:
+                ok[r] = _dual_ball(row, set(_window_cols(g, b, w)), ball[1])
                 continue
             want = ref[r]
             ok[r] = set(row) == set(want) and all(_equal(row[c], want[c]) for c in want)

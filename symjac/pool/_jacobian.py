@@ -22,7 +22,6 @@ from symjac.pool._spec import PoolSpec, check_pool_spec
 from symjac.pool._stamp import SparseJacobian, Stamp, stamp
 from symjac.pool._symbolic import TIE_POLICIES, window_classes
 from symjac.pool._ties import max_members
-from symjac.pool._lp import exact_forward as lp_forward, lp_jacobian, lp_vjp
 
 __all__ = ["SparseJacobian", "Stamp", "exact_forward", "exact_vjp", "expressions", "forward", "jacobian", "jvp",
            "stamp", "tie_sets", "vjp"]
@@ -57,8 +56,6 @@ def jacobian(spec: PoolSpec, x: Any, *, tie: Tie = "first") -> SparseJacobian:
     """
     tie = parse_tie(tie, TIE_POLICIES)
     geometry, exact = _input(spec, x)
-    if geometry.spec.mode == "lp":
-        return lp_jacobian(geometry, exact)
     jac: SparseJacobian = geometry.operator.jacobian(geometry, exact, tie)
     return jac
 
@@ -73,8 +70,6 @@ def vjp(spec: PoolSpec, x: Any, dy: Any, *, tie: Tie = "first") -> np.ndarray:
     tie = parse_tie(tie, TIE_POLICIES)
     geometry, exact = _input(spec, x)
     g = _check(geometry.output_shape, dy, "dy", "the output shape")
-    if geometry.spec.mode == "lp":
-        return lp_vjp(geometry, exact, g)
     out: np.ndarray = geometry.operator.vjp(geometry, exact, g, tie)
     return out
 
@@ -108,8 +103,6 @@ def forward(spec: PoolSpec, x: Any) -> np.ndarray:
     geometry, exact = _input(spec, x)
     if exact is None:
         raise InputError("forward needs the input values, not only a shape")
-    if geometry.spec.mode == "lp":
-        return lp_forward(geometry, exact)
     out: np.ndarray = geometry.operator.forward(geometry, exact)
     return out
 

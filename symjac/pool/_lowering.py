@@ -21,7 +21,6 @@ from symjac.check._rounding import is_float
 from symjac.pool._geometry import Geometry, resolve
 from symjac.pool._spec import PoolSpec, check_pool_spec
 from symjac.pool._beta import Beta, Tie, parse_tie
-from symjac.pool._lp import lowered_forward, lowered_vjp
 from symjac.pool._symbolic import TIE_POLICIES
 from symjac.pool._ties import check_tie
 
@@ -57,8 +56,6 @@ class Lowered:
         """
         g = self.geometry
         x = _check_float("x", x, g.input_shape)
-        if g.spec.mode == "lp":
-            return lowered_forward(g, x)
         out: np.ndarray = g.operator.lower_forward(g, x)
         return out
 
@@ -73,8 +70,6 @@ class Lowered:
         g = self.geometry
         x = _check_float("x", x, g.input_shape)
         dy = _check_float("dy", dy, g.output_shape).astype(x.dtype, copy=False)
-        if g.spec.mode == "lp":
-            return lowered_vjp(g, x, dy)
         out: np.ndarray = g.operator.lower_vjp(g, x, dy, tie)
         return out
 

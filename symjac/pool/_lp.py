@@ -1,4 +1,6 @@
-"""Power-average (lp) pooling: exact algebraic forward and Jacobian, NumPy lowering, rounding bounds.
+"""Power-average (lp) pooling's machinery: exact algebraic forward and Jacobian, NumPy lowering, rounding bounds.
+
+Read by lp's definition (:mod:`symjac.pool._ops.lp`), the only module that names the operator.
 
 PyTorch's ``lp_pool1d/2d`` compute ``(sign(S)·relu(|S|))^(1/p)`` with
 ``S = k·avg(x^p) = Σ_window x^p``; since ``sign(S)·relu(|S|) = S`` this is

@@ -176,7 +176,7 @@ def _classes(geometry: Geometry) -> tuple[tuple[WindowClass, ...], np.ndarray]:
         slots = tuple(int(i) for i in np.flatnonzero(geometry.valid[first]))
         divisor = int(geometry.divisor[first])
         dense[c] = len(classes)
-        classes.append(WindowClass(geometry, slots, divisor, windows, op.template(len(slots), divisor)))
+        classes.append(WindowClass(geometry, slots, divisor, windows, op.template(geometry.spec, len(slots), divisor)))
     ids = dense[ids]
     ids.setflags(write=False)
     return tuple(classes), ids

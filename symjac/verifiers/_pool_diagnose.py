@@ -20,7 +20,6 @@ from symjac.check._rounding import gamma, ulps
 from symjac.pool._symbolic import TIE_POLICIES
 from symjac.pool._ties import policy_weights
 from symjac.verifiers._pool_beta import name_policy
-from symjac.verifiers._pool_lp import clarke_ok as lp_clarke_ok
 from symjac.verifiers._pool_rows import ExactRows, Rows, row_tolerance, tolerance
 
 if TYPE_CHECKING:
@@ -49,8 +48,6 @@ class Diagnosis:
 
     def clarke_ok(self, rows: Rows, exact: ExactRows) -> np.ndarray:
         """(B, W) at tied windows: the row is in the Clarke set (the operator's ``clarke_ok`` rule)."""
-        if self.g.spec.mode == "lp":
-            return lp_clarke_ok(self.g, rows.obs, exact.tied, self.u)
         ok: np.ndarray = self.g.operator.clarke_ok(self.g, rows, exact, self.u)
         return ok
 
@@ -108,12 +105,6 @@ class Diagnosis:
         cells = [g.input_index(b, int(c)) for c in g.cells[w][valid]]
         stray_cells = [g.input_index(bb, c) for bb, c, _ in stray]
         observed = [float(v) for v in o[valid]] + [v for _, _, v in stray]
-        if exact.tied[b, w] and g.spec.mode == "lp":
-            p = getattr(g.spec, "p", 2)
-            return "tie_not_subgradient", {
-                "cells": cells + stray_cells, "observed": observed,
-                "note": f"; all-zero window (power sum 0, the nonsmooth point of lp pooling with p={p})",
-                "expected": f"the spec's zero_window row or, for even p, a row with Σ|g|^q <= 1 (q = {p}/{p - 1})"}
         if exact.tied[b, w]:
             note, hull = g.operator.tied_detail(g, exact, b, w, cells)
             return "tie_not_subgradient", {

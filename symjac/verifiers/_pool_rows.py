@@ -16,8 +16,7 @@ import numpy as np
 
 from symjac._lastaxis import count_last
 from symjac._exact import ExactArray
-from symjac.check._rounding import gamma, unit_roundoff
-from symjac.verifiers._pool_lp import exact_rows as lp_rows
+from symjac.check._rounding import gamma
 
 if TYPE_CHECKING:
     from symjac.pool._geometry import Geometry
@@ -53,8 +52,6 @@ def exact_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any],
     Every array is (B, W, K) or smaller: c·nnz elements, never more. ``exact_of``
     gives x as an exact array when the caller has it already (max pooling reads it).
     """
-    if g.spec.mode == "lp":
-        return _lp_rows(g, x, dtype)
     rows: ExactRows = g.operator.rows(g, x, dtype, exact_of or (lambda: ExactArray.from_any(x)))
     return rows
 
@@ -80,15 +77,6 @@ def stamp_rows(g: Geometry, st: Stamp, dtype: np.dtype[Any], member: np.ndarray 
         pad_tied = np.zeros(shape[:2], dtype=bool)
     tied = count_last(member) + pad_tied >= 2
     return ExactRows(rows, member, tied, held_w, pad_tied)
-
-
-def _lp_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
-    found = lp_rows(g, x, dtype, unit_roundoff(dtype))
-    zero = found["zero"]
-    member = zero[..., None] & g.valid[None]
-    shape = zero.shape
-    return ExactRows(found["rows"], member, zero, np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool),
-                     tol=found["tol"])
 
 
 def scatter(g: Geometry, per_window: np.ndarray, rows: np.ndarray) -> np.ndarray:

@@ -51,8 +51,7 @@ def _inputs(spec: PoolSpec, dt: np.dtype[Any], input_shape: Any, x: Any, dy: Any
     else:
         g = resolve(spec, tuple(input_shape))
         x_arr = distinct_input(g, dt, seed)
-        if spec.mode == "lp":
-            x_arr = np.abs(x_arr)  # odd p needs Σ x^p >= 0 in every window
+        x_arr = g.operator.default_input(x_arr)  # lp: odd p needs Σ x^p >= 0 in every window
     dy_arr = None
     if dy is not None:
         raw = np.asarray(dy)

@@ -22,11 +22,9 @@ from symjac.check._report import MAX_LISTED, Finding, Report, fmt_index, listing
 from symjac.check._rounding import gamma, unit_roundoff
 from symjac.pool._geometry import Geometry
 from symjac.pool._graph import input_colouring
-from symjac.pool._lp import exact_forward as lp_forward
 from symjac.pool._spec import PoolSpec
 from symjac.verifiers._pool_diagnose import Diagnosis
 from symjac.verifiers._pool_fd import MAX_COLOURS, STEP, check_fd, check_fd_directions, directional_fd, finite_differences
-from symjac.verifiers._pool_lp import forward_tolerance as lp_forward_tolerance, zero_window_policy
 from symjac.verifiers._pool_probe import Prober
 from symjac.verifiers._pool_rows import ExactRows, Rows, cell_counts, exact_rows, scatter, scatter_pair
 from symjac.verifiers._pool_summary import BACKWARD_CATEGORIES, Summary
@@ -149,10 +147,6 @@ class _Verifier(Summary):
             return False
         y_c = g.to_canonical(y, g.out_spatial)
         self.forward_at = (x, y_c)  # the finite differences start from it
-        if g.spec.mode == "lp":  # algebraic values: the bound of symjac.pool._lp
-            e_c, tol = lp_forward_tolerance(g, x, self.dtype)
-            exact_lp = g.to_canonical(lp_forward(g, self.exact(x)), g.out_spatial)
-            return self.forward_findings(y_c, e_c, tol, lambda: exact_lp)
         e_c, tol, exact_of = self.op.forward_bound(g, x, lambda: self.exact(x), self.dtype, self.u)
         return self.forward_findings(y_c, e_c, tol, exact_of)
 
@@ -201,13 +195,9 @@ class _Verifier(Summary):
         if suspects:
             self.diagnosis.classify(rows, exact, suspects, context)
         self.op.tie_policy(self.diagnosis, rows, exact, suspects)
-        if self.g.spec.mode == "lp":
-            ok = exact.tied.copy()
-            for key in suspects:
-                ok[key] = False
-            name = zero_window_policy(self.g, rows.obs, exact.tied, ok, self.u)
-            if name is not None:
-                self.zero_policies.add(name)
+        name = self.op.zero_window_policy(self.g, rows, exact, suspects, self.u)  # lp's all-zero windows
+        if name is not None:
+            self.zero_policies.add(name)
         return rows, exact, results
 
     def confirm(self, rows: Rows, dy: np.ndarray, dx: np.ndarray | None,

@@ -30,7 +30,7 @@ operator must give):
 - **metadata**: :meth:`class_note` (explain), :attr:`graph_needs_x` (pictures),
   census (:meth:`census_tied`, :meth:`census_policies`, :meth:`census_difference`),
   infer (:meth:`infer_divisors`, :meth:`neighbour_changes`), clarke
-  (:meth:`clarke_rows`), graph (:meth:`graph_weights`, :meth:`graph_ties`).
+  (:attr:`ties`, :meth:`clarke_ball`), graph (:attr:`rational`, :attr:`ties`).
 
 A rule an operator does not have raises :class:`symjac.SpecError` naming it, or
 keeps the default below (documented on each rule).
@@ -100,7 +100,7 @@ class Operator:
         """Raise :class:`SpecError` if ``divisor`` (already valid in itself) does not apply."""
 
     def check_power(self, spec: Pool, zero_window: str) -> None:
-        """``p`` and ``zero_window``: by default they belong to another operator, so must be unset."""
+        """``p`` and ``zero_window`` (lp pooling's fields): by default they must be unset."""
         if spec.p is not None or zero_window != "zero":
             raise SpecError(f"p={spec.p!r} / zero_window={zero_window!r} are only meaningful for mode='lp'; "
                             f"leave them unset for mode={spec.mode!r}")
@@ -123,8 +123,8 @@ class Operator:
         return False
 
     # -- symbolic --------------------------------------------------------------------
-    def template(self, n: int, divisor: int) -> Template:
-        """The SymPy template of a window class with ``n`` valid slots."""
+    def template(self, spec: Any, n: int, divisor: int) -> Template:
+        """The SymPy template of a window class of ``spec`` with ``n`` valid slots and divisor ``divisor``."""
         raise SpecError(f"mode={self.name!r} has no window-class template")
 
     def clear_caches(self) -> None:
@@ -267,15 +267,8 @@ class Operator:
         divisor (:meth:`infer_divisors`), padding, ceil and layout changes."""
         return []
 
-    def clarke_rows(self, g: Geometry, exact: ExactArray, rows: list[dict[int, Any]]) -> np.ndarray:
-        """:func:`symjac.in_clarke_set`: (B·W,) whether each given row is a Clarke element."""
-        raise NotImplementedError
-
-    def graph_weights(self, g: Geometry, exact: ExactArray | None, tie: str) -> tuple[np.ndarray, int] | None:
-        """(B, W, K) integer weights over q of the window graph's edges, or None (unknown without x)."""
-        return None
-
-    def graph_ties(self, g: Geometry, exact: ExactArray | None) -> np.ndarray | None:
-        """(B, W, K) which edges attain their window's maximum, or None."""
+    def clarke_ball(self, g: Geometry, x: ExactArray) -> tuple[np.ndarray, int] | None:
+        """:func:`symjac.in_clarke_set` at a smooth operator's nonsmooth points: (B, W) the windows
+        whose rows must lie in the dual unit ball of the p-norm, and p; None where there are none."""
         return None
 

@@ -87,7 +87,7 @@ class Avg(StampedOperator):
         return spec.divisor == "include_pad"
 
     # -- symbolic and exact ----------------------------------------------------------
-    def template(self, n: int, divisor: int) -> Template:
+    def template(self, spec: Any, n: int, divisor: int) -> Template:
         return template(n, divisor)
 
     def clear_caches(self) -> None:

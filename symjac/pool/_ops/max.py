@@ -68,7 +68,7 @@ class Max(StampedOperator):
         """``pad_value=0`` is max pooling's: pad cells hold 0 and take part in the max."""
 
     # -- symbolic and exact ----------------------------------------------------------
-    def template(self, n: int, divisor: int) -> Template:
+    def template(self, spec: Any, n: int, divisor: int) -> Template:
         return max_template(n, divisor)
 
     def clear_caches(self) -> None:
