@@ -23,8 +23,8 @@ from symjac.pool._stamp import SparseJacobian, Stamp, stamp
 from symjac.pool._symbolic import TIE_POLICIES, window_classes
 from symjac.pool._ties import max_members
 
-__all__ = ["SparseJacobian", "Stamp", "exact_forward", "exact_vjp", "expressions", "forward", "jacobian", "jvp",
-           "stamp", "tie_sets", "vjp"]
+__all__ = ["SparseJacobian", "Stamp", "exact_forward", "exact_vjp", "expressions", "forward", "hvp", "jacobian",
+           "jvp", "stamp", "tie_sets", "vjp"]
 
 
 def _input(geometry_or_spec: Any, x: Any, name: str = "x") -> tuple[Geometry, ExactArray | None]:
@@ -84,6 +84,18 @@ def jvp(spec: PoolSpec, x: Any, t: Any, *, tie: Tie = "first") -> np.ndarray:
     geometry, exact = _input(spec, x)
     tangent = _check(geometry.input_shape, t, "t", "the input shape")
     out: np.ndarray = geometry.operator.jvp(geometry, exact, tangent, tie)
+    return out
+
+
+def hvp(spec: PoolSpec, x: Any, dy: Any, v: Any) -> np.ndarray:
+    """The exact second derivative along ``v``: ``d/dε [J(x + εv)^T dy]`` at ε = 0, SymPy values
+    in the input's layout (zero off ties for average and max pooling; lp's is not zero)."""
+    geometry, exact = _input(spec, x)
+    if exact is None:
+        raise InputError("hvp needs the input values, not only a shape")
+    upstream = _check(geometry.output_shape, dy, "dy", "the output shape")
+    direction = _check(geometry.input_shape, v, "v", "the input shape")
+    out: np.ndarray = geometry.operator.hvp(geometry, exact, upstream, direction)
     return out
 
 

@@ -79,6 +79,9 @@ class Operator:
         exactly, so the verifier converts x once for them.
       graph_needs_x: the window graph's weights depend on x (pictures pass x).
       second_derivative_zero: the second derivative is zero off ties (piecewise linear).
+      samples: keyword arguments of :class:`symjac.Pool` (beyond mode and kernel) the
+        generic tests over every operator build specs from (``tests/test_pool_ops.py``,
+        PyTorch's OpInfo ``sample_inputs``): the operator's own fields and conventions.
     """
 
     name: str = ""
@@ -91,6 +94,7 @@ class Operator:
     reuses_exact_input: bool = False
     graph_needs_x: bool = False
     second_derivative_zero: bool = True
+    samples: tuple[dict[str, Any], ...] = ({},)
 
     def __repr__(self) -> str:
         return f"<pooling operator {self.name!r}>"

@@ -67,6 +67,7 @@ class Avg(StampedOperator):
     """Average pooling (:class:`symjac.Pool`, :class:`symjac.AdaptivePool`, :class:`symjac.GlobalPool`)."""
 
     name = "avg"
+    samples = ({}, {"padding": 1, "divisor": "include_pad"}, {"padding": 1, "ceil_mode": True, "divisor": 3})
     identity = sympy.Integer(0)
 
     # -- the template's SymPy forms (symjac.pool._symbolic.Forms) ------------------

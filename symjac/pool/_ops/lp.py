@@ -93,6 +93,7 @@ class Lp(Operator):
     """lp pooling (:class:`symjac.Pool` only: PyTorch's lp_pool geometry)."""
 
     name = "lp"
+    samples = ({"p": 2}, {"p": 3, "zero_window": "one"}, {"p": 1})
     any_geometry = False
     tie_family = True  # its all-zero windows are its nonsmooth points
     rational = False
@@ -141,6 +142,40 @@ class Lp(Operator):
 
     def forward(self, g: Geometry, x: ExactArray) -> np.ndarray:
         return exact_forward(g, x)
+
+    def hvp(self, g: Geometry, x: ExactArray, dy: ExactArray, v: ExactArray) -> np.ndarray:
+        """``Σ_w dy_w H_w v``, H_w the Hessian of ``y_w = S^(1/p)``, exactly (SymPy algebraic numbers).
+
+        With ``g_i = x_i^(p-1)·S^(1/p - 1)`` the derivative of ``g_i`` along x_j is::
+
+            ∂g_i/∂x_j = (p - 1)·S^(1/p - 1)·[x_i^(p-2)·δ_ij − x_i^(p-1)·x_j^(p-1)/S]
+
+        (product rule, ``∂S/∂x_j = p·x_j^(p-1)``), so a window adds
+        ``dy_w·(p - 1)·S^(1/p - 1)·[x_i^(p-2)·v_i − x_i^(p-1)·(Σ_j x_j^(p-1)·v_j)/S]`` to cell i.
+        p = 1 is linear (zero); at S = 0 (p >= 2) the gradient is the spec's constant
+        ``zero_window`` row, whose derivative is taken as 0 there.
+        """
+        p = power(g)
+        xs = g.to_canonical(x.num).astype(object)[:, g.cells]  # (B, W, K) numerators over x.den
+        vs = g.to_canonical(v.num).astype(object)[:, g.cells]
+        dyc = g.to_canonical(dy.num, g.out_spatial)
+        acc = np.empty((g.batch, g.n_in), dtype=object)
+        acc[...] = sympy.Integer(0)
+        if p == 1:
+            return g.from_canonical(acc, g.in_spatial)
+        rx, rv, rdy = sympy.Rational(1, x.den), sympy.Rational(1, v.den), sympy.Rational(1, dy.den)
+        for b, w in np.ndindex(*dyc.shape):
+            cells = [sympy.Integer(int(n)) * rx for n in xs[b, w]]
+            s = sum((c**p for c in cells), sympy.Integer(0))
+            if dyc[b, w] == 0 or s == 0:
+                continue
+            dirs = [sympy.Integer(int(n)) * rv for n in vs[b, w]]
+            along = sum((c ** (p - 1) * d for c, d in zip(cells, dirs)), sympy.Integer(0))
+            factor = int(dyc[b, w]) * rdy * (p - 1) * s ** (sympy.Rational(1, p) - 1)
+            for k, cell in enumerate(g.cells[w].tolist()):
+                term = factor * (cells[k] ** (p - 2) * dirs[k] - cells[k] ** (p - 1) * along / s)
+                acc[b, cell] = acc[b, cell] + term
+        return g.from_canonical(acc, g.in_spatial)
 
     # -- rounding model --------------------------------------------------------------
     def forward_bound(self, g: Geometry, x: np.ndarray, exact_of: Callable[[], ExactArray],

@@ -53,6 +53,7 @@ class Max(StampedOperator):
     """Max pooling (:class:`symjac.Pool`, :class:`symjac.AdaptivePool`, :class:`symjac.GlobalPool`)."""
 
     name = "max"
+    samples = ({}, {"padding": 1, "pad_value": 0}, {"padding": "same", "dilation": 2})
     ties = True
     tie_family = True
     reuses_exact_input = True
