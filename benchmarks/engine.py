@@ -16,7 +16,6 @@ import numpy as np
 import sympy
 
 import symjac
-
 from symjac.pool import _caches
 
 

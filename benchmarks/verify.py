@@ -19,7 +19,6 @@ import tracemalloc
 import numpy as np
 
 import symjac
-
 from symjac.pool import _caches
 
 K, S, P = 3, 1, 1

@@ -1,11 +1,12 @@
 """Symbolic templates: one SymPy expression per window class, differentiated once.
 
 Windows fall into few classes: the same valid slots and the same divisor up to
-translation (interior, edges, corners). For each class SymPy builds the forward
-expression over slot symbols ``s0, s1, ...`` (``(s0 + s1 + s2)/3`` or
-``Max(s0, s1, s2, s3)``) and differentiates it once; the Jacobian stage stamps the
-result over all windows of the class with NumPy. SymPy work is O(classes), array
-work O(nnz); no per-window ``diff``.
+translation (interior, edges, corners). For each class the operator's ``template``
+rule (:mod:`symjac.pool._ops`) gives the forward expression over slot symbols
+``s0, s1, ...`` (``(s0 + s1 + s2)/3`` or ``Max(s0, s1, s2, s3)``) and its derivative,
+differentiated once; the Jacobian stage stamps the result over all windows of the
+class with NumPy. SymPy work is O(classes), array work O(nnz); no per-window ``diff``.
+Also here: the lines and slabs every stage walks the (windows, slots) grid by.
 """
 
 from __future__ import annotations
