@@ -1,4 +1,9 @@
-"""The β family of max-pooling Jacobians (seed 001) and Clarke-set membership.
+"""Max pooling's tie policies: the named ones (first, last, split) and the β family (seed 001).
+
+A policy picks the Jacobian element at a tie from the window's tie set
+(:mod:`symjac.pool._ties`): ``first``/``last`` put 1 on the first/last maximal cell
+(row-major), ``split`` 1/|I| on each of the |I| maximal cells. Max pooling's
+definition (:mod:`symjac.pool._ops.max`) reads them; the β family combines two.
 
 Seed 001's public code builds a max pooling whose forward is
 ``β·split_pool(x) + (1 − β)·max_pool(x)``: the max either way, so its backward is
@@ -33,10 +38,68 @@ import sympy
 from symjac._errors import InputError
 from symjac._exact import ExactArray, _int_array, to_fraction
 from symjac.pool._stamp import SparseJacobian, apply, sparse, stamp
-from symjac.pool._ties import policy_weights
+from symjac.pool._symbolic import TIE_POLICIES
 
 if TYPE_CHECKING:
     from symjac.pool._geometry import Geometry
+
+
+# -- the named policies: first, last, split ----------------------------------------------
+
+
+def check_tie(tie: str) -> str:
+    """Raise :class:`InputError` unless ``tie`` names a policy."""
+    if tie not in TIE_POLICIES:
+        raise InputError(f"tie={tie!r} is not valid: give one of {', '.join(map(repr, TIE_POLICIES))}")
+    return tie
+
+
+def policy_support(member: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """The Jacobian element a tie policy picks, as support and per-window weight.
+
+    Args:
+      member: (..., windows, K) tie sets (:func:`max_members`).
+      tie: ``first``/``last`` put 1 on the first/last tied slot (row-major order),
+        ``split`` puts 1/|I| on each of the |I| tied slots (the minimal-norm Clarke
+        element).
+
+    Returns:
+      (support, weight, q): ``support`` (..., windows, K) bool, ``weight`` (...,
+      windows) int64; the Jacobian row of each window is ``support * weight / q``.
+    """
+    check_tie(tie)
+    n = member.shape[-1]
+    if tie == "split":
+        count = member.sum(axis=-1)
+        q = int(np.lcm.reduce(np.unique(count[count > 0]))) if (count > 0).any() else 1
+        return member, (q // np.maximum(count, 1)).astype(np.int64), q
+    pick = pick_slot(member, tie)
+    has = member.any(axis=-1)
+    support = np.zeros(member.shape, dtype=bool)
+    rows = support.reshape(-1, n)  # a view: one row a window
+    rows[np.arange(rows.shape[0]), pick.reshape(-1)] = has.reshape(-1)
+    return support, np.ones(member.shape[:-1], dtype=np.int64), 1
+
+
+def pick_slot(member: np.ndarray, tie: str) -> np.ndarray:
+    """(..., windows) the first (``tie="first"``) or last member slot of each window's row-major tie set."""
+    if tie == "first":
+        return np.asarray(member.argmax(axis=-1))
+    return np.asarray(member.shape[-1] - 1 - member[..., ::-1].argmax(axis=-1))
+
+
+def policy_weights(member: np.ndarray, tie: str) -> tuple[np.ndarray, int]:
+    """Integer routing weights over a common denominator for a tie policy.
+
+    Returns (weights, q) with ``weights / q`` the Jacobian row of each window
+    (:func:`policy_support`, multiplied out).
+    """
+    support, weight, q = policy_support(member, tie)
+    return support * weight[..., None], q
+
+
+
+# -- the β family --------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from symjac.pool._geometry import Geometry, resolve
 from symjac.pool._spec import PoolSpec, check_pool_spec
 from symjac.pool._beta import Beta, Tie, parse_tie
 from symjac.pool._symbolic import TIE_POLICIES
-from symjac.pool._ties import check_tie
+from symjac.pool._beta import check_tie
 
 
 def _check_float(name: str, a: Any, shape: tuple[int, ...]) -> np.ndarray:

@@ -6,7 +6,7 @@ the window's tie set iff that argument is >= 0 at ``a = s_k``. The Heaviside arg
 lowered to NumPy (``np.subtract``: the sign of a difference is exact in floating point
 too) finds the tie sets of every window (:func:`max_members`), the slot a ``first`` or
 ``last`` policy routes to (:func:`max_route`, axis by axis) and the support and weights
-of every policy (:func:`policy_support`). Machinery below max pooling's definition
+of every policy (:func:`symjac.pool._beta.policy_support`). Machinery below max pooling's definition
 (:mod:`symjac.pool._ops.max`), which is the only reader that names the operator.
 """
 
@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import sympy
 
-from symjac._errors import InputError
 from symjac._lastaxis import max_last
-from symjac.pool._symbolic import PAIR, TIE_POLICIES, Template
+from symjac.pool._beta import check_tie, pick_slot, policy_support
+from symjac.pool._symbolic import PAIR, Template
 
 if TYPE_CHECKING:
     from symjac.pool._geometry import Geometry
@@ -190,7 +190,7 @@ def _route_by_members(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.
     """:func:`max_route` from the tie sets: the first (last) member of each window's row-major
     slots is its first (last) maximal slot, as :func:`policy_support` picks it. With
     ``Pool(pad_value=0)`` pad slots compete, and a window they win routes to no input."""
-    slot = _pick(max_members(geometry, xc, pads=pads_compete(geometry)), tie)
+    slot = pick_slot(max_members(geometry, xc, pads=pads_compete(geometry)), tie)
     cell = geometry.cells[np.arange(geometry.n_out), slot]  # -1 at a slot outside the input: a pad cell
     xc, _ = _comparable(xc)
     top = xc[np.arange(xc.shape[0])[:, None], np.maximum(cell, 0)]
@@ -307,57 +307,6 @@ def tie_members(tmpl: Template, values: np.ndarray, scratch: bool = False) -> np
     top = max_last(values, keepdims=True)
     arg = tmpl.tie_arg(values, top, out=values) if scratch else tmpl.tie_arg(values, top)
     return np.asarray(arg) >= 0
-
-
-def check_tie(tie: str) -> str:
-    """Raise :class:`InputError` unless ``tie`` names a policy."""
-    if tie not in TIE_POLICIES:
-        raise InputError(f"tie={tie!r} is not valid: give one of {', '.join(map(repr, TIE_POLICIES))}")
-    return tie
-
-
-def policy_support(member: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray, int]:
-    """The Jacobian element a tie policy picks, as support and per-window weight.
-
-    Args:
-      member: (..., windows, K) tie sets (:func:`max_members`).
-      tie: ``first``/``last`` put 1 on the first/last tied slot (row-major order),
-        ``split`` puts 1/|I| on each of the |I| tied slots (the minimal-norm Clarke
-        element).
-
-    Returns:
-      (support, weight, q): ``support`` (..., windows, K) bool, ``weight`` (...,
-      windows) int64; the Jacobian row of each window is ``support * weight / q``.
-    """
-    check_tie(tie)
-    n = member.shape[-1]
-    if tie == "split":
-        count = member.sum(axis=-1)
-        q = int(np.lcm.reduce(np.unique(count[count > 0]))) if (count > 0).any() else 1
-        return member, (q // np.maximum(count, 1)).astype(np.int64), q
-    pick = _pick(member, tie)
-    has = member.any(axis=-1)
-    support = np.zeros(member.shape, dtype=bool)
-    rows = support.reshape(-1, n)  # a view: one row a window
-    rows[np.arange(rows.shape[0]), pick.reshape(-1)] = has.reshape(-1)
-    return support, np.ones(member.shape[:-1], dtype=np.int64), 1
-
-
-def _pick(member: np.ndarray, tie: str) -> np.ndarray:
-    """(..., windows) the first (``tie="first"``) or last member slot of each window's row-major tie set."""
-    if tie == "first":
-        return np.asarray(member.argmax(axis=-1))
-    return np.asarray(member.shape[-1] - 1 - member[..., ::-1].argmax(axis=-1))
-
-
-def policy_weights(member: np.ndarray, tie: str) -> tuple[np.ndarray, int]:
-    """Integer routing weights over a common denominator for a tie policy.
-
-    Returns (weights, q) with ``weights / q`` the Jacobian row of each window
-    (:func:`policy_support`, multiplied out).
-    """
-    support, weight, q = policy_support(member, tie)
-    return support * weight[..., None], q
 
 
 def max_support(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray, int]:

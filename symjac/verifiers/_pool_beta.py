@@ -24,7 +24,7 @@ import numpy as np
 from symjac.check._report import Finding, fmt_index, listing
 from symjac.check._rounding import gamma
 from symjac.pool._beta import Beta, beta_weights
-from symjac.pool._ties import policy_weights
+from symjac.pool._beta import policy_weights
 from symjac.verifiers._pool_rows import ExactRows, Rows, tolerance
 
 if TYPE_CHECKING:

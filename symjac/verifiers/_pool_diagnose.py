@@ -18,7 +18,7 @@ from symjac._lastaxis import any_last
 from symjac.check._report import MAX_LISTED, Finding, fmt_index, listing
 from symjac.check._rounding import gamma, ulps
 from symjac.pool._symbolic import TIE_POLICIES
-from symjac.pool._ties import policy_weights
+from symjac.pool._beta import policy_weights
 from symjac.verifiers._pool_beta import name_policy
 from symjac.verifiers._pool_rows import ExactRows, Rows, row_tolerance, tolerance
 
