@@ -174,7 +174,7 @@ def case_engine(kind: str, mode: str, size: int, arg: int = 3) -> dict[str, Any]
     import numpy as np
 
     import symjac
-    from symjac.pool import _symbolic
+    from symjac.pool import _caches
 
     spec = _pool(kind, mode, arg)
     shape = _shape(kind, size)
@@ -185,7 +185,7 @@ def case_engine(kind: str, mode: str, size: int, arg: int = 3) -> dict[str, Any]
     # (window, valid slot) pairs, the window table's entries: a product of per-axis counts
     # (geometry.valid would build the (windows, K) table that max first/last never needs)
     entries = math.prod(int(np.count_nonzero(ax.valid)) for ax in geometry.axes) * geometry.batch
-    _symbolic.clear_caches()
+    _caches.clear_caches()
     t0, c0, s0 = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_stime
     nnz = symjac.jacobian(spec, x).nnz
     symjac.vjp(spec, x, dy)
@@ -195,7 +195,7 @@ def case_engine(kind: str, mode: str, size: int, arg: int = 3) -> dict[str, Any]
     # memory the process has touched before), the median of three: informative, not the row.
     again = []
     for _ in range(3):
-        _symbolic.clear_caches(templates=False)
+        _caches.clear_caches(templates=False)
         t0 = time.perf_counter()
         symjac.jacobian(spec, x)
         symjac.vjp(spec, x, dy)

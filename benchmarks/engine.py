@@ -16,7 +16,7 @@ import numpy as np
 import sympy
 
 import symjac
-from symjac.pool import _symbolic
+from symjac.pool import _caches
 
 
 def dyadic_input(shape: tuple[int, ...], seed: int) -> np.ndarray:
@@ -34,7 +34,7 @@ def run(mode: str, size: int) -> tuple[float, int, float]:
 
     def once() -> int:
         # Cold: no cached geometry, classes or SymPy templates.
-        _symbolic.clear_caches()
+        _caches.clear_caches()
         jac = symjac.jacobian(spec, x)
         symjac.vjp(spec, x, dy)
         return jac.nnz

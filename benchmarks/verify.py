@@ -19,7 +19,7 @@ import tracemalloc
 import numpy as np
 
 import symjac
-from symjac.pool import _symbolic
+from symjac.pool import _caches
 
 K, S, P = 3, 1, 1
 
@@ -72,7 +72,7 @@ def run_symjac(mode: str, size: int, trace: bool = False, cold: bool = True) -> 
     spec = symjac.Pool(mode, K, stride=S, padding=P)
     fwd, bwd = IMPLS[mode]
     if cold:
-        _symbolic.clear_caches()
+        _caches.clear_caches()
     if trace:
         tracemalloc.start()
     t0 = time.perf_counter()
@@ -97,7 +97,7 @@ def run_symjac_torch(mode: str, size: int, cold: bool = True) -> tuple[float, sy
 
     spec, impl = adapter.avg_pool2d(K, S, P, count_include_pad=False) if mode == "avg" else adapter.max_pool2d(K, S, P)
     if cold:
-        _symbolic.clear_caches()
+        _caches.clear_caches()
     t0 = time.perf_counter()
     report = symjac.verify(spec, backward=impl.backward, forward=impl.forward, input_shape=(1, 1, size, size),
                            dtype="float64")

@@ -25,7 +25,7 @@ _EXPORTS = {
     "Beta": "pool._beta",
     "Geometry": "pool._geometry",
     "resolve": "pool._geometry",
-    "SparseJacobian": "pool._jacobian",
+    "SparseJacobian": "pool._stamp",
     "expressions": "pool._jacobian",
     "forward": "pool._jacobian",
     "jacobian": "pool._jacobian",

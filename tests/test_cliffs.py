@@ -22,12 +22,15 @@ import symjac
 from symjac.loss._evaluate import evaluate
 from symjac.loss._spec import DPS
 from symjac.pool import _symbolic
+from symjac.pool._ops import avg
+from symjac.pool import _ties
+from symjac.pool import _caches
 from symjac.pool._geometry import resolve
 from symjac.pool._symbolic import lines, window_classes
 
 
 def _clear_caches() -> None:
-    _symbolic.clear_caches()
+    _caches.clear_caches()
 
 
 def _count_diffs(monkeypatch: pytest.MonkeyPatch, spec: symjac.AdaptivePool | symjac.GlobalPool, shape: tuple[int, ...],
@@ -157,9 +160,9 @@ def test_max_tie_sets_are_computed_once_per_x(monkeypatch: pytest.MonkeyPatch) -
     # jacobian, vjp and forward at one x share their work: policy "first" one axis-by-axis
     # route (never the (windows, K) tie sets), policy "split" one pass over the tie sets.
     # (A table this small is routed from the tie sets by default: see the next test.)
-    monkeypatch.setattr(_symbolic, "ROUTE_BY_MEMBERS", 0)
+    monkeypatch.setattr(_ties, "ROUTE_BY_MEMBERS", 0)
     routes, members = [], []
-    real_route, real_members = _symbolic._max_route, _symbolic._max_members
+    real_route, real_members = _ties._max_route, _ties._max_members
 
     def counting_route(g: object, xc: np.ndarray, tie: str) -> object:
         routes.append(tie)
@@ -169,23 +172,23 @@ def test_max_tie_sets_are_computed_once_per_x(monkeypatch: pytest.MonkeyPatch) -
         members.append(xc.copy())
         return real_members(g, xc)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(_symbolic, "_max_route", counting_route)
-    monkeypatch.setattr(_symbolic, "_max_members", counting_members)
-    _symbolic.clear_caches(templates=False)
+    monkeypatch.setattr(_ties, "_max_route", counting_route)
+    monkeypatch.setattr(_ties, "_max_members", counting_members)
+    _caches.clear_caches(templates=False)
     spec = symjac.Pool("max", 3, stride=1, padding="same")
     x = np.arange(36.0).reshape(1, 1, 6, 6)
     symjac.jacobian(spec, x)
     symjac.vjp(spec, x, np.ones((1, 1, 6, 6)))
     symjac.forward(spec, x)
     assert routes == ["first"] and not members
-    (entry,) = _symbolic._LAST_ROUTE.values()
+    (entry,) = _ties._LAST_ROUTE.values()
     assert not any(a.flags.writeable for a in entry[1])  # shared: no caller may alter it
     symjac.vjp(spec, -x, np.ones((1, 1, 6, 6)))  # another x: computed afresh
     assert routes == ["first", "first"]
     symjac.jacobian(spec, x, tie="split")
     symjac.vjp(spec, x, np.ones((1, 1, 6, 6)), tie="split")
     assert len(members) == 1
-    (member,) = _symbolic._LAST_MEMBERS.values()
+    (member,) = _ties._LAST_MEMBERS.values()
     assert not member.flags.writeable
 
 
@@ -194,7 +197,7 @@ def test_small_max_tables_route_from_the_tie_sets_once_per_x(monkeypatch: pytest
     # which verify's exact rows need at the same x: one gather of the windows for both
     # policies and the tie sets, no axis-by-axis route.
     members = []
-    real_members = _symbolic._max_members
+    real_members = _ties._max_members
 
     def counting_members(g: object, xc: np.ndarray) -> np.ndarray:
         members.append(xc.copy())
@@ -203,12 +206,12 @@ def test_small_max_tables_route_from_the_tie_sets_once_per_x(monkeypatch: pytest
     def no_route(*args: object) -> None:
         raise AssertionError("routed axis by axis below ROUTE_BY_MEMBERS")
 
-    monkeypatch.setattr(_symbolic, "_max_members", counting_members)
-    monkeypatch.setattr(_symbolic, "_max_route", no_route)
-    _symbolic.clear_caches(templates=False)
+    monkeypatch.setattr(_ties, "_max_members", counting_members)
+    monkeypatch.setattr(_ties, "_max_route", no_route)
+    _caches.clear_caches(templates=False)
     spec = symjac.Pool("max", 3, stride=1, padding="same")
     x = np.arange(36.0).reshape(1, 1, 6, 6)  # 36 windows x 9 slots, far below the threshold
-    assert 36 * 9 <= _symbolic.ROUTE_BY_MEMBERS
+    assert 36 * 9 <= _ties.ROUTE_BY_MEMBERS
     symjac.jacobian(spec, x, tie="first")
     symjac.vjp(spec, x, np.ones((1, 1, 6, 6)), tie="last")
     symjac.forward(spec, x)
@@ -222,7 +225,7 @@ def test_max_vjp_of_a_one_slot_support_reads_only_its_pairs(monkeypatch: pytest.
     def no_lines(g: object) -> None:
         raise AssertionError("lines() walked for a sparse support")
 
-    monkeypatch.setattr("symjac.pool._jacobian.lines", no_lines)
+    monkeypatch.setattr("symjac.pool._stamp.lines", no_lines)
     spec = symjac.Pool("max", 2, stride=1)
     # x increases along rows and columns, so every 2x2 window's max is its bottom-right
     # cell: cell (i, j) of the 3x3 input gets dy of window (i-1, j-1) when i, j >= 1.
@@ -647,7 +650,7 @@ def test_near_tie_inputs_convert_to_int64_numerators() -> None:
 
 
 def test_verify_finds_tie_sets_once_per_input_and_rows_only_for_probed_passes(monkeypatch: pytest.MonkeyPatch) -> None:
-    import symjac.verifiers._pool as pool_verifier
+    import symjac.verifiers._pool_verifier as pool_verifier
 
     # max 3x3 same: four inputs (distinct, tied, all-negative, near-tie). The policy-"first"
     # route (forward, J^T dy) once each; the full tie sets and the (B, W, K) exact rows only
@@ -656,7 +659,7 @@ def test_verify_finds_tie_sets_once_per_input_and_rows_only_for_probed_passes(mo
     # ROUTE_BY_MEMBERS entries; below it (the default for this small shape) each input's
     # route reads its tie sets instead: one gather per input, and no axis route.
     members, rows, routes = [], [], []
-    real_members, real_rows, real_route = _symbolic._max_members, pool_verifier.exact_rows, _symbolic._max_route
+    real_members, real_rows, real_route = _ties._max_members, pool_verifier.exact_rows, _ties._max_route
 
     def counting_members(g: object, xc: np.ndarray, pads: bool = False) -> np.ndarray:
         members.append(1)
@@ -670,14 +673,14 @@ def test_verify_finds_tie_sets_once_per_input_and_rows_only_for_probed_passes(mo
         routes.append(tie)
         return real_route(g, xc, tie)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(_symbolic, "_max_members", counting_members)
+    monkeypatch.setattr(_ties, "_max_members", counting_members)
     monkeypatch.setattr(pool_verifier, "exact_rows", counting_rows)
-    monkeypatch.setattr(_symbolic, "_max_route", counting_route)
+    monkeypatch.setattr(_ties, "_max_route", counting_route)
     spec = symjac.Pool("max", 3, stride=1, padding="same")
     forward, backward = _numpy_max3()  # not symjac's lowering, which would share the tie-set cache
-    for threshold, want_routes, want_members in ((0, ["first"] * 4, 2), (_symbolic.ROUTE_BY_MEMBERS, [], 4)):
-        monkeypatch.setattr(_symbolic, "ROUTE_BY_MEMBERS", threshold)
-        _symbolic.clear_caches(templates=False)
+    for threshold, want_routes, want_members in ((0, ["first"] * 4, 2), (_ties.ROUTE_BY_MEMBERS, [], 4)):
+        monkeypatch.setattr(_ties, "ROUTE_BY_MEMBERS", threshold)
+        _caches.clear_caches(templates=False)
         members.clear(), rows.clear(), routes.clear()
         report = symjac.verify(spec, backward=backward, forward=forward, input_shape=(1, 1, 12, 12), timeout=None)
         assert report.ok, report
@@ -715,7 +718,7 @@ def test_avg_vjp_beyond_int64_sums_per_weight_not_per_pair(monkeypatch: pytest.M
     def no_object_pairs(*args: object) -> None:
         raise AssertionError("object accumulation over every (window, slot) pair")
 
-    monkeypatch.setattr("symjac.pool._jacobian._accumulate", no_object_pairs)
+    monkeypatch.setattr("symjac.pool._stamp._accumulate", no_object_pairs)
     spec = symjac.Pool("avg", 7, stride=1, padding="same")
     n = 12
     dy = (2**44 + np.arange(n * n, dtype=np.int64) * 977).reshape(1, 1, n, n)
@@ -798,7 +801,7 @@ def test_sympy_work_is_per_pair_form_not_per_class(monkeypatch: pytest.MonkeyPat
 def test_avg_template_per_divisor_is_the_one_sympy_derives_for_it(divisor: int) -> None:
     # The generic (a + r)·w at w = 1/D against SymPy differentiating (a + r)/D itself.
     a, r = sympy.symbols("a r", real=True)
-    tmpl = _symbolic.template("avg", 4, divisor)
+    tmpl = avg.template(4, divisor)
     pair, derivative, weight = tmpl.pair, tmpl.derivative, tmpl.weight
     assert pair == (a + r) / sympy.Integer(divisor)
     assert derivative == sympy.diff((a + r) / sympy.Integer(divisor), a) == sympy.Rational(1, divisor)
@@ -833,7 +836,7 @@ def test_axis_colourings_are_built_once_per_distinct_axis(monkeypatch: pytest.Mo
     monkeypatch.setattr(_graph, "_colour", counting)
     spec = symjac.Pool("max", 3, stride=1, padding="same")
     for shape, graphs in (((1, 1, 32, 32), 2), ((1, 1, 32, 17), 4)):
-        _symbolic.clear_caches()
+        _caches.clear_caches()
         built.clear()
         g = resolve(spec, shape)
         colours, n = _graph.window_colouring(g)
@@ -850,7 +853,7 @@ def test_main_pass_rows_are_released_before_the_tied_pass(monkeypatch: pytest.Mo
     import gc
     import weakref
 
-    from symjac.verifiers._pool import _Verifier
+    from symjac.verifiers._pool_verifier import _Verifier
 
     # Each probed pass holds (B, W, K) observed and exact rows; the tied pass must not
     # add its own on top of the main pass's (k15 256^2: ~240 MB more at the peak).
@@ -952,13 +955,13 @@ def test_avg_vjp_and_forward_run_one_slice_operation_per_slot(monkeypatch: pytes
                                                               shape: tuple[int, ...], boxes: int) -> None:
     # Pool windows advance by the stride, so a slot's windows and cells are boxes of the
     # output and input grids: K slice operations, no (window, slot) index arrays or lines.
-    from symjac.pool import _jacobian
+    from symjac.pool import _stamp
     from symjac.pool._symbolic import slabs
 
     def no_lines(*args: object) -> None:
         raise AssertionError("lines built")
 
-    monkeypatch.setattr(_jacobian, "lines", no_lines)
+    monkeypatch.setattr(_stamp, "lines", no_lines)
     g = resolve(spec, shape)
     found = slabs(g)
     assert found is not None and len(found) == boxes
@@ -1122,7 +1125,7 @@ def test_colouring_a_long_1d_axis_with_a_large_kernel_takes_one_pass_over_its_in
 
     monkeypatch.setattr(_graph, "np", Numpy())
     g = resolve(symjac.Pool("avg", (255,), stride=1, padding="same"), (1, 1, 4000))
-    _symbolic.clear_caches()
+    _caches.clear_caches()
     _graph.window_colouring.cache_clear()
     _graph.input_colouring.cache_clear()
     colours, n = _graph.window_colouring(g)

@@ -2,7 +2,7 @@
 
 ``symjac.jacobian`` / ``vjp`` / ``forward`` of max pooling with ``tie="first"`` or
 ``"last"`` find each window's one slot one spatial axis at a time
-(:func:`symjac.pool._symbolic.max_route`). Every expected value here comes from
+(:func:`symjac.pool._ties.max_route`). Every expected value here comes from
 PyTorch 2.13 (CPU, contiguous float64): ``max_pool{1,2,3}d(..., return_indices=True)``
 and ``adaptive_max_pool{1,2,3}d`` give each window's first maximal cell in row-major
 order (checked on random {0, 1} inputs against a brute-force scan of every window
@@ -31,7 +31,9 @@ import numpy as np
 import pytest
 
 import symjac
-from symjac.pool import _jacobian, _symbolic
+from symjac.pool import _jacobian
+from symjac.pool import _ties
+from symjac.pool import _caches
 from symjac.pool._geometry import resolve
 
 torch = pytest.importorskip("torch")
@@ -39,7 +41,7 @@ F = torch.nn.functional
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see tests/conftest.py
 
-DEFAULT_ROUTE_BY_MEMBERS = _symbolic.ROUTE_BY_MEMBERS
+DEFAULT_ROUTE_BY_MEMBERS = _ties.ROUTE_BY_MEMBERS
 
 
 @pytest.fixture(autouse=True, params=["by axis", "by tie sets"])
@@ -47,8 +49,8 @@ def route(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> st
     """Every test on both of max_route's paths: axis by axis, and from the tie sets (what
     it takes for window tables up to ``ROUTE_BY_MEMBERS`` entries); caches cleared so
     neither path returns the other's result for the same x."""
-    monkeypatch.setattr(_symbolic, "ROUTE_BY_MEMBERS", 0 if request.param == "by axis" else 2**62)
-    _symbolic.clear_caches(templates=False)
+    monkeypatch.setattr(_ties, "ROUTE_BY_MEMBERS", 0 if request.param == "by axis" else 2**62)
+    _caches.clear_caches(templates=False)
     return str(request.param)
 
 
@@ -265,18 +267,18 @@ def test_first_last_build_no_windows_by_slots_array(monkeypatch: pytest.MonkeyPa
     # never a (W, K) array (a bool one is 3.9 MB; the support and tie sets of before, and
     # the geometry's int64 cell table, 31 MB, were all (W, K)). With the default
     # ROUTE_BY_MEMBERS, whatever the fixture set.
-    monkeypatch.setattr(_symbolic, "ROUTE_BY_MEMBERS", DEFAULT_ROUTE_BY_MEMBERS)
+    monkeypatch.setattr(_ties, "ROUTE_BY_MEMBERS", DEFAULT_ROUTE_BY_MEMBERS)
     spec = symjac.Pool("max", 31, stride=1, padding="same")
     shape = (1, 1, 64, 64)
     x = np.random.default_rng(5).integers(0, 3, shape).astype(np.float64)
     dy = np.ones(shape)
-    _symbolic.template("max", 2, 2)  # SymPy's derivation: O(1), not part of the structure
+    _ties.max_template(2, 2)  # SymPy's derivation: O(1), not part of the structure
 
     def no_support(self: Any) -> None:
         raise AssertionError("the (batch, windows, K) support was built on the first/last path")
 
     monkeypatch.setattr(_jacobian.Stamp, "support", property(no_support))
-    _symbolic.clear_caches(templates=False)
+    _caches.clear_caches(templates=False)
     tracemalloc.start()
     try:
         J = symjac.jacobian(spec, x, tie=tie)

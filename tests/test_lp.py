@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pytest
@@ -277,3 +278,40 @@ def test_golden_data_refuses_lp(tmp_path):
                     '[expect]\nforward = [1]\n')
     with pytest.raises(SpecError, match="algebraic"):
         symjac.check_expect(symjac.load_spec_file(path).cases[0])
+
+
+@pytest.mark.parametrize("p", [2, 3])
+def test_hvp_matches_torch_double_backward(p: int) -> None:
+    # The exact second derivative of lp pooling along v (symjac.pool._ops.lp.Lp.hvp)
+    # against PyTorch's double backward of F.lp_pool2d in float64 (an independent
+    # implementation: autograd through pow, sum and the root).
+    torch = pytest.importorskip("torch")
+    from symjac.pool._jacobian import hvp
+
+    spec = symjac.Pool("lp", 2, stride=1, p=p)
+    rng = np.random.default_rng(3)
+    x = rng.integers(1, 9, size=(1, 2, 3, 4)) / 4  # positive: every power sum > 0 (smooth)
+    dy = rng.integers(-4, 5, size=(1, 2, 2, 3)) / 2
+    v = rng.integers(-4, 5, size=x.shape) / 4
+    want = _torch_hvp(torch, x, dy, v, p)
+    got = np.array([float(e) for e in hvp(spec, x, dy, v).reshape(-1)]).reshape(x.shape)
+    assert np.allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def _torch_hvp(torch: Any, x: np.ndarray, dy: np.ndarray, v: np.ndarray, p: int) -> np.ndarray:
+    t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    y = torch.nn.functional.lp_pool2d(t, p, 2, stride=1)
+    (g,) = torch.autograd.grad(y, t, torch.tensor(dy), create_graph=True)
+    (h,) = torch.autograd.grad(g, t, torch.tensor(v))
+    return np.asarray(h.detach().numpy())
+
+
+def test_hvp_of_norm_pooling_by_hand() -> None:
+    # p = 2, one window x = (3, 4) (kernel (2,), a 1-D pool): y = ‖x‖ = 5, and
+    # H = (I − x xᵀ/‖x‖²)/‖x‖ = [[16, −12], [−12, 9]]/125. Along v = (1, 0) with dy = 1:
+    # H v = (16/125, −12/125).
+    from symjac.pool._jacobian import hvp
+
+    spec = symjac.Pool("lp", (2,), p=2)
+    h = hvp(spec, np.array([[[3, 4]]]), np.array([[[1]]]), np.array([[[1, 0]]]))
+    assert [sympy.nsimplify(e) for e in h.reshape(-1)] == [sympy.Rational(16, 125), sympy.Rational(-12, 125)]

@@ -152,13 +152,12 @@ def touches_padding(g: Geometry) -> bool:
 
 def families(g: Geometry) -> tuple[str, ...]:
     """The extra input families worth a dense pass for this geometry, beyond
-    ``distinct`` (and ``ties``, which max pooling gets its own probed pass for):
-    ``all_negative`` for max pooling whose windows touch padding, ``near_ties`` for max
-    and avg pooling (routing for max, accumulation for avg)."""
-    if g.spec.mode not in ("max", "avg"):
+    ``distinct`` (and ``ties``, which max pooling gets its own probed pass for): the
+    operator's ``families`` rule (``all_negative`` for max pooling whose windows touch
+    padding, ``near_ties`` for max and avg pooling: routing for max, accumulation for avg)."""
+    if not g.operator.extra_families:
         return ()  # lp pooling: algebraic derivatives, no exact dense J(x)^T dy to compare with
-    extra = ("all_negative",) if g.spec.mode == "max" and touches_padding(g) else ()
-    return extra + ("near_ties",)
+    return g.operator.families(g, touches_padding(g))
 
 
 def generate_input(g: Geometry, generator: str, dtype: np.dtype | type = np.float64, seed: int = 0) -> np.ndarray:

@@ -36,7 +36,7 @@ def explain_pool(case: Any, latex: bool = False) -> str:
         sub = dict(zip(c.template.symbols, cells))
         y = sympy.Symbol("y[" + ",".join(map(str, out_pos)) + "]", real=True)
         n = len(c.slots)
-        divisor = f", divisor {c.divisor}" if g.spec.mode == "avg" else ""
+        divisor = g.operator.class_note(c)
         lines.append(f"class {i + 1}: {c.windows.size} window{'s' if c.windows.size != 1 else ''}, "
                      f"{n} valid cell{'s' if n != 1 else ''}{divisor}; e.g. window {out_pos}:")
         lines.append(f"  {_equation(y, c.template.expr.xreplace(sub), latex)}")

@@ -130,24 +130,23 @@ def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
                       "max_ulp is max_abs_error in ULPs of golden[dtype] (null where golden[dtype] is 0 and the bound is not)"}
         return qs, loss_meta
     from symjac._exact import ExactArray
-    from symjac.pool._beta import exact_jacobian, exact_vjp_tie
-    from symjac.pool._jacobian import exact_forward
     from symjac.io._specfile import pool_input
 
     g, x, dy = pool_input(case)
-    if g.spec.mode == "lp":
+    op = g.operator
+    if not op.rational:
         from symjac._errors import SpecError
 
         raise SpecError(f"{case.source}: golden data and [expect] values are rational; lp pooling's are "
                         "algebraic (use symjac.forward/jacobian/vjp)")
     tie = case.tie or "first"
     ex, edy = ExactArray.from_any(x), ExactArray.from_any(dy)
-    jac = exact_jacobian(g, ex, tie)
+    jac = op.jacobian(g, ex, tie)
     qs = {
         "x": x,
         "dy": dy,
-        "y": exact_forward(g, ex).to_fractions(),
-        "dx": exact_vjp_tie(g, ex, edy, tie).to_fractions(),
+        "y": op.exact_forward(g, ex).to_fractions(),
+        "dx": op.exact_vjp(g, ex, edy, tie).to_fractions(),
         "jac_rows": jac.rows.astype(np.int64),
         "jac_cols": jac.cols.astype(np.int64),
         "jac_values": _fractions(jac.table)[jac.value_ids] if jac.table else np.empty(0, dtype=object),

@@ -25,8 +25,8 @@ CATEGORY_COLOURS = {"missing_windows": "#d62728", "partial_windows": "#ff7f0e",
                     "wrong_cells": "#9467bd", "wrong_weights": "#8c564b"}
 
 
-def _name(kind: str, index: tuple[int, ...]) -> str:
-    return f'"{kind}[{",".join(map(str, index))}]"'
+def _name(side: str, index: tuple[int, ...]) -> str:
+    return f'"{side}[{",".join(map(str, index))}]"'
 
 
 def window_states(report: Any) -> dict[tuple[int, ...], str]:
@@ -42,8 +42,8 @@ def to_dot(graph: Any, states: dict[tuple[int, ...], str]) -> str:
     """The window graph in Graphviz DOT; implicated windows filled by category."""
     lines = ["digraph symjac {", "  rankdir=LR;", "  node [shape=box, fontname=Helvetica];"]
     for node in graph.nodes:
-        kind, index = node
-        if kind == "x":
+        side, index = node
+        if side == "x":
             lines.append(f"  {_name('x', index)} [shape=ellipse];")
         else:
             colour = CATEGORY_COLOURS.get(states.get(index, ""), "")
@@ -130,7 +130,7 @@ def _write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str,
         report = verify(case.operator, **fns, x=x64, dy=np.ones(g.output_shape), dtype=dtype)
         messages.append(f"{'PASS' if report.ok else 'FAIL'} {case.name}: {report.summary()}")
     states = window_states(report)
-    graph = window_graph(case.operator, x64 if case.operator.mode == "max" else g.input_shape)
+    graph = window_graph(case.operator, x64 if g.operator.graph_needs_x else g.input_shape)
     dot = to_dot(graph, states)
     if out.suffix == ".dot":
         write_text(out, dot)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from symjac.pool._ops import operator_of
 from symjac.pool._spec import AdaptivePool, GlobalPool, Pool, PoolSpec
 
 
@@ -19,8 +20,7 @@ def operator_table(spec: PoolSpec) -> dict[str, Any]:
         table: dict[str, Any] = {"kind": "pool", "mode": spec.mode, "kernel": list(spec.kernel),
                                  "stride": list(spec.stride or spec.kernel), "padding": padding,
                                  "dilation": list(spec.dilation), "ceil_mode": spec.ceil_mode}
-        if spec.mode == "avg":
-            table["divisor"] = spec.divisor
+        table.update(operator_of(spec).spec_table(spec))
         pad_value = getattr(spec, "pad_value", None)
         if pad_value is not None:
             table["pad_value"] = pad_value

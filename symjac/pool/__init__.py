@@ -1,4 +1,5 @@
-"""Pooling: spec → geometry → SymPy window templates → exact Jacobian → NumPy lowering → window graph."""
+"""Pooling: spec → geometry → operator (``_ops``: one definition per mode, its SymPy window templates)
+→ exact Jacobian, VJP, JVP → NumPy lowering → window graph."""
 
 #: The size budget of one resolved geometry: batch x windows x stored kernel slots (an
 #: upper bound of the Jacobian's nonzeros), and batch x input cells. ``resolve``

@@ -1,4 +1,9 @@
-"""The β family of max-pooling Jacobians (seed 001) and Clarke-set membership.
+"""Max pooling's tie policies: the named ones (first, last, split) and the β family (seed 001).
+
+A policy picks the Jacobian element at a tie from the window's tie set
+(:mod:`symjac.pool._ties`): ``first``/``last`` put 1 on the first/last maximal cell
+(row-major), ``split`` 1/|I| on each of the |I| maximal cells. Max pooling's
+definition (:mod:`symjac.pool._ops.max`) reads them; the β family combines two.
 
 Seed 001's public code builds a max pooling whose forward is
 ``β·split_pool(x) + (1 − β)·max_pool(x)``: the max either way, so its backward is
@@ -28,13 +33,73 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import sympy
 
 from symjac._errors import InputError
+from symjac._exact import ExactArray, _int_array, to_fraction
+from symjac.pool._stamp import SparseJacobian, apply, sparse, stamp
+from symjac.pool._symbolic import TIE_POLICIES
 
 if TYPE_CHECKING:
-    from symjac._exact import ExactArray
     from symjac.pool._geometry import Geometry
-    from symjac.pool._jacobian import SparseJacobian
+
+
+# -- the named policies: first, last, split ----------------------------------------------
+
+
+def check_tie(tie: str) -> str:
+    """Raise :class:`InputError` unless ``tie`` names a policy."""
+    if tie not in TIE_POLICIES:
+        raise InputError(f"tie={tie!r} is not valid: give one of {', '.join(map(repr, TIE_POLICIES))}")
+    return tie
+
+
+def policy_support(member: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """The Jacobian element a tie policy picks, as support and per-window weight.
+
+    Args:
+      member: (..., windows, K) tie sets (:func:`max_members`).
+      tie: ``first``/``last`` put 1 on the first/last tied slot (row-major order),
+        ``split`` puts 1/|I| on each of the |I| tied slots (the minimal-norm Clarke
+        element).
+
+    Returns:
+      (support, weight, q): ``support`` (..., windows, K) bool, ``weight`` (...,
+      windows) int64; the Jacobian row of each window is ``support * weight / q``.
+    """
+    check_tie(tie)
+    n = member.shape[-1]
+    if tie == "split":
+        count = member.sum(axis=-1)
+        q = int(np.lcm.reduce(np.unique(count[count > 0]))) if (count > 0).any() else 1
+        return member, (q // np.maximum(count, 1)).astype(np.int64), q
+    pick = pick_slot(member, tie)
+    has = member.any(axis=-1)
+    support = np.zeros(member.shape, dtype=bool)
+    rows = support.reshape(-1, n)  # a view: one row a window
+    rows[np.arange(rows.shape[0]), pick.reshape(-1)] = has.reshape(-1)
+    return support, np.ones(member.shape[:-1], dtype=np.int64), 1
+
+
+def pick_slot(member: np.ndarray, tie: str) -> np.ndarray:
+    """(..., windows) the first (``tie="first"``) or last member slot of each window's row-major tie set."""
+    if tie == "first":
+        return np.asarray(member.argmax(axis=-1))
+    return np.asarray(member.shape[-1] - 1 - member[..., ::-1].argmax(axis=-1))
+
+
+def policy_weights(member: np.ndarray, tie: str) -> tuple[np.ndarray, int]:
+    """Integer routing weights over a common denominator for a tie policy.
+
+    Returns (weights, q) with ``weights / q`` the Jacobian row of each window
+    (:func:`policy_support`, multiplied out).
+    """
+    support, weight, q = policy_support(member, tie)
+    return support * weight[..., None], q
+
+
+
+# -- the β family --------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -56,8 +121,6 @@ class Beta:
     value: Fraction
 
     def __post_init__(self) -> None:
-        from symjac._exact import to_fraction
-
         object.__setattr__(self, "value", to_fraction(self.value, "Beta(value)"))
 
     def __str__(self) -> str:
@@ -85,8 +148,6 @@ def parse_tie(tie: Any, allowed: tuple[str, ...]) -> Tie:
     if isinstance(tie, Beta):
         return tie
     if isinstance(tie, str) and tie.startswith("beta:"):
-        from symjac._exact import to_fraction
-
         return Beta(to_fraction(tie[len("beta:"):], "tie"))
     if isinstance(tie, str) and tie in allowed:
         return tie
@@ -103,8 +164,6 @@ def beta_weights(member: np.ndarray, beta: Beta) -> tuple[np.ndarray, int]:
     Returns:
       (weights, q): ``weights / q`` is each window's row; weights may be negative.
     """
-    from symjac.pool._symbolic import policy_weights
-
     split, q_split = policy_weights(member, "split")
     first, _ = policy_weights(member, "first")
     a, c = beta.value.numerator, beta.value.denominator
@@ -116,43 +175,29 @@ def beta_weights(member: np.ndarray, beta: Beta) -> tuple[np.ndarray, int]:
     return weights, q
 
 
-# -- J_β from the named policies (the engine knows only first/last/split) ------------------
+# -- J_β from the named policies (the stamps know only first/last/split) ------------------
 
 
 def lincomb(terms: list[tuple[Fraction, ExactArray]]) -> ExactArray:
     """Σ c_i·A_i of exact arrays (:class:`~symjac._exact.ExactArray`), exactly."""
-    from symjac._exact import ExactArray, _int_array
-
     den = math.lcm(*(c.denominator * a.den for c, a in terms))
     num = sum(a.num.astype(object) * (c.numerator * (den // (c.denominator * a.den))) for c, a in terms)
     return ExactArray(_int_array(np.asarray(num, dtype=object)), den)
 
 
-def beta_vjp(g: Geometry, x: ExactArray | None, dy: ExactArray, beta: Beta) -> ExactArray:
-    """Exact ``J_β^T dy = β·J_split^T dy + (1 − β)·J_first^T dy`` (ExactArrays in and out)."""
-    from symjac.pool._jacobian import exact_vjp
-
-    split, first = exact_vjp(g, x, dy, "split"), exact_vjp(g, x, dy, "first")
+def beta_apply(g: Geometry, x: ExactArray | None, source: ExactArray, beta: Beta, transpose: bool) -> ExactArray:
+    """Exact ``J_β^T dy`` (``transpose``) or ``J_β t`` = β·J_split + (1 − β)·J_first applied, exactly."""
+    split = apply(stamp(g, x, "split"), source, transpose)
+    first = apply(stamp(g, x, "first"), source, transpose)
     return lincomb([(beta.value, split), (1 - beta.value, first)])
-
-
-def exact_vjp_tie(g: Geometry, x: ExactArray | None, dy: ExactArray, tie: Tie) -> ExactArray:
-    """:func:`symjac.pool._jacobian.exact_vjp` for any tie policy, a :class:`Beta` included."""
-    from symjac.pool._jacobian import exact_vjp
-
-    return beta_vjp(g, x, dy, tie) if isinstance(tie, Beta) else exact_vjp(g, x, dy, tie)
 
 
 def beta_jacobian(g: Geometry, x: ExactArray | None, beta: Beta) -> SparseJacobian:
     """Exact sparse J_β: entries of J_split and J_first combined, zeros dropped."""
-    import sympy
-
-    from symjac.pool._jacobian import SparseJacobian, _sparse, stamp
-
     b = sympy.Rational(beta.value.numerator, beta.value.denominator)
     entries: dict[tuple[int, int], Any] = {}
     for weight, tie in ((b, "split"), (1 - b, "first")):
-        J = _sparse(stamp(g, x, tie))
+        J = sparse(stamp(g, x, tie))
         for r, c, v in zip(J.rows.tolist(), J.cols.tolist(), J.values):
             entries[r, c] = entries.get((r, c), 0) + weight * v
     keys = sorted(k for k, v in entries.items() if v != 0)
@@ -162,10 +207,3 @@ def beta_jacobian(g: Geometry, x: ExactArray | None, beta: Beta) -> SparseJacobi
     cols = np.array([k[1] for k in keys], dtype=np.int64)
     return SparseJacobian(g.output_shape, g.input_shape, rows, cols, np.array(ids, dtype=np.int64), tuple(table),
                           spec=g.spec)
-
-
-def exact_jacobian(g: Geometry, x: ExactArray | None, tie: Tie) -> SparseJacobian:
-    """The exact sparse Jacobian at an exact x for any tie policy (golden data)."""
-    from symjac.pool._jacobian import _sparse, stamp
-
-    return beta_jacobian(g, x, tie) if isinstance(tie, Beta) else _sparse(stamp(g, x, tie))

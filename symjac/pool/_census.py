@@ -27,8 +27,8 @@ import numpy as np
 
 from symjac._errors import InputError
 from symjac._exact import ExactArray
-from symjac.pool._beta import Beta, lincomb
 from symjac.pool._geometry import Geometry, resolve
+from symjac.pool._ops import operator_of
 from symjac.pool._spec import check_pool_spec
 
 ZONES = ("untied", "exact", "rounding", "broken")
@@ -100,15 +100,7 @@ def _tied(g: Geometry, num: np.ndarray) -> np.ndarray:
     xc = g.to_canonical(num)
     safe = np.where(g.valid, g.cells, 0)
     vals = xc[:, safe]
-    if g.spec.mode == "lp":
-        zero: np.ndarray = ((vals == 0) | ~g.valid[None]).all(axis=-1)
-        return zero
-    if g.spec.mode != "max":
-        raise InputError(f"tie_census needs max or lp pooling; mode={g.spec.mode!r} has no ties")
-    lowest = vals.min()
-    vals = np.where(g.valid[None], vals, lowest)
-    top = vals.max(axis=-1, keepdims=True)
-    tied: np.ndarray = ((vals == top) & g.valid[None]).sum(axis=-1) >= 2
+    tied: np.ndarray = g.operator.census_tied(g, vals)
     return tied
 
 
@@ -166,29 +158,13 @@ def tie_census(spec: Any, x: Any, reference: Any = None, *, dy: Any = None,
 
 
 def _policies(spec: Any, betas: tuple[Any, Any]) -> tuple[Any, Any]:
-    if spec.mode == "lp":
-        return ("zero", "one")
-    b0, b1 = (b if isinstance(b, Beta) else Beta(b) for b in betas)
-    return (b0, b1)
+    pair: tuple[Any, Any] = operator_of(spec).census_policies(betas)
+    return pair
 
 
 def _difference(g: Geometry, x: ExactArray, dy: ExactArray, policies: tuple[Any, Any],
                 mask: np.ndarray) -> ExactArray:
     """Exact ``(J_1 − J_0)^T (dy on the masked windows)``."""
     masked = ExactArray(np.where(g.from_canonical(mask), dy.num, 0), dy.den)
-    if g.spec.mode == "lp":
-        # J_one − J_zero is 1 on every cell of a window with S = 0 (p >= 2), else 0.
-        from symjac.pool._lp import power, windows
-
-        p = power(g)
-        zero_sum = windows(g, x).power_sum == 0 if p > 1 else np.zeros((g.batch, g.n_out), dtype=bool)
-        up = np.where(zero_sum, g.to_canonical(masked.num, g.out_spatial), 0)
-        acc = np.zeros((g.batch, g.n_in), dtype=up.dtype)
-        for k in range(g.cells.shape[1]):
-            acc[:, g.cells[:, k]] += up  # one slot: distinct cells
-        return ExactArray(g.from_canonical(acc, g.in_spatial), masked.den)
-    from symjac.pool._jacobian import exact_vjp
-
-    # J_β1 − J_β0 = (β1 − β0)·(J_split − J_first).
-    step = policies[1].value - policies[0].value
-    return lincomb([(step, exact_vjp(g, x, masked, "split")), (-step, exact_vjp(g, x, masked, "first"))])
+    diff: ExactArray = g.operator.census_difference(g, x, masked, policies)
+    return diff

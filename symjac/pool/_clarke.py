@@ -23,6 +23,7 @@ import sympy
 from symjac._errors import InputError
 from symjac._exact import ExactArray
 from symjac.pool._geometry import Geometry, resolve
+from symjac.pool._jacobian import jacobian
 from symjac.pool._spec import check_pool_spec
 
 
@@ -71,7 +72,7 @@ def in_clarke_set(J: Any, x: Any, *, spec: Any = None) -> np.ndarray:
     exact = ExactArray.from_any(x, "x")
     g = resolve(spec, exact.shape)
     rows = _dense_rows(J, int(np.prod(g.output_shape)), int(np.prod(g.input_shape)))
-    if spec.mode == "max":
+    if g.operator.ties:
         ok = _max_rows(g, exact, rows)
     else:
         ok = _smooth_rows(g, exact, rows)
@@ -99,22 +100,15 @@ def _max_rows(g: Geometry, exact: ExactArray, rows: list[dict[int, Any]]) -> np.
 
 def _smooth_rows(g: Geometry, exact: ExactArray, rows: list[dict[int, Any]]) -> np.ndarray:
     """avg and lp: the exact row where smooth; lp's all-zero windows: the dual ball."""
-    from symjac.pool._jacobian import jacobian
-
     ref = _dense_rows(jacobian(g.spec, exact.to_fractions()), len(rows), 0)
     ok = np.zeros(len(rows), dtype=bool)
-    p = g.spec.p if g.spec.mode == "lp" else None  # type: ignore[union-attr]
-    power_sum = None
-    if p is not None and p > 1:
-        from symjac.pool._lp import windows
-
-        power_sum = windows(g, exact).power_sum
+    ball = g.operator.clarke_ball(g, exact)  # lp's all-zero windows: the dual unit ball
     for b in range(g.batch):
         for w in range(g.n_out):
             r = int(g.flat_index(np.array(b), np.array(w), g.out_spatial))
             row = rows[r]
-            if power_sum is not None and power_sum[b, w] == 0:
-                ok[r] = _dual_ball(row, set(_window_cols(g, b, w)), p)  # type: ignore[arg-type]
+            if ball is not None and ball[0][b, w]:
+                ok[r] = _dual_ball(row, set(_window_cols(g, b, w)), ball[1])
                 continue
             want = ref[r]
             ok[r] = set(row) == set(want) and all(_equal(row[c], want[c]) for c in want)

@@ -33,6 +33,7 @@ import numpy as np
 
 from symjac._errors import SpecError
 from symjac.pool._geometry import _pool_plan, _valid_slots
+from symjac.pool._ops import operator_of
 from symjac.pool._spec import AdaptivePool, GlobalPool, Pool, PoolSpec, check_pool_spec
 
 #: Lengths enumerated per axis are at most this (kernels whose bound exceeds it are refused).
@@ -64,7 +65,7 @@ def axis_items(spec: Pool, axis: int, length: int) -> set[Item] | None:
         # SAME pads): one long length per residue (a low/high pad swap passes at
         # L = 2 for kernel 3 stride 2, where the pads do not move a cell, but not at 6).
         items.add(("residue", length % s))
-    if spec.mode == "avg" and spec.divisor == "include_pad":
+    if operator_of(spec).counts_padding(spec):
         c_first, c_last = _valid_slots(starts + lo, k, d, length + lo + hi)
         counted = (c_last - c_first + 1).tolist()
     else:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from symjac._errors import SpecError
+from symjac.pool._ops import Operator, operator_of
 from symjac.pool._spec import AdaptivePool, GlobalPool, Pool, PoolSpec, check_pool_spec
 
 AXIS_NAMES = {1: ("L",), 2: ("H", "W"), 3: ("D", "H", "W")}
@@ -207,6 +208,11 @@ class Geometry:
     out_spatial: tuple[int, ...]
     axes: tuple[AxisWindows, ...]
     divisor: np.ndarray
+
+    @functools.cached_property
+    def operator(self) -> Operator:
+        """The spec's pooling operator (:mod:`symjac.pool._ops`): the rules every stage reads."""
+        return operator_of(self.spec)
 
     @functools.cached_property
     def cells(self) -> np.ndarray:
@@ -403,7 +409,7 @@ def _resolve(spec: PoolSpec, input_shape: tuple[int, ...]) -> Geometry:
     for ax in axes:
         counted = (counted[:, None] * ax.counted[None, :]).reshape(-1)
         n_valid = (n_valid[:, None] * np.count_nonzero(ax.valid, axis=1)[None, :]).reshape(-1)
-    if isinstance(spec, Pool) and spec.mode == "avg" and spec.divisor == "include_pad":
+    if isinstance(spec, Pool) and operator_of(spec).counts_padding(spec):
         divisor = counted
     elif isinstance(spec, Pool) and isinstance(spec.divisor, int):
         divisor = np.full(n_valid.shape, spec.divisor, dtype=np.int64)

@@ -27,9 +27,11 @@ import numpy as np
 import sympy
 
 from symjac.pool._geometry import AxisWindows, Geometry, resolve
-from symjac.pool._jacobian import _input, stamp
+from symjac.pool._jacobian import _input
+from symjac.pool._stamp import stamp
 from symjac.pool._spec import PoolSpec, check_pool_spec
-from symjac.pool._symbolic import max_members, window_classes
+from symjac.pool._symbolic import window_classes
+from symjac.pool._ties import max_members
 
 
 def _colour(n: int, node: np.ndarray, key: np.ndarray) -> np.ndarray:
@@ -136,14 +138,15 @@ def window_graph(spec: PoolSpec, x: Any, *, tie: str = "first") -> nx.DiGraph:
         g.add_node(("y", idx), kind="window")
     weights: dict[tuple[int, int, int], int] = {}
     q = 1
-    if geometry.spec.mode == "avg" or exact is not None:
+    op = geometry.operator
+    if op.rational and (exact is not None or not op.graph_needs_x):
         st = stamp(geometry, exact, tie)
         q = st.q
         num = np.broadcast_to(st.support * st.weight[..., None], (geometry.batch,) + geometry.cells.shape)
         for b, w, k in zip(*np.nonzero(geometry.valid[None] & np.ones((geometry.batch, 1, 1), dtype=bool))):
             weights[int(b), int(w), int(geometry.cells[w, k])] = int(num[b, w, k])
     member: dict[tuple[int, int, int], bool] = {}
-    if geometry.spec.mode == "max" and exact is not None:
+    if op.ties and exact is not None:
         m = max_members(geometry, geometry.to_canonical(exact.num), pads=True)  # pad_value=0: a pad cell competes
         for b, w, k in zip(*np.nonzero(geometry.valid[None] & np.ones((geometry.batch, 1, 1), dtype=bool))):
             member[int(b), int(w), int(geometry.cells[w, k])] = bool(m[b, w, k])

@@ -1,134 +1,30 @@
-"""The exact Jacobian, VJP and forward, stamped from the class templates.
+"""The public exact engine: Jacobian, VJP, JVP, forward and tie sets of a pooling spec.
 
-A :class:`Stamp` holds, for every window and slot of the geometry, whether the
-entry is nonzero and its exact value (an integer weight over a common denominator
-``q``), taken from the window's class template. Work runs one slot across
-all windows, or one window across all slots, whichever is shorter (a line): within
-a line every pair reads a different cell, so scatter-adds are collision-free NumPy
-assignments, vectorised over the batch; Python loops are O(min(windows, K)), never
-O(classes x K) or O(nnz).
+Each entry point resolves the spec's geometry and reads the rule of its operator
+(``geometry.operator``, :mod:`symjac.pool._ops`): the operator definitions sit below
+these entry points and above the stamp machinery (:mod:`symjac.pool._stamp`,
+:mod:`symjac.pool._ties`) they are built from.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import math
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
 import sympy
 
 from symjac._errors import InputError, SpecError
-from symjac._exact import ExactArray, _int_array, _unique_int64
+from symjac._exact import ExactArray
+from symjac.pool._beta import Tie, parse_tie
 from symjac.pool._geometry import Geometry, resolve
 from symjac.pool._spec import PoolSpec, check_pool_spec
-from symjac.pool._beta import Beta, Tie, parse_tie
-from symjac.pool._symbolic import (
-    TIE_POLICIES,
-    Line,
-    Slab,
-    lines,
-    max_members,
-    max_route,
-    max_support,
-    slabs,
-    window_classes,
-    window_weights,
-)
+from symjac.pool._stamp import SparseJacobian, Stamp, stamp
+from symjac.pool._symbolic import TIE_POLICIES, window_classes
+from symjac.pool._ties import max_members
 
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Stamp:
-    """The exact Jacobian of a geometry, stamped from the class templates.
-
-    Entry (b, w, k) of the Jacobian, the derivative of window w of slice b with
-    respect to the cell ``geometry.cells[w, k]``, is ``support * weight / q``.
-    Arrays have a leading axis of 1 when they do not depend on x (average
-    pooling: the support is the valid mask, the weight the class template's 1/D)
-    or of ``batch`` when they do (max pooling at a given x and tie policy).
-
-    Attributes:
-      geometry: the windows.
-      weight: (1 | batch, windows) int64 numerator of every window's entries.
-      q: the common denominator.
-      full: the support is exactly ``geometry.valid`` (average pooling), so a line's
-        coefficients need no support lookup.
-      slot: when every window has at most one entry (max pooling, ``first``/``last``),
-        (1 | batch, windows) its slot, -1 for none; else None.
-      mask: the support (:attr:`support`) when ``slot`` is None.
-      cell: with ``slot``, (1 | batch, windows) the flat spatial input cell it reads.
-    """
-
-    geometry: Geometry
-    weight: np.ndarray
-    q: int
-    full: bool = False  # the support is every valid slot (average pooling)
-    slot: np.ndarray | None = None  # (batch, windows) the one slot of each window's row, -1: none
-    mask: np.ndarray | None = None  # (1 | batch, windows, K) the support, unless given by slot
-    cell: np.ndarray | None = None  # with slot: (batch, windows) the input cell of the slot, -1: none
-
-    @functools.cached_property
-    def support(self) -> np.ndarray:
-        """(1 | batch, windows, K) bool, the nonzero entries.
-
-        A one-slot-a-window stamp builds it on demand from :attr:`slot`, O(windows x K):
-        only readers of whole rows ask (the verifier's exact rows, the window graph);
-        the Jacobian, VJP and forward go by :attr:`slot` and :attr:`entries`.
-        """
-        if self.mask is not None:
-            return self.mask
-        assert self.slot is not None
-        n_slots = self.geometry.cells.shape[1]
-        support = np.zeros(self.slot.shape + (n_slots,), dtype=bool)
-        rows = support.reshape(-1, n_slots)  # a view: one row a window
-        has = self.slot.reshape(-1) >= 0
-        rows[np.flatnonzero(has), self.slot.reshape(-1)[has]] = True
-        support.setflags(write=False)
-        return support
-
-    @property
-    def depth(self) -> int:
-        """The leading axis of the arrays: 1 (independent of x) or batch."""
-        return int(self.weight.shape[0])
-
-    @functools.cached_property
-    def entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The support's nonzero entries over every slice at once, slice-major, then window,
-        then slot (row-major): (slice, window, input cell), each (nnz of the stamp,).
-        What a sparse support is scattered over, with no Python step per slice."""
-        g = self.geometry
-        if self.slot is not None:  # one slot a window at most: O(windows), no (windows, K) pass
-            assert self.cell is not None
-            flat = np.flatnonzero(self.slot >= 0)
-            sl, w = np.divmod(flat, g.n_out) if self.depth > 1 else (_zeros(flat.size), flat)
-            return sl, w, self.cell.reshape(-1)[flat]
-        support = self.support
-        per_window = np.count_nonzero(support, axis=2).reshape(-1)
-        w = np.repeat(np.tile(np.arange(g.n_out), self.depth), per_window)
-        if self.depth == 1:
-            return _zeros(w.size), w, g.cells[support[0]]
-        sl = np.repeat(np.arange(self.depth), per_window.reshape(self.depth, -1).sum(axis=1))
-        return sl, w, np.broadcast_to(g.cells, support.shape)[support]
-
-    @functools.cached_property
-    def size(self) -> int:
-        """Number of nonzero entries of the support (all slices)."""
-        return int(np.count_nonzero(self.slot >= 0) if self.slot is not None else np.count_nonzero(self.support))
-
-    def coefficients(self, line: Line) -> np.ndarray:
-        """(1 | batch, len(line)) integer entries of a line (0 where the support leaves a slot out)."""
-        if self.full:  # a line holds valid slots only
-            return np.asarray(self.weight[:, line.w])
-        if self.slot is not None:
-            return np.where(self.slot[:, line.w] == line.k, self.weight[:, line.w], 0)
-        return np.where(self.support[:, line.w, line.k], self.weight[:, line.w], 0)
-
-
-def _zeros(n: int) -> np.ndarray:
-    """n zeros of one slice's entries, as a read-only view of a single 0 (no n-sized array)."""
-    return np.broadcast_to(np.intp(0), (n,))
+__all__ = ["SparseJacobian", "Stamp", "exact_forward", "exact_vjp", "expressions", "forward", "hvp", "jacobian",
+           "jvp", "stamp", "tie_sets", "vjp"]
 
 
 def _input(geometry_or_spec: Any, x: Any, name: str = "x") -> tuple[Geometry, ExactArray | None]:
@@ -138,274 +34,6 @@ def _input(geometry_or_spec: Any, x: Any, name: str = "x") -> tuple[Geometry, Ex
         return resolve(spec, x), None
     exact = ExactArray.from_any(x, name)
     return resolve(spec, exact.shape), exact
-
-
-def stamp(geometry: Geometry, x: ExactArray | None, tie: str = "first") -> Stamp:
-    """The exact Jacobian of ``geometry``; max pooling needs ``x`` to find its ties."""
-    if geometry.spec.mode == "avg":
-        weight, q = window_weights(geometry)
-        return Stamp(geometry, weight[None], q, full=True, mask=geometry.valid[None])
-    if x is None:
-        raise InputError("max pooling's Jacobian depends on x: pass the input values, not only its shape")
-    xc = geometry.to_canonical(x.num)
-    if tie in ("first", "last"):  # one slot a window, found axis by axis: no (batch, windows, K) array
-        slot, _, cell = max_route(geometry, xc, tie)
-        return Stamp(geometry, np.ones(slot.shape, dtype=np.int64), 1, slot=slot, cell=cell)
-    support, weight, q = max_support(geometry, xc, tie)  # split: any number of slots a window
-    return Stamp(geometry, weight, q, mask=support)
-
-
-def _apply(st: Stamp, source: ExactArray, transpose: bool) -> ExactArray:
-    """y = J x (transpose=False) or dx = J^T dy (transpose=True), exactly.
-
-    Integers over the common denominator ``source.den * st.q``, one line of the
-    (windows, slots) grid at a time (:func:`lines`): float64 when no sum can reach
-    2^53 (a target gets at most K terms, so every partial sum is an integer a double
-    holds exactly; NumPy's float scatter is the fastest), int64 below 2^62, Python
-    ints otherwise.
-    """
-    g = st.geometry
-    src_spatial, dst_spatial = (g.out_spatial, g.in_spatial) if transpose else (g.in_spatial, g.out_spatial)
-    s = g.to_canonical(source.num, src_spatial)
-    n_slots = math.prod(ax.cells.shape[1] for ax in g.axes)  # K, without building the (windows, K) table
-    wmax = int(np.abs(st.weight).max()) if st.weight.size else 0
-    smax = int(np.abs(s).max()) if s.size else 0
-    small = s.dtype != object and smax * wmax * max(n_slots, 1) < 2**62
-    n_dst = math.prod(dst_spatial)
-    by_weight = None if small or not st.full else _by_weight(st, s, transpose, n_dst)
-    if by_weight is not None:
-        return ExactArray(_int_array(g.from_canonical(by_weight, dst_spatial)), source.den * st.q)
-    kind: Any = (np.float64 if smax * wmax * max(n_slots, 1) < 2**53 else np.int64) if small else object
-    s = s.astype(kind)
-    acc = np.zeros((g.batch, n_dst), dtype=kind)
-    _accumulate(st, s, acc, transpose)
-    return ExactArray(_int_array(g.from_canonical(acc, dst_spatial)), source.den * st.q)
-
-
-def _by_weight(st: Stamp, s: np.ndarray, transpose: bool, n_dst: int) -> np.ndarray | None:
-    """:func:`_apply` for a full support (average pooling) whose sums leave int64 only through the
-    weights (a large common denominator: k15 windows have 36 divisors, lcm ~2^37), or None.
-
-    Every entry of a window is its one weight, and windows share few weights: sum the
-    source in int64 per (target, weight) (at most K terms each), then combine the few
-    weights in Python ints. O(pairs) int64 work and O(targets x weights) object work,
-    instead of O(pairs) object work.
-    """
-    g = st.geometry
-    values, group = np.unique(st.weight[0], return_inverse=True)
-    n_pairs = int(np.count_nonzero(g.valid))
-    if s.dtype == object or int(np.abs(s).max(initial=0)) * g.cells.shape[1] >= 2**62 or values.size * n_dst > n_pairs:
-        return None
-    acc = np.zeros((g.batch, n_dst, values.size), dtype=np.int64)
-    for line in lines(g):  # within a line targets are distinct, so (target, group) pairs are too
-        if transpose:
-            acc[:, line.cells, group[line.w]] += s[:, line.w]
-        elif line.window is None:
-            acc[:, line.w, group[line.w]] += s[:, line.cells]
-        else:
-            acc[:, line.window, group[line.window]] += s[:, line.cells].sum(axis=1)
-    out: np.ndarray = acc.astype(object) @ values.astype(object)
-    return out
-
-
-def _accumulate(st: Stamp, s: np.ndarray, acc: np.ndarray, transpose: bool) -> None:
-    """``acc += J s`` or ``J^T s`` with J's entries ``support * weight`` (the ``q`` left out), in ``acc``'s dtype:
-    over the support's own pairs when it is sparse, else one line of the (windows, slots) grid at a time."""
-    g = st.geometry
-    if not st.full and 2 * st.size <= int(_valid_counts(g).sum()):
-        _apply_pairs(st, s, acc, transpose)
-        return
-    boxes = slabs(g) if st.full and acc.flags.c_contiguous else None  # contiguous: reshaped, acc is a view
-    if boxes is not None:
-        _apply_slabs(st, s, acc, transpose, boxes)
-        return
-    for line in lines(g):
-        coeff = st.coefficients(line).astype(acc.dtype)
-        if transpose:
-            acc[:, line.cells] += s[:, line.w] * coeff
-        elif line.window is None:
-            acc[:, line.w] += s[:, line.cells] * coeff
-        else:
-            acc[:, line.window] += (s[:, line.cells] * coeff).sum(axis=1)
-
-
-def _apply_slabs(st: Stamp, s: np.ndarray, acc: np.ndarray, transpose: bool, boxes: tuple[Slab, ...]) -> None:
-    """:func:`_accumulate` for a full support (average pooling) whose slots are boxes (:func:`slabs`).
-
-    Every entry of window w is its weight: ``dx[cells] += (s * weight)[windows]`` one
-    slot at a time (transpose), or ``y[windows] += x[cells]`` then times the weight. No
-    sum has more than K terms of magnitude <= max|s|·max|weight|, the bound
-    :func:`_apply` chose ``acc``'s dtype by, so both orders are exact.
-    """
-    g = st.geometry
-    lead = (acc.shape[0],)
-    weight = st.weight.astype(acc.dtype).reshape(st.weight.shape[:1] + g.out_spatial)
-    dst = acc.reshape(lead + (g.in_spatial if transpose else g.out_spatial))
-    if transpose:
-        src = s.reshape(lead + g.out_spatial) * weight
-        for box in boxes:
-            dst[(slice(None),) + box.cells] += src[(slice(None),) + box.windows]
-        return
-    src = s.reshape(lead + g.in_spatial)
-    sums = np.zeros(dst.shape, dtype=acc.dtype)
-    for box in boxes:
-        sums[(slice(None),) + box.windows] += src[(slice(None),) + box.cells]
-    dst += sums * weight
-
-
-def _apply_pairs(st: Stamp, s: np.ndarray, acc: np.ndarray, transpose: bool) -> None:
-    """:func:`_accumulate` over the support's own (window, slot) pairs, every slice at once.
-
-    For a sparse support (max pooling's one slot a window, or any x-dependent
-    support) this is O(support) instead of O(windows x K) lines; pairs may share a
-    cell, so the scatter is ``np.add.at`` (exact on int64 and on Python ints), or ``np.bincount`` into floats.
-    """
-    b, w, cells, coeff = _batch_entries(st)
-    coeff = coeff.astype(acc.dtype)
-    target, terms = (cells, s[b, w] * coeff) if transpose else (w, s[b, cells] * coeff)
-    if acc.dtype.kind == "f":  # float sums in any order (bincount is ~5x faster than add.at)
-        acc += np.bincount(_flat(b, target, acc.shape), weights=terms, minlength=acc.size).reshape(acc.shape)
-    else:  # exact on int64 and on Python ints
-        np.add.at(acc, (b, target), terms)
-
-
-def _flat(b: np.ndarray, target: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """Flat positions ``b * shape[1] + target`` in a (batch, n) array (``target`` itself for one slice)."""
-    return target if shape[0] == 1 else b * shape[1] + target
-
-
-def _batch_entries(st: Stamp) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """:attr:`Stamp.entries` for every batch slice with each entry's integer weight:
-    (batch index, window, input cell, weight)."""
-    sl, w, cells = st.entries
-    weight = st.weight[0, w] if st.depth == 1 else st.weight[sl, w]
-    b, (w, cells, weight) = _every_slice(st, sl, w, cells, weight)
-    return b, w, cells, weight
-
-
-def _every_slice(st: Stamp, sl: np.ndarray, *per_entry: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-    """The batch index of each entry, and the per-entry arrays, over every batch slice: a
-    stamp of depth 1 (the same support in every slice) is repeated slice by slice."""
-    batch = st.geometry.batch
-    if st.depth == batch:
-        return sl, per_entry
-    n = sl.size
-    return np.repeat(np.arange(batch), n), tuple(np.tile(a, batch) for a in per_entry)
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class SparseJacobian:
-    """An exact sparse Jacobian in COO form.
-
-    Rows index the flattened output and columns the flattened input, both in the
-    spec's layout order. Values are exact SymPy rationals; ``value_ids`` index
-    ``table`` (the distinct values), so the object array costs one pointer an entry.
-
-    Attributes:
-      output_shape / input_shape: the full shapes in the spec's layout.
-      rows, cols: (nnz,) int64, sorted by (row, col).
-      value_ids: (nnz,) signed integers indexing ``table`` (the engine stores the narrowest
-        type that holds them: int8 for up to 128 distinct values).
-      table: distinct exact values.
-      spec: the pooling spec it is the Jacobian of (for :func:`symjac.in_clarke_set`).
-    """
-
-    output_shape: tuple[int, ...]
-    input_shape: tuple[int, ...]
-    rows: np.ndarray
-    cols: np.ndarray
-    value_ids: np.ndarray
-    table: tuple[sympy.Rational, ...]
-    spec: Any = None
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (math.prod(self.output_shape), math.prod(self.input_shape))
-
-    @property
-    def nnz(self) -> int:
-        return int(self.rows.size)
-
-    @property
-    def values(self) -> np.ndarray:
-        """(nnz,) object array of exact SymPy values."""
-        table = np.empty(len(self.table), dtype=object)
-        table[:] = list(self.table)
-        return np.asarray(table[self.value_ids])
-
-    def entry(self, out_index: Any, in_index: Any) -> sympy.Rational:
-        """Exact ∂y[out_index]/∂x[in_index] (multi-indices in the layout); 0 if absent."""
-        try:
-            row = int(np.ravel_multi_index(tuple(out_index), self.output_shape))
-            col = int(np.ravel_multi_index(tuple(in_index), self.input_shape))
-        except (ValueError, TypeError):
-            raise InputError(
-                f"entry({out_index!r}, {in_index!r}): indices must lie in output shape "
-                f"{self.output_shape} and input shape {self.input_shape}"
-            ) from None
-        lo = np.searchsorted(self.rows, row, side="left")
-        hi = np.searchsorted(self.rows, row, side="right")
-        hit = np.flatnonzero(self.cols[lo:hi] == col)
-        return self.table[int(self.value_ids[lo + hit[0]])] if hit.size else sympy.Integer(0)
-
-    def todense(self) -> sympy.Matrix:
-        """The dense exact matrix (small shapes only: it is O(inputs x outputs))."""
-        m = sympy.zeros(*self.shape)
-        for r, c, v in zip(self.rows.tolist(), self.cols.tolist(), self.value_ids.tolist()):
-            m[r, c] = self.table[v]
-        return m
-
-    def to_numpy(self, dtype: Any = np.float64) -> np.ndarray:
-        """The dense matrix with each exact value correctly rounded into ``dtype``."""
-        from symjac._exact import round_fractions
-
-        table = np.empty(len(self.table), dtype=object)
-        table[:] = [Fraction(int(v.p), int(v.q)) for v in self.table]
-        dense = np.zeros(self.shape, dtype=dtype)
-        if self.table:
-            dense[self.rows, self.cols] = round_fractions(table, dtype)[self.value_ids]
-        return dense
-
-
-def _sparse(st: Stamp) -> SparseJacobian:
-    """COO of the stamp, sorted by (row, col), without a sort where the layout allows.
-
-    Entries are generated slice by slice, window-major with slots in row-major
-    order, so both rows and (within a row) columns increase; only channels_last
-    with several channels interleaves rows and needs a stable sort by row.
-    """
-    g = st.geometry
-    # per-window weights (never per entry): few distinct values in a narrow range, numbered
-    # without a sort, in the narrowest integer type (value_ids is one of the nnz-sized outputs)
-    distinct, inverse = _unique_int64(st.weight.reshape(-1))
-    id_type = next(t for t in (np.int8, np.int16, np.int32, np.int64) if distinct.size <= np.iinfo(t).max + 1)
-    weight_ids = inverse.astype(id_type).reshape(st.weight.shape)
-    # every slice at once, slice-major, window-major, slots row-major (a depth-1 stamp repeated per slice)
-    if st.depth == 1 and st.full:  # every valid slot: read row-major from the table (no count pass)
-        w = np.repeat(np.arange(g.n_out), _valid_counts(g))
-        sl, cells, vid = _zeros(w.size), g.cells[g.valid], np.repeat(weight_ids[0], _valid_counts(g))
-    else:
-        sl, w, cells = st.entries
-        vid = weight_ids[0, w] if st.depth == 1 else weight_ids[sl, w]
-    b, (w, cells, vid) = _every_slice(st, sl, w, cells, vid)
-    if g.batch == 1 and not g.trail:  # one slice: flat index = canonical index, no copy
-        row, col = w, cells
-    else:
-        row, col = g.flat_index(b, w, g.out_spatial), g.flat_index(b, cells, g.in_spatial)
-    del b, sl, w, cells
-    if math.prod(g.trail) > 1:  # channels_last with several channels: rows interleave
-        order = np.argsort(row, kind="stable")
-        row, col, vid = row[order], col[order], vid[order]
-    table = tuple(sympy.Rational(int(v), st.q) for v in distinct)
-    return SparseJacobian(g.output_shape, g.input_shape, row, col, vid, table, spec=g.spec)
-
-
-def _valid_counts(g: Geometry) -> np.ndarray:
-    """(windows,) valid slots per window: the product of the per-axis counts (valid is their outer and)."""
-    counts = np.ones(1, dtype=np.int64)
-    for ax in g.axes:
-        counts = np.multiply.outer(counts, np.count_nonzero(ax.valid, axis=1)).reshape(-1)
-    return counts
 
 
 def jacobian(spec: PoolSpec, x: Any, *, tie: Tie = "first") -> SparseJacobian:
@@ -428,15 +56,10 @@ def jacobian(spec: PoolSpec, x: Any, *, tie: Tie = "first") -> SparseJacobian:
     """
     tie = parse_tie(tie, TIE_POLICIES)
     geometry, exact = _input(spec, x)
-    if geometry.spec.mode == "lp":
-        from symjac.pool._lp import lp_jacobian
+    jac: SparseJacobian = geometry.operator.jacobian(geometry, exact, tie)
+    return jac
 
-        return lp_jacobian(geometry, exact)
-    if isinstance(tie, Beta):
-        from symjac.pool._beta import beta_jacobian
 
-        return beta_jacobian(geometry, exact, tie)
-    return _sparse(stamp(geometry, exact, tie))
 
 
 def vjp(spec: PoolSpec, x: Any, dy: Any, *, tie: Tie = "first") -> np.ndarray:
@@ -446,27 +69,45 @@ def vjp(spec: PoolSpec, x: Any, dy: Any, *, tie: Tie = "first") -> np.ndarray:
     """
     tie = parse_tie(tie, TIE_POLICIES)
     geometry, exact = _input(spec, x)
-    g = _check_dy(geometry, dy)
-    if geometry.spec.mode == "lp":
-        from symjac.pool._lp import lp_vjp
-
-        return lp_vjp(geometry, exact, g)
-    if isinstance(tie, Beta):
-        from symjac.pool._beta import beta_vjp
-
-        return beta_vjp(geometry, exact, g, tie).to_sympy()
-    return _apply(stamp(geometry, exact, tie), g, transpose=True).to_sympy()
+    g = _check(geometry.output_shape, dy, "dy", "the output shape")
+    out: np.ndarray = geometry.operator.vjp(geometry, exact, g, tie)
+    return out
 
 
-def _check_dy(geometry: Geometry, dy: Any, name: str = "dy") -> ExactArray:
-    exact = ExactArray.from_any(dy, name)
-    if exact.shape != geometry.output_shape:
-        raise InputError(f"{name} has shape {exact.shape}; the output shape is {geometry.output_shape}")
+def jvp(spec: PoolSpec, x: Any, t: Any, *, tie: Tie = "first") -> np.ndarray:
+    """The exact directional derivative ``J(x) t`` (forward mode), an object array of SymPy values.
+
+    ``t`` has the input's shape; the result the output's. ``x`` may be an input shape
+    (tuple of ints) for average pooling; ``tie`` as for :func:`jacobian`.
+    """
+    tie = parse_tie(tie, TIE_POLICIES)
+    geometry, exact = _input(spec, x)
+    tangent = _check(geometry.input_shape, t, "t", "the input shape")
+    out: np.ndarray = geometry.operator.jvp(geometry, exact, tangent, tie)
+    return out
+
+
+def hvp(spec: PoolSpec, x: Any, dy: Any, v: Any) -> np.ndarray:
+    """The exact second derivative along ``v``: ``d/dε [J(x + εv)^T dy]`` at ε = 0, SymPy values
+    in the input's layout (zero off ties for average and max pooling; lp's is not zero)."""
+    geometry, exact = _input(spec, x)
+    if exact is None:
+        raise InputError("hvp needs the input values, not only a shape")
+    upstream = _check(geometry.output_shape, dy, "dy", "the output shape")
+    direction = _check(geometry.input_shape, v, "v", "the input shape")
+    out: np.ndarray = geometry.operator.hvp(geometry, exact, upstream, direction)
+    return out
+
+
+def _check(shape: tuple[int, ...], a: Any, name: str, what: str) -> ExactArray:
+    exact = ExactArray.from_any(a, name)
+    if exact.shape != shape:
+        raise InputError(f"{name} has shape {exact.shape}; {what} is {shape}")
     return exact
 
 
 def forward(spec: PoolSpec, x: Any) -> np.ndarray:
-    """The exact forward values, an object array of SymPy rationals.
+    """The exact forward values, an object array of SymPy numbers.
 
     Average pooling is linear (checked symbolically per template), so y = J x; max
     pooling takes the value of a cell in the tie set.
@@ -474,50 +115,20 @@ def forward(spec: PoolSpec, x: Any) -> np.ndarray:
     geometry, exact = _input(spec, x)
     if exact is None:
         raise InputError("forward needs the input values, not only a shape")
-    if geometry.spec.mode == "lp":
-        from symjac.pool._lp import exact_forward as lp_forward
-
-        return lp_forward(geometry, exact)
-    return exact_forward(geometry, exact).to_sympy()
+    out: np.ndarray = geometry.operator.forward(geometry, exact)
+    return out
 
 
 def exact_forward(geometry: Geometry, x: ExactArray) -> ExactArray:
-    """Exact forward on an exact input (for other stages): J x for average pooling; for
-    max pooling each window's maximum, found axis by axis with its first maximal slot
-    (:func:`symjac.pool._symbolic.max_route`, cached for x)."""
-    if geometry.spec.mode != "max":
-        return _apply(stamp(geometry, x, "first"), x, transpose=False)
-    g = geometry
-    top = max_route(g, g.to_canonical(x.num), "first")[1]  # (B, W); 0 where a pad cell of pad_value=0 wins
-    return ExactArray(_int_array(g.from_canonical(top, g.out_spatial)), x.den)
+    """Exact forward on an exact input (for other stages): the operator's rational forward."""
+    out: ExactArray = geometry.operator.exact_forward(geometry, x)
+    return out
 
 
-def exact_vjp(geometry: Geometry, x: ExactArray | None, dy: ExactArray, tie: str = "first") -> ExactArray:
-    """Exact input gradient on exact arrays (for other stages)."""
-    return _apply(stamp(geometry, x, tie), dy, transpose=True)
-
-
-def vjp_terms(geometry: Geometry, x: ExactArray | None, dy: ExactArray) -> tuple[ExactArray, np.ndarray, np.ndarray]:
-    """What checking a float VJP at ``dy`` needs, from one stamp (policy "first"): ``J^T dy``
-    exactly, and per cell in float64 (canonical (B, n_in)) the magnitude of its terms
-    ``(|J|^T |dy|)`` and their number m (J with its entries set to 1, applied to ones).
-
-    Each is one pass over the support's pairs or the grid's lines, never a (B, W, K) array.
-    """
-    g = geometry
-    st = stamp(g, x, "first")
-    want = _apply(st, dy, transpose=True)
-    dy_abs = np.abs(g.to_canonical(dy.to_numpy(np.float64), g.out_spatial))
-    bound, count = np.zeros((g.batch, g.n_in)), np.zeros((g.batch, g.n_in))
-    if st.full:  # every valid slot: by lines, and the windows reading each cell
-        _accumulate(dataclasses.replace(st, weight=np.abs(st.weight) / st.q, q=1), dy_abs, bound, transpose=True)
-        count[:] = np.bincount(g.cells[g.valid], minlength=g.n_in)
-        return want, bound, count
-    b, w, cells, weight = _batch_entries(st)  # over the support's own pairs
-    target = _flat(b, cells, bound.shape)
-    bound[:] = np.bincount(target, weights=dy_abs[b, w] * np.abs(weight) / st.q, minlength=bound.size).reshape(bound.shape)
-    count[:] = np.bincount(target, minlength=count.size).reshape(count.shape)
-    return want, bound, count
+def exact_vjp(geometry: Geometry, x: ExactArray | None, dy: ExactArray, tie: Tie = "first") -> ExactArray:
+    """Exact input gradient on exact arrays (for other stages), any tie policy."""
+    out: ExactArray = geometry.operator.exact_vjp(geometry, x, dy, tie)
+    return out
 
 
 def tie_sets(spec: PoolSpec, x: Any) -> np.ndarray:
@@ -528,7 +139,7 @@ def tie_sets(spec: PoolSpec, x: Any) -> np.ndarray:
     omits the pad cells (empty when only pad cells attain the maximum).
     """
     geometry, exact = _input(spec, x)
-    if exact is None or geometry.spec.mode != "max":
+    if exact is None or not geometry.operator.ties:
         raise SpecError("tie_sets needs a max pooling spec and input values")
     member = max_members(geometry, geometry.to_canonical(exact.num), pads=True) & geometry.valid  # pad cells left out
     out = np.empty(math.prod(geometry.output_shape), dtype=object)

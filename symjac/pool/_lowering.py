@@ -12,7 +12,6 @@ exact values within float rounding.
 from __future__ import annotations
 
 import dataclasses
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -22,7 +21,8 @@ from symjac.check._rounding import is_float
 from symjac.pool._geometry import Geometry, resolve
 from symjac.pool._spec import PoolSpec, check_pool_spec
 from symjac.pool._beta import Beta, Tie, parse_tie
-from symjac.pool._symbolic import TIE_POLICIES, check_tie, lines, max_support, pad_cells, window_weights
+from symjac.pool._symbolic import TIE_POLICIES
+from symjac.pool._beta import check_tie
 
 
 def _check_float(name: str, a: Any, shape: tuple[int, ...]) -> np.ndarray:
@@ -50,29 +50,14 @@ class Lowered:
     def forward(self, x: Any) -> np.ndarray:
         """Pooling forward in x's dtype (float16, bfloat16, float32, float64), x in the spec's layout.
 
-        avg: the template's sum, slot by slot in slot order, times its exact
-        derivative 1/D rounded to the dtype; max: the template's ``Max``.
+        The operator's ``lower_forward`` rule (avg: the template's sum, slot by slot in
+        slot order, times its exact derivative 1/D rounded to the dtype; max: the
+        template's ``Max``).
         """
         g = self.geometry
         x = _check_float("x", x, g.input_shape)
-        if g.spec.mode == "lp":
-            from symjac.pool._lp import lowered_forward
-
-            return lowered_forward(g, x)
-        xc = g.to_canonical(x)
-        avg = g.spec.mode == "avg"
-        acc = np.full((g.batch, g.n_out), 0 if avg else -np.inf, dtype=x.dtype)
-        op = np.add if avg else np.maximum
-        for line in lines(g):
-            values = xc[:, line.cells]
-            if line.window is None:
-                acc[:, line.w] = op(acc[:, line.w], values)
-            else:
-                acc[:, line.window] = op(acc[:, line.window], op.reduce(values, axis=1))
-        pads = pad_cells(g)
-        if pads is not None:  # Pool(pad_value=0): a window holding pad cells has 0 among its values
-            acc = np.where(pads.any(axis=1), np.maximum(acc, x.dtype.type(0)), acc)
-        return g.from_canonical(acc * self._weights(x.dtype) if avg else acc)
+        out: np.ndarray = g.operator.lower_forward(g, x)
+        return out
 
     def vjp(self, x: Any, dy: Any, tie: Tie = "first") -> np.ndarray:
         """Input gradient ``J(x)^T dy`` in x's dtype; ``tie`` as for :func:`symjac.jacobian`."""
@@ -85,28 +70,8 @@ class Lowered:
         g = self.geometry
         x = _check_float("x", x, g.input_shape)
         dy = _check_float("dy", dy, g.output_shape).astype(x.dtype, copy=False)
-        if g.spec.mode == "lp":
-            from symjac.pool._lp import lowered_vjp
-
-            return lowered_vjp(g, x, dy)
-        xc, dyc = g.to_canonical(x), g.to_canonical(dy, g.out_spatial)
-        dx = np.zeros((g.batch, g.n_in), dtype=x.dtype)
-        if g.spec.mode == "avg":
-            up = dyc * self._weights(x.dtype)
-            for line in lines(g):
-                dx[:, line.cells] += up[:, line.w]
-            return g.from_canonical(dx, g.in_spatial)
-        support, weight, q = max_support(g, xc, tie)
-        up = dyc if q == 1 else dyc * (weight / q).astype(x.dtype)
-        for line in lines(g):
-            dx[:, line.cells] += np.where(support[:, line.w, line.k], up[:, line.w], x.dtype.type(0))
-        return g.from_canonical(dx, g.in_spatial)
-
-    def _weights(self, dtype: np.dtype) -> np.ndarray:
-        """(windows,) each window's exact derivative 1/D (its class template's) rounded to ``dtype``."""
-        weight, q = window_weights(self.geometry)
-        return np.array([float(Fraction(int(w), q)) for w in np.unique(weight)], dtype=dtype)[
-            np.searchsorted(np.unique(weight), weight)]
+        out: np.ndarray = g.operator.lower_vjp(g, x, dy, tie)
+        return out
 
 
 def lower(spec: PoolSpec, input_shape: tuple[int, ...]) -> Lowered:

@@ -1,4 +1,6 @@
-"""Power-average (lp) pooling: exact algebraic forward and Jacobian, NumPy lowering, rounding bounds.
+"""Power-average (lp) pooling's machinery: exact algebraic forward and Jacobian, NumPy lowering, rounding bounds.
+
+Read by lp's definition (:mod:`symjac.pool._ops.lp`), the only module that names the operator.
 
 PyTorch's ``lp_pool1d/2d`` compute ``(sign(S)·relu(|S|))^(1/p)`` with
 ``S = k·avg(x^p) = Σ_window x^p``; since ``sign(S)·relu(|S|) = S`` this is
@@ -50,7 +52,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import sympy
@@ -58,8 +60,10 @@ import sympy
 from symjac._errors import InputError
 from symjac._exact import ExactArray, round_fraction
 from symjac.check._rounding import gamma, unit_roundoff
-from symjac.pool._geometry import Geometry
-from symjac.pool._jacobian import SparseJacobian
+from symjac.pool._stamp import SparseJacobian
+
+if TYPE_CHECKING:
+    from symjac.pool._geometry import Geometry
 
 
 

@@ -16,10 +16,12 @@ from typing import Any
 import numpy as np
 
 from symjac._errors import SpecError, did_you_mean
+from symjac.pool._ops import OPERATORS
 
-MODES = ("max", "avg")
-#: Pool (not adaptive or global) also takes ``"lp"``: power-average (norm) pooling.
-POOL_MODES = MODES + ("lp",)
+#: The registered operators every geometry takes (adaptive and global pooling too).
+MODES = tuple(name for name, op in OPERATORS.items() if op.any_geometry)
+#: Pool (not adaptive or global) takes every registered operator (``"lp"`` too: power-average pooling).
+POOL_MODES = tuple(OPERATORS)
 ZERO_WINDOW_POLICIES = ("zero", "one")
 PADDING_MODES = ("valid", "same", "same_lower")
 DIVISOR_RULES = ("exclude_pad", "include_pad")
@@ -130,27 +132,6 @@ def _choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
     return str(value)
 
 
-def _check_lp(spec: Pool) -> None:
-    """``p`` and ``zero_window`` belong to lp pooling, which has PyTorch's lp_pool geometry."""
-    zero = _choice("zero_window", spec.zero_window, ZERO_WINDOW_POLICIES)
-    if spec.mode != "lp":
-        if spec.p is not None or zero != "zero":
-            raise SpecError(f"p={spec.p!r} / zero_window={zero!r} are only meaningful for mode='lp'; "
-                            f"leave them unset for mode={spec.mode!r}")
-        return
-    if not _is_int(spec.p) or spec.p < 1:  # type: ignore[operator]
-        raise SpecError(f"p={spec.p!r} is not valid for mode='lp': give an integer power >= 1 (2 is norm pooling)")
-    # torch.nn.functional.lp_pool1d/2d take no padding or dilation; their ceil-mode
-    # overhang windows are scaled by kernel/valid cells, which is not an lp norm.
-    if spec.padding != "valid" and spec.padding != ((0, 0),) * spec.rank:
-        raise SpecError(f"padding={spec.padding!r} is not valid for mode='lp': lp pooling (PyTorch lp_pool) "
-                        "has no padding; give padding='valid'")
-    if spec.dilation != (1,) * spec.rank or spec.ceil_mode:
-        raise SpecError("mode='lp' takes no dilation and no ceil_mode (PyTorch lp_pool's geometry); "
-                        "leave them at 1 and False")
-    object.__setattr__(spec, "p", int(spec.p))  # type: ignore[arg-type]
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class Pool:
     """Max, average or power-average (lp) pooling over 1, 2 or 3 spatial dimensions.
@@ -226,18 +207,17 @@ class Pool:
             divisor = int(divisor)
         else:
             divisor = _choice("divisor", divisor, DIVISOR_RULES)
-        if self.mode == "max" and divisor != "exclude_pad":
-            raise SpecError(f"divisor={self.divisor!r} is only meaningful for mode='avg'; leave it unset for max pooling")
+        op = OPERATORS[self.mode]
+        op.check_divisor(self, divisor)
         put(self, "divisor", divisor)
         put(self, "layout", _choice("layout", self.layout, LAYOUTS))
-        _check_lp(self)
+        # p and zero_window: lp pooling's fields (its check_power rule), unset for the others
+        op.check_power(self, _choice("zero_window", self.zero_window, ZERO_WINDOW_POLICIES))
         if self.pad_value is not None:
             if isinstance(self.pad_value, bool) or not isinstance(self.pad_value, numbers.Real) or self.pad_value != 0:
                 raise SpecError(f"pad_value={self.pad_value!r} is not valid: give None (padding takes no part in "
                                 "the max) or 0 (pad cells hold 0 and take part in the max)")
-            if self.mode != "max":
-                raise SpecError(f"pad_value={self.pad_value!r} is only meaningful for mode='max' (average pooling "
-                                "counts padding through divisor='include_pad'); leave it unset")
+            op.check_pad_value(self)
             put(self, "pad_value", 0)
 
     def __repr__(self) -> str:
@@ -246,8 +226,7 @@ class Pool:
         fields = [f"mode={self.mode!r}", f"kernel={self.kernel!r}", f"stride={self.stride!r}",
                   f"padding={self.padding!r}", f"dilation={self.dilation!r}", f"ceil_mode={self.ceil_mode!r}",
                   f"divisor={self.divisor!r}", f"layout={self.layout!r}"]
-        if self.mode == "lp":
-            fields += [f"p={self.p!r}", f"zero_window={self.zero_window!r}"]
+        fields += OPERATORS[self.mode].repr_fields(self)
         if self.pad_value is not None:  # likewise pad_value only when set
             fields.append(f"pad_value={self.pad_value!r}")
         return f"Pool({', '.join(fields)})"

@@ -30,7 +30,9 @@ from symjac._exact import ExactArray
 from symjac.check._rounding import precision, unit_roundoff
 from symjac.pool._geometry import Geometry, resolve
 from symjac.pool._jacobian import exact_forward
+from symjac.pool._ops import operator_of
 from symjac.pool._spec import Pool, PoolSpec
+from symjac.verifiers._pool_run import run
 
 #: Neighbouring values of each convention field, in the order they are tried.
 PADDING_NEIGHBOURS = ("same", "same_lower")
@@ -157,11 +159,9 @@ def _check(spec: PoolSpec, g: Geometry, fwd: Callable[..., Any] | None, bwd: Cal
             return score, diff, None
     if bwd is None and not isolate:
         return 0.0, "", Match(spec, None, "forward")
-    from symjac.verifiers._pool import verify
-
-    report = verify(spec, backward=bwd, forward=fwd, x=x, dtype=dtype, seed=seed, isolate=isolate, hints=False)
+    report = run(spec, backward=bwd, forward=fwd, x=x, dtype=dtype, seed=seed, isolate=isolate)
     if report.ok:
-        return 0.0, "", Match(spec, _tie(report) if spec.mode == "max" else None,
+        return 0.0, "", Match(spec, _tie(report) if operator_of(spec).ties else None,
                               "forward and backward" if fwd else "backward")
     first = report.findings[0]
     return 0.5 + 0.1 * len(report.categories()), f"{first.category}: {first.message}", None
@@ -197,7 +197,7 @@ def _pool_candidates(mode: str, kernel: Any, stride: Any, padding: Any, dilation
     paddings = [padding] + [p for p in PADDING_NEIGHBOURS if p != padding and padding != "valid"]
     out = []
     for pad, ceil, divisor, layout in itertools.product(paddings, (False, True), DIVISORS, LAYOUTS):
-        if mode == "max" and divisor != "exclude_pad":
+        if divisor not in operator_of(mode).infer_divisors(DIVISORS):
             continue
         if ceil and isinstance(pad, str) and pad != "valid":
             continue
@@ -253,16 +253,14 @@ def neighbours(spec: PoolSpec) -> list[tuple[PoolSpec, str]]:
     if not isinstance(spec, Pool):
         other = "channels_last" if spec.layout == "channels_first" else "channels_first"
         return [(dataclasses.replace(spec, layout=other), f"layout={other!r}")]
-    changes: list[dict[str, Any]] = []
-    if spec.mode == "avg":
-        changes += [{"divisor": d} for d in DIVISORS if d != spec.divisor]
+    op = operator_of(spec)
+    changes: list[dict[str, Any]] = [{"divisor": d} for d in op.infer_divisors(DIVISORS) if d != spec.divisor]
     if isinstance(spec.padding, str) and spec.padding != "valid":
         changes += [{"padding": p} for p in PADDING_NEIGHBOURS if p != spec.padding]
     if not isinstance(spec.padding, str) or spec.padding == "valid":
         changes.append({"ceil_mode": not spec.ceil_mode})
     changes += [{"layout": lay} for lay in LAYOUTS if lay != spec.layout]
-    if spec.mode == "max" and spec.padding != "valid":
-        changes.append({"pad_value": 0 if spec.pad_value is None else None})
+    changes += op.neighbour_changes(spec, DIVISORS)
     out: list[tuple[PoolSpec, str]] = []
     for change in changes:
         try:

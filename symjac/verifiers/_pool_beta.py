@@ -16,15 +16,19 @@ derivative there.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fractions import Fraction
 import numpy as np
 
 from symjac.check._report import Finding, fmt_index, listing
 from symjac.check._rounding import gamma
 from symjac.pool._beta import Beta, beta_weights
-from symjac.pool._geometry import Geometry
-from symjac.pool._symbolic import policy_weights
+from symjac.pool._beta import policy_weights
 from symjac.verifiers._pool_rows import ExactRows, Rows, tolerance
+
+if TYPE_CHECKING:
+    from symjac.pool._geometry import Geometry
 
 MAX_DENOMINATOR = 1000
 

@@ -10,18 +10,20 @@ summing to 1, touching only tied cells). A window that fails is classified as
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from symjac._lastaxis import any_last, count_last
+from symjac._lastaxis import any_last
 from symjac.check._report import MAX_LISTED, Finding, fmt_index, listing
 from symjac.check._rounding import gamma, ulps
-from symjac.pool._geometry import Geometry
-from symjac.pool._symbolic import TIE_POLICIES, policy_weights
+from symjac.pool._symbolic import TIE_POLICIES
+from symjac.pool._beta import policy_weights
 from symjac.verifiers._pool_beta import name_policy
-from symjac.verifiers._pool_lp import clarke_ok as lp_clarke_ok
 from symjac.verifiers._pool_rows import ExactRows, Rows, row_tolerance, tolerance
+
+if TYPE_CHECKING:
+    from symjac.pool._geometry import Geometry
 
 _WHAT = {
     "missing_windows": "{n} of {total} windows send no gradient",
@@ -45,17 +47,9 @@ class Diagnosis:
         self.policies: set[str] = set()
 
     def clarke_ok(self, rows: Rows, exact: ExactRows) -> np.ndarray:
-        """(B, W): the row lies in the convex hull of the tie set's vertices (with a pad cell
-        of ``pad_value=0`` among the maxima, the vertex 0 too: the row may sum to anything in [0, 1])."""
-        obs, member = rows.obs, exact.member
-        if self.g.spec.mode == "lp":
-            return lp_clarke_ok(self.g, obs, exact.tied, self.u)
-        size = count_last(member)
-        tol = gamma(3, self.u)
-        outside = any_last(~member & self.g.valid[None] & (obs != 0)) | any_last(member & (obs < -tol))
-        total, slack = obs.sum(axis=2), gamma(size + 2, self.u) * size
-        in_sum = np.where(exact.pad_tied, (total >= -slack) & (total <= 1 + slack), np.abs(total - 1) <= slack)
-        return np.asarray(~outside & in_sum)
+        """(B, W) at tied windows: the row is in the Clarke set (the operator's ``clarke_ok`` rule)."""
+        ok: np.ndarray = self.g.operator.clarke_ok(self.g, rows, exact, self.u)
+        return ok
 
     def mismatches(self, rows: Rows, exact: ExactRows) -> list[tuple[int, int]]:
         """(b, w) whose observed row is not an exact row (untied) or not in the Clarke set (tied)."""
@@ -111,17 +105,10 @@ class Diagnosis:
         cells = [g.input_index(b, int(c)) for c in g.cells[w][valid]]
         stray_cells = [g.input_index(bb, c) for bb, c, _ in stray]
         observed = [float(v) for v in o[valid]] + [v for _, _, v in stray]
-        if exact.tied[b, w] and g.spec.mode == "lp":
-            p = getattr(g.spec, "p", 2)
-            return "tie_not_subgradient", {
-                "cells": cells + stray_cells, "observed": observed,
-                "note": f"; all-zero window (power sum 0, the nonsmooth point of lp pooling with p={p})",
-                "expected": f"the spec's zero_window row or, for even p, a row with Σ|g|^q <= 1 (q = {p}/{p - 1})"}
         if exact.tied[b, w]:
-            tied = [fmt_index(cells[i]) for i in np.flatnonzero(exact.member[b, w][valid])]
+            note, hull = g.operator.tied_detail(g, exact, b, w, cells)
             return "tie_not_subgradient", {
-                "cells": cells + stray_cells, "observed": observed, "note": f"; ties at {listing(tied)}",
-                "expected": f"a convex combination of the tied cells {listing(tied)}"}
+                "cells": cells + stray_cells, "observed": observed, "note": note, "expected": hull}
         tol = row_tolerance(exact, self.u)[b, w]
         want = valid & (e != 0)
         missing = want & (np.abs(o) <= tol) & (np.abs(o - e) > tol)
@@ -149,7 +136,7 @@ class Diagnosis:
         """An untied exact Jacobian entry as the rational it is: 1/divisor (average), 1 or 0."""
         if value == 0:
             return Fraction(0)
-        return Fraction(1, int(self.g.divisor[w])) if self.g.spec.mode == "avg" else Fraction(1)
+        return self.g.operator.exact_entry(self.g, w)
 
     def tie_policy(self, rows: Rows, exact: ExactRows, suspects: list[tuple[int, int]]) -> None:
         """Name the policy the backward follows on tied windows that are in the Clarke set."""

@@ -21,17 +21,19 @@ size, and a wrong row passes only if its error is orthogonal to every v.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from symjac._lastaxis import any_last, count_last
 from symjac.check._report import Finding, fmt_index, listing
 from symjac.check._rounding import gamma
-from symjac.pool._geometry import Geometry
 from symjac.pool._graph import input_colouring
 from symjac.pool._symbolic import lines
 from symjac.verifiers._pool_rows import Rows, tolerance
+
+if TYPE_CHECKING:
+    from symjac.pool._geometry import Geometry
 
 STEP = 0.5  # h: windows whose max leads the runner-up by more than h are usable
 MAX_COLOURS = 32  # above this many input colours, check directions rather than entries
@@ -66,7 +68,7 @@ def finite_differences(g: Geometry, forward_each: ForwardEach, x: np.ndarray,
     # Each window reads at most one cell of a colour, so pair (w, k) reads its slope off
     # the call that moved the colour of its cell: one gather a line (O(line) temporaries).
     moved = np.stack(plus)  # (colours, B, W): at most 32 x W values, no more than fd itself
-    avg = g.spec.mode == "avg"
+    avg = g.operator.fd_rounding()  # the forward rounds: its bound enters each slope's error
     if avg:  # Σ|x + h·e| + Σ|x| over the window: only its one cell of the moved colour differs
         base = np.zeros((g.batch, g.n_out))
         for line in lines(g):  # Σ|x| over each window
@@ -103,7 +105,7 @@ def finite_differences(g: Geometry, forward_each: ForwardEach, x: np.ndarray,
 
 def _window_error(g: Geometry, xp: np.ndarray, x: np.ndarray, u: float) -> np.ndarray | float:
     """The forward's rounding bound at x + h·v and x, over h: ``γ_{n+1}·(Σ|x + h·v| + Σ|x|)/(d·h)`` (avg)."""
-    if g.spec.mode != "avg":
+    if not g.operator.fd_rounding():
         return 0.0
     mass = sum(g.gather(np.abs(a)).sum(axis=2) for a in (xp, x)) / g.divisor
     return np.asarray(gamma(g.valid.sum(axis=1) + 1, u) * mass / STEP)

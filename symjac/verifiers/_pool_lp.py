@@ -16,15 +16,17 @@ anything else is ``tie_not_subgradient``. The rows seen there are named
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from symjac._exact import ExactArray
 from symjac.check._rounding import gamma
-from symjac.pool._geometry import Geometry
 from symjac.pool._lp import bounds, power, round_array, row_values, windows
 from symjac.pool._lp import exact_forward as lp_forward
+
+if TYPE_CHECKING:
+    from symjac.pool._geometry import Geometry
 
 
 def exact_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any], u: float) -> dict[str, np.ndarray]:

@@ -8,6 +8,8 @@ look wrong, are pinned down with one-hot calls (``dy`` = one window), within a b
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import functools
 import itertools
 from collections.abc import Callable, Generator, Iterable, Sequence
@@ -15,10 +17,12 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 import numpy as np
 
 from symjac.check._report import MAX_LISTED
-from symjac.pool._geometry import Geometry
 from symjac.pool._graph import window_colouring
 from symjac.pool._symbolic import lines
 from symjac.verifiers._pool_rows import Rows
+
+if TYPE_CHECKING:
+    from symjac.pool._geometry import Geometry
 
 #: backward_each(x, dys) with each dy in canonical (B, n_out) -> each dx in canonical (B, n_in), or None when
 #: unusable (read no further then); the dys are read as the calls go, in the thread that makes them.

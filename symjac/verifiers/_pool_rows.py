@@ -9,16 +9,18 @@ padding and stay 0). Windows are separable, so rows are all the verifier needs:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from symjac._lastaxis import any_last, count_last
+from symjac._lastaxis import count_last
 from symjac._exact import ExactArray
 from symjac.check._rounding import gamma
-from symjac.pool._geometry import Geometry
-from symjac.pool._jacobian import stamp
-from symjac.pool._symbolic import max_members, pad_cells
+
+if TYPE_CHECKING:
+    from symjac.pool._geometry import Geometry
+    from symjac.pool._stamp import Stamp
 
 
 @dataclasses.dataclass
@@ -43,21 +45,21 @@ class ExactRows:
     tol: np.ndarray | None = None  # (B, W, K) lp: the derived absolute bound per entry (replaces γ_3)
 
 
-def exact_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any], ex: ExactArray | None = None) -> ExactRows:
-    """The exact rows at ``x`` (policy "first" at ties), stamped from the window-class templates.
+def exact_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any],
+               exact_of: Callable[[], ExactArray] | None = None) -> ExactRows:
+    """The exact rows at ``x`` (policy "first" at ties): the operator's ``rows`` rule.
 
-    Every array is (B, W, K) or smaller: c·nnz elements, never more. lp pooling:
-    rows rounded from the exact algebraic values, with their bounds; its "tied"
-    windows are those with power sum 0 (:mod:`symjac.verifiers._pool_lp`). ``ex``: x as
-    an exact array when the caller has it already (max pooling reads it).
+    Every array is (B, W, K) or smaller: c·nnz elements, never more. ``exact_of``
+    gives x as an exact array when the caller has it already (max pooling reads it).
     """
-    if g.spec.mode == "lp":
-        return _lp_rows(g, x, dtype)
-    if g.spec.mode != "max":
-        ex = None
-    elif ex is None:
-        ex = ExactArray.from_any(x)
-    st = stamp(g, ex, "first")
+    rows: ExactRows = g.operator.rows(g, x, dtype, exact_of or (lambda: ExactArray.from_any(x)))
+    return rows
+
+
+def stamp_rows(g: Geometry, st: Stamp, dtype: np.dtype[Any], member: np.ndarray | None = None,
+               pad_tied: np.ndarray | None = None) -> ExactRows:
+    """Exact rows from a stamp (policy "first" at ties), with the tie sets ``member`` (B, W, K)
+    and the windows a pad cell ties ``pad_tied`` (B, W) where the operator has ties."""
     shape = (g.batch, g.n_out, g.cells.shape[1])
     # Every entry of a window is support * weight / q: the value, whether its lowest-terms
     # denominator is a power of two and whether the dtype holds it are per-window facts,
@@ -69,46 +71,12 @@ def exact_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any], ex: ExactArray 
     rows = np.empty(shape)
     np.multiply(st.support, value[..., None], out=rows)
     del reduced
-    pads = pad_cells(g)
-    if ex is not None:
-        member = max_members(g, g.to_canonical(ex.num), pads=True)
-        if pads is not None:  # pad cells hold 0 and compete for the max too
-            pad_tied = any_last(member & pads)
-            member = member & g.valid
-        else:
-            pad_tied = np.zeros(shape[:2], dtype=bool)
-    else:
+    if member is None:
         member = np.zeros(shape, dtype=bool)
+    if pad_tied is None:
         pad_tied = np.zeros(shape[:2], dtype=bool)
     tied = count_last(member) + pad_tied >= 2
     return ExactRows(rows, member, tied, held_w, pad_tied)
-
-
-def gaps(g: Geometry, x: np.ndarray) -> np.ndarray:
-    """(B, W) each max window's maximum minus its runner-up (inf for a one-cell window and
-    for average pooling): a finite difference of step h stays on one side of the kink when gap > h."""
-    if g.spec.mode != "max":
-        return np.full((g.batch, g.n_out), np.inf)
-    values = g.gather(g.to_canonical(x).astype(np.float64), -np.inf)
-    pads = pad_cells(g)
-    if pads is not None:  # pad cells hold 0 and compete for the max (and the gap) too
-        values = np.where(pads[None], 0.0, values)
-    if values.shape[2] < 2:
-        return np.full(values.shape[:2], np.inf)
-    top2 = -np.partition(-values, 1, axis=-1)[..., :2]
-    return np.asarray(top2[..., 0] - top2[..., 1])
-
-
-def _lp_rows(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
-    from symjac.check._rounding import unit_roundoff
-    from symjac.verifiers._pool_lp import exact_rows as lp_rows
-
-    found = lp_rows(g, x, dtype, unit_roundoff(dtype))
-    zero = found["zero"]
-    member = zero[..., None] & g.valid[None]
-    shape = zero.shape
-    return ExactRows(found["rows"], member, zero, np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool),
-                     tol=found["tol"])
 
 
 def scatter(g: Geometry, per_window: np.ndarray, rows: np.ndarray) -> np.ndarray:

@@ -1,0 +1,164 @@
+"""Average pooling: y = (sum of the window's cells) / D, linear, every derivative a constant 1/D.
+
+The template ``(a + r)·w`` at ``w = 1/D`` is differentiated once by SymPy
+(:func:`generic_avg`); it is linear and symmetric, so every slot of a window has
+the weight 1/D, ``y = J x`` exactly and ``J t`` (JVP) and ``J^T dy`` (VJP) are the
+same stamp applied both ways; the second derivative is zero. The divisor is the
+number of valid cells (``exclude_pad``), the padded window's (``include_pad``,
+PyTorch ``count_include_pad``) or a given int (``divisor_override``).
+
+Rounding: a float forward sums n terms and scales once, within ``γ_{n+1}·Σ|x|/D``
+of the exact value; the finite differences carry that bound too. Inputs: the
+near-ties family (accumulation of overlapping windows).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import sympy
+
+from symjac.check._rounding import gamma
+from symjac.pool._ops._stamped import StampedOperator
+from symjac.pool._stamp import Stamp, apply
+from symjac.pool._symbolic import PAIR, Template, lines, window_weights
+from symjac.verifiers._pool_rows import ExactRows, stamp_rows
+
+if TYPE_CHECKING:
+    from symjac._exact import ExactArray
+    from symjac.pool._geometry import Geometry
+    from symjac.pool._spec import Pool
+    from symjac.pool._symbolic import WindowClass
+
+# The averaging weight 1/D of a window, as a symbol: one differentiation serves every divisor.
+WEIGHT = sympy.Symbol("w", positive=True)
+
+
+@functools.lru_cache(maxsize=1)
+def generic_avg() -> tuple[sympy.Expr, sympy.Expr]:
+    """Build and differentiate ``(a + r)·w`` once (O(1) SymPy work): (pair, d pair/da)."""
+    a, r = PAIR
+    pair = (a + r) * WEIGHT
+    d = sympy.diff(pair, a)
+    if d.free_symbols - {WEIGHT}:
+        raise AssertionError(f"average template {pair} has a derivative {d} that depends on the slots")
+    # Linear and symmetric: pair(a, r) == pair(r, a), so d pair/dr = d too (a constant),
+    # and pair(0, 0) = 0: pair == d*a + d*r exactly and y = J x with every slot weighted by d.
+    if pair.xreplace({a: r, r: a}) != pair or pair.xreplace({a: 0, r: 0}) != 0:
+        raise AssertionError(f"average template {pair} is not linear and symmetric")
+    return pair, d
+
+
+@functools.lru_cache(maxsize=256)
+def template(n: int, divisor: int) -> Template:
+    """The template of a class with ``n`` valid slots: SymPy's ``d/da (a + r)·w`` at w = 1/D
+    (an exact substitution of the one differentiation, :func:`generic_avg`)."""
+    d = generic_avg()[1].xreplace({WEIGHT: sympy.Rational(1, divisor)})
+    if not d.is_Rational:
+        raise AssertionError(f"average template for divisor {divisor} has a non-constant derivative {d}")
+    return Template("avg", n, divisor, d, AVG, weight=Fraction(int(d.p), int(d.q)))
+
+
+class Avg(StampedOperator):
+    """Average pooling (:class:`symjac.Pool`, :class:`symjac.AdaptivePool`, :class:`symjac.GlobalPool`)."""
+
+    name = "avg"
+    samples = ({}, {"padding": 1, "divisor": "include_pad"}, {"padding": 1, "ceil_mode": True, "divisor": 3})
+    identity = sympy.Integer(0)
+
+    # -- the template's SymPy forms (symjac.pool._symbolic.Forms) ------------------
+    def pair(self, divisor: int) -> sympy.Expr:
+        return generic_avg()[0].xreplace({WEIGHT: sympy.Rational(1, divisor)})
+
+    def reduce(self, symbols: tuple[sympy.Symbol, ...], divisor: int) -> sympy.Expr:
+        return sympy.Add(*symbols) / sympy.Integer(divisor)
+
+    def rest(self, others: list[sympy.Symbol]) -> sympy.Expr:
+        return sympy.Add(*others)
+
+    # -- spec ----------------------------------------------------------------------
+    def spec_table(self, spec: Pool) -> dict[str, Any]:
+        return {"divisor": spec.divisor}
+
+    def counts_padding(self, spec: Pool) -> bool:
+        return spec.divisor == "include_pad"
+
+    # -- symbolic and exact ----------------------------------------------------------
+    def template(self, spec: Any, n: int, divisor: int) -> Template:
+        return template(n, divisor)
+
+    def clear_caches(self) -> None:
+        template.cache_clear()
+        generic_avg.cache_clear()
+
+    def stamp(self, g: Geometry, x: ExactArray | None, tie: str) -> Stamp:
+        """Every valid slot of window w has the weight 1/D_w of its class template, at any x."""
+        weight, q = window_weights(g)
+        return Stamp(g, weight[None], q, full=True, mask=g.valid[None])
+
+    def exact_forward(self, g: Geometry, x: ExactArray) -> ExactArray:
+        """Linear (checked symbolically per template): y = J x."""
+        return apply(self.stamp(g, x, "first"), x, transpose=False)
+
+    # -- rounding model --------------------------------------------------------------
+    def forward_tolerance(self, g: Geometry, x: np.ndarray, e_c: np.ndarray, u: float) -> np.ndarray:
+        """γ_{n+1}·Σ|x|/D: n rounded additions and one scaling (plus a 2^-60 guard)."""
+        xc = np.abs(g.to_canonical(x).astype(np.float64))
+        mass = g.gather(xc).sum(axis=2) / g.divisor
+        n = g.valid.sum(axis=1)
+        return np.asarray(gamma(n + 1, u) * mass + 2.0**-60 * np.abs(e_c))
+
+    def rows(self, g: Geometry, x: np.ndarray, dtype: np.dtype[Any], exact_of: Callable[[], ExactArray]) -> ExactRows:
+        return stamp_rows(g, self.stamp(g, None, "first"), dtype)
+
+    # -- lowering --------------------------------------------------------------------
+    def lower_forward(self, g: Geometry, x: np.ndarray) -> np.ndarray:
+        """The template's sum, slot by slot in slot order, times its exact derivative 1/D rounded to the dtype."""
+        xc = g.to_canonical(x)
+        acc = np.zeros((g.batch, g.n_out), dtype=x.dtype)
+        for line in lines(g):
+            values = xc[:, line.cells]
+            if line.window is None:
+                acc[:, line.w] = np.add(acc[:, line.w], values)
+            else:
+                acc[:, line.window] = np.add(acc[:, line.window], np.add.reduce(values, axis=1))
+        return g.from_canonical(acc * _weights(g, x.dtype))
+
+    def lower_vjp(self, g: Geometry, x: np.ndarray, dy: np.ndarray, tie: str) -> np.ndarray:
+        dyc = g.to_canonical(dy, g.out_spatial)
+        dx = np.zeros((g.batch, g.n_in), dtype=x.dtype)
+        up = dyc * _weights(g, x.dtype)
+        for line in lines(g):
+            dx[:, line.cells] += up[:, line.w]
+        return g.from_canonical(dx, g.in_spatial)
+
+    # -- inputs and diagnosis ----------------------------------------------------------
+    def families(self, g: Geometry, touches_padding: bool) -> tuple[str, ...]:
+        return ("near_ties",)  # accumulation of overlapping windows
+
+    def exact_entry(self, g: Geometry, w: int) -> Fraction:
+        return Fraction(1, int(g.divisor[w]))
+
+    def fd_rounding(self) -> bool:
+        return True
+
+    # -- metadata ----------------------------------------------------------------------
+    def class_note(self, c: WindowClass) -> str:
+        return f", divisor {c.divisor}"
+
+    def infer_divisors(self, divisors: tuple[Any, ...]) -> tuple[Any, ...]:
+        return divisors
+
+
+def _weights(g: Geometry, dtype: np.dtype[Any]) -> np.ndarray:
+    """(windows,) each window's exact derivative 1/D (its class template's) rounded to ``dtype``."""
+    weight, q = window_weights(g)
+    return np.array([float(Fraction(int(w), q)) for w in np.unique(weight)], dtype=dtype)[
+        np.searchsorted(np.unique(weight), weight)]
+
+
+AVG = Avg()

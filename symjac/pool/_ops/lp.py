@@ -1,0 +1,250 @@
+"""Power-average (lp) pooling: y = (Σ_window x^p)^(1/p), PyTorch's ``lp_pool`` (p = 2: norm pooling).
+
+Defined as the recipe in CONTRIBUTING.md ("Add a pooling operator") says: this
+module holds every rule the stages read; its machinery sits below the registry:
+:mod:`symjac.pool._lp` (exact power sums and algebraic rows, the NumPy lowering and
+the rounding bounds derived there) and :mod:`symjac.verifiers._pool_lp` (rows
+rounded to float64 with their bounds, the zero-window checks).
+
+- **spec**: ``Pool`` only (PyTorch's lp_pool geometry: no padding, dilation or
+  ceil_mode); ``p`` an integer >= 1 and ``zero_window`` (``"zero"``, PyTorch's, or
+  ``"one"``) its own fields.
+- **exact**: ``y = S^(1/p)`` and ``∂y/∂x_i = x_i^(p-1)·S^(1/p - 1)``, S = Σ x^p: exact
+  algebraic numbers (SymPy keeps 2/√5 as ``2*sqrt(5)/5``); JVP = J·t from the same
+  rows; the template ``(a^p + r)^(1/p)`` (``r`` the other slots' power sum) is the one
+  SymPy differentiates for ``explain``. The second derivative is not zero
+  (:meth:`Lp.hvp`).
+- **ties**: none, but S = 0 (p >= 2) is a nonsmooth point: the verifier probes an
+  input with all-zero windows (the tie input) and accepts the spec's ``zero_window``
+  row or, for even p, any element of the Clarke set, the dual unit ball.
+- **rounding model**: the forward and gradient bounds of :mod:`symjac.pool._lp`; no
+  finite differences (their error model, exact or γ-summed forward, does not cover
+  the root) and no extra input families (no rational dense ``J^T dy`` to compare with).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import numbers
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import sympy
+
+from symjac._errors import SpecError
+from symjac._exact import ExactArray
+from symjac.check._rounding import unit_roundoff
+from symjac.pool._lp import (
+    AlgebraicJacobian,
+    exact_forward,
+    lowered_forward,
+    lowered_vjp,
+    lp_jacobian,
+    lp_vjp,
+    power,
+    row_values,
+    windows,
+)
+from symjac.pool._ops._protocol import ForwardBound, Operator
+from symjac.pool._symbolic import PAIR, Template
+from symjac.verifiers._pool_lp import clarke_ok, exact_rows, forward_tolerance, zero_window_policy
+from symjac.verifiers._pool_rows import ExactRows, Rows
+
+if TYPE_CHECKING:
+    from symjac.pool._beta import Tie
+    from symjac.pool._geometry import Geometry
+    from symjac.pool._spec import Pool
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+@dataclasses.dataclass(frozen=True)
+class LpForms:
+    """The SymPy forms of the power-average reduction (:class:`symjac.pool._symbolic.Forms`):
+    ``f(a, r) = (a^p + r)^(1/p)`` with ``r`` the power sum of the other slots."""
+
+    p: int
+    identity: sympy.Expr = sympy.Integer(0)
+
+    def pair(self, divisor: int) -> sympy.Expr:
+        a, r = PAIR
+        return (a**self.p + r) ** sympy.Rational(1, self.p)
+
+    def reduce(self, symbols: tuple[sympy.Symbol, ...], divisor: int) -> sympy.Expr:
+        return sympy.Add(*(s**self.p for s in symbols)) ** sympy.Rational(1, self.p)
+
+    def rest(self, others: list[sympy.Symbol]) -> sympy.Expr:
+        return sympy.Add(*(s**self.p for s in others))
+
+
+@functools.lru_cache(maxsize=64)
+def template(p: int, n: int, divisor: int) -> Template:
+    """The template of a class with ``n`` slots: SymPy's ``d/da (a^p + r)^(1/p)``."""
+    forms = LpForms(p)
+    a, _ = PAIR
+    return Template("lp", n, divisor, sympy.diff(forms.pair(divisor), a), forms)
+
+
+class Lp(Operator):
+    """lp pooling (:class:`symjac.Pool` only: PyTorch's lp_pool geometry)."""
+
+    name = "lp"
+    samples = ({"p": 2}, {"p": 3, "zero_window": "one"}, {"p": 1})
+    any_geometry = False
+    tie_family = True  # its all-zero windows are its nonsmooth points
+    rational = False
+    finite_differences = False
+    extra_families = False
+    second_derivative_zero = False
+
+    # -- spec ----------------------------------------------------------------------
+    def check_power(self, spec: Pool, zero_window: str) -> None:
+        """``p`` an integer >= 1; PyTorch lp_pool's geometry (no padding, dilation or ceil_mode)."""
+        if not _is_int(spec.p) or spec.p < 1:  # type: ignore[operator]
+            raise SpecError(f"p={spec.p!r} is not valid for mode='lp': give an integer power >= 1 (2 is norm pooling)")
+        # torch.nn.functional.lp_pool1d/2d take no padding or dilation; their ceil-mode
+        # overhang windows are scaled by kernel/valid cells, which is not an lp norm.
+        if spec.padding != "valid" and spec.padding != ((0, 0),) * spec.rank:
+            raise SpecError(f"padding={spec.padding!r} is not valid for mode='lp': lp pooling (PyTorch lp_pool) "
+                            "has no padding; give padding='valid'")
+        if spec.dilation != (1,) * spec.rank or spec.ceil_mode:
+            raise SpecError("mode='lp' takes no dilation and no ceil_mode (PyTorch lp_pool's geometry); "
+                            "leave them at 1 and False")
+        object.__setattr__(spec, "p", int(spec.p))  # type: ignore[arg-type]
+
+    def repr_fields(self, spec: Pool) -> list[str]:
+        return [f"p={spec.p!r}", f"zero_window={spec.zero_window!r}"]
+
+    # -- symbolic and exact ----------------------------------------------------------
+    def template(self, spec: Any, n: int, divisor: int) -> Template:
+        return template(int(spec.p), n, divisor)
+
+    def clear_caches(self) -> None:
+        template.cache_clear()
+
+    def jacobian(self, g: Geometry, x: ExactArray | None, tie: Tie) -> AlgebraicJacobian:
+        return lp_jacobian(g, x)
+
+    def vjp(self, g: Geometry, x: ExactArray | None, dy: ExactArray, tie: Tie) -> np.ndarray:
+        return lp_vjp(g, x, dy)
+
+    def jvp(self, g: Geometry, x: ExactArray | None, t: ExactArray, tie: Tie) -> np.ndarray:
+        """``J(x) t``: each window's exact row (the VJP's) against t's cells, Σ_k row_k·t_k."""
+        x = self.require_x(x, "derivative")
+        rows = row_values(g, windows(g, x))  # (B, W, K) exact
+        tc = g.to_canonical(t.num).astype(object)[:, g.cells] * sympy.Rational(1, t.den)  # (B, W, K)
+        out = (rows * tc).sum(axis=-1) if rows.shape[-1] else np.zeros(rows.shape[:2], dtype=object)
+        return g.from_canonical(out, g.out_spatial)
+
+    def forward(self, g: Geometry, x: ExactArray) -> np.ndarray:
+        return exact_forward(g, x)
+
+    def hvp(self, g: Geometry, x: ExactArray, dy: ExactArray, v: ExactArray) -> np.ndarray:
+        """``Σ_w dy_w H_w v``, H_w the Hessian of ``y_w = S^(1/p)``, exactly (SymPy algebraic numbers).
+
+        With ``g_i = x_i^(p-1)·S^(1/p - 1)`` the derivative of ``g_i`` along x_j is::
+
+            ∂g_i/∂x_j = (p - 1)·S^(1/p - 1)·[x_i^(p-2)·δ_ij − x_i^(p-1)·x_j^(p-1)/S]
+
+        (product rule, ``∂S/∂x_j = p·x_j^(p-1)``), so a window adds
+        ``dy_w·(p - 1)·S^(1/p - 1)·[x_i^(p-2)·v_i − x_i^(p-1)·(Σ_j x_j^(p-1)·v_j)/S]`` to cell i.
+        p = 1 is linear (zero); at S = 0 (p >= 2) the gradient is the spec's constant
+        ``zero_window`` row, whose derivative is taken as 0 there.
+        """
+        p = power(g)
+        xs = g.to_canonical(x.num).astype(object)[:, g.cells]  # (B, W, K) numerators over x.den
+        vs = g.to_canonical(v.num).astype(object)[:, g.cells]
+        dyc = g.to_canonical(dy.num, g.out_spatial)
+        acc = np.empty((g.batch, g.n_in), dtype=object)
+        acc[...] = sympy.Integer(0)
+        if p == 1:
+            return g.from_canonical(acc, g.in_spatial)
+        rx, rv, rdy = sympy.Rational(1, x.den), sympy.Rational(1, v.den), sympy.Rational(1, dy.den)
+        for b, w in np.ndindex(*dyc.shape):
+            cells = [sympy.Integer(int(n)) * rx for n in xs[b, w]]
+            s = sum((c**p for c in cells), sympy.Integer(0))
+            if dyc[b, w] == 0 or s == 0:
+                continue
+            dirs = [sympy.Integer(int(n)) * rv for n in vs[b, w]]
+            along = sum((c ** (p - 1) * d for c, d in zip(cells, dirs)), sympy.Integer(0))
+            factor = int(dyc[b, w]) * rdy * (p - 1) * s ** (sympy.Rational(1, p) - 1)
+            for k, cell in enumerate(g.cells[w].tolist()):
+                term = factor * (cells[k] ** (p - 2) * dirs[k] - cells[k] ** (p - 1) * along / s)
+                acc[b, cell] = acc[b, cell] + term
+        return g.from_canonical(acc, g.in_spatial)
+
+    # -- rounding model --------------------------------------------------------------
+    def forward_bound(self, g: Geometry, x: np.ndarray, exact_of: Callable[[], ExactArray],
+                      dtype: np.dtype[Any], u: float) -> ForwardBound:
+        """The bound of :mod:`symjac.pool._lp` (algebraic values: the exact ones rounded to float64)."""
+        e_c, tol = forward_tolerance(g, x, dtype)
+        exact_y = g.to_canonical(exact_forward(g, exact_of()), g.out_spatial)
+        return e_c, tol, lambda: exact_y
+
+    def rows(self, g: Geometry, x: np.ndarray, dtype: np.dtype[Any], exact_of: Callable[[], ExactArray]) -> ExactRows:
+        """Rows rounded from the exact algebraic values with their bounds; "tied": power sum 0."""
+        found = exact_rows(g, x, dtype, unit_roundoff(dtype))
+        zero = found["zero"]
+        member = zero[..., None] & g.valid[None]
+        shape = zero.shape
+        return ExactRows(found["rows"], member, zero, np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool),
+                         tol=found["tol"])
+
+    # -- lowering and inputs -----------------------------------------------------------
+    def lower_forward(self, g: Geometry, x: np.ndarray) -> np.ndarray:
+        return lowered_forward(g, x)
+
+    def lower_vjp(self, g: Geometry, x: np.ndarray, dy: np.ndarray, tie: str) -> np.ndarray:
+        return lowered_vjp(g, x, dy)
+
+    def default_input(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(np.abs(x))  # odd p needs Σ x^p >= 0 in every window
+
+    # -- diagnosis ---------------------------------------------------------------------
+    def clarke_ok(self, g: Geometry, rows: Rows, exact: ExactRows, u: float) -> np.ndarray:
+        return clarke_ok(g, rows.obs, exact.tied, u)
+
+    def zero_window_policy(self, g: Geometry, rows: Rows, exact: ExactRows, suspects: list[tuple[int, int]],
+                           u: float) -> str | None:
+        ok = exact.tied.copy()
+        for key in suspects:
+            ok[key] = False
+        return zero_window_policy(g, rows.obs, exact.tied, ok, u)
+
+    def tied_detail(self, g: Geometry, exact: ExactRows, b: int, w: int, cells: list[Any]) -> tuple[str, str]:
+        p = power(g)
+        return (f"; all-zero window (power sum 0, the nonsmooth point of lp pooling with p={p})",
+                f"the spec's zero_window row or, for even p, a row with Σ|g|^q <= 1 (q = {p}/{p - 1})")
+
+    # -- metadata ----------------------------------------------------------------------
+    def census_tied(self, g: Geometry, vals: np.ndarray) -> np.ndarray:
+        """The window is all zero."""
+        zero: np.ndarray = ((vals == 0) | ~g.valid[None]).all(axis=-1)
+        return zero
+
+    def census_policies(self, betas: tuple[Any, Any]) -> tuple[Any, Any]:
+        return ("zero", "one")
+
+    def census_difference(self, g: Geometry, x: ExactArray, dy: ExactArray, policies: tuple[Any, Any]) -> ExactArray:
+        """J_one − J_zero is 1 on every cell of a window with S = 0 (p >= 2), else 0."""
+        p = power(g)
+        zero_sum = windows(g, x).power_sum == 0 if p > 1 else np.zeros((g.batch, g.n_out), dtype=bool)
+        up = np.where(zero_sum, g.to_canonical(dy.num, g.out_spatial), 0)
+        acc = np.zeros((g.batch, g.n_in), dtype=up.dtype)
+        for k in range(g.cells.shape[1]):
+            acc[:, g.cells[:, k]] += up  # one slot: distinct cells
+        return ExactArray(g.from_canonical(acc, g.in_spatial), dy.den)
+
+    def clarke_ball(self, g: Geometry, x: ExactArray) -> tuple[np.ndarray, int] | None:
+        """(B, W) the windows whose rows must lie in the dual unit ball (power sum 0, p >= 2), and p."""
+        p = power(g)
+        if p < 2:
+            return None
+        return np.asarray(windows(g, x).power_sum == 0), p
+
+
+LP = Lp()
