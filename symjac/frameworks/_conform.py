@@ -33,6 +33,7 @@ import numpy as np
 
 from symjac._atomic import write_text
 from symjac._errors import InputError, SpecError, SymjacError
+from symjac.pool._ops import operator_of
 from symjac.frameworks._conform_plan import adapter_target, check_budget, load_adapter, plan, sample_order
 from symjac.run._executor import execute
 from symjac.run._isolate import Crashed, Raised, TimedOut, Worker
@@ -145,7 +146,7 @@ def run_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]:
     if reason:  # the adapter knows the framework cannot run this (no kernel for the dtype, a rejected case)
         return {**out, **_unsupported(reason)}
     seed = int(job.get("seed", 0))
-    families = [f for f in job.get("families", FAMILIES) if f != "ties" or spec.mode == "max"]
+    families = [f for f in job.get("families", FAMILIES) if f != "ties" or operator_of(spec).ties]
     try:
         x0 = generate_input(g, families[0], dt, seed)
         reason = _preflight(impl, x0, distinct_dy(g, dt, seed))
