@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from cli_checks import one_line_error
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXED = str(ROOT / "examples" / "nntrainer_pool.py:fixed")
 AVG = """[operator]
@@ -28,15 +30,6 @@ def symjac(*args, cwd, timeout=120):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "symjac", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=env)
-
-
-def one_line_error(r, *words):
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.mark.parametrize("command", ["verify", "golden"])
