@@ -82,3 +82,20 @@ def test_sweep_keys_are_checked_when_read(tmp_path):
     with pytest.raises(symjac.SpecError, match=r"\[operator\]\.kind: 'loss' is not valid in a sweep; sweeps run "
                        r"pooling specs \('pool', 'adaptive_pool', 'global_pool'\)$"):
         load_grid(p)
+
+
+def test_results_file_is_written_atomically(tmp_path, sweep_file, monkeypatch):
+    # A write that fails (EFBIG under a file-size limit, as ENOSPC on a full disk) must leave the
+    # previous results file as it was; writing in place truncated it first.
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "results.jsonl"
+    out.write_text('{"previous": true}\n')
+
+    def refuse(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("symjac._atomic.os.fsync", refuse)
+    with pytest.raises(OSError, match="No space"):
+        run_sweep(sweep_file, LOWERED, out=out, progress=False)
+    assert out.read_text() == '{"previous": true}\n'
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".tmp"] == []

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from symjac._atomic import write_text
 from symjac.verifiers._sweep import load_grid, verify_grid
 
 
@@ -35,6 +36,6 @@ def run_sweep(path: str | Path, impl_target: str, *, jobs: int = 1, scheduler: s
     results = verify_grid(grid, impl_target, jobs=jobs, scheduler=scheduler, dtype=dtype, progress=progress)
     lines = "".join(json.dumps(r, sort_keys=True) + "\n" for r in results)
     if out is not None:
-        out.write_text(lines)
+        write_text(out, lines)  # atomically: an interrupted run leaves the previous file
     print(table(results))
     return sum(r["status"] in ("fail", "error") for r in results)
