@@ -3,7 +3,7 @@
 policy gives, so a kernel with another valid policy than symjac's default is told which
 one it follows rather than "wrong" (docs/golden-data.md, "Tied windows").
 
-Nothing here names an operator: a window is tied when the ``first``, ``last`` and
+Only an operator with ties (its protocol's ``ties`` rule) gets here; a window is tied when the ``first``, ``last`` and
 ``split`` policies give it different Jacobian rows, which only an operator with ties
 does; every other case gets no tie arrays.
 """
@@ -16,6 +16,8 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
+
+from symjac.pool._ops import operator_of
 
 #: The tie policies whose dx the data holds (seed 001's: PyTorch/TF/ORT's first maximum,
 #: the last one, and the Clarke set's centre that splits the gradient evenly).
@@ -37,19 +39,19 @@ def tie_quantities(case: Any, qs: dict[str, np.ndarray],
 
     ``qs`` are the case's quantities under its own policy; ``quantities(case)`` gives
     them under another (``symjac.io._golden.case_quantities``)."""
-    if case.is_loss:
-        return {}
+    if case.is_loss or not operator_of(case.operator).ties:
+        return {}  # only an operator with ties has rows that depend on a policy
     main = str(case.tie or "first")
 
     def under(policy: str) -> dict[str, np.ndarray]:
         return qs if policy == main else quantities(dataclasses.replace(case, tie=policy))[0]
 
     per = {p: under(p) for p in ("first", "last")}
-    entries = {p: _entries(q) for p, q in per.items()}
-    if entries["first"] == entries["last"]:
+    if all(np.array_equal(per["first"][k], per["last"][k]) for k in ("jac_rows", "jac_cols", "jac_values")):
         # a tie among two or more candidates sends first and last to different ones, so
         # where they agree no window is tied (and split agrees too): no tie arrays
         return {}
+    entries = {p: _entries(q) for p, q in per.items()}
     per["split"] = under("split")
     entries["split"] = _entries(per["split"])
     keys = set().union(*entries.values())
