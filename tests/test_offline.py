@@ -147,3 +147,46 @@ def test_cli_rounds_and_exit_codes(tmp_path):
     assert r.stdout.startswith("FAIL nntrainer_avgpool_same_2x2: backward visits 1 of 4 output windows")
     r = symjac("check", SEED000, "--responses", str(tmp_path / "absent"))
     assert r.returncode == 2 and "is no folder" in r.stderr
+
+
+# --observed. Seed 000's case: x 2x2, avg k=2 s=1 SAME (pads low 0, high 1), padding out of
+# the divisor: window (0,0) covers all 4 cells (1/4 each), (0,1) cells (0,1),(1,1) (1/2),
+# (1,0) cells (1,0),(1,1) (1/2), (1,1) cell (1,1) (1/1). With dy = ones the exact dx is
+# [[1/4, 3/4], [3/4, 9/4]]; the buggy backward's, window (0,0) alone, is 1/4 everywhere.
+
+def _observe(dx):
+    from symjac.verifiers._observed import diagnose_observed
+
+    return diagnose_observed(select_cases([SEED000], (), None)[0], np.asarray(dx))
+
+
+def test_observed_exact_dx_is_ok_and_missing_windows_are_named():
+    assert _observe(np.array([[0.25, 0.75], [0.75, 2.25]], dtype=np.float32)).ok
+    got = _observe(np.full((2, 2), 0.25))
+    assert not got.ok
+    assert got.lines[0].endswith("off the exact J^T dy at 3 of 4 cells (worst at dx(1,1): expected 2.25, observed 0.25)")
+    assert "  windows (0,1), (1,0), (1,1) get nothing" in got.lines and "  windows (0,0) arrive" in got.lines
+
+
+def test_observed_wrong_share_of_one_window():
+    # window (1,1)'s gradient (1 at cell (1,1)) arrives halved: 9/4 - 1/2 = 7/4 there
+    got = _observe(np.array([[0.25, 0.75], [0.75, 1.75]]))
+    assert "  windows with another share of their gradient: (1,1) x0.5" in got.lines
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".npz", "bin"])
+def test_cli_observed_reads_npy_npz_and_golden_bin(tmp_path, suffix):
+    from symjac.cli._main import main
+
+    dx = np.full((2, 2), 0.25, dtype=np.float32)
+    path = tmp_path / f"dx{suffix}"
+    if suffix == ".npy":
+        np.save(path, dx)
+    elif suffix == ".npz":
+        np.savez(path, dx=dx)
+    else:
+        path.mkdir()
+        dx.tofile(path / "dx.float32.bin")
+        (path / "index.json").write_text(json.dumps({"arrays": {"dx.float32": {
+            "file": "dx.float32.bin", "dtype": "<f4", "shape": [2, 2], "count": 4}}}))
+    assert main(["check", SEED000, "--observed", str(path)]) == 1
