@@ -190,3 +190,23 @@ def test_cli_observed_reads_npy_npz_and_golden_bin(tmp_path, suffix):
         (path / "index.json").write_text(json.dumps({"arrays": {"dx.float32": {
             "file": "dx.float32.bin", "dtype": "<f4", "shape": [2, 2], "count": 4}}}))
     assert main(["check", SEED000, "--observed", str(path)]) == 1
+
+
+@pytest.mark.skipif(__import__("shutil").which("cc") is None and __import__("shutil").which("gcc") is None,
+                    reason="no C compiler")
+@pytest.mark.parametrize("defines", [("-DSEED000_BUG",), ()], ids=["bug", "fixed"])
+def test_exec_responder_gives_the_process_routes_report(tmp_path, defines):
+    """The remote side as a C kernel program: the offline report is the process route's."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import symjac.frameworks.process as sjp
+    from native_kernels import build
+
+    program = str(build(tmp_path, "pool.c", *defines))
+    case = select_cases([SEED000], (), None)[0]
+    folder = tmp_path / "dir"
+    rounds = 0
+    while isinstance(got := run_offline(case, folder), int):
+        assert answer(folder, exec=program) == got
+        rounds += 1
+    online = verify_case(case, sjp.impl(program, case.operator), "float64")
+    assert rounds >= 1 and got.to_dict() == online.to_dict()
