@@ -36,6 +36,7 @@ import numpy as np
 from symjac._atomic import write_bytes, write_text
 from symjac.check._invoke import Unanswered
 from symjac.frameworks._adapter import Impl
+from symjac.frameworks._child import Child
 from symjac.frameworks._native import LossCalls, PoolCalls
 from symjac.frameworks._wire import (
     REQUEST,
@@ -52,6 +53,8 @@ from symjac.frameworks._wire import (
     write_back,
 )
 from symjac.loss._spec import Loss
+from symjac.run._load import load_impl
+from symjac.verifiers._case import verify_case
 from symjac.verifiers._family import LossImpl
 
 __all__ = ["Unanswered", "answer", "read_request", "run_offline"]
@@ -122,8 +125,6 @@ def run_offline(case: Any, folder: str | Path, dtype: str = "float64", timeout: 
     the kernel in process), or the number of requests of the next round, written to
     ``folder`` (created if missing) and listed in its ``index.json``.
     """
-    from symjac.verifiers._case import verify_case
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     strict = Replay(folder)
@@ -151,16 +152,19 @@ def read_request(data: bytes) -> tuple[str, list[str], list[tuple[str, np.ndarra
     lines = head.decode("ascii").split("\n")
     if lines[0] != REQUEST:
         raise ChildError(f"not a symjac request: it begins {data[:48]!r}")
-    op, settings, shapes, output = "", [], [], None
+    op, settings = "", []
+    shapes: list[tuple[str, str, tuple[int, ...]]] = []
+    output: tuple[str, str, tuple[int, ...]] | None = None
     for line in lines[1:]:
         word, _, rest = line.partition(" ")
         words = rest.split()
+        entry = (words[0], words[1], tuple(int(w) for w in words[3:])) if word in ("input", "output") else None
         if word == "op":
             op = rest
-        elif word in ("input", "output"):
-            entry = (words[0], words[1], tuple(int(w) for w in words[3:]))
-            shapes.append(entry) if word == "input" else None
-            output = entry if word == "output" else output
+        elif word == "input" and entry is not None:
+            shapes.append(entry)
+        elif word == "output":
+            output = entry
         elif word not in ("id", "bytes"):
             settings.append(line)
     inputs, offset = [], 0
@@ -208,8 +212,6 @@ def answer(folder: str | Path, impl: Any = None, *, exec: str | Sequence[str] | 
     """The remote side: answer every request in ``folder`` without a response, with a Python
     implementation (``forward``/``backward``, or a loss's ``derivative``/``forward``) or a
     kernel program (``exec``, the process route). Returns how many it answered."""
-    from symjac.frameworks._child import Child
-
     folder = Path(folder)
     functions = {"forward": getattr(impl, "forward", None), "backward": getattr(impl, "backward", None),
                  "loss": getattr(impl, "forward", None), "derivative": getattr(impl, "derivative", None)}
@@ -248,8 +250,6 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if (args.exec is None) == (args.impl is None):
         p.error("give --exec CMD or --impl MODULE_OR_PATH[:ATTR]")
-    from symjac.run._load import load_impl
-
     impl = load_impl(args.impl) if args.impl else None
     print(f"{answer(args.folder, impl, exec=args.exec)} request(s) answered in {args.folder}")
     return 0
