@@ -210,3 +210,21 @@ def test_exec_responder_gives_the_process_routes_report(tmp_path, defines):
         rounds += 1
     online = verify_case(case, sjp.impl(program, case.operator), "float64")
     assert rounds >= 1 and got.to_dict() == online.to_dict()
+
+
+@pytest.mark.skipif(__import__("shutil").which("cc") is None and __import__("shutil").which("gcc") is None,
+                    reason="no C compiler")
+@pytest.mark.parametrize("name", ["sigmoid_ce", "mse"])
+def test_loss_cases_offline_give_the_process_routes_report(tmp_path, name):
+    """Seed 003's C loss kernel (missing scale in sigmoid_ce; mse right) answered offline."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import symjac.frameworks.process as sjp
+    from native_kernels import build
+
+    program = str(build(tmp_path, "loss.c", "-DSEED003_BUG"))
+    case = select_cases([str(ROOT / "specs/seeds/loss_scale_family.toml")], (name,), None)[0]
+    while isinstance(got := run_offline(case, tmp_path / "dir"), int):
+        assert answer(tmp_path / "dir", exec=program) == got
+    online = verify_case(case, sjp.loss_impl(program, case.operator), "float64")
+    assert got.to_dict() == online.to_dict()
+    assert got.ok == (name == "mse")
