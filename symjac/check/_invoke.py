@@ -40,6 +40,16 @@ import numpy as np
 from symjac.run._isolate import Crashed, Raised, TimedOut, Worker
 
 
+class Unanswered(BaseException):
+    """A call the implementation cannot make yet (an offline answer not yet run): not the
+    implementation's failure, so the guard lets it through, as it lets ``KeyboardInterrupt``,
+    and the verification stops (:mod:`symjac.frameworks._offline`)."""
+
+
+#: What a call may raise that is no finding: the guard re-raises it.
+PASS_THROUGH = (KeyboardInterrupt, Unanswered)
+
+
 def same(a: np.ndarray, b: np.ndarray) -> bool:
     """Bitwise equal, shape and dtype included."""
     return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
@@ -179,7 +189,7 @@ def invoke(fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None)
         if not finished:
             return "timeout", None
         status, value = box[0]
-    if status == "raised" and isinstance(value, KeyboardInterrupt):
+    if status == "raised" and isinstance(value, PASS_THROUGH):
         raise value
     return status, value
 
@@ -204,7 +214,7 @@ def invoke_each(seq: CallSequence, timeout: float) -> Generator[tuple[str, Any, 
                 ended = True
                 return
             status, value, passed = item
-            if status == "internal" or (status == "raised" and isinstance(value, KeyboardInterrupt)):
+            if status == "internal" or (status == "raised" and isinstance(value, PASS_THROUGH)):
                 raise value
             yield status, value, passed, seq.given.popleft()
     finally:

@@ -20,6 +20,7 @@ from symjac._errors import UsageError
 from symjac.check._call import DEFAULT_TIMEOUT
 from symjac.cli import _census
 from symjac.cli import _conform
+from symjac.cli import _offline
 from symjac.run._load import impl_candidates, load_impl
 
 EXIT_OK, EXIT_FINDING, EXIT_USAGE = 0, 1, 2
@@ -283,6 +284,10 @@ COMMANDS: list[Command] = [
     Command("census", _census.HELP, _census.add_arguments, _census.run, _census.EXAMPLES, "docs/cli.md#symjac-census"),
     Command("conform", "verify a framework's pooling ops over a convention matrix", _conform.add_arguments,
             _conform.run, _conform.EXAMPLES, "docs/case-conform.md"),
+    Command("probes", _offline.PROBES_HELP, _offline.add_probes_arguments, _offline.run_probes,
+            _offline.PROBES_EXAMPLES, _offline.DOCS),
+    Command("check", _offline.CHECK_HELP, _offline.add_check_arguments, _offline.run_check,
+            _offline.CHECK_EXAMPLES, _offline.DOCS),
 ]
 
 

@@ -1,0 +1,105 @@
+"""One observed dx (a golden failure of a C++ suite) diagnosed against the exact Jacobian.
+
+A single vector-Jacobian product cannot be probed further, so the diagnosis is what one
+dx can show: which cells are off the exact ``J^T dy`` (beyond ``4 eps`` times the sum of
+the magnitudes of their contributions, in the observed dtype), and a least-squares fit of
+the observed dx as ``J^T (w * dy)``: each output window's weight ``w`` (1: its gradient
+arrives; 0: it gets nothing; other: a wrong share), plus what no window explains (the
+residual, gradient where the Jacobian has none). Where windows overlap so that the fit
+is not unique, the lines say so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from symjac._errors import InputError
+from symjac.io._specfile import pool_input
+from symjac.pool._jacobian import jacobian
+
+
+def load_observed(path: str | Path) -> np.ndarray:
+    """A dx from a ``.npy`` file, an ``.npz`` archive (its ``dx`` array, or its only one) or a
+    golden ``bin`` folder (the first ``dx`` array its ``index.json`` names)."""
+    path = Path(path)
+    if path.is_dir():
+        index = json.loads((path / "index.json").read_text())
+        names = [n for n in index["arrays"] if n.split(".")[0] == "dx"]
+        if not names:
+            raise InputError(f"{path}/index.json names no dx array")
+        e = index["arrays"][names[0]]
+        return np.fromfile(path / e["file"], dtype=e["dtype"]).reshape(e["shape"])
+    if path.suffix == ".npz":
+        with np.load(path) as archive:
+            keys = [k for k in archive.files if k.split(".")[0] == "dx"] or archive.files
+            if len(keys) != 1 and "dx" not in archive.files:
+                raise InputError(f"{path}: give an archive with one dx array (it has {', '.join(archive.files)})")
+            return np.asarray(archive["dx" if "dx" in archive.files else keys[0]])
+    return np.asarray(np.load(path))
+
+
+@dataclasses.dataclass(frozen=True)
+class Observed:
+    """The diagnosis: ``ok`` (every cell within its bound) and its lines."""
+
+    ok: bool
+    lines: tuple[str, ...]
+
+
+def _cell(shape: tuple[int, ...], flat: int) -> str:
+    return "(" + ",".join(str(int(i)) for i in np.unravel_index(flat, shape)) + ")"
+
+
+def diagnose_observed(case: Any, dx: np.ndarray) -> Observed:
+    """Diagnose ``dx``, observed for the pooling ``case``'s ``x`` and ``dy``, at window level."""
+    if case.is_loss:
+        raise InputError(f"{case.name}: --observed diagnoses a pooling backward's dx; this case is a loss")
+    _, x, dy = pool_input(case)
+    jac = jacobian(case.operator, x, tie=case.tie if case.tie not in (None, "any") else "first")
+    if dx.shape != tuple(jac.input_shape):
+        raise InputError(f"{case.name}: the observed dx has shape {dx.shape}; the case's x has {jac.input_shape}")
+    m = np.zeros(jac.shape)
+    m[jac.rows, jac.cols] = [float(jac.table[int(i)]) for i in jac.value_ids]
+    d = np.array(dy, dtype=np.float64).reshape(-1)
+    contributions = m.T * d  # (cells, windows): column o is window o's gradient
+    expected = contributions.sum(axis=1)
+    observed = np.asarray(dx, dtype=np.float64).reshape(-1)
+    eps = float(np.finfo(dx.dtype).eps) if dx.dtype.kind == "f" else 2.0**-52
+    bound = 4 * eps * np.abs(contributions).sum(axis=1)
+    off = np.abs(observed - expected) > bound
+    name = f"{case.name} in {dx.dtype}"
+    if not off.any():
+        return Observed(True, (f"{name}: the observed dx matches the exact J^T dy at all {observed.size} cells",))
+    worst = int(np.argmax(np.abs(observed - expected) - bound))
+    lines = [f"{name}: the observed dx is off the exact J^T dy at {int(off.sum())} of {observed.size} cells "
+             f"(worst at dx{_cell(dx.shape, worst)}: expected {float(expected[worst])!r}, observed {float(observed[worst])!r})"]
+    weights, _, rank, _ = np.linalg.lstsq(contributions, observed, rcond=None)
+    residual = observed - contributions @ weights
+    out_shape = tuple(jac.output_shape)
+    used = np.abs(contributions).sum(axis=0) > 0
+    groups: dict[str, list[str]] = {"get nothing": [], "arrive": []}
+    shares: list[str] = []
+    for o in np.flatnonzero(used):
+        w = float(weights[o])
+        label = _cell(out_shape, int(o))
+        if abs(w) <= 1e-9:
+            groups["get nothing"].append(label)
+        elif abs(w - 1) <= 1e-9:
+            groups["arrive"].append(label)
+        else:
+            shares.append(f"{label} x{w:.6g}")
+    fit = "" if rank == int(used.sum()) else f" (not unique: the windows' gradients have rank {rank} of {int(used.sum())})"
+    lines.append(f"window fit dx = J^T (w * dy){fit}:")
+    lines += [f"  windows {', '.join(v)} {k}" for k, v in groups.items() if v]
+    if shares:
+        lines.append(f"  windows with another share of their gradient: {', '.join(shares)}")
+    outside = np.flatnonzero(np.abs(residual) > bound)
+    if outside.size:
+        lines.append(f"  no window explains the gradient at {outside.size} cell(s): "
+                     + ", ".join(f"dx{_cell(dx.shape, int(i))} ({residual[i]:+.6g})" for i in outside[:8]))
+    return Observed(False, tuple(lines))
