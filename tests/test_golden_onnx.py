@@ -102,3 +102,62 @@ def test_a_pool_against_pytorch_through_the_export(tmp_path):
     assert stored.shape == want.shape and np.allclose(stored, want, rtol=2**-23, atol=0)
     got = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
     assert np.allclose(got, want, rtol=2**-20, atol=0)
+
+
+def _golden_onnx(tmp_path, name, operator, input_lines, formats="onnx"):
+    spec = tmp_path / f"{name}.toml"
+    spec.write_text(f'name = "{name}"\n[operator]\nkind = "pool"\nmode = "lp"\n{operator}\n[input]\n{input_lines}\n')
+    return subprocess.run([sys.executable, "-m", "symjac", "golden", str(spec), "--out", str(tmp_path / "g"),
+                           "--format", formats, "--dtype", "float16,float32,float64"],
+                          capture_output=True, text=True, cwd=ROOT)
+
+
+@pytest.mark.parametrize("name, operator, input_lines, p, kernel, stride", [
+    # p = 2 on a random input with negative entries: |x|^2 = x^2, ONNX's LpPool is symjac's
+    ("lp2", "kernel = 2\np = 2", 'shape = [1, 2, 4, 6]\ngenerator = "random"\nseed = 3', 2, (2, 2), (2, 2)),
+    # p = 3 on a non-negative input (odd p: ONNX's |x| matters only for negative x)
+    ("lp3", "kernel = [2, 3]\nstride = 1\np = 3",
+     'x = [[1, 0.5, 3, 2.25], [0, 4, 1.5, 7], [2, 6, 0.75, 5]]', 3, (2, 3), (1, 1)),
+])
+def test_lp_pool_against_onnx_runtime_and_pytorch(tmp_path, name, operator, input_lines, p, kernel, stride):
+    torch = pytest.importorskip("torch")
+    ort = pytest.importorskip("onnxruntime")
+    r = _golden_onnx(tmp_path, name, operator, input_lines)
+    assert r.returncode == 0, r.stderr
+    cases = {c.name: c for c in load_model_tests(data_dir=str(tmp_path / "g"), kind="onnx")}
+    assert set(cases) == {f"test_symjac_{name}_{dt}" for dt in DTYPES}
+    for dt in DTYPES:
+        c = cases[f"test_symjac_{name}_{dt}"]
+        model = onnx.load(os.path.join(c.model_dir, "model.onnx"))
+        onnx.checker.check_model(model, full_check=True)
+        (node,) = model.graph.node
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        assert node.op_type == "LpPool" and attrs["p"] == p and attrs["kernel_shape"] == list(kernel)
+        assert attrs["strides"] == list(stride) and attrs["pads"] == [0] * 4
+        x = _tensor(os.path.join(c.model_dir, "test_data_set_0", "input_0.pb"))
+        stored = _tensor(os.path.join(c.model_dir, "test_data_set_0", "output_0.pb"))
+        assert x.dtype == stored.dtype == np.dtype(dt) and c.rtol == 0 and 0 < c.atol
+        # PyTorch in float64 on the same (rounded) input: the exact value up to float64 rounding,
+        # so the stored (correctly rounded) output is within half an ULP of it, plus float64's own error
+        want = torch.nn.functional.lp_pool2d(torch.from_numpy(x.astype(np.float64)), p, kernel, stride).numpy()
+        assert stored.shape == want.shape
+        half_ulp = np.spacing(np.abs(stored)).astype(np.float64) / 2
+        assert np.all(np.abs(stored.astype(np.float64) - want) <= half_ulp + 1e-14 * np.abs(want)), dt
+        # ONNX Runtime's CPU LpPool (float32 only) runs to the stored output within data.json's atol
+        if dt == "float32":
+            session = ort.InferenceSession(os.path.join(c.model_dir, "model.onnx"), providers=["CPUExecutionProvider"])
+            got = session.run(None, {"X": x})[0]
+            assert got.dtype == stored.dtype and got.shape == stored.shape
+            assert np.all(np.abs(got.astype(np.float64) - stored.astype(np.float64)) <= c.atol), name
+
+
+def test_lp_pool_odd_p_with_a_negative_input_is_skipped_with_a_note(tmp_path):
+    r = _golden_onnx(tmp_path, "lp3neg", "kernel = 2\np = 3", "x = [[1, -2], [3, 4]]")
+    assert r.returncode == 0, r.stderr
+    assert "note: lp3neg: no ONNX form: p=3 with a negative input: ONNX LpPool computes (Σ |x|^3)" in r.stderr
+    assert not (tmp_path / "g" / "onnx").exists()
+
+
+def test_lp_pool_with_a_rational_format_is_refused_as_before(tmp_path):
+    r = _golden_onnx(tmp_path, "lp2json", "kernel = 2\np = 2", "x = [[1, -2], [3, 4]]", formats="onnx,json")
+    assert r.returncode != 0 and "lp pooling's are algebraic" in r.stderr

@@ -14,6 +14,7 @@ Formats:
 - ``npz``: one array per quantity and dtype (``x.float32``, ``jac_rows``, ...) and
   its bound (``dx.float32.max_abs_error``); ``*.bfloat16`` arrays hold bfloat16 bit
   patterns as ``<u2`` (``"bits_of": "bfloat16"`` in ``index.json``);
+- ``onnx``: ONNX backend tests (:mod:`symjac.io._onnx`; with onnx alone, lp pooling too);
 - ``bin``: raw little-endian arrays, one file each, with an ``index.json`` naming
   every file's dtype, shape and order, so a C test reads them without Python
   (``contrib/symjac_golden.h``).
@@ -344,6 +345,11 @@ def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: li
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     for case, stem in zip(cases, stems):
+        if set(formats) == {"onnx"} and not case.is_loss:  # lp pooling: onnx alone (symjac.io._onnx)
+            from symjac.io._onnx import write_onnx_algebraic  # imports onnx: only for this format
+            if (algebraic := write_onnx_algebraic(case, dtypes, out, stem)) is not None:
+                written += algebraic
+                continue
         qs, meta = case_quantities(case)
         geometry = None if case.is_loss else resolve(case.operator, tuple(meta["input_shape"]))
         meta = {**meta, "operator": golden_operator(case, geometry, divisors), "operator_repr": meta["operator"]}
