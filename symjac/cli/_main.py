@@ -18,6 +18,7 @@ from typing import Any
 
 from symjac._errors import UsageError
 from symjac.check._call import DEFAULT_TIMEOUT
+from symjac.cli._select import add_spec_arguments as add_spec_arguments
 from symjac.cli import _census
 from symjac.cli import _conform
 from symjac.cli import _offline
@@ -180,16 +181,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 IMPL_HELP = ("the implementation: a .py path or an importable module, then :ATTR (e.g. mypool.py:fixed); "
              "pooling needs backward(x, dy), losses derivative(pred, label); forward is optional")
 DTYPE_HELP = f"dtype of the arrays the implementation receives (default {DEFAULT_DTYPE})"
-
-
-def add_spec_arguments(p: argparse.ArgumentParser) -> None:
-    """SPEC... plus --case/-k: the selection every spec-reading command shares."""
-    p.add_argument("spec", nargs="+", metavar="SPEC",
-                   help="spec files, directories (their *.toml, recursively) or globs (quote them: 'specs/*.toml')")
-    p.add_argument("--case", action="append", metavar="NAME",
-                   help="run only the case with this name (repeat for several)")
-    p.add_argument("-k", dest="keyword", metavar="EXPR",
-                   help="run only cases whose name matches EXPR: words (substrings), and / or / not, parentheses")
 
 
 def _verify_args(p: argparse.ArgumentParser) -> None:

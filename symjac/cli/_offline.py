@@ -13,6 +13,7 @@ import argparse
 from typing import Any
 
 from symjac._errors import UsageError
+from symjac.cli._select import add_spec_arguments
 
 EXIT_OK, EXIT_FINDING, EXIT_PENDING = 0, 1, 3
 DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -25,13 +26,13 @@ DOCS = "docs/cli.md#symjac-probes-and-symjac-check"
 
 
 def add_probes_arguments(p: argparse.ArgumentParser) -> None:
-    _spec_arguments(p)
+    add_spec_arguments(p)
     p.add_argument("--out", required=True, metavar="DIR", help="folder for the request files (created if missing)")
     _dtype(p)
 
 
 def add_check_arguments(p: argparse.ArgumentParser) -> None:
-    _spec_arguments(p)
+    add_spec_arguments(p)
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--responses", metavar="DIR",
                        help="the folder of requests and their response files (the next round's requests go there)")
@@ -39,15 +40,6 @@ def add_check_arguments(p: argparse.ArgumentParser) -> None:
                        help="instead: one observed dx for the case's x and dy (.npy, .npz or a golden bin folder), "
                             "diagnosed against the exact Jacobian at window level")
     _dtype(p)
-
-
-def _spec_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("spec", nargs="+", metavar="SPEC",
-                   help="spec files, directories (their *.toml, recursively) or globs (quote them: 'specs/*.toml')")
-    p.add_argument("--case", action="append", metavar="NAME",
-                   help="run only the case with this name (repeat for several)")
-    p.add_argument("-k", dest="keyword", metavar="EXPR",
-                   help="run only cases whose name matches EXPR: words (substrings), and / or / not, parentheses")
 
 
 def _dtype(p: argparse.ArgumentParser) -> None:

@@ -9,6 +9,7 @@ pytest-style keyword expression over case names).
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import glob
 import re
@@ -163,3 +164,13 @@ def select_cases(paths: Sequence[str], names: Sequence[str] = (), keyword: str |
         if not cases:
             raise SelectionError(f"-k {keyword!r} selects no case; cases: {listing}")
     return cases
+
+
+def add_spec_arguments(p: argparse.ArgumentParser) -> None:
+    """SPEC... plus --case/-k: the selection every spec-reading command shares."""
+    p.add_argument("spec", nargs="+", metavar="SPEC",
+                   help="spec files, directories (their *.toml, recursively) or globs (quote them: 'specs/*.toml')")
+    p.add_argument("--case", action="append", metavar="NAME",
+                   help="run only the case with this name (repeat for several)")
+    p.add_argument("-k", dest="keyword", metavar="EXPR",
+                   help="run only cases whose name matches EXPR: words (substrings), and / or / not, parentheses")
