@@ -78,7 +78,9 @@ class _AxisPlan:
 
     ``slots`` is the range [first, last] of kernel slots that are a real input cell
     in at least one window; slots outside it read padding in every window and are
-    not stored (a kernel of 10^9 over 7 cells stores 7 slots, not 10^9).
+    not stored (a kernel of 10^9 over 7 cells stores 7 slots, not 10^9). With
+    ``Pool(pad_value=0)`` pad cells take part in the max, so the range is that of the
+    slots in the padded input of at least one window.
     """
 
     pad: tuple[int, int]
@@ -133,6 +135,10 @@ def _pool_plan(spec: Pool, axis: int, length: int) -> _AxisPlan:
             raise _only_padding(spec, axis, length, (lo, hi), i, i * s - lo, extent)
     first = int(_valid_slots((out - 1) * s - lo, k, d, length)[0])
     last = int(_valid_slots(-lo, k, d, length)[1])
+    if spec.pad_value is not None:  # pad cells hold 0 and compete for the max: a slot in the padded
+        # input of some window is stored even where it is a pad cell in every window (L=1, k=3, pad 1)
+        first = min(first, int(_valid_slots((out - 1) * s, k, d, length + lo + hi)[0]))
+        last = max(last, int(_valid_slots(0, k, d, length + lo + hi)[1]))
     return _AxisPlan((lo, hi), out, (first, last))
 
 

@@ -21,7 +21,7 @@ from symjac.pool._geometry import Geometry, resolve
 from symjac.pool._spec import PoolSpec, check_pool_spec
 from symjac.pool._stamp import SparseJacobian, Stamp, stamp
 from symjac.pool._symbolic import TIE_POLICIES, window_classes
-from symjac.pool._ties import max_members
+from symjac.pool._ties import max_members, pad_cells
 
 __all__ = ["SparseJacobian", "Stamp", "exact_forward", "exact_vjp", "expressions", "forward", "hvp", "jacobian",
            "jvp", "stamp", "tie_sets", "vjp"]
@@ -154,8 +154,9 @@ def tie_sets(spec: PoolSpec, x: Any) -> np.ndarray:
 def expressions(spec: PoolSpec, input_shape: tuple[int, ...]) -> np.ndarray:
     """The exact forward of every output as a SymPy expression.
 
-    Symbols are named by their input index in the layout, e.g. ``x[0,0,1,1]``.
-    Meant for small shapes (inspection, docs): it builds one expression per window.
+    Symbols are named by their input index in the layout, e.g. ``x[0,0,1,1]``; with
+    ``Pool(pad_value=0)`` a window holding pad cells has their constant 0 in its max
+    (``Max(0, x[0,0,0])``). Meant for small shapes (inspection, docs): it builds one expression per window.
     """
     geometry = resolve(check_pool_spec(spec), tuple(input_shape))
     out = np.empty(math.prod(geometry.output_shape), dtype=object)
@@ -163,10 +164,13 @@ def expressions(spec: PoolSpec, input_shape: tuple[int, ...]) -> np.ndarray:
     symbol = {}
     for idx in np.ndindex(*geometry.input_shape):
         symbol[int(names[idx])] = sympy.Symbol("x[" + ",".join(map(str, idx)) + "]", real=True)
+    pads = pad_cells(geometry)  # Pool(pad_value=0): windows holding pad cells take the constant 0 in too
+    padded = np.zeros(geometry.n_out, dtype=bool) if pads is None else pads.any(axis=1)
     for c in window_classes(geometry):
         for b in range(geometry.batch):
             rows = geometry.flat_index(np.full(c.windows.size, b), c.windows, geometry.out_spatial)
             cols = geometry.flat_index(np.full(c.cells.shape, b), c.cells, geometry.in_spatial)
-            for r, cells in zip(rows.tolist(), cols.tolist()):
-                out[r] = c.template.expr.xreplace({s: symbol[k] for s, k in zip(c.template.symbols, cells)})
+            for w, r, cells in zip(c.windows.tolist(), rows.tolist(), cols.tolist()):
+                expr = c.template.expr.xreplace({s: symbol[k] for s, k in zip(c.template.symbols, cells)})
+                out[r] = geometry.operator.with_pad_cells(expr) if padded[w] else expr
     return out.reshape(geometry.output_shape)

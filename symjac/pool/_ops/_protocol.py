@@ -13,7 +13,7 @@ operator must give):
 - **spec**: :meth:`check_divisor`, :meth:`check_power`, :meth:`check_pad_value`
   (the mode-specific checks of ``Pool.__post_init__``), :meth:`repr_fields`,
   :meth:`spec_table` (spec files), :meth:`counts_padding` (geometry, cover).
-- **symbolic**: :meth:`template`, the SymPy template of a window class.
+- **symbolic**: :meth:`template`, the SymPy template of a window class; :meth:`with_pad_cells`.
 - **exact**: :meth:`forward`, :meth:`jacobian`, :meth:`vjp` (``J^T dy``),
   :meth:`jvp` (``J t``), :meth:`hvp` (the second derivative, where it is not zero);
   :meth:`exact_forward` / :meth:`exact_vjp` on rational arrays where :attr:`rational`.
@@ -130,6 +130,10 @@ class Operator:
     def template(self, spec: Any, n: int, divisor: int) -> Template:
         """The SymPy template of a window class of ``spec`` with ``n`` valid slots and divisor ``divisor``."""
         raise SpecError(f"mode={self.name!r} has no window-class template")
+
+    def with_pad_cells(self, expr: sympy.Expr) -> sympy.Expr:
+        """A window's expression when it also holds pad cells of ``Pool(pad_value=0)`` (constants 0)."""
+        raise SpecError(f"mode={self.name!r} takes no pad_value")
 
     def clear_caches(self) -> None:
         """Forget the operator's cached templates."""

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import sympy
 
 from symjac._errors import SpecError
 from symjac._exact import ExactArray, _int_array
@@ -71,6 +72,10 @@ class Max(StampedOperator):
     # -- symbolic and exact ----------------------------------------------------------
     def template(self, spec: Any, n: int, divisor: int) -> Template:
         return max_template(n, divisor)
+
+    def with_pad_cells(self, expr: sympy.Expr) -> sympy.Expr:
+        """Pad cells hold 0 and take part in the max: ``Max(0, ...)``."""
+        return sympy.Max(sympy.Integer(0), expr)
 
     def clear_caches(self) -> None:
         clear_caches(templates=True)
