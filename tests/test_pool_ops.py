@@ -49,8 +49,9 @@ def _cases() -> list[Any]:
 
 def _x(spec: Any, shape: tuple[int, ...], family: str = "distinct") -> np.ndarray:
     g = symjac.resolve(spec, shape)
-    make = tie_input if family == "ties" else distinct_input
-    return g.operator.default_input(make(g, np.float64, 0))
+    if family == "ties":
+        return g.operator.tie_input(g, tie_input(g, np.float64, 0))
+    return g.operator.default_input(g, distinct_input(g, np.float64, 0))
 
 
 def _rng_dyadic(shape: tuple[int, ...], seed: int) -> np.ndarray:

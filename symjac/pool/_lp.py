@@ -323,3 +323,83 @@ def lp_vjp(g: Geometry, x: ExactArray | None, dy: ExactArray) -> np.ndarray:
     if x is None:
         raise InputError("lp pooling's gradient depends on x: pass the input values, not only its shape")
     return exact_vjp(g, x, dy)
+
+
+# -- the verifier's inputs and finite differences ----------------------------------------
+
+
+def signed_input(g: Geometry, x: np.ndarray) -> np.ndarray:
+    """The default x (signed integers, distinct within every window) where lp is defined.
+
+    Even p and p = 1: as given (every power sum is >= 0; a backward that drops sign(x)
+    from ``x^(p-1)`` is wrong at the negative cells). Odd p >= 3: ``S = Σ x^p`` must be
+    > 0, and well clear of 0 (where ``S`` cancels the rounding bound is not claimed), so
+    negative cells of a window with ``S < Σ|x|^p / 4`` are made positive, until none is
+    left: a flip only raises the sums of the windows holding the cell, so this ends
+    (at worst with |x|), and the windows keep negative cells wherever they can.
+    """
+    p = power(g)
+    if p == 1 or p % 2 == 0:
+        return x
+    xc = g.to_canonical(x).copy()
+    cells = _cells(g)
+    while True:
+        vals = xc[:, cells].astype(np.float64)  # small integers: exact powers
+        short = (vals ** p).sum(axis=-1) * 4 < (np.abs(vals) ** p).sum(axis=-1)
+        if not short.any():
+            return g.from_canonical(xc, g.in_spatial)
+        b, w = np.argwhere(short)[0]
+        window = cells[w]
+        xc[b, window] = np.abs(xc[b, window])
+
+
+def zero_window_input(g: Geometry, x: np.ndarray) -> np.ndarray:
+    """The tie pass's x (zeros and ones) with all-zero windows on purpose: every other window
+    of one window colour (disjoint windows; the first is there at any shape) is set to 0, so the
+    nonsmooth point S = 0 (p >= 2) is reached whatever the seed. For even p the ones
+    get random signs (S > 0 for any sign; signed cells around the zero windows)."""
+    from symjac.pool._graph import window_colouring  # the graph stage sits above the operators
+
+    p = power(g)
+    xc = g.to_canonical(x).copy()
+    if p % 2 == 0:
+        signs = np.where(np.random.default_rng(int(np.abs(xc).sum())).random(xc.shape) < 0.5, -1, 1)
+        xc = xc * signs.astype(xc.dtype)
+    colours, _ = window_colouring(g)
+    chosen = np.flatnonzero(colours == 0)[::2]  # every other one: zero windows beside nonzero ones
+    xc[:, _cells(g)[chosen].reshape(-1)] = 0
+    return g.from_canonical(xc, g.in_spatial)
+
+
+def fd_truncation(g: Geometry, x: np.ndarray, h: float) -> np.ndarray:
+    """(B, W, K) a bound on ``|(y(x + h·e_k) - y(x))/h - ∂y/∂x_k|`` for each window's slot k.
+
+    Along one cell, with c the other cells' power sum, ``φ(t) = (c + t^p)^(1/p)`` and
+    ``φ''(t) = (p - 1)·c·t^(p-2)·(c + t^p)^(1/p - 2)``; Taylor's theorem bounds the
+    one-sided difference's error by ``(h/2)·max|φ''|`` over ``t ∈ [a, a + h]``, and
+    ``|φ''| <= (p - 1)·|c|·max(|a|, |a + h|)^(p-2)·(min (c + t^p))^(1/p - 2)`` (the
+    exponent is negative). The minimum is ``c + a^p = S`` for odd p (t^p increases),
+    ``c + min(a^p, (a + h)^p)`` for even p, ``c`` where the step crosses 0. Where it is 0
+    (the step reaches an all-zero window, S = 0) the bound is inf. p = 1 is linear: 0.
+    Evaluated in float64 and rounded up by a relative 2^-30 (the terms are exact or
+    within a few ulps).
+    """
+    p = power(g)
+    vals = g.to_canonical(x).astype(np.float64)[:, _cells(g)]
+    if p == 1:
+        return np.zeros(vals.shape)
+    terms = vals ** p
+    c = terms.sum(axis=-1, keepdims=True) - terms
+    a, b = vals, vals + h
+    # c, S and the powers in float64: within (n + p + 2) ulps of their |terms| (exact for small integers)
+    slack = 2 * (vals.shape[-1] + p + 2) * 2.0**-53 * (np.abs(terms).sum(axis=-1, keepdims=True) + np.abs(b) ** p)
+    if p % 2:
+        low = c + a ** p - slack
+    else:
+        crosses = (a < 0) & (b > 0)
+        low = c + np.where(crosses, 0.0, np.minimum(a ** p, b ** p)) - slack
+    top = np.maximum(np.abs(a), np.abs(b)) ** (p - 2)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        curve = (p - 1) * (np.abs(c) + slack) * top * np.where(low > 0, low, np.nan) ** (1 / p - 2)
+    bound = np.where(low > 0, h / 2 * curve * (1 + 2.0**-30), np.inf)
+    return np.where(np.isnan(bound), np.inf, bound)

@@ -11,6 +11,12 @@ stays exact in the dtype (checked), and each forward output carries at most
 ``B_w = γ_{n+1}·Σ|x|/d`` (avg; max is exact), so the difference is within
 ``(B_w(x + h·e) + B_w(x))/h``.
 
+A smooth operator (lp) is not piecewise linear: its rule ``fd_error`` adds the
+one-sided difference's curvature error (Taylor: ``(h/2)·max|∂²y/∂x_k²|`` over the
+step) and its forward's rounding at both points, at its own step ``fd_step``
+(about √u: curvature O(h), rounding O(u/h)); windows whose step reaches an
+all-zero window (S = 0) are not bounded and not compared.
+
 Large windows need many input colours (a k×k stride-1 pool k², a global pool one
 per cell). Above :data:`MAX_COLOURS`, the oracle checks directional derivatives
 instead: for a few random sign vectors v, every window's ``(f(x + hv) - f(x))/h``
@@ -52,11 +58,12 @@ def finite_differences(g: Geometry, forward_each: ForwardEach, x: np.ndarray,
                        y: np.ndarray, dtype: np.dtype[Any], u: float) -> tuple[np.ndarray, np.ndarray] | None:
     """FD Jacobian rows (B, W, K) and their error bounds from the forward's output ``y`` at x
     (canonical (B, W)), or None when the forward failed or ``x + h`` is not exact in the dtype."""
-    h = STEP
+    h = g.operator.fd_step(dtype)
     xc = g.to_canonical(x).astype(np.float64)
     if not np.array_equal((xc + h).astype(dtype), xc + h):
         return None
     in_colours, n = input_colouring(g)
+    smooth = g.operator.fd_error(g, x, h, in_colours, dtype)  # lp: curvature and its forward's rounding
     plus = []
     calls = forward_each(g.from_canonical(xc + h * (in_colours == colour), g.in_spatial).astype(dtype)
                          for colour in range(n))
@@ -88,6 +95,8 @@ def finite_differences(g: Geometry, forward_each: ForwardEach, x: np.ndarray,
             xv = xc[:, cells]
             err += gamma_of[n_cells][:, None] * (2 * base[:, :, None] - np.abs(xv) + np.abs(xv + h)) \
                 / g.divisor[:, None] / h
+        if smooth is not None:
+            err = err + smooth
         return np.where(valid, slope, 0.0), np.where(valid, err, 0.0)
     fd = np.zeros((g.batch, g.n_out, g.cells.shape[1]))
     tol = np.zeros_like(fd)
@@ -99,7 +108,7 @@ def finite_differences(g: Geometry, forward_each: ForwardEach, x: np.ndarray,
             xv = xc[:, cells]
             err += gamma_of[n_cells[w]] * (2 * base[:, w] - np.abs(xv) + np.abs(xv + h)) / g.divisor[w] / h
         fd[:, w, k] = slope
-        tol[:, w, k] = err
+        tol[:, w, k] = err if smooth is None else err + smooth[:, w, k]
     return fd, tol
 
 
@@ -115,6 +124,8 @@ def directional_fd(g: Geometry, forward_each: ForwardEach, x: np.ndarray, y: np.
                    dtype: np.dtype[Any], u: float, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
     """Per random sign direction v: (v, slope (B, W), error bound (B, W)) from the forward's output
     ``y`` at x (canonical (B, W)), or None when the forward failed or ``x + h·v`` is not exact in the dtype."""
+    if not g.operator.fd_directions:
+        return None  # a smooth operator's error model (lp's curvature) is per coordinate step
     h = STEP
     xc = g.to_canonical(x).astype(np.float64)
     rng = np.random.default_rng(seed)

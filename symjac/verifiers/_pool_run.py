@@ -51,7 +51,7 @@ def _inputs(spec: PoolSpec, dt: np.dtype[Any], input_shape: Any, x: Any, dy: Any
     else:
         g = resolve(spec, tuple(input_shape))
         x_arr = distinct_input(g, dt, seed)
-        x_arr = g.operator.default_input(x_arr)  # lp: odd p needs Σ x^p >= 0 in every window
+        x_arr = g.operator.default_input(g, x_arr)  # lp: odd p needs Σ x^p > 0 in every window
     dy_arr = None
     if dy is not None:
         raw = np.asarray(dy)
@@ -99,7 +99,7 @@ def run(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forward: 
     if x is None and input_shape is None and dy is None:
         return _verify_plan(spec, kwargs)
     g, x_arr, dy_arr = _inputs(spec, dt, input_shape, x, dy, seed)
-    tie_x = tie_input(g, dt, seed) if g.operator.tie_family else None
+    tie_x = g.operator.tie_input(g, tie_input(g, dt, seed)) if g.operator.tie_family else None
     extra = tuple(dict.fromkeys(default_families(g) if families is None else families))
     worker = None
     if isolate:

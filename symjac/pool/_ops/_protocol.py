@@ -22,8 +22,8 @@ operator must give):
 - **rounding model**: :meth:`forward_bound` (the verifier's forward verdict) and
   :meth:`rows` (exact rows with their bounds, the confirmations' predictions).
 - **lowering**: :meth:`lower_forward`, :meth:`lower_vjp`.
-- **inputs**: :meth:`families`, :meth:`default_input`, :attr:`extra_families`,
-  :attr:`finite_differences`.
+- **inputs**: :meth:`families`, :meth:`default_input`, :meth:`tie_input`, :attr:`extra_families`,
+  :attr:`finite_differences` (:meth:`fd_step`, :meth:`fd_error`).
 - **diagnosis**: :meth:`clarke_ok`, :meth:`outside_clarke`, :meth:`tie_policy`,
   :meth:`zero_window_policy`, :meth:`tied_detail`, :meth:`exact_entry`, :meth:`fd_gaps`,
   :meth:`fd_rounding`.
@@ -79,6 +79,9 @@ class Operator:
         exactly, so the verifier converts x once for them.
       graph_needs_x: the window graph's weights depend on x (pictures pass x).
       second_derivative_zero: the second derivative is zero off ties (piecewise linear).
+      fd_directions: above ``MAX_COLOURS`` input colours the finite differences check random
+        directions (:func:`symjac.verifiers._pool_fd.directional_fd`); False: only coordinate
+        steps are covered by the error model (lp), so none are taken there.
       samples: keyword arguments of :class:`symjac.Pool` (beyond mode and kernel) the
         generic tests over every operator build specs from (``tests/test_pool_ops.py``,
         PyTorch's OpInfo ``sample_inputs``): the operator's own fields and conventions.
@@ -94,6 +97,7 @@ class Operator:
     reuses_exact_input: bool = False
     graph_needs_x: bool = False
     second_derivative_zero: bool = True
+    fd_directions: bool = True
     samples: tuple[dict[str, Any], ...] = ({},)
 
     def __repr__(self) -> str:
@@ -211,9 +215,26 @@ class Operator:
         """The extra input families worth a dense pass (beyond ``distinct`` and ``ties``)."""
         return ()
 
-    def default_input(self, x: np.ndarray) -> np.ndarray:
-        """The generated default x, made valid for the operator."""
+    def default_input(self, g: Geometry, x: np.ndarray) -> np.ndarray:
+        """The generated default x (distinct within every window, signed), made valid for the operator."""
         return x
+
+    def tie_input(self, g: Geometry, x: np.ndarray) -> np.ndarray:
+        """The tie pass's x (:attr:`tie_family`; zeros and ones from
+        :func:`symjac.check._inputs.tie_input`), made to reach the operator's nonsmooth points."""
+        return x
+
+    def fd_step(self, dtype: np.dtype[Any]) -> float:
+        """The finite differences' step h (exact steps of a piecewise-linear forward: 1/2)."""
+        return 0.5
+
+    def fd_error(self, g: Geometry, x: np.ndarray, h: float, in_colours: np.ndarray,
+                 dtype: np.dtype[Any]) -> np.ndarray | None:
+        """(B, W, K) how far a correct forward's one-sided difference ``(f(x + h·e_k) - f(x))/h``
+        may be from the derivative ∂y_w/∂x_k beyond what :meth:`fd_rounding` covers (a smooth
+        operator's curvature and rounding), inf where it is not bounded; None: nothing more.
+        Coordinate steps only: an operator giving it takes no directional differences."""
+        return None
 
     # -- diagnosis -------------------------------------------------------------------
     def clarke_ok(self, g: Geometry, rows: Rows, exact: ExactRows, u: float) -> np.ndarray:

@@ -18,8 +18,12 @@ rounded to float64 with their bounds, the zero-window checks).
   input with all-zero windows (the tie input) and accepts the spec's ``zero_window``
   row or, for even p, any element of the Clarke set, the dual unit ball.
 - **rounding model**: the forward and gradient bounds of :mod:`symjac.pool._lp`; no
-  finite differences (their error model, exact or γ-summed forward, does not cover
-  the root) and no extra input families (no rational dense ``J^T dy`` to compare with).
+  extra input families (no rational dense ``J^T dy`` to compare with).
+- **inputs**: signed where lp is defined (:func:`symjac.pool._lp.signed_input`: any sign
+  for even p and p = 1, S > 0 kept for odd p), all-zero windows on purpose in the tie
+  pass (:func:`symjac.pool._lp.zero_window_input`), and finite differences of the
+  implementation's forward away from zero windows, at step 2^-⌊prec/2⌋, within its
+  curvature (:func:`symjac.pool._lp.fd_truncation`) and its forward bound at both points.
 """
 
 from __future__ import annotations
@@ -35,17 +39,21 @@ import sympy
 
 from symjac._errors import SpecError
 from symjac._exact import ExactArray
-from symjac.check._rounding import unit_roundoff
+from symjac.check._rounding import precision, unit_roundoff
 from symjac.pool._lp import (
     AlgebraicJacobian,
+    bounds,
     exact_forward,
+    fd_truncation,
     lowered_forward,
     lowered_vjp,
     lp_jacobian,
     lp_vjp,
     power,
     row_values,
+    signed_input,
     windows,
+    zero_window_input,
 )
 from symjac.pool._ops._protocol import ForwardBound, Operator
 from symjac.pool._symbolic import PAIR, Template
@@ -97,7 +105,7 @@ class Lp(Operator):
     any_geometry = False
     tie_family = True  # its all-zero windows are its nonsmooth points
     rational = False
-    finite_differences = False
+    fd_directions = False  # fd_error bounds coordinate steps only
     extra_families = False
     second_derivative_zero = False
 
@@ -201,8 +209,34 @@ class Lp(Operator):
     def lower_vjp(self, g: Geometry, x: np.ndarray, dy: np.ndarray, tie: str) -> np.ndarray:
         return lowered_vjp(g, x, dy)
 
-    def default_input(self, x: np.ndarray) -> np.ndarray:
-        return np.asarray(np.abs(x))  # odd p needs Σ x^p >= 0 in every window
+    def default_input(self, g: Geometry, x: np.ndarray) -> np.ndarray:
+        """Signed where lp is defined: as given for even p and p = 1, odd p's windows kept at S > 0."""
+        return signed_input(g, x)
+
+    def tie_input(self, g: Geometry, x: np.ndarray) -> np.ndarray:
+        """All-zero windows on purpose (one window colour zeroed), signed ones around them for even p."""
+        return zero_window_input(g, x)
+
+    def fd_step(self, dtype: np.dtype[Any]) -> float:
+        """2^-⌊prec/2⌋: a smooth forward's one-sided difference errs by O(h) (curvature) plus
+        O(u/h) (rounding): balanced near h ≈ √u (2^-26 in float64, 2^-12 in float32)."""
+        return float(2.0 ** -(precision(dtype) // 2))
+
+    def fd_error(self, g: Geometry, x: np.ndarray, h: float, in_colours: np.ndarray,
+                 dtype: np.dtype[Any]) -> np.ndarray | None:
+        """Curvature (:func:`~symjac.pool._lp.fd_truncation`) plus the forward bound at x and at
+        x + h·e_k (each colour's step moves one cell of a window), over h; inf where not claimed."""
+        xc = g.to_canonical(x).astype(np.float64)
+
+        def tolerance(xs: np.ndarray) -> np.ndarray:  # (B, W) |ŷ - y| of a correct forward at xs
+            b = bounds(g, ExactArray.from_any(g.from_canonical(xs, g.in_spatial)), dtype)
+            return np.where(b.claimed, b.forward * (1 + 2.0**-52), np.inf)
+
+        moved = np.full((g.batch, g.n_out, g.cells.shape[1]), np.inf)
+        for colour in range(int(in_colours.max()) + 1 if in_colours.size else 0):
+            slots = in_colours[g.cells] == colour  # (W, K): at most one slot a window
+            moved = np.where(slots[None], tolerance(xc + h * (in_colours == colour))[:, :, None], moved)
+        return np.asarray(fd_truncation(g, x, h) + (tolerance(xc)[:, :, None] + moved) / h)
 
     # -- diagnosis ---------------------------------------------------------------------
     def clarke_ok(self, g: Geometry, rows: Rows, exact: ExactRows, u: float) -> np.ndarray:
