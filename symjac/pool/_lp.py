@@ -333,7 +333,8 @@ def signed_input(g: Geometry, x: np.ndarray) -> np.ndarray:
 
     Even p and p = 1: as given (every power sum is >= 0; a backward that drops sign(x)
     from ``x^(p-1)`` is wrong at the negative cells). Odd p >= 3: ``S = Σ x^p`` must be
-    > 0, and well clear of 0 (where ``S`` cancels the rounding bound is not claimed), so
+    > 0, and well clear of 0 (where ``S`` cancels the rounding bound is not claimed): the
+    non-negative values are spread (v -> 2v + 2, where exact) to outweigh the negative ones, and
     negative cells of a window with ``S < Σ|x|^p / 4`` are made positive, until none is
     left: a flip only raises the sums of the windows holding the cell, so this ends
     (at worst with |x|), and the windows keep negative cells wherever they can.
@@ -341,6 +342,11 @@ def signed_input(g: Geometry, x: np.ndarray) -> np.ndarray:
     p = power(g)
     if p == 1 or p % 2 == 0:
         return x
+    # Odd p: the non-negative values v become 2v + 2, so a window's positive cells outweigh its
+    # negative ones (-1, ..., -n/2) and keep them: [-1, 0] becomes [-1, 2] (S = 7), not [1, 0].
+    spread = np.where(x < 0, x, 2 * x + 2).astype(x.dtype)
+    if np.array_equal(spread.astype(np.float64), np.where(x < 0, x, 2 * x.astype(np.float64) + 2)):
+        x = spread
     xc = g.to_canonical(x).copy()
     cells = _cells(g)
     while True:
