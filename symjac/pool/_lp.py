@@ -59,7 +59,7 @@ import sympy
 
 from symjac._errors import InputError
 from symjac._exact import ExactArray, round_fraction
-from symjac.check._rounding import gamma, unit_roundoff
+from symjac.check._rounding import finfo, gamma, unit_roundoff
 from symjac.pool._stamp import SparseJacobian
 
 if TYPE_CHECKING:
@@ -108,8 +108,17 @@ def windows(g: Geometry, x: ExactArray) -> Windows:
     return Windows(num, power_sum, x.den)
 
 
+def _power(base: int, exponent: sympy.Rational) -> sympy.Expr:
+    """``base^exponent`` exactly; SymPy's perfect-power search converts a huge base to a float
+    (OverflowError beyond ~2^1024), where the power is kept unevaluated (still exact)."""
+    try:
+        return sympy.Integer(base) ** exponent
+    except OverflowError:
+        return sympy.Pow(sympy.Integer(base), exponent, evaluate=False)
+
+
 def _root(s_num: int, p: int) -> sympy.Expr:
-    return sympy.Integer(s_num) if p == 1 else sympy.root(sympy.Integer(s_num), p)
+    return sympy.Integer(s_num) if p == 1 else _power(s_num, sympy.Rational(1, p))
 
 
 def exact_forward(g: Geometry, x: ExactArray) -> np.ndarray:
@@ -120,7 +129,11 @@ def exact_forward(g: Geometry, x: ExactArray) -> np.ndarray:
     out = np.empty(w.power_sum.shape, dtype=object)
     for idx, s in np.ndenumerate(w.power_sum):
         if s not in cache:
-            cache[s] = _root(int(s), p) / w.den
+            root = _root(int(s), p)
+            try:
+                cache[s] = root / w.den
+            except OverflowError:  # an unevaluated huge root (see _power): keep the quotient so too
+                cache[s] = sympy.Mul(root, sympy.Rational(1, w.den), evaluate=False)
         out[idx] = cache[s]
     return g.from_canonical(out)
 
@@ -139,7 +152,7 @@ def row_values(g: Geometry, w: Windows) -> np.ndarray:
             out[b, win] = zero_row
             continue
         if s not in factor:
-            factor[s] = sympy.Integer(int(s)) ** sympy.Rational(1 - p, p)
+            factor[s] = _power(int(s), sympy.Rational(1 - p, p))
         f = factor[s]
         out[b, win] = [sympy.Integer(int(n)) ** (p - 1) * f for n in w.num[b, win]]
     return out
@@ -201,32 +214,61 @@ def sparse_parts(g: Geometry, x: ExactArray) -> tuple[np.ndarray, np.ndarray, li
 # -- floats: lowering and rounding bounds ------------------------------------------------
 
 
-def _float_windows(g: Geometry, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def overflow_shifts(top: np.ndarray, n: int, p: int, dtype: Any) -> np.ndarray:
+    """(B, W) the exponent e of each window's scale 2^e: ``e = ⌊log2 max|x|⌋`` where ``n·max|x|^p``
+    reaches half the dtype's largest value (x^p or the sum would overflow, though y may not),
+    else 0 (no scaling). ``top`` is the window's max |x| in float64."""
+    limit = math.log2(float(finfo(dtype).max)) - 1 - math.log2(max(n, 1))
+    with np.errstate(divide="ignore"):
+        big = p * np.log2(top) >= limit
+    exponent = np.frexp(top)[1] - 1  # top = f·2^(e+1), f in [1/2, 1): top / 2^e in [1, 2)
+    return np.where(big, exponent, 0).astype(np.int64)
+
+
+def _float_windows(g: Geometry, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Each window's values and power sum in x's dtype, scaled by 2^-e (:func:`overflow_shifts`,
+    exact) where they could overflow; and the scales 2^e (None: none scaled)."""
     p = power(g)
     vals = g.to_canonical(x)[:, _cells(g)]
+    scale = None
+    if vals.size:
+        top = np.abs(vals.astype(np.float64)).max(axis=-1)
+        shift = overflow_shifts(top, vals.shape[-1], p, x.dtype)
+        if shift.any():
+            vals = vals * (2.0 ** -shift).astype(x.dtype)[..., None]  # powers of two: exact
+            scale = (2.0 ** shift).astype(x.dtype)
     s = (vals ** p).sum(axis=-1) if p > 1 else vals.sum(axis=-1)
     if p > 1 and (s < 0).any():
         raise InputError(f"lp pooling with p={p} is undefined where the window's power sum is negative")
-    return vals, s
+    return vals, s, scale
 
 
 def lowered_forward(g: Geometry, x: np.ndarray) -> np.ndarray:
-    """y = S^(1/p) in x's dtype: the sum in the dtype, then sqrt (p = 2) or pow."""
+    """y = S^(1/p) in x's dtype: the sum in the dtype, then sqrt (p = 2) or pow.
+
+    Where x^p or the sum would overflow (a float16 window of 300 and 400: 400^2 > 65504,
+    though y = 500) the window is scaled first: ``y = 2^e·(Σ (x/2^e)^p)^(1/p)``, 2^e <= max|x|,
+    exact scalings; the root then reads ``T = S/2^(pe)`` with ``1 <= T <= S``, so the
+    exponent's error ``exp(u_r·|ln T|/p)`` stays within the bound's ``|ln S|``
+    (:func:`bounds` adds the scaled cells' possible underflow).
+    """
     p = power(g)
-    _, s = _float_windows(g, x)
+    _, s, scale = _float_windows(g, x)
     if p == 1:
         y = s
     elif p == 2:
         y = np.sqrt(s)
     else:
         y = np.power(s, x.dtype.type(1 / p))
+    if scale is not None:
+        y = y * scale
     return g.from_canonical(y.astype(x.dtype))
 
 
 def lowered_vjp(g: Geometry, x: np.ndarray, dy: np.ndarray) -> np.ndarray:
     """dx = dy · x^(p-1) · S^(1/p - 1) in x's dtype (PyTorch's order), zero_window at S = 0."""
     p = power(g)
-    vals, s = _float_windows(g, x)
+    vals, s, _ = _float_windows(g, x)  # scaled windows: the row x^(p-1)·S^(1/p-1) has degree 0
     dyc = g.to_canonical(dy, g.out_spatial).astype(x.dtype)
     t = x.dtype.type
     if p == 1:
@@ -273,16 +315,27 @@ def bounds(g: Geometry, x: ExactArray, dtype: Any) -> Bounds:
     claimed = np.ones(w.power_sum.shape, dtype=bool)
     e = 1 / p - 1
     gam_s = float(gamma(p + n + 1, u))
+    # windows a correct implementation may scale by 2^e (symjac's lowering does, :func:`overflow_shifts`):
+    # its scaled cells may underflow, p·λ each at most (λ the dtype's least subnormal), times 2^(pe)
+    top = np.abs(w.num.astype(np.float64) if n else np.zeros(w.num.shape)).max(axis=-1, initial=0.0) / w.den
+    shifts = overflow_shifts(top, n, p, dtype)
+    tiny = n * p * float(finfo(dtype).smallest_subnormal)
     for idx, s in np.ndenumerate(w.power_sum):
         if s == 0 and abs_sum[idx] == 0:
             continue  # all-zero window: every step is exact, y = 0
-        if s == 0 or gam_s * float(Fraction(int(abs_sum[idx]), int(abs(s)))) >= 0.5:
+        s_val = Fraction(int(s)) / den_p
+        under = tiny * float(Fraction(2) ** (p * int(shifts[idx])) / abs(s_val)) if shifts[idx] and s else 0.0
+        if s == 0 or gam_s * float(Fraction(int(abs_sum[idx]), int(abs(s)))) + under >= 0.5:
             claimed[idx] = False
             continue
-        eta = gam_s * float(Fraction(int(abs_sum[idx]), int(abs(s))))
-        s_val = Fraction(int(s)) / den_p
-        ln_s = abs(math.log(abs(s_val.numerator)) - math.log(s_val.denominator))
-        y = abs(float(s_val)) ** (1 / p)
+        eta = gam_s * float(Fraction(int(abs_sum[idx]), int(abs(s)))) + under
+        log_s = math.log(abs(s_val.numerator)) - math.log(s_val.denominator)
+        ln_s = abs(log_s)
+        try:  # y in float64 from its logarithm (S itself may exceed float64: 1e308^2)
+            y = math.exp(log_s / p)
+        except OverflowError:  # y beyond float64: nothing to claim
+            claimed[idx] = False
+            continue
         fwd[idx] = y * ((1 + 2 * u) * math.exp(u_r * ln_s / p) * (1 + eta / (p * (1 - eta))) - 1)
         delta_e = 0.0 if p == 1 else u * (abs(e) + 1 / p)  # p = 1: the exponent r̂ - 1 = 0 is exact
         row[idx] = (1 + float(gamma(9 + p, u))) * (1 + u_r) * (1 + abs(e) * eta / (1 - eta)) * math.exp(delta_e * ln_s) - 1
@@ -394,6 +447,11 @@ def fd_truncation(g: Geometry, x: np.ndarray, h: float) -> np.ndarray:
     vals = g.to_canonical(x).astype(np.float64)[:, _cells(g)]
     if p == 1:
         return np.zeros(vals.shape)
+    with np.errstate(over="ignore", invalid="ignore"):  # beyond float64: inf, not bounded
+        return _truncation(vals, p, h)
+
+
+def _truncation(vals: np.ndarray, p: int, h: float) -> np.ndarray:
     terms = vals ** p
     c = terms.sum(axis=-1, keepdims=True) - terms
     a, b = vals, vals + h
@@ -408,4 +466,4 @@ def fd_truncation(g: Geometry, x: np.ndarray, h: float) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         curve = (p - 1) * (np.abs(c) + slack) * top * np.where(low > 0, low, np.nan) ** (1 / p - 2)
     bound = np.where(low > 0, h / 2 * curve * (1 + 2.0**-30), np.inf)
-    return np.where(np.isnan(bound), np.inf, bound)
+    return np.asarray(np.where(np.isfinite(bound), bound, np.inf))

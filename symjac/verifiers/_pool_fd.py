@@ -54,13 +54,22 @@ AT_ONCE = 2**15
 ForwardEach = Callable[[Iterable[np.ndarray]], Generator["np.ndarray | None", None, None]]
 
 
+def _exact_step(xc: np.ndarray, step: np.ndarray | float, dtype: np.dtype[Any]) -> bool:
+    """``x + step`` holds exactly in float64 and in the dtype (at |x| >= 2^53, ``x + 1/2`` rounds
+    back to x in float64 itself: a zero slope that is no finding). Where x + step is exact the
+    float64 difference ``(x + step) - x`` is ``step`` exactly; where it is not, it is not."""
+    moved = xc + step
+    return bool(np.array_equal(moved - xc, np.broadcast_to(step, moved.shape))
+                and np.array_equal(moved.astype(dtype), moved))
+
+
 def finite_differences(g: Geometry, forward_each: ForwardEach, x: np.ndarray,
                        y: np.ndarray, dtype: np.dtype[Any], u: float) -> tuple[np.ndarray, np.ndarray] | None:
     """FD Jacobian rows (B, W, K) and their error bounds from the forward's output ``y`` at x
     (canonical (B, W)), or None when the forward failed or ``x + h`` is not exact in the dtype."""
     h = g.operator.fd_step(dtype)
     xc = g.to_canonical(x).astype(np.float64)
-    if not np.array_equal((xc + h).astype(dtype), xc + h):
+    if not _exact_step(xc, h, dtype):
         return None
     in_colours, n = input_colouring(g)
     smooth = g.operator.fd_error(g, x, h, in_colours, dtype)  # lp: curvature and its forward's rounding
@@ -131,7 +140,7 @@ def directional_fd(g: Geometry, forward_each: ForwardEach, x: np.ndarray, y: np.
     rng = np.random.default_rng(seed)
     vs = [rng.choice(np.array([-1.0, 1.0]), size=xc.shape) for _ in range(DIRECTIONS)]
     moved = [xc + h * v for v in vs]
-    if any(not np.array_equal(xp.astype(dtype), xp) for xp in moved):
+    if any(not _exact_step(xc, h * v, dtype) for v in vs):
         return None
     out = []
     calls = forward_each(g.from_canonical(xp, g.in_spatial).astype(dtype) for xp in moved)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import sympy
 
-from symjac.check._rounding import gamma
+from symjac.check._rounding import finfo, gamma
 from symjac.pool._ops._stamped import StampedOperator
 from symjac.pool._stamp import Stamp, apply
 from symjac.pool._symbolic import PAIR, Template, lines, window_weights
@@ -108,8 +108,14 @@ class Avg(StampedOperator):
     def forward_tolerance(self, g: Geometry, x: np.ndarray, e_c: np.ndarray, u: float) -> np.ndarray:
         """γ_{n+1}·Σ|x|/D: n rounded additions and one scaling (plus a 2^-60 guard)."""
         xc = np.abs(g.to_canonical(x).astype(np.float64))
-        mass = g.gather(xc).sum(axis=2) / g.divisor
         n = g.valid.sum(axis=1)
+        # Σ|x| of four cells of 1e308 overflows float64 (an inf tolerance would pass anything):
+        # there sum |x|·2^-s (2^s >= the largest window; exact scalings) and scale back after the /D
+        shift = int(max(int(n.max()) if n.size else 1, 1) - 1).bit_length()
+        if xc.size and float(xc.max()) * 2.0**shift >= 2.0**1023:
+            mass = g.gather(xc * 2.0**-shift).sum(axis=2) / g.divisor * 2.0**shift
+        else:
+            mass = g.gather(xc).sum(axis=2) / g.divisor
         return np.asarray(gamma(n + 1, u) * mass + 2.0**-60 * np.abs(e_c))
 
     def rows(self, g: Geometry, x: np.ndarray, dtype: np.dtype[Any], exact_of: Callable[[], ExactArray]) -> ExactRows:
@@ -117,16 +123,27 @@ class Avg(StampedOperator):
 
     # -- lowering --------------------------------------------------------------------
     def lower_forward(self, g: Geometry, x: np.ndarray) -> np.ndarray:
-        """The template's sum, slot by slot in slot order, times its exact derivative 1/D rounded to the dtype."""
+        """The template's sum, slot by slot in slot order, times its exact derivative 1/D rounded to the dtype.
+
+        A window whose sum could overflow (n·max|x| >= max/2, where the mean itself may
+        well be finite: four cells of 1e308) is summed scaled by 2^-s (2^s > 2n) and
+        scaled back after the 1/D: power-of-two scalings round nothing (but a cell far
+        below the window's largest may lose bits to underflow, at most n·2^(s+emin-p+1)
+        in all, far below γ_{n+1}·Σ|x|/D there), so the rounding bound is the unscaled one.
+        """
         xc = g.to_canonical(x)
+        scale = _overflow_scales(g, xc)
         acc = np.zeros((g.batch, g.n_out), dtype=x.dtype)
         for line in lines(g):
             values = xc[:, line.cells]
+            if scale is not None:
+                values = values * scale[0][:, line.w]
             if line.window is None:
                 acc[:, line.w] = np.add(acc[:, line.w], values)
             else:
                 acc[:, line.window] = np.add(acc[:, line.window], np.add.reduce(values, axis=1))
-        return g.from_canonical(acc * _weights(g, x.dtype))
+        y = acc * _weights(g, x.dtype)
+        return g.from_canonical(y if scale is None else y * scale[1])
 
     def lower_vjp(self, g: Geometry, x: np.ndarray, dy: np.ndarray, tie: str) -> np.ndarray:
         dyc = g.to_canonical(dy, g.out_spatial)
@@ -152,6 +169,24 @@ class Avg(StampedOperator):
 
     def infer_divisors(self, divisors: tuple[Any, ...]) -> tuple[Any, ...]:
         return divisors
+
+
+def _overflow_scales(g: Geometry, xc: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per window (B, W), 2^-s and 2^s in the dtype for windows whose sum could overflow
+    (n·max|x| >= max/2; s the least with 2^s > 2n), 1 elsewhere; None where no window could."""
+    big = float(finfo(xc.dtype).max) / 2
+    n = np.maximum(g.valid.sum(axis=1), 1)
+    ax = np.abs(xc.astype(np.float64))
+    if not xc.size or float(ax.max()) < big / int(n.max()):
+        return None
+    top = np.zeros((g.batch, g.n_out))
+    for line in lines(g):
+        if line.window is None:  # a slot line: distinct windows
+            top[:, line.w] = np.maximum(top[:, line.w], ax[:, line.cells])
+        else:  # a window line: one window, all its slots
+            top[:, line.window] = np.maximum(top[:, line.window], ax[:, line.cells].max(axis=1, initial=0.0))
+    s = np.where(top >= big / n, np.array([int(2 * v).bit_length() for v in n.tolist()]), 0)
+    return (2.0 ** -s).astype(xc.dtype), (2.0 ** s).astype(xc.dtype)
 
 
 def _weights(g: Geometry, dtype: np.dtype[Any]) -> np.ndarray:
