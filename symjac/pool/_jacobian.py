@@ -165,7 +165,7 @@ def expressions(spec: PoolSpec, input_shape: tuple[int, ...]) -> np.ndarray:
     for idx in np.ndindex(*geometry.input_shape):
         symbol[int(names[idx])] = sympy.Symbol("x[" + ",".join(map(str, idx)) + "]", real=True)
     pads = pad_cells(geometry)  # Pool(pad_value=0): windows holding pad cells take the constant 0 in too
-    padded = np.zeros(geometry.n_out, dtype=bool) if pads is None else pads.any(axis=1)
+    padded: np.ndarray = np.zeros(geometry.n_out, dtype=bool) if pads is None else np.asarray(pads.any(axis=1))
     for c in window_classes(geometry):
         for b in range(geometry.batch):
             rows = geometry.flat_index(np.full(c.windows.size, b), c.windows, geometry.out_spatial)

@@ -413,19 +413,22 @@ def signed_input(g: Geometry, x: np.ndarray) -> np.ndarray:
 
 
 def zero_window_input(g: Geometry, x: np.ndarray) -> np.ndarray:
-    """The tie pass's x (zeros and ones) with all-zero windows on purpose: every other window
-    of one window colour (disjoint windows; the first is there at any shape) is set to 0, so the
-    nonsmooth point S = 0 (p >= 2) is reached whatever the seed. For even p the ones
-    get random signs (S > 0 for any sign; signed cells around the zero windows)."""
-    from symjac.pool._graph import window_colouring  # the graph stage sits above the operators
-
+    """The tie pass's x (zeros and ones) with all-zero windows on purpose, so the nonsmooth
+    point S = 0 (p >= 2) is reached whatever the seed. lp windows are full and undilated, so
+    windows whose index along every axis is a multiple of 2·⌈k/s⌉ are disjoint and have a
+    nonzero window between them; they are set to 0 (window 0 is one: present at any shape).
+    For even p the ones get random signs (S > 0 for any sign: signed cells around them)."""
     p = power(g)
     xc = g.to_canonical(x).copy()
     if p % 2 == 0:
         signs = np.where(np.random.default_rng(int(np.abs(xc).sum())).random(xc.shape) < 0.5, -1, 1)
         xc = xc * signs.astype(xc.dtype)
-    colours, _ = window_colouring(g)
-    chosen = np.flatnonzero(colours == 0)[::2]  # every other one: zero windows beside nonzero ones
+    kernel: tuple[int, ...] = g.spec.kernel  # type: ignore[union-attr]
+    stride: tuple[int, ...] = g.spec.stride  # type: ignore[union-attr,assignment]
+    index = np.unravel_index(np.arange(g.n_out), g.out_spatial)
+    chosen = np.ones(g.n_out, dtype=bool)
+    for i, k, s in zip(index, kernel, stride):
+        chosen &= i % (2 * -(-k // s)) == 0
     xc[:, _cells(g)[chosen].reshape(-1)] = 0
     return g.from_canonical(xc, g.in_spatial)
 
