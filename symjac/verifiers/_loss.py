@@ -58,8 +58,9 @@ from symjac.loss import _numbers
 from symjac.loss._bounds import Bounds
 from symjac.loss._domain import index as _index
 from symjac.loss._evaluate import evaluate_checked
-from symjac.loss._spec import Loss, check_loss
+from symjac.loss._spec import DPS, Loss, check_loss
 from symjac.verifiers._loss_fd import MAX_FD_PROBES, _ForwardCheck
+from symjac.verifiers._loss_fast import fast_check
 from symjac.verifiers._loss_inputs import _ArgFactory, prepare_inputs
 from symjac.verifiers._loss_values import _check_values, _Expected, _Misfit
 
@@ -140,7 +141,7 @@ def verify_loss(
         >>> r.categories()
         ['missing_scale']
     """
-    return _verify(loss, derivative, forward, pred, label, upstream, dtype, timeout).report
+    return _verify(loss, derivative, forward, pred, label, upstream, dtype, timeout, fast=True).report
 
 
 
@@ -153,7 +154,10 @@ def _verify(
     upstream: Any,
     dtype: Any,
     timeout: float | None = DEFAULT_TIMEOUT,
+    fast: bool = False,
 ) -> _Outcome:
+    """The verification; ``fast``: try the fast route first (no forward; the report
+    alone: its outcome has no exact arrays), :mod:`symjac.verifiers._loss_fast`."""
     check_loss(loss)
     if not callable(derivative):
         raise InputError(f"derivative={derivative!r} is not callable")
@@ -162,19 +166,14 @@ def _verify(
     dt = _dtype(dtype, pred, label)
     _check_budget(loss, pred)
     p0, l0, u0, rounded = prepare_inputs(loss, pred, label, upstream, dt)
+    if fast and forward is None:
+        got = fast_check(loss, derivative, p0, l0, u0, dt, timeout)
+        if got is not None:
+            return _fast_outcome(loss, dt, p0, l0, u0, rounded, *got)
     # the loss values only for the forward check, the bounds where a verdict needs them (Bounds.fill)
     ev = evaluate_checked(loss, p0, l0, u0, values=forward is not None, derivatives=True)
     findings: list[Finding] = []
-    stats: dict[str, Any] = {
-        "kind": loss.kind,
-        "reduction": loss.reduction,
-        "scale": loss.scale,
-        "dtype": dt.name,
-        "unit_roundoff": f"2^-{int(finfo(dt).nmant) + 1}",
-        "elements": int(p0.size),
-        "inputs_rounded": rounded,
-        "dps": ev.dps,
-    }
+    stats = _stats(loss, dt, p0, rounded)
     bounds = Bounds(ev, dt)
     args_of = _ArgFactory(loss, p0, l0, u0)
     with _numbers.context():
@@ -190,6 +189,30 @@ def _verify(
     }
     return _Outcome(Report(f"{loss!r} in {dt.name}", tuple(findings), stats,
                            _headline(loss, p0.size, forward is not None, stats, findings)), out1, ex.value, ex.base)
+
+
+def _stats(loss: Loss, dt: np.dtype[Any], p0: np.ndarray, rounded: bool) -> dict[str, Any]:
+    return {
+        "kind": loss.kind,
+        "reduction": loss.reduction,
+        "scale": loss.scale,
+        "dtype": dt.name,
+        "unit_roundoff": f"2^-{int(finfo(dt).nmant) + 1}",
+        "elements": int(p0.size),
+        "inputs_rounded": rounded,
+        "dps": DPS,
+    }
+
+
+def _fast_outcome(loss: Loss, dt: np.dtype[Any], p0: np.ndarray, l0: np.ndarray | None, u0: np.ndarray | None,
+                  rounded: bool, out: np.ndarray, found: dict[str, Any]) -> _Outcome:
+    stats = {**_stats(loss, dt, p0, rounded), **found}
+    stats["checksums"] = {
+        name: sha256(a) for name, a in zip(("pred", "label"), (p0, l0)) if a is not None
+    }
+    none = np.empty(0, dtype=object)
+    return _Outcome(Report(f"{loss!r} in {dt.name}", (), stats, _headline(loss, p0.size, False, stats, [])),
+                    out, none, none)
 
 
 def _dtype(dtype: Any, pred: Any, label: Any) -> np.dtype[Any]:
