@@ -309,3 +309,25 @@ def test_a_misbehaving_implementation_gets_the_exact_routes_findings(always_fast
         calls.clear()
         assert not fast.ok and fast.categories() == exact.categories()
         assert [f.message for f in fast.findings] == [f.message for f in exact.findings]
+
+
+def test_beyond_the_exact_budget_the_fast_route_verifies_and_reports(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fails on main (refused up front). Past MAX_ELEMENTS (patched to 1000): a correct
+    derivative passes, one wrong entry is a wrong_values finding found exactly, and what
+    the fast route cannot decide (an option without a fast form) is refused as before."""
+    monkeypatch.setattr(symjac.loss, "MAX_ELEMENTS", 1000)
+    rng = np.random.default_rng(9)
+    z, y = rng.standard_normal((2**12, 8)), rng.random((2**12, 8)).round(3)
+    good = (1 / (1 + np.exp(-z)) - y) / z.size  # sigmoid_ce, mean: (σ(z) - y)/n
+    r = symjac.verify_loss(symjac.Loss("sigmoid_ce"), derivative=lambda p, t: good, pred=z, label=y)
+    assert r.ok and r.stats["elements"] == 2**15
+    bad = good.copy()
+    bad[17, 3] *= 1.001  # ~2^43 ulps of float64 off
+    r = symjac.verify_loss(symjac.Loss("sigmoid_ce"), derivative=lambda p, t: bad, pred=z, label=y)
+    assert r.categories() == ["wrong_values"] and r.findings[0].cells == ((17, 3),)
+    assert "1 of 32768" in r.findings[0].message and "MAX_ELEMENTS" in r.findings[0].message
+    with pytest.raises(symjac.InputError, match="fast route"):
+        symjac.verify_loss(symjac.Loss("sigmoid_ce", pos_weight=2), derivative=lambda p, t: good, pred=z, label=y)
+    monkeypatch.setattr(symjac.loss, "MAX_FAST_ELEMENTS", 2**15 - 1)
+    with pytest.raises(symjac.InputError, match="MAX_FAST_ELEMENTS"):
+        symjac.verify_loss(symjac.Loss("sigmoid_ce"), derivative=lambda p, t: good, pred=z, label=y)

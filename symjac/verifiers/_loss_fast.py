@@ -79,10 +79,31 @@ class _Setting:
     dt: np.dtype[Any]
 
 
+@dataclasses.dataclass(frozen=True)
+class Beyond:
+    """An entry beyond its bound, from the exact route: flat pred index, error and bound in ULPs, the exact value."""
+
+    entry: int
+    error_ulps: float
+    bound_ulps: float
+    expected: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Fast:
+    """The fast route's outcome after clean calls: the output, the stats, and every entry
+    beyond its bound (exact; empty when the derivative is right)."""
+
+    observed: np.ndarray
+    stats: dict[str, Any]
+    beyond: list[Beyond]
+
+
 def fast_check(loss: Loss, derivative: Callable[..., Any], p0: np.ndarray, l0: np.ndarray | None,
-               u0: np.ndarray | None, dt: np.dtype[Any], timeout: float | None) -> tuple[np.ndarray, dict[str, Any]] | None:
-    """The fast route: ``(observed, stats)`` when every entry is within its bound and the
-    calls were clean, else None (the caller takes the exact route; nothing is reported)."""
+               u0: np.ndarray | None, dt: np.dtype[Any], timeout: float | None) -> Fast | None:
+    """The fast route: its outcome when the calls were clean and every entry was decided
+    (by the filter, or exactly), else None (the caller takes the exact route; nothing is
+    reported)."""
     if p0.size < FAST_MIN:
         return None
     try:
@@ -171,7 +192,7 @@ def filter_block(s: _Setting, zb: np.ndarray, yb: np.ndarray,
     return decided.reshape(-1), dist.reshape(-1), size.reshape(-1), np.abs(ob - g.v).reshape(-1)
 
 
-def _decide(s: _Setting, out: np.ndarray) -> tuple[np.ndarray, dict[str, Any]] | None:
+def _decide(s: _Setting, out: np.ndarray) -> Fast | None:
     obs = out.astype(np.float64, copy=False).reshape(s.z.shape)
     eta_dt = float(finfo(s.dt).smallest_subnormal)
     per = s.classes if s.z.ndim == 2 else 1
@@ -199,14 +220,12 @@ def _decide(s: _Setting, out: np.ndarray) -> tuple[np.ndarray, dict[str, Any]] |
     leftover = np.unique(np.concatenate(undecided)) if undecided else np.zeros(0, dtype=np.intp)
     chosen = [j for got_ranked in ranked for _, j in sorted(got_ranked, reverse=True)[:WORST // 2]]
     picked = np.unique(np.concatenate([leftover, np.array(chosen, dtype=np.intp)]))
-    worst = _exact(s, obs, picked)
-    if worst is None:
-        return None
+    worst, beyond = _exact(s, obs, picked)
     n = int(np.prod(out.shape))
-    stats = {"max_error_ulps": worst[0], "bound_ulps_at_worst": worst[1], "values_within_bound": True,
+    stats = {"max_error_ulps": worst[0], "bound_ulps_at_worst": worst[1], "values_within_bound": not beyond,
              "fast_filter": {"entries": n, "decided_in_float64": decided_count, "elements_exact": int(picked.size),
                              "max_error_ulps_at_most": most}}
-    return out, stats
+    return Fast(out, stats, beyond)
 
 
 def _check_domain(s: _Setting, zb: np.ndarray, yb: np.ndarray) -> None:
@@ -217,12 +236,14 @@ def _check_domain(s: _Setting, zb: np.ndarray, yb: np.ndarray) -> None:
     kind.check_domain(s.loss, z, t)
 
 
-def _exact(s: _Setting, obs: np.ndarray, elements: np.ndarray) -> tuple[float, float] | None:
+def _exact(s: _Setting, obs: np.ndarray, elements: np.ndarray) -> tuple[tuple[float, float], list[Beyond]]:
     """The exact route at the given elements (rows), in blocks, with the whole input's
-    factor, denominator and rounding count: (worst error, bound there) in ULPs, or None
-    if an entry is beyond its bound."""
+    factor, denominator and rounding count: (worst error, bound there) in ULPs, and the
+    entries beyond their bound (flat pred indices), worst first."""
     summed = dataclasses.replace(s.loss, reduction="sum")
     worst = (-1.0, 0.0)
+    beyond: list[Beyond] = []
+    per = s.classes if s.z.ndim == 2 else 1
     step = max(1, BLOCK // s.classes)
     for start in range(0, elements.size, step):
         at = elements[start:start + step]
@@ -235,8 +256,9 @@ def _exact(s: _Setting, obs: np.ndarray, elements: np.ndarray) -> tuple[float, f
         with _numbers.context():
             ex = _Expected.of(ev, Bounds(ev, s.dt), s.dt, tuple(zb.shape))
             fit = _Misfit.of(obs[at].astype(s.dt), ex, s.dt)
-        if fit.bad:
-            return None
+        for j, err, bound in fit.bad:
+            entry = int(at[j // per]) * per + j % per
+            beyond.append(Beyond(entry, err, bound, _numbers.to_mpf(ex.value.reshape(-1)[j])))
         if fit.worst_error > worst[0]:
             worst = (fit.worst_error, fit.worst_bound)
-    return worst
+    return worst, sorted(beyond, key=lambda b: -b.error_ulps)
