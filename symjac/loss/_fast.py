@@ -207,8 +207,9 @@ def others_ball(a: Ball) -> Ball:
 
 
 def lower(x: np.ndarray) -> np.ndarray:
-    """A non-negative sum of products computed in float64 (at most ~20 roundings), rounded down;
-    0 where it is not finite (an overflowed lower bound bounds nothing)."""
+    """A non-negative sum of products computed in float64 (at most ~20 roundings), rounded
+    down: deflated by 2^-40 for the relative errors and by 32η for what underflowing
+    products may have added; 0 where it is not finite (an overflowed lower bound bounds nothing)."""
     with np.errstate(all="ignore"):
-        y = x * (1 - 2.0**-40)
+        y = x * (1 - 2.0**-40) - 32 * ETA
         return np.asarray(np.where(np.isfinite(y), np.maximum(y, 0.0), 0.0))
