@@ -7,13 +7,16 @@ into a temporary git worktree; the same child code runs against each tree's symj
 
 - seconds (wall) and CPU seconds of the call;
 - B/entry cold: the peak RSS the call adds to a fresh process (ru_maxrss after minus
-  before; includes importing symjac's verifiers and building the kind's SymPy template,
-  ~40-50 MB once per process) over the entries;
+  before) over the entries, symjac's modules imported before (importing
+  ``symjac.verifiers`` and the SymPy, mpmath and gmpy2 it pulls in adds ~59 MB to a
+  process, whatever the size); the call still builds the kind's SymPy template and
+  lowers its functions (several MB once per process);
 - B/entry warm: the same after a 2-entry call of the same kind (imports and template
   done): what the entries themselves cost.
 
-Run: python benchmarks/loss_size.py [--base REV] [--sizes 100000,1000000] [--timeout 600]
-(without --base: this tree alone).
+Run: python benchmarks/loss_size.py [--base REV] [--sizes 100000,1000000] [--kinds mse,...]
+[--timeout 600] (without --base: this tree alone). A size beyond a tree's budget prints
+"refused" (an InputError up front).
 """
 
 from __future__ import annotations
@@ -54,13 +57,17 @@ def _inputs(kind: str, entries: int) -> tuple[Any, Any, Any]:
 
 def child(kind: str, entries: int, warm: bool) -> dict[str, Any]:
     import symjac
+    import symjac.verifiers  # noqa: F401 - the modules (sympy, mpmath, ...: ~59 MB) are not the entries' cost
 
     pred, label, values = _inputs(kind, entries)
     if warm:
         symjac.verify_loss(symjac.Loss(kind), derivative=lambda z, y: values[:2], pred=pred[:2], label=label[:2])
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0, c0 = time.perf_counter(), time.process_time()
-    report = symjac.verify_loss(symjac.Loss(kind), derivative=lambda z, y: values, pred=pred, label=label)
+    try:
+        report = symjac.verify_loss(symjac.Loss(kind), derivative=lambda z, y: values, pred=pred, label=label)
+    except symjac.InputError as exc:  # beyond a budget: refused up front
+        return {"refused": str(exc)[:40], "seconds": time.perf_counter() - t0}
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     added = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024
     return {"seconds": seconds, "cpu": cpu, "ok": report.ok, "bytes_per_entry": added / pred.size,
@@ -84,6 +91,8 @@ def _run(tree: str, kind: str, entries: int, warm: bool, timeout: float) -> dict
 def _cell(r: dict[str, Any] | str, warm: dict[str, Any] | str) -> str:
     if isinstance(r, str):
         return f"{r:>34}"
+    if "refused" in r:
+        return f"{'refused in ' + format(r['seconds'], '.3f') + ' s':>34}"
     w = f"{warm['bytes_per_entry']:5.0f}" if isinstance(warm, dict) else "  ?"
     ok = "" if r["ok"] else " NOT OK"
     return f"{r['seconds']:6.2f} {r['cpu']:6.2f} {r['bytes_per_entry']:6.0f} {w} {r['route']:>5}{ok}"
@@ -94,6 +103,7 @@ def main() -> None:
     parser.add_argument("--base", help="the revision to compare against (e.g. main)")
     parser.add_argument("--sizes", default="100000,1000000")
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -110,7 +120,7 @@ def main() -> None:
         try:
             head = "wall s  CPU s  B/entry cold/warm route"
             print(f"{'case':28} " + " | ".join(f"{side + ': ' + head:>34}" for side in trees), flush=True)
-            for kind in KINDS:
+            for kind in args.kinds.split(","):
                 for n in sizes:
                     cells = []
                     for tree in trees.values():

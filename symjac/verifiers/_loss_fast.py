@@ -56,7 +56,7 @@ from symjac.verifiers._loss_inputs import _ArgFactory
 from symjac.verifiers._loss_values import _Expected, _Misfit
 
 #: pred entries per block of the filter and of the exact route (whole rows of a class axis)
-BLOCK = 2**15
+BLOCK = 2**13
 #: entries with the largest estimated error that the exact route evaluates too (for max_error_ulps)
 WORST = 64
 #: pred entries below which verify_loss takes the exact route alone (small inputs cost it little)
