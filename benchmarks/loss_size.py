@@ -14,6 +14,26 @@ into a temporary git worktree; the same child code runs against each tree's symj
 - B/entry warm: the same after a 2-entry call of the same kind (imports and template
   done): what the entries themselves cost.
 
+Measured 2026-12-02 01:00 UTC on the shared 2-core VM (load average ~14: wall time is
+3-8x the CPU time), before = main at 824a427 (the exact route alone), after = the fast
+route (branch lossrep), one run each::
+
+    case                       before: wall s  CPU s  B/entry cold/warm | after: wall s  CPU s  B/entry cold/warm
+    mse 100,000                    6.60   1.62   1943  1407 |   3.10   0.81    577    64
+    mse 1,000,000                 53.01  13.37   1459  1405 |   8.69   2.16    108    64
+    sigmoid_ce 100,000            11.32   2.95   1953  1427 |   4.85   1.18    588    65
+    sigmoid_ce 1,000,000          67.23  17.20   1469  1422 |   6.59   1.93     95    64
+    softmax_ce x 10 100,000        9.77   2.41   2536  2097 |   3.59   0.91    513    64
+    softmax_ce x 10 1,000,000     74.51  18.39   2137  2100 |   7.15   1.78    100    64
+    softmax_ce x 10 10,000,000      refused (over MAX_ELEMENTS) |  95.79  13.14     53    53
+
+Every "after" row took the fast route and decided every entry in float64 (the exact
+route evaluated the 64 entries of largest estimated error, for ``max_error_ulps``). The
+cold figure at 10^5 is mostly the process's one-time costs (the kind's SymPy template
+and lowered functions, lazily imported modules: ~50 MB, whatever the size); warm, an
+entry costs the float arrays of the three calls (the guarded call's copies of pred and
+label before and for each call, the outputs): ~64 B.
+
 Run: python benchmarks/loss_size.py [--base REV] [--sizes 100000,1000000] [--kinds mse,...]
 [--timeout 600] (without --base: this tree alone). A size beyond a tree's budget prints
 "refused" (an InputError up front).
