@@ -26,6 +26,7 @@ route (branch lossrep), one run each::
     softmax_ce x 10 100,000        9.77   2.41   2536  2097 |   3.59   0.91    513    64
     softmax_ce x 10 1,000,000     74.51  18.39   2137  2100 |   7.15   1.78    100    64
     softmax_ce x 10 10,000,000      refused (over MAX_ELEMENTS) |  95.79  13.14     53    53
+    mse 10,000,000                  refused (over MAX_ELEMENTS) | 264.18  13.76     61    57
 
 Every "after" row took the fast route and decided every entry in float64 (the exact
 route evaluated the 64 entries of largest estimated error, for ``max_error_ulps``). The
