@@ -331,3 +331,12 @@ def test_beyond_the_exact_budget_the_fast_route_verifies_and_reports(monkeypatch
     monkeypatch.setattr(symjac.loss, "MAX_FAST_ELEMENTS", 2**15 - 1)
     with pytest.raises(symjac.InputError, match="MAX_FAST_ELEMENTS"):
         symjac.verify_loss(symjac.Loss("sigmoid_ce"), derivative=lambda p, t: good, pred=z, label=y)
+
+
+def test_a_bad_label_in_a_later_block_is_named_by_its_index_in_the_whole_input(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(symjac.loss, "MAX_ELEMENTS", 1000)  # so only the fast route could run
+    z, y = np.zeros(2**15), np.full(2**15, 0.5)
+    y[20000] = 1.5  # sigmoid_ce takes labels in [0, 1]
+    with pytest.raises(symjac.InputError, match=r"label\[20000\]"):
+        symjac.verify_loss(symjac.Loss("sigmoid_ce"), derivative=lambda p, t: p, pred=z, label=y)

@@ -117,8 +117,18 @@ def fast_check(loss: Loss, derivative: Callable[..., Any], p0: np.ndarray, l0: n
         return None
     try:
         return _decide(setting, out)
+    except _InputFault as fault:  # the input's own fault: the exact route would raise it too
+        raise fault.error from None
     except (InputError, SpecError):
         return None
+
+
+class _InputFault(Exception):
+    """An input outside the loss's domain, named with its index in the whole input."""
+
+    def __init__(self, error: InputError):
+        super().__init__(str(error))
+        self.error = error
 
 
 def setting_of(loss: Loss, p0: np.ndarray, l0: np.ndarray | None, u0: np.ndarray | None,
@@ -202,7 +212,7 @@ def _decide(s: _Setting, out: np.ndarray) -> Fast | None:
     step = max(1, BLOCK // s.classes)
     for start in range(0, s.z.shape[0], step):
         zb, yb, ob = s.z[start:start + step], s.y[start:start + step], obs[start:start + step]
-        _check_domain(s, zb, yb)
+        _check_domain(s, zb, yb, tuple(out.shape))
         got = filter_block(s, zb, yb, ob)
         if got is None:
             return None
@@ -228,12 +238,19 @@ def _decide(s: _Setting, out: np.ndarray) -> Fast | None:
     return Fast(out, stats, beyond)
 
 
-def _check_domain(s: _Setting, zb: np.ndarray, yb: np.ndarray) -> None:
-    """The exact route's input checks on one block (an InputError: the exact route names the entry)."""
+def _check_domain(s: _Setting, zb: np.ndarray, yb: np.ndarray, shape: tuple[int, ...] | None = None) -> None:
+    """The exact route's input checks on one block; where one fails, on the whole input
+    (in pred's ``shape``), so that the error names the entry as the exact route does."""
     kind = kind_of(s.loss)
-    z = read_pred(zb)
-    t, _counted, _indices = read_labels(s.loss, z, yb, kind.element_shape(tuple(zb.shape)), s.classes)
-    kind.check_domain(s.loss, z, t)
+    try:
+        z = read_pred(zb)
+        t, _counted, _indices = read_labels(s.loss, z, yb, kind.element_shape(tuple(zb.shape)), s.classes)
+        kind.check_domain(s.loss, z, t)
+    except InputError as exc:
+        if shape is None:
+            raise _InputFault(exc) from None
+        _check_domain(s, s.z.reshape(shape), s.y.reshape(shape))  # raises _InputFault with the whole input's index
+        raise _InputFault(exc) from None
 
 
 def _exact(s: _Setting, obs: np.ndarray, elements: np.ndarray) -> tuple[tuple[float, float], list[Beyond]]:
