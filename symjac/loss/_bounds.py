@@ -68,6 +68,15 @@ from symjac.check._rounding import finfo, gamma_mp, unit_roundoff_mp
 from symjac.loss import _numbers
 from symjac.loss._elements import element_values
 from symjac.loss._evaluate import LossEvaluation
+from symjac.loss._kind import Template
+
+
+def derivative_roundings(tpl: Template, denominator: Fraction, denominator_ops: int, dt: np.dtype[Any]) -> int:
+    """``k`` of the derivative bound: ``depth(ℓ) + depth(h) + k_r`` (see the module docstring)."""
+    p = int(finfo(dt).nmant) + 1
+    representable = denominator.denominator == 1 and denominator.numerator <= 2**p
+    k_r = 2 + denominator_ops + (0 if representable else 1)
+    return int(tpl.loss_depth + tpl.derivative_depth + k_r)
 
 
 class Bounds:
@@ -81,12 +90,8 @@ class Bounds:
 
     def __init__(self, ev: LossEvaluation, dt: np.dtype[Any]):
         self.ev, self.dt = ev, dt
-        p = int(finfo(dt).nmant) + 1
-        den = ev.denominator
-        representable = den.denominator == 1 and den.numerator <= 2**p
-        k_r = 2 + ev.denominator_ops + (0 if representable else 1)
         tpl = ev.template
-        self.k_loss, self.k_deriv = tpl.loss_depth, tpl.loss_depth + tpl.derivative_depth + k_r
+        self.k_loss, self.k_deriv = tpl.loss_depth, derivative_roundings(tpl, ev.denominator, ev.denominator_ops, dt)
         with _numbers.context():
             amp = _numbers.number(1)
             for col in ev.columns[len(tpl.pred) + len(tpl.label):]:

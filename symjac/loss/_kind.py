@@ -26,7 +26,9 @@ The rules, by the stage that reads them:
 - *reduction*: :meth:`~LossKind.mean_weights` (a mean over label weights instead of
   the element count).
 - *rounding model*: :meth:`~LossKind.amplitude` (what the underflow term's ``A``
-  takes beyond the weights), besides the template's depths and running errors.
+  takes beyond the weights), besides the template's depths and running errors;
+  :meth:`~LossKind.fast_derivative` (a float64 enclosure of the derivative and lower
+  bounds on its bound's terms: the verifier's fast filter).
 - *inputs*: :meth:`~LossKind.default_inputs`.
 - *explain*: :attr:`~LossKind.explain_classes` (how many classes to show without a
   prediction).
@@ -43,6 +45,7 @@ import numpy as np
 import sympy
 
 from symjac._exact import ExactArray
+from symjac.loss._fast import FastDerivative
 from symjac.loss._softmax import SoftmaxTemplate
 from symjac.loss._templates import LossTemplate
 
@@ -131,6 +134,14 @@ class LossKind:
     def mean_weights(self, loss: Loss, classes: int) -> list[Fraction] | None:
         """Per class the weight a labelled row adds to ``"mean"``'s divisor, or None
         (the divisor is the number of elements)."""
+        return None
+
+    def fast_derivative(self, loss: Loss, z: np.ndarray, y: np.ndarray | None) -> FastDerivative | None:
+        """The verifier's fast filter (:mod:`symjac.verifiers._loss_fast`): at float64
+        blocks ``z``, ``y`` of pred and label (elements, or (rows, C) for a class axis),
+        ``dℓ/dz`` enclosed with a proven error bound, and lower bounds on the condition sum
+        and running error the derivative bound is made of; None where this kind (with
+        these options) has no fast form (every cell then takes the exact route)."""
         return None
 
     def amplitude(self, loss: Loss) -> Any:

@@ -39,6 +39,15 @@ Stencils that straddle a kink are skipped, and so is pred = 1 for kld (no
 centred stencil fits); both are counted in the stats.
 
 Errors are reported in ULPs of the dtype at ``max(|expected|, |observed|)``.
+
+Size
+----
+Without a forward, :func:`verify_loss` first tries the fast route
+(:mod:`symjac.verifiers._loss_fast`): a float64 filter with proven error bounds decides,
+block by block, the entries far inside their bound ``B_j``, and only the others go
+through the exact evaluation above; the verdict is the exact route's, in bounded
+memory. Anything else (a finding, options without a fast form, an entry beyond its
+bound) takes the exact route, within ``symjac.loss.MAX_ELEMENTS``.
 """
 
 from __future__ import annotations
@@ -47,6 +56,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import mpmath
 import numpy as np
 
 from symjac import loss as _loss_package
@@ -58,8 +68,10 @@ from symjac.loss import _numbers
 from symjac.loss._bounds import Bounds
 from symjac.loss._domain import index as _index
 from symjac.loss._evaluate import evaluate_checked
-from symjac.loss._spec import Loss, check_loss
+from symjac.loss._spec import DPS, Loss, check_loss
 from symjac.verifiers._loss_fd import MAX_FD_PROBES, _ForwardCheck
+from symjac.verifiers._loss_fast import Fast as FastOutcome
+from symjac.verifiers._loss_fast import fast_check
 from symjac.verifiers._loss_inputs import _ArgFactory, prepare_inputs
 from symjac.verifiers._loss_values import _check_values, _Expected, _Misfit
 
@@ -140,7 +152,7 @@ def verify_loss(
         >>> r.categories()
         ['missing_scale']
     """
-    return _verify(loss, derivative, forward, pred, label, upstream, dtype, timeout).report
+    return _verify(loss, derivative, forward, pred, label, upstream, dtype, timeout, fast=True).report
 
 
 
@@ -153,28 +165,28 @@ def _verify(
     upstream: Any,
     dtype: Any,
     timeout: float | None = DEFAULT_TIMEOUT,
+    fast: bool = False,
 ) -> _Outcome:
+    """The verification; ``fast``: try the fast route first (no forward; the report
+    alone: its outcome has no exact arrays), :mod:`symjac.verifiers._loss_fast`."""
     check_loss(loss)
     if not callable(derivative):
         raise InputError(f"derivative={derivative!r} is not callable")
     if forward is not None and not callable(forward):
         raise InputError(f"forward={forward!r} is not callable")
     dt = _dtype(dtype, pred, label)
-    _check_budget(loss, pred)
+    fast = fast and forward is None
+    _check_budget(loss, pred, fast)
     p0, l0, u0, rounded = prepare_inputs(loss, pred, label, upstream, dt)
+    if fast:
+        got = fast_check(loss, derivative, p0, l0, u0, dt, timeout)
+        if got is not None and (not got.beyond or p0.size > _loss_package.MAX_ELEMENTS):
+            return _fast_outcome(loss, dt, p0, l0, rounded, got)
+        _check_budget(loss, pred, False, fast_tried=True)
     # the loss values only for the forward check, the bounds where a verdict needs them (Bounds.fill)
     ev = evaluate_checked(loss, p0, l0, u0, values=forward is not None, derivatives=True)
     findings: list[Finding] = []
-    stats: dict[str, Any] = {
-        "kind": loss.kind,
-        "reduction": loss.reduction,
-        "scale": loss.scale,
-        "dtype": dt.name,
-        "unit_roundoff": f"2^-{int(finfo(dt).nmant) + 1}",
-        "elements": int(p0.size),
-        "inputs_rounded": rounded,
-        "dps": ev.dps,
-    }
+    stats = _stats(loss, dt, p0, rounded)
     bounds = Bounds(ev, dt)
     args_of = _ArgFactory(loss, p0, l0, u0)
     with _numbers.context():
@@ -192,6 +204,43 @@ def _verify(
                            _headline(loss, p0.size, forward is not None, stats, findings)), out1, ex.value, ex.base)
 
 
+def _stats(loss: Loss, dt: np.dtype[Any], p0: np.ndarray, rounded: bool) -> dict[str, Any]:
+    return {
+        "kind": loss.kind,
+        "reduction": loss.reduction,
+        "scale": loss.scale,
+        "dtype": dt.name,
+        "unit_roundoff": f"2^-{int(finfo(dt).nmant) + 1}",
+        "elements": int(p0.size),
+        "inputs_rounded": rounded,
+        "dps": DPS,
+    }
+
+
+def _fast_outcome(loss: Loss, dt: np.dtype[Any], p0: np.ndarray, l0: np.ndarray | None, rounded: bool,
+                  got: FastOutcome) -> _Outcome:
+    """The fast route's report: no finding, or (beyond the exact route's budget, which
+    names a wrong scale) the entries beyond their bound, each found exactly."""
+    stats = {**_stats(loss, dt, p0, rounded), **got.stats}
+    stats["checksums"] = {name: sha256(a) for name, a in zip(("pred", "label"), (p0, l0)) if a is not None}
+    findings: list[Finding] = []
+    if got.beyond:
+        worst, shape = got.beyond[0], p0.shape
+        findings.append(Finding(
+            "wrong_values",
+            f"{len(got.beyond)} of {p0.size} derivative values are outside the derived bound; worst at "
+            f"pred{_index(shape, worst.entry)}: expected {mpmath.nstr(worst.expected, 10)}, observed "
+            f"{float(got.observed.reshape(-1)[worst.entry])!r}, error {worst.error_ulps:.3g} ulp > bound "
+            f"{worst.bound_ulps:.3g} ulp (found by the fast route: beyond symjac.loss.MAX_ELEMENTS = "
+            f"{_loss_package.MAX_ELEMENTS:,d} entries the exact route, which would name a wrong loss scale, "
+            "does not run)",
+            cells=tuple(tuple(_index(shape, b.entry)) for b in got.beyond),
+            expected=worst.expected, observed=float(got.observed.reshape(-1)[worst.entry])))
+    none = np.empty(0, dtype=object)
+    return _Outcome(Report(f"{loss!r} in {dt.name}", tuple(findings), stats,
+                           _headline(loss, p0.size, False, stats, findings)), got.observed, none, none)
+
+
 def _dtype(dtype: Any, pred: Any, label: Any) -> np.dtype[Any]:
     """The dtype of the calls: ``dtype`` when given, else a float pred's own dtype (else a
     float label's), else float64 -- as :func:`symjac.verify` reads x's."""
@@ -204,17 +253,30 @@ def _dtype(dtype: Any, pred: Any, label: Any) -> np.dtype[Any]:
     return float_dtype("float64")
 
 
-def _check_budget(loss: Loss, pred: Any) -> None:
-    """Refuse, before any work, a pred with more entries than ``symjac.loss.MAX_ELEMENTS``."""
+def _check_budget(loss: Loss, pred: Any, fast: bool, fast_tried: bool = False) -> None:
+    """Refuse, before any work, a pred with more entries than ``symjac.loss.MAX_ELEMENTS``
+    (the exact route's budget) or, for the fast route, ``symjac.loss.MAX_FAST_ELEMENTS``."""
     if pred is None:  # the default inputs are small
         return
     entries = int(np.prod(np.shape(pred), dtype=np.int64))
+    if fast:
+        budget = _loss_package.MAX_FAST_ELEMENTS
+        if entries > budget:
+            raise InputError(
+                f"pred has {entries:,d} entries (shape {tuple(np.shape(pred))}), beyond the budget of {budget:,d} "
+                f"entries of verify_loss's fast route (about 65 bytes an entry besides the inputs); verify a slice "
+                "of the batch, or raise the budget with symjac.loss.MAX_FAST_ELEMENTS"
+            )
+        return
     budget = _loss_package.MAX_ELEMENTS
     if entries > budget:
+        why = (" (the fast route, which verifies a correct derivative of mse, sigmoid_ce or softmax_ce with their "
+               "default options and no forward at any size up to symjac.loss.MAX_FAST_ELEMENTS, did not decide "
+               "this one: a finding of the calls, or options it does not cover)") if fast_tried else ""
         raise InputError(
             f"pred has {entries:,d} entries (shape {tuple(np.shape(pred))}), beyond the budget of {budget:,d} "
             f"entries of one verify_loss of {loss.kind} (the exact evaluation holds about 2 KB of 200-bit MPFR numbers "
-            f"an entry: about {entries * 2 / 1e6:.3g} GB here); verify a slice of the batch, or raise the budget "
+            f"an entry: about {entries * 2 / 1e6:.3g} GB here){why}; verify a slice of the batch, or raise the budget "
             "with symjac.loss.MAX_ELEMENTS"
         )
 

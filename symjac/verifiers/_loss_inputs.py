@@ -38,7 +38,7 @@ def prepare_inputs(
             rounded = rounded or any(Fraction(float(o)) != e for o, e in zip(out.reshape(-1), exact))
             return out
         try:
-            out = src.astype(dt)
+            out = src.astype(dt, copy=False)  # read only: every call gets its own copy (_ArgFactory)
         except (TypeError, ValueError) as exc:
             raise InputError(f"{name} could not be converted to {dt.name}: {exc}") from None
         with np.errstate(invalid="ignore"):

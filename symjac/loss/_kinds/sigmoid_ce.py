@@ -10,6 +10,7 @@ import sympy
 from sympy.codegen.cfunctions import log1p
 
 from symjac._exact import ExactArray
+from symjac.loss import _fast
 from symjac.loss._domain import per_class, probability_labels
 from symjac.loss._kind import ElementwiseKind, real, register
 from symjac.loss._templates import LossTemplate, element_template
@@ -48,6 +49,19 @@ class SigmoidCe(ElementwiseKind):
 
     def check_domain(self, loss: Loss, z: ExactArray, t: ExactArray | None) -> None:
         probability_labels(self.name, t)
+
+    def fast_derivative(self, loss: Loss, z: np.ndarray, y: np.ndarray | None) -> _fast.FastDerivative | None:
+        # w = pos_weight = 1 only: h = σ(z) - y, σ = 1/(1 + e^-z) (z >= 0) or e^z/(1 + e^z).
+        # Its condition sum over (z, y, w, pos_weight) holds |∂h/∂y|·|y| = |y| (∂h/∂y =
+        # -(p(1 - σ) + σ) = -1) and |∂h/∂w|·|w| = |h| (h is linear in w); the rest is >= 0.
+        if loss.weight is not None or loss.pos_weight is not None:
+            return None
+        assert y is not None
+        e = _fast.exp(_fast.Ball.exact(-np.abs(z)))
+        one = _fast.Ball.exact(np.ones_like(z))
+        sigma = _fast.div(_fast.where(z >= 0, one, e), _fast.add(one, e))
+        h = _fast.sub(sigma, _fast.Ball.exact(y))
+        return _fast.FastDerivative(h, _fast.lower(np.abs(y) + h.lower_abs()), np.zeros_like(z))
 
     def params(self, loss: Loss, z: ExactArray, classes: int) -> list[list[Fraction]]:
         c_last = int(z.shape[-1])

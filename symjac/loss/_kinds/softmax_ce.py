@@ -17,6 +17,7 @@ import sympy
 
 from symjac._errors import SpecError, did_you_mean
 from symjac._exact import ExactArray
+from symjac.loss import _fast
 from symjac.loss._domain import per_class, probability_labels
 from symjac.loss._fields import is_int, number
 from symjac.loss._kind import LossKind, Put, Template, real, register
@@ -90,6 +91,32 @@ class SoftmaxCe(LossKind):
     def check_domain(self, loss: Loss, z: ExactArray, t: ExactArray | None) -> None:
         if not self.labels_are_indices(loss):  # one-hot rows from indices are in [0, 1] by construction
             probability_labels(self.name, t)
+
+    def fast_derivative(self, loss: Loss, z: np.ndarray, y: np.ndarray | None) -> _fast.FastDerivative | None:
+        # No weight, no smoothing, probability rows, C >= 2: h_j = W·p_j - t_j, W = Σ t
+        # (symjac.loss._softmax: (E_j·W_{-j} - a_j·D_{-j})/D with a = t). Lower bounds on
+        # its bound's terms from symjac.loss._softmax's closed forms, with q_j = 1 - p_j and
+        # T_{-j} = Σ_{k≠j} |t_k|: the condition sum holds by_t + by_w = 2(p_j·T_{-j} +
+        # q_j·|t_j|), the running error ((C + 6)p_j + 1)|t_j| + (C + 1)|t_j|·q_j +
+        # (2C + 6)·p_j·T_{-j} (its R(b)|w| terms >= 0 left out).
+        if (loss.weight is not None or (loss.label_smoothing or 0) != 0 or self.labels_are_indices(loss)
+                or z.ndim != 2 or z.shape[1] < 2):
+            return None
+        assert y is not None
+        c = z.shape[1]
+        top = np.broadcast_to(z.max(axis=1, keepdims=True), z.shape)
+        e = _fast.exp(_fast.sub(_fast.Ball.exact(z), _fast.Ball.exact(top)))
+        d = _fast.total(e, axis=1)
+        p = _fast.div(e, d)
+        rest = _fast.others_ball(e)
+        q = _fast.div(rest, d)
+        t = _fast.Ball.exact(y)
+        h = _fast.sub(_fast.mul(_fast.total(t, axis=1), p), t)
+        p_lo, q_lo, t_abs = p.lower_abs(), q.lower_abs(), np.abs(y)
+        t_rest = _fast.others(t_abs)
+        cond = _fast.lower(2 * (p_lo * t_rest + q_lo * t_abs))
+        run = _fast.lower(t_abs * (1 + (c + 6) * p_lo + (c + 1) * q_lo) + (2 * c + 6) * p_lo * t_rest)
+        return _fast.FastDerivative(h, cond, run)
 
     def template(self, loss: Loss, classes: int) -> Template:
         if not is_int(classes) or classes < 1:
