@@ -100,26 +100,64 @@ class ColumnProber:
         d = np.abs(pos - start).max(axis=1)
         return [int(c) for c in cells[np.argsort(d, kind="stable")[:count]]]
 
-    def attribute(self, x: np.ndarray, rows: Rows, stray: list[tuple[int, int, int, float]]) -> None:
-        """One-hot tangents at the cells nearest the windows with stray output: each call
-        is a column of the implementation's Jacobian, read into the rows and the strays."""
+    def refine(self, x: np.ndarray, rows: Rows, exact: ExactRows, suspects: list[tuple[int, int]], u: float) -> None:
+        """Untied suspect windows, slot by slot: a wrong entry is either the cell's own
+        (a one-hot tangent at it says) or a cell of the same colour elsewhere leaking into
+        the window (then the one-hot tangents at that colour's nearest cells find it)."""
         g = self.g
-        todo: list[tuple[int, int]] = []
-        for colour, b, w, _ in stray[: 4 * MAX_LISTED]:
-            todo += [(b, c) for c in self.nearest_cells(colour, w, 4)]
-        todo = list(dict.fromkeys(todo))[: max(0, self.budget - self.one_hot_calls)]
+        tol = row_tolerance(exact, u)
+        slots: list[tuple[int, int, int]] = []
+        for b, w in suspects[: 4 * MAX_LISTED]:
+            if exact.tied[b, w]:
+                continue  # the Clarke set, not one row, is the reference there
+            bad = g.valid[w] & (np.abs(rows.obs[b, w] - exact.rows[b, w]) > tol[b, w])
+            slots += [(b, w, int(k)) for k in np.flatnonzero(bad)]
+        todo = list(dict.fromkeys((b, int(g.cells[w, k])) for b, w, k in slots))
+        leaks: list[tuple[int, int, int, float]] = []
+        for (b, c), y in zip(todo, self.columns(x, todo)):
+            if y is None:
+                return
+            for bb, w, k in slots:
+                if bb == b and g.cells[w, k] == c:
+                    residual = rows.obs[b, w, k] - y[b, w]
+                    rows.obs[b, w, k] = y[b, w]
+                    if residual != 0:  # the rest came from another cell of the colour
+                        leaks.append((int(self.colours[c]), b, w, float(residual)))
+        if leaks:
+            self.attribute(x, rows, leaks, exclude=set(todo))
+
+    def columns(self, x: np.ndarray, cells: list[tuple[int, int]]) -> Generator[np.ndarray | None, None, None]:
+        """One-hot tangents at (b, cell), within the budget: each result is that cell's column."""
+        g = self.g
+        cells = cells[: max(0, self.budget - self.one_hot_calls)]
 
         def one_hot(b: int, c: int) -> np.ndarray:
             t = np.zeros((g.batch, g.n_in))
             t[b, c] = 1.0
             return t
 
-        found: set[tuple[int, int]] = set()  # (b, w) whose stray output a column explained
-        calls = self.tangent_each(x, (one_hot(b, c) for b, c in todo))
-        for y, (b, c) in zip(calls, todo):
+        calls = self.tangent_each(x, (one_hot(b, c) for b, c in cells))
+        for y in calls:
             self.one_hot_calls += 1
             if y is None:
                 calls.close()
+                yield None
+                return
+            yield y
+
+    def attribute(self, x: np.ndarray, rows: Rows, stray: list[tuple[int, int, int, float]],
+                  exclude: set[tuple[int, int]] | None = None) -> None:
+        """One-hot tangents at the cells nearest the windows with stray output: each call
+        is a column of the implementation's Jacobian, read into the rows and the strays."""
+        g = self.g
+        skip = exclude or set()
+        todo: list[tuple[int, int]] = []
+        for colour, b, w, _ in stray[: 4 * MAX_LISTED]:
+            todo += [(b, c) for c in self.nearest_cells(colour, w, 5) if (b, c) not in skip][:4]
+        todo = list(dict.fromkeys(todo))
+        found: set[tuple[int, int]] = set()  # (b, w) whose stray output a column explained
+        for y, (b, c) in zip(self.columns(x, todo), todo):
+            if y is None:
                 break
             reads = (g.cells == c) & g.valid  # (W, K)
             for bb, w in np.argwhere(y != 0).tolist():
@@ -129,7 +167,9 @@ class ColumnProber:
                 found.add((bb, w))
         for colour, b, w, value in stray:
             if (b, w) not in found:  # beyond the budget: blame the nearest cell of the colour
-                rows.stray.setdefault((b, w), []).append((b, self.nearest_cells(colour, w, 1)[0], value))
+                near = [c for c in self.nearest_cells(colour, w, 2) if (b, c) not in skip]
+                if near:
+                    rows.stray.setdefault((b, w), []).append((b, near[0], value))
 
 
 def superpose(g: Geometry, rows: Rows, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -148,11 +188,15 @@ def exact_at(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
     return exact_rows(g, x, dtype)
 
 
-def diagnose(g: Geometry, rows: Rows, exact: ExactRows, diagnosis: Diagnosis, u: float, context: str) -> list[
-        tuple[int, int]]:
-    """The VJP's diagnosis on JVP rows: Clarke policy findings, classification, tie policy. Returns the suspects."""
+def diagnose(g: Geometry, x: np.ndarray, prober: ColumnProber, rows: Rows, exact: ExactRows, diagnosis: Diagnosis,
+             u: float, context: str) -> list[tuple[int, int]]:
+    """The VJP's diagnosis on JVP rows (refined by one-hot columns first): Clarke policy
+    findings, classification, tie policy. Returns the suspects."""
     op = g.operator
     suspects = diagnosis.mismatches(rows, exact)
+    if suspects:
+        prober.refine(x, rows, exact, suspects, u)
+        suspects = diagnosis.mismatches(rows, exact)
     if suspects:
         finding, policy, suspects = op.outside_clarke(g, rows, exact, suspects, u, context)
         if finding is not None and policy is not None:

@@ -22,7 +22,7 @@ import numpy as np
 
 from symjac._errors import InputError
 from symjac.check._call import Guard
-from symjac.check._inputs import distinct_dy, tie_input
+from symjac.check._inputs import FAMILY_NAMES, distinct_dy, tie_input
 from symjac.check._report import Finding, Report
 from symjac.check._rounding import unit_roundoff
 from symjac.pool._cover import cover
@@ -53,7 +53,7 @@ class _Pass:
             return None
         rows, results = found
         exact = exact_at(self.g, x, self.dt)
-        suspects = diagnose(self.g, rows, exact, self.diagnosis, self.u, context)
+        suspects = diagnose(self.g, x, self.prober, rows, exact, self.diagnosis, self.u, context)
         if results:
             confirm(self.g, rows, dense[0], results[0], self.u, self.findings, suspects, context)
         return (rows, exact), results
@@ -76,13 +76,15 @@ def _tag(findings: list[Finding], start: int, transform: str, family: str | None
         f = findings[i]
         if f.detail is not None and "transform" in f.detail:
             continue
+        at = f" at {FAMILY_NAMES[family]} inputs" if family == "ties" else ""
         findings[i] = dataclasses.replace(
-            f, message=f"{transform}: {f.message}", detail={**(f.detail or {}), "transform": transform},
+            f, message=f"{transform}{at}: {f.message}", detail={**(f.detail or {}), "transform": transform},
             family=f.family or family)
 
 
 def check_jvp(g: Geometry, x: np.ndarray, dt: np.dtype[Any], jvp: Callable[..., Any], *,
-              backward: Callable[..., Any] | None, seed: int, budget: int, timeout: float | None) -> Report:
+              backward: Callable[..., Any] | None, seed: int, budget: int, timeout: float | None,
+              main_family: str = "distinct") -> Report:
     """The JVP at one shape."""
     findings: list[Finding] = []
     guard = Guard(jvp, "jvp", ("x", "t"), findings, timeout=timeout)
@@ -92,11 +94,11 @@ def check_jvp(g: Geometry, x: np.ndarray, dt: np.dtype[Any], jvp: Callable[..., 
     got = p.at(x, [t, t], " (JVP)")
     if got is not None and len(got[1]) == 2:
         guard.compare(got[1][0], got[1][1], "J·t")
-    _tag(findings, 0, "jvp", "distinct")
+    _tag(findings, 0, "jvp", main_family)
     if got is not None and g.operator.tie_family:
         start = len(findings)
         tx = tie_input(g, dt, seed)
-        tied = p.at(tx, [], " (JVP) at tied inputs")
+        tied = p.at(tx, [], " (JVP)")
         _tag(findings, start, "jvp", "ties")
         if tied is not None and backward is not None and not findings[start:]:
             stats["same_element_as_backward"], stats["elements_differ_at"] = _vjp_element(
@@ -121,7 +123,7 @@ def _vjp_element(g: Geometry, tx: np.ndarray, dt: np.dtype[Any], backward: Calla
 
 
 def check_double_backward(g: Geometry, x: np.ndarray, dt: np.dtype[Any], double_backward: Callable[..., Any], *,
-                          seed: int, budget: int, timeout: float | None) -> Report:
+                          seed: int, budget: int, timeout: float | None, main_family: str = "distinct") -> Report:
     """The double backward at one shape: ddy as a JVP, ddx against the exact HVP."""
     findings: list[Finding] = []
     guard = Guard(double_backward, "double_backward", ("x", "dy", "v"), findings, timeout=timeout)
@@ -132,12 +134,12 @@ def check_double_backward(g: Geometry, x: np.ndarray, dt: np.dtype[Any], double_
     got = p.at(x, [t], " (double backward's ddy = J·v)")
     if got is not None:
         second.check_ddx(x, findings, dense=t)
-    _tag(findings, 0, "double_backward", "distinct")
+    _tag(findings, 0, "double_backward", main_family)
     if got is not None and g.operator.tie_family:
         start = len(findings)
         tx = tie_input(g, dt, seed)
         second.calls.clear()
-        if p.at(tx, [], " (double backward's ddy = J·v) at tied inputs") is not None:
+        if p.at(tx, [], " (double backward's ddy = J·v)") is not None:
             second.check_ddx(tx, findings, dense=None)
         _tag(findings, start, "double_backward", "ties")
     stats = {"double_backward_calls": guard.calls, "max_ulp_error": p.diagnosis.max_ulp,
@@ -178,12 +180,13 @@ def verify_transforms(spec: PoolSpec, *, jvp: Callable[..., Any] | None, double_
     for shape in shapes:
         g, x_arr, _ = _inputs(spec, dt, input_shape if shape is None else shape, x, None, seed)
         at: list[Report] = []
+        main = "given" if x is not None else "distinct"
         if jvp is not None:
             at.append(check_jvp(g, x_arr, dt, jvp, backward=backward, seed=seed, budget=one_hot_budget,
-                                timeout=timeout))
+                                timeout=timeout, main_family=main))
         if double_backward is not None:
             at.append(check_double_backward(g, x_arr, dt, double_backward, seed=seed, budget=one_hot_budget,
-                                            timeout=timeout))
+                                            timeout=timeout, main_family=main))
         reports += [_at_shape(r, g.input_shape, len(shapes) > 1) for r in at]
     return combine(repr(spec), reports)
 
