@@ -251,3 +251,19 @@ def test_a_coverage_plan_runs_every_shape() -> None:
     assert r.ok, str(r)
     assert len(r.stats["transforms"]["jvp"]["shapes"]) == len(symjac.cover(symjac.Pool("avg", kernel=(4,),
                                                                                         stride=(2,))))
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_the_vectorised_lp_hvp_is_the_exact_engines(p: int) -> None:
+    from symjac.pool._jacobian import hvp
+    from symjac.verifiers._pool_second import _lp_hvp_mpfr
+
+    spec = symjac.Pool("lp", kernel=(2, 2), stride=(1, 1), p=p)
+    g = symjac.resolve(spec, X_POS.shape)
+    rng = np.random.default_rng(3)
+    dy = rng.integers(-4, 5, size=g.output_shape) / 4
+    v = rng.integers(-4, 5, size=X_POS.shape) / 8
+    exact = hvp(spec, X_POS, dy, v)  # SymPy, window by window
+    want = np.vectorize(lambda e: float(e.evalf(40)), otypes=[np.float64])(exact)
+    got = g.from_canonical(_lp_hvp_mpfr(g, X_POS, dy, g.to_canonical(v)), g.in_spatial)
+    np.testing.assert_array_equal(got, want)  # both the exact value rounded to float64
