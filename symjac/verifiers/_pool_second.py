@@ -125,7 +125,7 @@ def _lp_hvp_mpfr(g: Geometry, x: np.ndarray, dy: np.ndarray, v_c: np.ndarray) ->
         acc = np.full((g.batch, g.n_in), zero, dtype=object)
         for k in range(g.cells.shape[1]):
             ok = g.valid[:, k]
-            np.add.at(acc, (slice(None), g.cells[ok, k]), per[:, ok, k])
+            acc[:, g.cells[ok, k]] += per[:, ok, k]  # one slot: distinct cells
         return np.asarray(acc.astype(np.float64))
 
 
