@@ -267,3 +267,10 @@ def test_the_vectorised_lp_hvp_is_the_exact_engines(p: int) -> None:
     want = np.vectorize(lambda e: float(e.evalf(40)), otypes=[np.float64])(exact)
     got = g.from_canonical(_lp_hvp_mpfr(g, X_POS, dy, g.to_canonical(v)), g.in_spatial)
     np.testing.assert_array_equal(got, want)  # both the exact value rounded to float64
+
+
+def test_a_demanded_tie_policy_applies_to_the_jvp() -> None:
+    # _np_max_jvp takes the first maximum: "first" passes, "last" is a tie_policy finding
+    assert symjac.verify(MAX, jvp=_np_max_jvp, input_shape=SHAPE, tie="first").ok
+    r = symjac.verify(MAX, jvp=_np_max_jvp, input_shape=SHAPE, tie="last")
+    assert r.categories() == ["tie_policy"] and "'first'" in r.findings[0].message

@@ -84,8 +84,8 @@ def _tag(findings: list[Finding], start: int, transform: str, family: str | None
 
 def check_jvp(g: Geometry, x: np.ndarray, dt: np.dtype[Any], jvp: Callable[..., Any], *,
               backward: Callable[..., Any] | None, seed: int, budget: int, timeout: float | None,
-              main_family: str = "distinct") -> Report:
-    """The JVP at one shape."""
+              main_family: str = "distinct", tie: str = "any") -> Report:
+    """The JVP at one shape; ``tie`` a demanded policy (``"any"``: every Clarke element passes)."""
     findings: list[Finding] = []
     guard = Guard(jvp, "jvp", ("x", "t"), findings, timeout=timeout)
     p = _Pass(g, dt, _layout_each(g, guard, dt), budget, findings)
@@ -104,8 +104,12 @@ def check_jvp(g: Geometry, x: np.ndarray, dt: np.dtype[Any], jvp: Callable[..., 
             stats["same_element_as_backward"], stats["elements_differ_at"] = _vjp_element(
                 g, tx, dt, backward, tied[0], budget, timeout)
     policies = sorted(p.diagnosis.policies)
+    policy = (policies[0] if len(policies) == 1 else "other") if policies else None
+    if policy is not None and tie != "any" and policy != tie:
+        findings.append(Finding("tie_policy", f"jvp: at ties the JVP follows policy {policy!r}; {tie!r} was demanded",
+                                detail={"transform": "jvp"}, family="ties"))
     stats.update(jvp_calls=guard.calls, one_hot_calls=p.prober.one_hot_calls, max_ulp_error=p.diagnosis.max_ulp,
-                 tie_policy=(policies[0] if len(policies) == 1 else "other") if policies else None)
+                 tie_policy=policy)
     return _report(g, "jvp", findings, stats)
 
 
@@ -166,11 +170,17 @@ def _report(g: Geometry, transform: str, findings: list[Finding], stats: dict[st
 
 def verify_transforms(spec: PoolSpec, *, jvp: Callable[..., Any] | None, double_backward: Callable[..., Any] | None,
                       backward: Callable[..., Any] | None, input_shape: Any, x: Any, dtype: Any, seed: int,
-                      one_hot_budget: int, timeout: float | None) -> Report:
+                      one_hot_budget: int, timeout: float | None, tie: Any = "any") -> Report:
     """Every given transform at the shape (x's, ``input_shape``) or at every shape of the coverage plan."""
     from symjac.verifiers._pool_run import _dtype, _inputs
 
+    from symjac.pool._beta import Beta, parse_tie
+    from symjac.pool._symbolic import TIE_POLICIES
+    from symjac.verifiers._pool_beta import beta_name
+
     spec = check_pool_spec(spec)
+    parsed = parse_tie(tie, ("any",) + TIE_POLICIES)
+    tie_name = beta_name(parsed) if isinstance(parsed, Beta) else str(parsed)
     for name, fn in (("jvp", jvp), ("double_backward", double_backward)):
         if fn is not None and not callable(fn):
             raise InputError(f"{name}={fn!r} is not callable: give a function on NumPy arrays")
@@ -183,7 +193,7 @@ def verify_transforms(spec: PoolSpec, *, jvp: Callable[..., Any] | None, double_
         main = "given" if x is not None else "distinct"
         if jvp is not None:
             at.append(check_jvp(g, x_arr, dt, jvp, backward=backward, seed=seed, budget=one_hot_budget,
-                                timeout=timeout, main_family=main))
+                                timeout=timeout, main_family=main, tie=tie_name))
         if double_backward is not None:
             at.append(check_double_backward(g, x_arr, dt, double_backward, seed=seed, budget=one_hot_budget,
                                             timeout=timeout, main_family=main))
