@@ -274,3 +274,17 @@ def test_a_demanded_tie_policy_applies_to_the_jvp() -> None:
     assert symjac.verify(MAX, jvp=_np_max_jvp, input_shape=SHAPE, tie="first").ok
     r = symjac.verify(MAX, jvp=_np_max_jvp, input_shape=SHAPE, tie="last")
     assert r.categories() == ["tie_policy"] and "'first'" in r.findings[0].message
+
+
+def test_a_jvp_that_swaps_channels_is_pinned_to_the_cells_of_the_other_channel() -> None:
+    jvp = _np_avg_jvp(2, 2)
+
+    def swapped(x: np.ndarray, t: np.ndarray) -> np.ndarray:
+        return jvp(x, t[:, ::-1])  # the bug: channel 0 reads channel 1's tangent and vice versa
+
+    # every colour probe's t is the same on both channels, so only the dense t (distinct
+    # per channel) shows it; one-hot columns then name the cells in the other channel
+    r = symjac.verify(symjac.Pool("avg", kernel=(2,), stride=(2,)), jvp=swapped, input_shape=(1, 2, 4))
+    assert "wrong_cells" in r.categories(), str(r)
+    f = next(f for f in r.findings if f.category == "wrong_cells" and f.window == (0, 0, 0))
+    assert (0, 1, 0) in f.cells and (0, 1, 1) in f.cells  # window (0,0,0) reads channel 1's cells 0 and 1

@@ -29,7 +29,8 @@ from symjac.pool._cover import cover
 from symjac.pool._geometry import Geometry
 from symjac.pool._spec import PoolSpec, check_pool_spec
 from symjac.verifiers._pool_diagnose import Diagnosis
-from symjac.verifiers._pool_jvp import ColumnProber, confirm, diagnose, distinct_tangent, exact_at, same_element
+from symjac.verifiers._pool_jvp import (ColumnProber, classify, contradicted, distinct_tangent, exact_at, not_linear,
+                                       same_element, suspects_of)
 from symjac.verifiers._pool_second import SecondOrder
 
 #: Report names of the transforms.
@@ -52,10 +53,17 @@ class _Pass:
         if found is None:
             return None
         rows, results = found
-        exact = exact_at(self.g, x, self.dt)
-        suspects = diagnose(self.g, x, self.prober, rows, exact, self.diagnosis, self.u, context)
-        if results:
-            confirm(self.g, rows, dense[0], results[0], self.u, self.findings, suspects, context)
+        g, u = self.g, self.u
+        exact = exact_at(g, x, self.dt)
+        suspects = suspects_of(g, x, self.prober, rows, exact, self.diagnosis, u)
+        off = contradicted(g, rows, dense[0], results[0], u, suspects) if results else []
+        if off:  # rows right alone, not together: their exact columns, then diagnose again
+            self.prober.one_hot_windows(x, rows, off)
+            suspects = list(dict.fromkeys(suspects + self.diagnosis.mismatches(rows, exact)))
+            off = contradicted(g, rows, dense[0], results[0], u, suspects)
+            if off and not suspects:
+                not_linear(g, rows, dense[0], results[0], off, self.findings, context)
+        classify(g, rows, exact, self.diagnosis, suspects, u, context)
         return (rows, exact), results
 
 
