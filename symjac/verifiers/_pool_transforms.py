@@ -98,7 +98,7 @@ def check_jvp(g: Geometry, x: np.ndarray, dt: np.dtype[Any], jvp: Callable[..., 
     guard = Guard(jvp, "jvp", ("x", "t"), findings, timeout=timeout)
     p = _Pass(g, dt, _layout_each(g, guard, dt), budget, findings)
     t = distinct_tangent(g, dt, seed)
-    stats: dict[str, Any] = {"input_colours": p.prober.n_colours}
+    stats: dict[str, Any] = {"input_colours": p.prober.n_colours, "dtype": str(dt)}
     got = p.at(x, [t, t], " (JVP)")
     if got is not None and len(got[1]) == 2:
         guard.compare(got[1][0], got[1][1], "J·t")
@@ -154,7 +154,7 @@ def check_double_backward(g: Geometry, x: np.ndarray, dt: np.dtype[Any], double_
         if p.at(tx, [], " (double backward's ddy = J·v)") is not None:
             second.check_ddx(tx, findings, dense=None)
         _tag(findings, start, "double_backward", "ties")
-    stats = {"double_backward_calls": guard.calls, "max_ulp_error": p.diagnosis.max_ulp,
+    stats = {"dtype": str(dt), "double_backward_calls": guard.calls, "max_ulp_error": p.diagnosis.max_ulp,
              "ddx_max_abs": second.ddx_max_abs}
     return _report(g, "double_backward", findings, stats)
 
@@ -218,20 +218,17 @@ def _at_shape(r: Report, shape: tuple[int, ...], many: bool) -> Report:
                                                             for k, v in r.stats.items()})
 
 
-def combine(subject: str, reports: list[Report], base: Report | None = None) -> Report:
-    """One report of the VJP's (``base``, if any) and the transforms': findings in order, the
-    transforms' figures under ``stats["transforms"]`` (one entry per transform and shape)."""
-    findings = list(base.findings) if base is not None else []
+def combine(subject: str, reports: list[Report]) -> Report:
+    """One report of the transforms' reports (per transform and shape): findings in order, the
+    figures under ``stats["transforms"]`` (per transform: ``ok`` and one entry per shape)."""
+    findings: list[Finding] = []
     per: dict[str, list[dict[str, Any]]] = {}
     for r in reports:
         findings += r.findings
         for name, s in r.stats.items():
             per.setdefault(name, []).append(s)
     summary = {name: {"ok": all(s["ok"] for s in ss), "shapes": ss} for name, ss in per.items()}
-    if base is not None:
-        summary = {"vjp": {"ok": base.ok}, **summary}
-    stats = {**(base.stats if base is not None else {}), "transforms": summary}
-    parts = [base.headline] if base is not None else []
+    parts = []
     for name in per:
         failing = [r for r in reports if name in r.stats and not r.ok]
         if failing:
@@ -239,4 +236,4 @@ def combine(subject: str, reports: list[Report], base: Report | None = None) -> 
         else:
             last = [r for r in reports if name in r.stats][-1].headline
             parts.append(last if len(per[name]) == 1 else f"{last} (at all {len(per[name])} shapes)")
-    return Report(subject, tuple(findings), stats, "; ".join(parts))
+    return Report(subject, tuple(findings), {"transforms": summary}, "; ".join(parts))
