@@ -5,7 +5,8 @@ lp (p = 2) 2x2 stride-1 pooling, vectorised NumPy implementations of every trans
 (so the figures are symjac's cost, not a framework's): the backward ``J^T dy``, the
 JVP ``J t`` and the double backward ``(0 or lp's HVP, J v)``. Prints seconds for
 ``verify(spec, backward=...)``, ``verify(spec, jvp=...)`` and
-``verify(spec, double_backward=...)`` at each size (median of 3 warm runs) and the
+``verify(spec, double_backward=...)`` at each size (the best of 5 warm runs: the machine is
+shared, and the least disturbed run is the cost) and the
 ratios to the VJP's; a loss table does the same for ``verify_loss(derivative=...)``
 and ``verify_loss(hvp=...)``.
 
@@ -15,7 +16,6 @@ Run: python benchmarks/transforms.py [--sizes 32,64,128]
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -103,7 +103,7 @@ CASES: dict[str, tuple[Any, Callable[..., Any], Callable[..., Any], Callable[...
 }
 
 
-def timed(fn: Callable[..., symjac.Report], *args: Any, repeat: int = 3, **kwargs: Any) -> tuple[float, symjac.Report]:
+def timed(fn: Callable[..., symjac.Report], *args: Any, repeat: int = 5, **kwargs: Any) -> tuple[float, symjac.Report]:
     fn(*args, **kwargs)  # warm: templates, colourings and plans are cached per geometry, as in a test suite
     times, report = [], None
     for _ in range(repeat):
@@ -111,7 +111,7 @@ def timed(fn: Callable[..., symjac.Report], *args: Any, repeat: int = 3, **kwarg
         report = fn(*args, **kwargs)
         times.append(time.perf_counter() - t0)
     assert report is not None
-    return statistics.median(times), report
+    return min(times), report
 
 
 def pool_table(sizes: list[int]) -> None:

@@ -18,7 +18,8 @@ its ``ddx = ∇²_x(dyᵀf)·v`` is checked here, on every call the probes made:
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable
+import math
+from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,27 @@ from symjac.pool._lp import power
 from symjac.verifiers._pool_rows import cell_counts, scatter
 
 
+def packed(double_backward: Callable[..., Any], g: Geometry) -> Callable[..., Any]:
+    """``double_backward`` returning one flat array ``[ddx, ddy]``, so its calls run back to back
+    as one sequence (:meth:`Guard.arrays`); a result that is no pair of the right shapes raises
+    a TypeError saying so (a ``bad_output`` finding), a wrong dtype is kept (and flagged)."""
+    n_x, n_y = math.prod(g.input_shape), math.prod(g.output_shape)
+
+    def call(x: np.ndarray, dy: np.ndarray, v: np.ndarray) -> np.ndarray:
+        value = double_backward(x, dy, v)
+        if not isinstance(value, (tuple, list)) or len(value) != 2:
+            raise TypeError(f"double_backward returned {type(value).__name__}, not a pair (ddx, ddy): give the "
+                            "gradients with respect to x and to dy")
+        ddx, ddy = (np.asarray(a) for a in value)
+        for name, a, n, shape in (("ddx", ddx, n_x, g.input_shape), ("ddy", ddy, n_y, g.output_shape)):
+            if a.size != n or (a.ndim and a.shape != shape):
+                raise TypeError(f"double_backward's {name} has shape {a.shape}; expected {shape}")
+        kind = ddx.dtype if ddx.dtype != x.dtype else ddy.dtype  # a wrong dtype shows in the packed result
+        return np.concatenate([ddx.reshape(-1), ddy.reshape(-1)]).astype(kind, copy=False)
+
+    return call
+
+
 class SecondOrder:
     """Calls the double backward with a fixed dy, hands ddy to the JVP probes and keeps ddx."""
 
@@ -40,25 +62,24 @@ class SecondOrder:
         self.ddx_max_abs = 0.0
 
     def each(self, x: np.ndarray, vs: Iterable[np.ndarray]) -> Generator[np.ndarray | None, None, None]:
-        """ddy (canonical float64) for each canonical v, one call each; None once unusable."""
+        """ddy (canonical float64) for each canonical v, the calls run back to back; None once unusable."""
         g = self.g
-        for v in vs:
-            ok, value = self.guard.call(x, self.dy, g.from_canonical(v.astype(self.dt), g.in_spatial))
-            if not ok:
+        n_x = math.prod(g.input_shape)
+        kept: list[np.ndarray] = []
+
+        def args() -> Generator[tuple[Any, ...], None, None]:
+            for v in vs:
+                kept.append(v)
+                yield (x, self.dy, g.from_canonical(v.astype(self.dt), g.in_spatial))
+
+        size = n_x + math.prod(g.output_shape)
+        for i, out in enumerate(self.guard.arrays(args(), shape=(size,), dtype=self.dt, index_name="[ddx, ddy]")):
+            if out is None:
                 yield None
                 return
-            if not isinstance(value, (tuple, list)) or len(value) != 2:
-                self.guard.flag("pair", "bad_output", f"double_backward returned {type(value).__name__}, not a pair "
-                                "(ddx, ddy): give the gradients with respect to x and to dy")
-                yield None
-                return
-            ddx = self.guard.check_output(value[0], g.input_shape, self.dt, "ddx")
-            ddy = self.guard.check_output(value[1], g.output_shape, self.dt, "ddy")
-            if ddx is None or ddy is None:
-                yield None
-                return
-            self.calls.append((v, g.to_canonical(ddx.astype(np.float64))))
-            yield g.to_canonical(ddy.astype(np.float64), g.out_spatial)
+            flat = out.astype(np.float64)
+            self.calls.append((kept[i], g.to_canonical(flat[:n_x].reshape(g.input_shape))))
+            yield g.to_canonical(flat[n_x:].reshape(g.output_shape), g.out_spatial)
 
     def check_ddx(self, x: np.ndarray, findings: list[Finding], dense: np.ndarray | None) -> None:
         """ddx of the recorded calls against the exact HVP: zero, or (lp) at the dense v."""

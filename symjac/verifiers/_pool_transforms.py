@@ -31,7 +31,7 @@ from symjac.pool._spec import PoolSpec, check_pool_spec
 from symjac.verifiers._pool_diagnose import Diagnosis
 from symjac.verifiers._pool_jvp import (ColumnProber, classify, contradicted, distinct_tangent, exact_at, not_linear,
                                        same_element, suspects_of)
-from symjac.verifiers._pool_second import SecondOrder
+from symjac.verifiers._pool_second import SecondOrder, packed
 
 #: Report names of the transforms.
 TRANSFORMS = ("jvp", "double_backward")
@@ -138,7 +138,7 @@ def check_double_backward(g: Geometry, x: np.ndarray, dt: np.dtype[Any], double_
                           seed: int, budget: int, timeout: float | None, main_family: str = "distinct") -> Report:
     """The double backward at one shape: ddy as a JVP, ddx against the exact HVP."""
     findings: list[Finding] = []
-    guard = Guard(double_backward, "double_backward", ("x", "dy", "v"), findings, timeout=timeout)
+    guard = Guard(packed(double_backward, g), "double_backward", ("x", "dy", "v"), findings, timeout=timeout)
     dy = distinct_dy(g, dt, seed)
     second = SecondOrder(g, guard, dt, dy)
     p = _Pass(g, dt, second.each, budget, findings)
