@@ -8,6 +8,7 @@ name follow from the bug as written (the derivation is beside each one).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -288,3 +289,35 @@ def test_a_jvp_that_swaps_channels_is_pinned_to_the_cells_of_the_other_channel()
     assert "wrong_cells" in r.categories(), str(r)
     f = next(f for f in r.findings if f.category == "wrong_cells" and f.window == (0, 0, 0))
     assert (0, 1, 0) in f.cells and (0, 1, 1) in f.cells  # window (0,0,0) reads channel 1's cells 0 and 1
+
+
+@TORCH
+@pytest.mark.slow
+def test_pytorch_transforms_pass_over_a_grid_of_configurations() -> None:
+    """60 seeded configurations (1-D/2-D, max/avg, kernel, stride, padding, dilation, ceil_mode,
+    float64/float32): PyTorch's VJP, JVP and double backward all pass, no false alarm."""
+    F = pytest.importorskip("torch").nn.functional
+    rng = np.random.default_rng(0)
+    checked = 0
+    for trial in range(60):
+        rank, mode = int(rng.integers(1, 3)), ("max", "avg")[trial % 2]
+        k, s = int(rng.integers(1, 4)), int(rng.integers(1, 3))
+        pd, d = int(rng.integers(0, k // 2 + 1)), int(rng.integers(1, 3)) if mode == "max" else 1
+        ceil = bool(rng.integers(0, 2))
+        shape = (1, 2) + (int(rng.integers(max(k * d, 3), 8)),) * rank
+        kw: dict[str, Any] = dict(kernel=(k,) * rank, stride=(s,) * rank, padding=((pd, pd),) * rank, ceil_mode=ceil)
+        kw.update(dilation=(d,) * rank) if mode == "max" else kw.update(divisor="include_pad")
+        try:
+            spec = symjac.Pool(mode, **kw)
+            symjac.resolve(spec, shape)
+        except symjac.SpecError:
+            continue
+        fn = getattr(F, f"{mode}_pool{rank}d")
+        args = (k, s, pd, d, ceil) if mode == "max" else (k, s, pd, ceil)  # avg: count_include_pad=True
+        f = functools.partial(lambda a, fn, args: fn(a, *args), fn=fn, args=args)
+        jvp, backward, double_backward = _torch(f)
+        r = symjac.verify(spec, jvp=jvp, backward=backward, double_backward=double_backward, input_shape=shape,
+                          dtype=("float64", "float32")[trial % 3 == 0])
+        assert r.ok, f"{spec} at {shape}: {r}"
+        checked += 1
+    assert checked >= 50
