@@ -170,12 +170,15 @@ class Report:
       findings: every finding, in the order the checks ran.
       stats: the figures behind the verdict (stable keys; see ``to_dict``).
       headline: the one-line summary.
+      notes: facts that are no finding but worth knowing (a backward whose equal calls
+        differ bitwise, each within the rounding bound: ``stats["nondeterminism"]``).
     """
 
     subject: str
     findings: tuple[Finding, ...]
     stats: dict[str, Any]
     headline: str
+    notes: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -193,7 +196,7 @@ class Report:
     def details(self) -> str:
         """What follows the one-line summary: the subject, then every finding with
         its window, cells, and exact expected beside observed values."""
-        lines = [f"subject: {self.subject}"]
+        lines = [f"subject: {self.subject}"] + [f"note: {n}" for n in self.notes]
         for f in self.findings:
             because = f" (a consequence of: {f.consequence_of})" if f.consequence_of else ""
             lines.append(f"- [{f.category}]{because} {f.message}")
@@ -245,9 +248,10 @@ class Report:
                 f"{html.escape(self.headline)}</p><p><small>{html.escape(self.subject)}</small></p>{table}</div>")
 
     def to_dict(self) -> dict[str, Any]:
-        """Stable keys: ``ok``, ``subject``, ``summary``, the stats, ``findings``."""
+        """Stable keys: ``ok``, ``subject``, ``summary``, the stats, ``notes``, ``findings``."""
         out: dict[str, Any] = {"ok": self.ok, "subject": self.subject, "summary": self.headline}
         out.update({k: jsonable(v) for k, v in self.stats.items()})
+        out["notes"] = list(self.notes)
         out["findings"] = [f.to_dict() for f in self.findings]
         return out
 

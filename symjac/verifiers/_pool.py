@@ -59,7 +59,7 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forwar
            input_shape: tuple[int, ...] | None = None, x: Any = None, dy: Any = None, dtype: Any = None,
            tie: str | Beta = "any", seed: int = 0, one_hot_budget: int = 64,
            timeout: float | None = DEFAULT_TIMEOUT, families: Sequence[str] | None = None, isolate: bool = False,
-           hints: bool = True) -> Report:
+           deterministic: bool = False, hints: bool = True) -> Report:
     """Verify an implementation's backward (and forward) against the exact Jacobian.
 
     Args:
@@ -100,6 +100,13 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forwar
         callables need not pickle; see :mod:`symjac.run._isolate`): an abort,
         segfault or SIGFPE becomes a ``crashed`` finding naming the signal, and a hung
         call is killed at ``timeout``.
+      deterministic: the implementation promises bitwise reproducible results. Every
+        call's result is checked against the exact answer for what that call asked;
+        beyond that, two equal calls whose results differ bitwise while each stays within
+        the rounding bound (GPU atomics accumulating in another order) are a note
+        (``report.notes``, ``stats["nondeterminism"]``) by default, and a
+        ``nondeterministic`` finding with ``deterministic=True``. A difference beyond
+        the bound is a finding either way.
       hints: when the report fails on values a neighbouring convention could explain
         (divisor, SAME upper/lower, ceil rule, layout), check those and name the ones
         the implementation matches exactly (``stats["hint"]`` and the headline).
@@ -115,4 +122,4 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forwar
     """
     return run(spec, backward=backward, forward=forward, input_shape=input_shape, x=x, dy=dy, dtype=dtype, tie=tie,
                seed=seed, one_hot_budget=one_hot_budget, timeout=timeout, families=families, isolate=isolate,
-               hint=_hint if hints else None)
+               deterministic=deterministic, hint=_hint if hints else None)
