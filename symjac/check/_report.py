@@ -150,14 +150,25 @@ class Finding:
 
 def _cell_table(f: Finding) -> list[str]:
     """One line per cell (its index, the exact expected and the observed value) when
-    a finding lists values cell by cell; else nothing."""
+    a finding lists values cell by cell; its index and the observed value when only the
+    observed values are per cell (a tie finding's expected is the Clarke set, one line
+    above the table); else nothing."""
     expected, observed = f.expected, f.observed
-    if not (f.cells and isinstance(expected, list) and isinstance(observed, list)
-            and len(f.cells) == len(expected) == len(observed)):
+    if not (f.cells and isinstance(observed, list) and len(f.cells) == len(observed)):
         return []
-    rows = [("cell", "expected", "observed")] + [
-        (fmt_index(tuple(c)), readable(e), readable(o)) for c, e, o in zip(f.cells, expected, observed)]
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    if isinstance(expected, list) and len(expected) == len(observed):
+        rows = [("cell", "expected", "observed")] + [
+            (fmt_index(tuple(c)), readable(e), readable(o)) for c, e, o in zip(f.cells, expected, observed)]
+    else:
+        rows = [("cell", "observed")] + [(fmt_index(tuple(c)), readable(o)) for c, o in zip(f.cells, observed)]
+        if expected is not None:
+            rows_text = [f"    expected: {readable(expected)}"]
+            return rows_text + _columns(rows)
+    return _columns(rows)
+
+
+def _columns(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["    " + "  ".join(v.ljust(n) for v, n in zip(r, widths)).rstrip() for r in rows]
 
 

@@ -149,7 +149,7 @@ def _verify_plan(spec: PoolSpec, kwargs: dict[str, Any]) -> Report:
     stats.update({key: sum(r.stats.get(key, 0) for r in reports) for key in _SUM})
     stats.update({key: max(r.stats.get(key, 0) for r in reports) for key in _MAX})
     policies = {r.stats["tie_policy"] for r in reports if r.stats.get("tie_policy")}
-    stats["tie_policy"] = (next(iter(policies)) if len(policies) == 1 else "other") if policies else None
+    stats["tie_policy"] = (next(iter(policies)) if len(policies) == 1 else "varying") if policies else None
     stats["mutated_inputs"] = sorted({m for r in reports for m in r.stats.get("mutated_inputs", [])})
     seen = {role: n for r in reports for role, n in (r.stats.get("nondeterminism") or {}).items()}
     stats["nondeterminism"] = seen or None
