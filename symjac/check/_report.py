@@ -156,15 +156,14 @@ def _cell_table(f: Finding) -> list[str]:
     expected, observed = f.expected, f.observed
     if not (f.cells and isinstance(observed, list) and len(f.cells) == len(observed)):
         return []
+    rows: list[tuple[str, ...]]
     if isinstance(expected, list) and len(expected) == len(observed):
-        rows = [("cell", "expected", "observed")] + [
-            (fmt_index(tuple(c)), readable(e), readable(o)) for c, e, o in zip(f.cells, expected, observed)]
-    else:
-        rows = [("cell", "observed")] + [(fmt_index(tuple(c)), readable(o)) for c, o in zip(f.cells, observed)]
-        if expected is not None:
-            rows_text = [f"    expected: {readable(expected)}"]
-            return rows_text + _columns(rows)
-    return _columns(rows)
+        rows = [("cell", "expected", "observed")]
+        rows += [(fmt_index(tuple(c)), readable(e), readable(o)) for c, e, o in zip(f.cells, expected, observed)]
+        return _columns(rows)
+    rows = [("cell", "observed")]
+    rows += [(fmt_index(tuple(c)), readable(o)) for c, o in zip(f.cells, observed)]
+    return ([f"    expected: {readable(expected)}"] if expected is not None else []) + _columns(rows)
 
 
 def _columns(rows: list[tuple[str, ...]]) -> list[str]:
