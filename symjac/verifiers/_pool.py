@@ -81,7 +81,9 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forwar
         or ``"float64"``; default: the dtype of a float ``x``, else float64.
       tie: ``"any"`` accepts any routing in the Clarke set at max-pooling ties and
         names the policy seen (``stats["tie_policy"]``: ``first``, ``last``,
-        ``split``, ``beta:<b>`` for rows β·J_split + (1−β)·J_first, or ``other``;
+        ``split``, ``beta:<b>`` for rows β·J_split + (1−β)·J_first, ``varying`` when
+        calls choose different Clarke elements (each call's dx is checked to be
+        ``J^T dy`` for some element), or ``other``; None when no ties were seen;
         a β outside the Clarke set is a ``tie_beta_outside_clarke`` finding);
         ``"first"``, ``"last"``, ``"split"`` or :class:`symjac.Beta` (``"beta:<b>"``)
         demand that policy.
