@@ -242,6 +242,7 @@ class _Verifier(Summary):
         want = want_tol = None
         if self.op.extra_families:  # a rational dense J^T dy (avg, max); lp has its rows' derived bounds only
             ex = self.exact(x) if self.op.reuses_exact_input else None
+            self.exact_at = None  # hold no copy through the later passes
             terms, e_bound, e_count = self.op.dense_terms(g, ex, ExactArray.from_any(g.from_canonical(dy, g.out_spatial)))
             want = g.to_canonical(terms.to_numpy(np.float64))
             want_tol = gamma(e_count + 2, self.u) * e_bound + 2.0**-60 * e_bound
