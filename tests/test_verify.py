@@ -689,9 +689,11 @@ def test_mutant_nondeterministic(name, dtype):
     # +1 ULP on a random half of the nonzero entries, a new draw each call: two calls on
     # the same x, dy differ bitwise. Where the dtype holds the exact entry (1 for max, 1/4
     # for a 4-cell average) one ULP off is also a wrong value: the issue asks for exact
-    # comparison there, so wrong_weights may join the finding.
+    # comparison there, so wrong_weights is found (each call's result is checked for what
+    # it asked: the colour probes' rows). A dense call's one ULP may stay within the dense
+    # bound γ_{m+2}·Σ|terms| (a note then) or not (nondeterministic).
     report = run(name, "noise", dtype)
-    assert report.categories()[0] == "nondeterministic", str(report)
+    assert "wrong_weights" in report.categories(), str(report)
     assert set(report.categories()) <= {"nondeterministic", "wrong_weights"}, str(report)
     assert report.stats["backward_ok"] is False
 

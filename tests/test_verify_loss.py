@@ -272,7 +272,10 @@ def test_nondeterministic():
         out = d(z, y)
         return np.nextafter(out, np.float32(np.inf)) if len(calls) % 2 else out
 
+    # within the bound: a note (issue 21), a finding only for a team promising bitwise reproducibility
     r = verify_loss(Loss("mse", scale=S), derivative=flaky)
+    assert r.ok and r.stats["nondeterminism"] is not None and r.notes, str(r)
+    r = verify_loss(Loss("mse", scale=S), derivative=flaky, deterministic=True)
     assert r.categories() == ["nondeterministic"]
 
 

@@ -151,14 +151,24 @@ class Finding:
 
 def _cell_table(f: Finding) -> list[str]:
     """One line per cell (its index, the exact expected and the observed value) when
-    a finding lists values cell by cell; else nothing."""
+    a finding lists values cell by cell; its index and the observed value when only the
+    observed values are per cell (a tie finding's expected is the Clarke set, one line
+    above the table); else nothing."""
     expected, observed = f.expected, f.observed
-    if not (f.cells and isinstance(expected, list) and isinstance(observed, list)
-            and len(f.cells) == len(expected) == len(observed)):
+    if not (f.cells and isinstance(observed, list) and len(f.cells) == len(observed)):
         return []
-    rows = [("cell", "expected", "observed")] + [
-        (fmt_index(tuple(c)), readable(e), readable(o)) for c, e, o in zip(f.cells, expected, observed)]
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    rows: list[tuple[str, ...]]
+    if isinstance(expected, list) and len(expected) == len(observed):
+        rows = [("cell", "expected", "observed")]
+        rows += [(fmt_index(tuple(c)), readable(e), readable(o)) for c, e, o in zip(f.cells, expected, observed)]
+        return _columns(rows)
+    rows = [("cell", "observed")]
+    rows += [(fmt_index(tuple(c)), readable(o)) for c, o in zip(f.cells, observed)]
+    return ([f"    expected: {readable(expected)}"] if expected is not None else []) + _columns(rows)
+
+
+def _columns(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["    " + "  ".join(v.ljust(n) for v, n in zip(r, widths)).rstrip() for r in rows]
 
 
@@ -171,12 +181,15 @@ class Report:
       findings: every finding, in the order the checks ran.
       stats: the figures behind the verdict (stable keys; see ``to_dict``).
       headline: the one-line summary.
+      notes: facts that are no finding but worth knowing (a backward whose equal calls
+        differ bitwise, each within the rounding bound: ``stats["nondeterminism"]``).
     """
 
     subject: str
     findings: tuple[Finding, ...]
     stats: dict[str, Any]
     headline: str
+    notes: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -194,7 +207,7 @@ class Report:
     def details(self) -> str:
         """What follows the one-line summary: the subject, then every finding with
         its window, cells, and exact expected beside observed values."""
-        lines = [f"subject: {self.subject}"]
+        lines = [f"subject: {self.subject}"] + [f"note: {n}" for n in self.notes]
         for f in self.findings:
             because = f" (a consequence of: {f.consequence_of})" if f.consequence_of else ""
             lines.append(f"- [{f.category}]{because} {f.message}")
@@ -246,9 +259,10 @@ class Report:
                 f"{html.escape(self.headline)}</p><p><small>{html.escape(self.subject)}</small></p>{table}</div>")
 
     def to_dict(self) -> dict[str, Any]:
-        """Stable keys: ``ok``, ``subject``, ``summary``, the stats, ``findings``."""
+        """Stable keys: ``ok``, ``subject``, ``summary``, the stats, ``notes``, ``findings``."""
         out: dict[str, Any] = {"ok": self.ok, "subject": self.subject, "summary": self.headline}
         out.update({k: jsonable(v) for k, v in self.stats.items()})
+        out["notes"] = list(self.notes)
         out["findings"] = [f.to_dict() for f in self.findings]
         return out
 

@@ -57,10 +57,12 @@ def case_callables(impl: Any, case: Any) -> dict[str, Any]:
     return {needed: fn, "forward": fwd if callable(fwd) else None}
 
 
-def verify_case(case: Any, impl: Any, dtype: str, timeout: float | None = DEFAULT_TIMEOUT) -> Any:
+def verify_case(case: Any, impl: Any, dtype: str, timeout: float | None = DEFAULT_TIMEOUT,
+                deterministic: bool = False) -> Any:
     """The :class:`symjac.Report` of ``impl`` on ``case`` at the case's inputs, in ``dtype``
     (a pooling case without ``[input]``: at every shape of its coverage plan), each call
-    of the implementation limited to ``timeout`` seconds (None: no limit)."""
+    of the implementation limited to ``timeout`` seconds (None: no limit); ``deterministic``
+    as :func:`symjac.verify`'s (a bitwise difference between equal calls is a finding)."""
     from symjac.io._specfile import pool_input
 
     fns = case_callables(impl, case)
@@ -71,15 +73,16 @@ def verify_case(case: Any, impl: Any, dtype: str, timeout: float | None = DEFAUL
                   for k in ("pred", "label", "upstream")}
         return verify_loss(case.operator, derivative=fns["derivative"], forward=fns["forward"],
                            pred=inputs["pred"], label=inputs["label"], upstream=inputs["upstream"], dtype=dtype,
-                           timeout=timeout)
+                           timeout=timeout, deterministic=deterministic)
     from symjac.verifiers._pool import verify
 
     seed = int(case.inputs.get("seed", 0))
     if "x" not in case.inputs and "shape" not in case.inputs:  # no [input]: the coverage plan
-        return verify(case.operator, **fns, dtype=dtype, seed=seed, timeout=timeout, tie=case.tie or "any")
+        return verify(case.operator, **fns, dtype=dtype, seed=seed, timeout=timeout, tie=case.tie or "any",
+                      deterministic=deterministic)
     _, x, dy = pool_input(case)
     explicit = "x" in case.inputs
     return verify(case.operator, **fns, x=x.astype(np.float64) if explicit else None,
                   input_shape=None if explicit else x.shape,
                   dy=dy.astype(np.float64) if "dy" in case.inputs else None, dtype=dtype,
-                  seed=seed, timeout=timeout, tie=case.tie or "any")
+                  seed=seed, timeout=timeout, tie=case.tie or "any", deterministic=deterministic)

@@ -61,7 +61,7 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forwar
            input_shape: tuple[int, ...] | None = None, x: Any = None, dy: Any = None, dtype: Any = None,
            tie: str | Beta = "any", seed: int = 0, one_hot_budget: int = 64,
            timeout: float | None = DEFAULT_TIMEOUT, families: Sequence[str] | None = None, isolate: bool = False,
-           hints: bool = True) -> Report:
+           deterministic: bool = False, hints: bool = True) -> Report:
     """Verify an implementation's backward (and forward) against the exact Jacobian.
 
     Args:
@@ -93,7 +93,9 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forwar
         or ``"float64"``; default: the dtype of a float ``x``, else float64.
       tie: ``"any"`` accepts any routing in the Clarke set at max-pooling ties and
         names the policy seen (``stats["tie_policy"]``: ``first``, ``last``,
-        ``split``, ``beta:<b>`` for rows β·J_split + (1−β)·J_first, or ``other``;
+        ``split``, ``beta:<b>`` for rows β·J_split + (1−β)·J_first, ``varying`` when
+        calls choose different Clarke elements (each call's dx is checked to be
+        ``J^T dy`` for some element), or ``other``; None when no ties were seen;
         a β outside the Clarke set is a ``tie_beta_outside_clarke`` finding);
         ``"first"``, ``"last"``, ``"split"`` or :class:`symjac.Beta` (``"beta:<b>"``)
         demand that policy.
@@ -112,6 +114,13 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forwar
         callables need not pickle; see :mod:`symjac.run._isolate`): an abort,
         segfault or SIGFPE becomes a ``crashed`` finding naming the signal, and a hung
         call is killed at ``timeout``.
+      deterministic: the implementation promises bitwise reproducible results. Every
+        call's result is checked against the exact answer for what that call asked;
+        beyond that, two equal calls whose results differ bitwise while each stays within
+        the rounding bound (GPU atomics accumulating in another order) are a note
+        (``report.notes``, ``stats["nondeterminism"]``) by default, and a
+        ``nondeterministic`` finding with ``deterministic=True``. A difference beyond
+        the bound is a finding either way.
       hints: when the report fails on values a neighbouring convention could explain
         (divisor, SAME upper/lower, ceil rule, layout), check those and name the ones
         the implementation matches exactly (``stats["hint"]`` and the headline).
@@ -132,7 +141,7 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forwar
     if backward is not None or forward is not None:
         base = run(spec, backward=backward, forward=forward, input_shape=input_shape, x=x, dy=dy, dtype=dtype,
                    tie=tie, seed=seed, one_hot_budget=one_hot_budget, timeout=timeout, families=families,
-                   isolate=isolate, hint=_hint if hints else None)
+                   isolate=isolate, deterministic=deterministic, hint=_hint if hints else None)
         if jvp is None and double_backward is None:
             return base
     from symjac.verifiers._pool_transforms import verify_transforms
@@ -149,4 +158,4 @@ def _merge(base: Report, extra: Report) -> Report:
     """The VJP's report and the transforms' as one: findings in order, the transforms' figures
     under ``stats["transforms"]`` beside ``"vjp"``."""
     stats = {**base.stats, "transforms": {"vjp": {"ok": base.ok}, **extra.stats["transforms"]}}
-    return Report(base.subject, base.findings + extra.findings, stats, f"{base.headline}; {extra.headline}")
+    return Report(base.subject, base.findings + extra.findings, stats, f"{base.headline}; {extra.headline}", base.notes + extra.notes)

@@ -144,6 +144,8 @@ class Diagnosis:
         for key in suspects:
             ok[key] = False
         if not ok.any():
+            if exact.tied.any():  # ties seen, every tied row wrong: no named policy (None means no ties)
+                self.policies.add("other")
             return
         # Policies run over every slot of the padded window: pad cells (pad_value=0) take part
         # in the order and the split, and the weight they draw goes to no input.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import dataclasses
 import functools
 import itertools
 from collections.abc import Callable, Generator, Iterable, Sequence
@@ -29,6 +30,15 @@ if TYPE_CHECKING:
 BackwardEach = Callable[[np.ndarray, Iterable[np.ndarray]], Generator["np.ndarray | None", None, None]]
 #: (b, cell, value) of gradient a colour probe found outside the windows it probed, with the colour.
 Unexplained = list[tuple[int, int, int, float]]
+
+
+@dataclasses.dataclass
+class Recanted:
+    """Windows whose colour-probe row was wrong while their one-hot row is right: ``rows``
+    holds the colour probes' rows (as first observed) for the windows ``keys``."""
+
+    rows: Rows
+    keys: list[tuple[int, int]]
 
 
 @functools.lru_cache(maxsize=8)
@@ -142,21 +152,29 @@ class Prober:
             rows.one_hot.add((b, w))
 
     def attribute(self, x: np.ndarray, rows: Rows, unexplained: Unexplained,
-                  mismatches: Callable[[Rows], list[tuple[int, int]]]) -> list[tuple[int, int]]:
+                  mismatches: Callable[[Rows], list[tuple[int, int]]]) -> tuple[list[tuple[int, int]], Recanted]:
         """Find the windows behind every discrepancy, one-hot probing the suspects.
 
-        ``mismatches(rows)`` names the windows whose rows are wrong; returns it after probing.
+        ``mismatches(rows)`` names the windows whose rows are wrong. Returns it after
+        probing, and the colour probes' rows that a one-hot probe contradicts: windows
+        wrong in their colour probe whose one-hot row is right. The colour probe's call
+        still answered wrongly for what it asked (a backward wrong on some calls only),
+        so those rows stay a finding (:class:`Recanted`), never overwritten into a pass.
         """
         suspects = mismatches(rows)
+        wrong_in_colour = list(suspects)
         for colour, b, cell, _ in unexplained[: 4 * MAX_LISTED]:
             suspects += [(b, w) for w in self.nearest_windows(colour, cell, 4)]
         suspects = list(dict.fromkeys(suspects))
         if not suspects:
-            return []
+            return [], Recanted(rows, [])
+        before = Rows(rows.obs.copy(), dict(rows.stray), set()) if wrong_in_colour else rows
         self.one_hot(x, rows, suspects)
         explained = {(bb, c) for vs in rows.stray.values() for bb, c, _ in vs}
         for colour, b, cell, value in unexplained:
             if (b, cell) not in explained:  # beyond the one-hot budget: blame the nearest window
                 w = self.nearest_windows(colour, cell, 1)[0]
                 rows.stray.setdefault((b, w), []).append((b, cell, value))
-        return mismatches(rows)
+        found = mismatches(rows)
+        still = set(found)
+        return found, Recanted(before, [k for k in wrong_in_colour if k not in still and k in rows.one_hot])

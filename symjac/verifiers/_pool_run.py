@@ -76,7 +76,7 @@ def run(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forward: 
         input_shape: tuple[int, ...] | None = None, x: Any = None, dy: Any = None, dtype: Any = None,
         tie: str | Beta = "any", seed: int = 0, one_hot_budget: int = 64,
         timeout: float | None = DEFAULT_TIMEOUT, families: Sequence[str] | None = None, isolate: bool = False,
-        hint: Hint | None = None) -> Report:
+        deterministic: bool = False, hint: Hint | None = None) -> Report:
     """:func:`symjac.verify` (its arguments, but ``hint``: called on a failing report of one shape)."""
     spec = check_pool_spec(spec)
     dt = _dtype(dtype, x)
@@ -88,6 +88,8 @@ def run(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forward: 
         raise InputError("backward and forward must be callables on NumPy arrays")
     if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
         raise InputError(f"timeout={timeout!r} is not valid: give seconds > 0, or None for no limit")
+    if not isinstance(deterministic, (bool, np.bool_)):
+        raise InputError(f"deterministic={deterministic!r} is not valid: give True or False")
     if families is not None:
         if isinstance(families, str) or not all(f in ("all_negative", "near_ties") for f in families):
             raise InputError(f"families={families!r} is not valid: give a sequence of 'all_negative', 'near_ties'")
@@ -95,7 +97,7 @@ def run(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forward: 
             raise InputError(f"families={families!r}: the extra input families check max and avg pooling "
                              f"(mode={spec.mode!r} has algebraic derivatives); give families=()")
     kwargs = dict(backward=backward, forward=forward, dtype=dt, tie=tie, seed=seed, one_hot_budget=one_hot_budget,
-                  timeout=timeout, families=families, isolate=isolate, hint=hint)
+                  timeout=timeout, families=families, isolate=isolate, deterministic=deterministic, hint=hint)
     if x is None and input_shape is None and dy is None:
         return _verify_plan(spec, kwargs)
     g, x_arr, dy_arr = _inputs(spec, dt, input_shape, x, dy, seed)
@@ -108,7 +110,8 @@ def run(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forward: 
         worker = Worker({k: v for k, v in (("backward", backward), ("forward", forward)) if v is not None},
                         timeout=timeout)
     try:
-        report = _Verifier(spec, g, backward, forward, dt, tie_name, one_hot_budget, timeout, worker).run(
+        report = _Verifier(spec, g, backward, forward, dt, tie_name, one_hot_budget, timeout, worker,
+                           deterministic=bool(deterministic)).run(
             x_arr, dy_arr, tie_x, main_family="given" if x is not None else "distinct", extra=extra, seed=seed)
     finally:
         if worker is not None:
@@ -146,8 +149,10 @@ def _verify_plan(spec: PoolSpec, kwargs: dict[str, Any]) -> Report:
     stats.update({key: sum(r.stats.get(key, 0) for r in reports) for key in _SUM})
     stats.update({key: max(r.stats.get(key, 0) for r in reports) for key in _MAX})
     policies = {r.stats["tie_policy"] for r in reports if r.stats.get("tie_policy")}
-    stats["tie_policy"] = (next(iter(policies)) if len(policies) == 1 else "other") if policies else None
+    stats["tie_policy"] = (next(iter(policies)) if len(policies) == 1 else "varying") if policies else None
     stats["mutated_inputs"] = sorted({m for r in reports for m in r.stats.get("mutated_inputs", [])})
+    seen = {role: n for r in reports for role, n in (r.stats.get("nondeterminism") or {}).items()}
+    stats["nondeterminism"] = seen or None
     stats["dtype"] = str(kwargs["dtype"])
     families_seen: dict[str, int] = {}
     for r in reports:
@@ -167,6 +172,8 @@ def _verify_plan(spec: PoolSpec, kwargs: dict[str, Any]) -> Report:
             headline = (f"backward matches the exact Jacobian at {shapes_text} of the coverage plan "
                         f"({stats['windows_total']} windows in {kwargs['dtype']}, "
                         f"max error {stats['max_ulp_error']:.2g} ULP, {stats['backward_calls']} backward calls)")
+        headline += f"; {' and '.join(seen)} not bitwise reproducible, within the rounding bound (a note)" \
+            if seen else ""
         headline += "; forward and finite differences agree" if stats["fd_consistent"] else ""
         headline += f"; tie policy {stats['tie_policy']}" if stats["tie_policy"] else ""
     else:
@@ -175,4 +182,5 @@ def _verify_plan(spec: PoolSpec, kwargs: dict[str, Any]) -> Report:
                     f"at input shape {shape}: {first.summary()}")
         if len(plan) < len(shapes):
             headline += f" ({len(shapes) - len(plan)} more shapes not run after the timeout)"
-    return Report(repr(spec), tuple(findings), stats, headline)
+    notes = tuple(f"at input shape {shape}: {n}" for shape, r in zip(plan, reports) for n in r.notes)
+    return Report(repr(spec), tuple(findings), stats, headline, notes)

@@ -60,13 +60,15 @@ class Summary:
     stats: dict[str, Any]
     zero_policies: set[str]
     families_run: list[str]
+    nondeterminism: dict[str, dict[str, Any]]
 
     def tie_policy_verdict(self) -> str | None:
-        """The one policy seen at ties ("other" if several); a finding if another was demanded."""
+        """The one policy seen at ties, ``"varying"`` if calls chose differently (several
+        policies, or a dense call's own Clarke choice); a finding if another was demanded."""
         policies = self.diagnosis.policies
         if not policies:
             return None
-        tie_policy = next(iter(policies)) if len(policies) == 1 else "other"
+        tie_policy = next(iter(policies)) if len(policies) == 1 else "varying"
         if self.tie != "any" and tie_policy != self.tie:
             self.findings.append(Finding(
                 "tie_policy", f"at ties the backward follows policy {tie_policy!r}; {self.tie!r} was demanded"))
@@ -94,6 +96,7 @@ class Summary:
             "tie_beta": _beta_of(tie_policy),
             "zero_window": (next(iter(self.zero_policies)) if len(self.zero_policies) == 1 else "other")
                            if self.zero_policies else None,
+            "nondeterminism": dict(self.nondeterminism) or None,
             "mutated_inputs": sorted(set().union(*(g.mutated for g in guards))),
             "backward_calls": self.bwd.calls if self.bwd else 0,
             "forward_calls": self.fwd.calls if self.fwd else 0,
@@ -119,6 +122,7 @@ class Summary:
         if not self.findings:
             line = (f"backward matches the exact Jacobian on all {total} windows in {self.dtype} "
                     f"(max error {self.diagnosis.max_ulp:.2g} ULP, {self.bwd.calls} backward calls)")
+            line += self.nondeterminism_note()
             line += "" if fd_ok is None else "; forward and finite differences agree"
             shown = f"β = {tie_policy[5:]}" if tie_policy and tie_policy.startswith("beta:") else tie_policy
             line += f"; tie policy {shown}" if tie_policy else ""
@@ -128,6 +132,11 @@ class Summary:
             return (f"backward visits {total - len(missing)} of {total} output windows: {listing(names)} "
                     f"get{'s' if len(missing) == 1 else ''} nothing; {_ratio(*mass)} (in {self.dtype})")
         return self.findings_line()
+
+    def nondeterminism_note(self) -> str:
+        """The headline's word on equal calls that differed bitwise within the bound (the notes say more)."""
+        roles = " and ".join(self.nondeterminism)
+        return f"; {roles} not bitwise reproducible, within the rounding bound (a note)" if roles else ""
 
     def findings_line(self) -> str:
         """"k kinds of finding (root categories) in dtype: the first root finding", consequences counted apart."""
