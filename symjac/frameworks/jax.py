@@ -32,6 +32,7 @@ JAX / Flax                               symjac
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -110,7 +111,36 @@ def wrap(fn: Callable[..., Any], *, name: str | None = None, jit: bool = True, *
     reproducer = ("import jax\nimport jax.numpy as jnp\njax.config.update('jax_enable_x64', x.dtype == 'float64')\n"
                   f"# fn = ...  # your {what}\n"
                   + f"f = lambda t: {call_text('fn', kwargs, 't')}\n" + _VJP)
-    return Impl(forward, backward, FRAMEWORK, what, dict(kwargs), reproducer)
+    return Impl(forward, backward, FRAMEWORK, what, dict(kwargs), reproducer, *_autodiff(call, jit))
+
+
+def _autodiff(call: Callable[..., Any], jit: bool) -> tuple[Any, Any, Impl]:
+    """``jax.jvp``; the VJP differentiated again by ``jax.vjp`` (``(ddx, ddy)`` of ``<v, J(x)^T dy>``);
+    ``jax.vmap`` of the forward, the VJP and the JVP."""
+    jax = _jax()
+
+    def vjp(t: Any, g: Any) -> Any:
+        return jax.vjp(call, t)[1](g)[0]
+
+    def tangent(t: Any, d: Any) -> Any:
+        return jax.jvp(call, (t,), (d,))[1]
+
+    def second(t: Any, g: Any, v: Any) -> Any:
+        return jax.vjp(vjp, t, g)[1](v)
+
+    def compiled(fn: Callable[..., Any], n_out: int = 1) -> Callable[..., Any]:
+        run = jax.jit(fn) if jit else fn
+
+        def numpy_call(*arrays: np.ndarray) -> Any:
+            with precision(arrays[0].dtype), _cpu():
+                out = run(*(jax.numpy.asarray(a) for a in arrays))
+                return tuple(np.asarray(o) for o in out) if n_out > 1 else np.asarray(out)
+
+        return numpy_call
+
+    vmapped = Impl(compiled(jax.vmap(call)), compiled(jax.vmap(vjp)), FRAMEWORK, "vmap",
+                   jvp=compiled(jax.vmap(tangent)))
+    return compiled(tangent), compiled(second, 2), vmapped
 
 
 _VJP = ("y, pullback = jax.vjp(f, jnp.asarray(x))\n(dx,) = pullback(jnp.asarray(dy))\n"
@@ -119,7 +149,7 @@ _VJP = ("y, pullback = jax.vjp(f, jnp.asarray(x))\n(dx,) = pullback(jnp.asarray(
 
 def _with(impl: Impl, op: str, kwargs: dict[str, Any], body: str) -> Impl:
     head = "import jax\nimport jax.numpy as jnp\njax.config.update('jax_enable_x64', x.dtype == 'float64')\n"
-    return Impl(impl.forward, impl.backward, FRAMEWORK, op, kwargs, head + body + _VJP)
+    return dataclasses.replace(impl, framework=FRAMEWORK, op=op, kwargs=kwargs, reproducer=head + body + _VJP)
 
 
 # ------------------------------------------------------------------ flax.linen
