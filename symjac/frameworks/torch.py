@@ -147,7 +147,7 @@ def _autodiff(call: Callable[[Any], Any]) -> tuple[Any, Any, Impl]:
     torch = _torch()
 
     def jvp(x: np.ndarray, t: np.ndarray) -> np.ndarray:
-        from torch.autograd import forward_ad
+        forward_ad: Any = torch.autograd.forward_ad
 
         with forward_ad.dual_level():
             y = _first(call(forward_ad.make_dual(to_torch(x), to_torch(t))))
