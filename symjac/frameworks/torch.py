@@ -381,3 +381,20 @@ def configurations(grid: str = "small") -> Iterator[Config]:
     families += [_adaptive_family(m, r) for m in ("max", "avg") for r in (1, 2, 3)]
     families = families[:6] * 2 + families[6:]  # fixed-window pools twice as often as adaptive ones
     yield from generate(grid, families, make)
+
+
+# ------------------------------------------------------------------ losses (torch.nn.functional)
+
+from symjac.frameworks._torch_losses import (  # noqa: E402 - the losses are their own module; re-exported here
+    binary_cross_entropy as binary_cross_entropy,
+    binary_cross_entropy_with_logits as binary_cross_entropy_with_logits,
+    cross_entropy as cross_entropy,
+    huber_loss as huber_loss,
+    kl_div as kl_div,
+    l1_loss as l1_loss,
+    loss_configurations as loss_configurations,
+    loss_impl as loss_impl,
+    make_loss as make_loss,
+    mse_loss as mse_loss,
+    smooth_l1_loss as smooth_l1_loss,
+)
