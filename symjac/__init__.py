@@ -45,6 +45,8 @@ _EXPORTS = {
     "loss_derivative": "loss._evaluate",
     "loss_derivative_set": "loss._evaluate",
     "default_loss_inputs": "loss._evaluate",
+    "loss_hessian": "loss._hessian",
+    "loss_hvp": "loss._hessian",
     # verification
     "Finding": "check._report",
     "Report": "check._report",

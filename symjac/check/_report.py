@@ -21,6 +21,7 @@ CATEGORIES = (
     "tie_not_subgradient",
     "tie_beta_outside_clarke",
     "tie_policy",
+    "wrong_second_derivative",
     "not_fd_consistent",
     "missing_scale",
     "wrong_scale",

@@ -77,13 +77,15 @@ class _Outcome:
 def verify_loss(
     loss: Loss,
     *,
-    derivative: Callable[..., Any],
+    derivative: Callable[..., Any] | None = None,
     forward: Callable[..., Any] | None = None,
     pred: Any = None,
     label: Any = None,
     upstream: Any = None,
     dtype: Any = None,
     timeout: float | None = DEFAULT_TIMEOUT,
+    hvp: Callable[..., Any] | None = None,
+    v: Any = None,
 ) -> Report:
     """Check a loss derivative against the exact ``S·dL/dpred``; every fault a finding.
 
@@ -123,6 +125,11 @@ def verify_loss(
         float ``label``), else float64. A float32 pred is checked in float32.
       timeout: seconds each call of the implementation may take (None: no limit);
         a call that takes longer is a ``timeout`` finding.
+      hvp: optional ``hvp(pred, label, v) -> H·v`` (``hvp(pred, label, v, upstream)`` for
+        ``"none"``), ``H = S·∂²L/∂pred²``: checked against the exact Hessian within the bound
+        derived from the second derivative's expressions (:mod:`symjac.verifiers._loss_hvp`;
+        its figures under ``stats["hvp"]``). Give derivative and/or hvp.
+      v: the direction of the hvp call (pred's shape; default distinct dyadic values).
 
     Returns:
       The :class:`symjac.report.Report`; ``report.ok`` when there is no finding.
@@ -140,7 +147,19 @@ def verify_loss(
         >>> r.categories()
         ['missing_scale']
     """
-    return _verify(loss, derivative, forward, pred, label, upstream, dtype, timeout).report
+    if hvp is None:
+        if derivative is None:
+            raise InputError("give derivative(pred, label) and/or hvp(pred, label, v): there is nothing to verify")
+        return _verify(loss, derivative, forward, pred, label, upstream, dtype, timeout).report
+    from symjac.verifiers._loss_hvp import check_hvp
+
+    check_loss(loss)
+    second = check_hvp(loss, hvp, pred, label, upstream, v, _dtype(dtype, pred, label), timeout)
+    if derivative is None:
+        return second
+    first = _verify(loss, derivative, forward, pred, label, upstream, dtype, timeout).report
+    return Report(first.subject, first.findings + second.findings, {**first.stats, **second.stats},
+                  f"{first.headline}; {second.headline}")
 
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from symjac._errors import InputError
 from symjac.check._call import DEFAULT_TIMEOUT
 from symjac.check._report import Report
 from symjac.pool._beta import Beta
@@ -56,6 +57,7 @@ def _hint(spec: PoolSpec, report: Report, forward: Callable[..., Any] | None, ba
 
 
 def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forward: Callable[..., Any] | None = None,
+           jvp: Callable[..., Any] | None = None, double_backward: Callable[..., Any] | None = None,
            input_shape: tuple[int, ...] | None = None, x: Any = None, dy: Any = None, dtype: Any = None,
            tie: str | Beta = "any", seed: int = 0, one_hot_budget: int = 64,
            timeout: float | None = DEFAULT_TIMEOUT, families: Sequence[str] | None = None, isolate: bool = False,
@@ -69,7 +71,15 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forwar
         exactly (values, shape, dtype, determinism, at tied inputs too) and the report
         says that only the forward was checked.
       forward: optional ``forward(x) -> y``; enables the forward check and the
-        finite-difference oracle. At least one of the two is needed.
+        finite-difference oracle. At least one of backward, forward, jvp and
+        double_backward is needed.
+      jvp: optional ``jvp(x, t) -> J(x)·t`` (forward mode; t has x's shape, the result y's):
+        recovered by colouring the inputs, diagnosed in the VJP's words, at ties a
+        Clarke element (with ``backward`` given, ``stats["transforms"]`` says whether it is
+        the backward's own). See docs/transforms.md.
+      double_backward: optional ``double_backward(x, dy, v) -> (ddx, ddy)``, the gradient of
+        ``⟨v, J(x)ᵀdy⟩``: ``ddy`` must be ``J(x)·v`` and ``ddx`` the exact ``∇²_x(dyᵀf)·v``
+        (0 for average and max pooling; lp pooling's algebraic HVP within its derived bound).
       input_shape: the full input shape; or give ``x`` (both only if they agree). With neither, every shape of
         the coverage plan :func:`symjac.cover` is verified and the report combines
         them (each finding names its shape).
@@ -113,6 +123,28 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forwar
       SpecError / InputError: the spec, shape, dtype or inputs are invalid (the
         implementation's own misbehaviour is never raised: it is in the report).
     """
-    return run(spec, backward=backward, forward=forward, input_shape=input_shape, x=x, dy=dy, dtype=dtype, tie=tie,
-               seed=seed, one_hot_budget=one_hot_budget, timeout=timeout, families=families, isolate=isolate,
-               hint=_hint if hints else None)
+    if backward is None and forward is None and jvp is None and double_backward is None:
+        raise InputError("give backward(x, dy), forward(x), jvp(x, t) and/or double_backward(x, dy, v): "
+                         "there is nothing to verify")
+    base = None
+    if backward is not None or forward is not None:
+        base = run(spec, backward=backward, forward=forward, input_shape=input_shape, x=x, dy=dy, dtype=dtype,
+                   tie=tie, seed=seed, one_hot_budget=one_hot_budget, timeout=timeout, families=families,
+                   isolate=isolate, hint=_hint if hints else None)
+        if jvp is None and double_backward is None:
+            return base
+    from symjac.verifiers._pool_transforms import verify_transforms
+
+    extra = verify_transforms(spec, jvp=jvp, double_backward=double_backward, backward=backward,
+                              input_shape=input_shape, x=x, dtype=dtype, seed=seed, one_hot_budget=one_hot_budget,
+                              timeout=timeout)
+    if base is None:
+        return extra
+    return _merge(base, extra)
+
+
+def _merge(base: Report, extra: Report) -> Report:
+    """The VJP's report and the transforms' as one: findings in order, the transforms' figures
+    under ``stats["transforms"]`` beside ``"vjp"``."""
+    stats = {**base.stats, "transforms": {"vjp": {"ok": base.ok}, **extra.stats["transforms"]}}
+    return Report(base.subject, base.findings + extra.findings, stats, f"{base.headline}; {extra.headline}")

@@ -1,0 +1,197 @@
+"""Forward mode: recover an implementation's ``J(x)·t`` by colouring the inputs, and diagnose it.
+
+The VJP probes colour the *windows* (rows); the JVP probes colour the *inputs*
+(columns): two cells share a colour when no window reads both
+(:func:`symjac.pool._graph.input_colouring`, the Curtis–Powell–Reid groups). With
+``t`` the indicator of one colour, every window reads at most one cell of it, so
+``(J t)[b, w]`` is the single entry ``J[b, w, slot]`` of the slot whose cell has that
+colour: one call per input colour recovers every entry of every row exactly, in the
+same (B, W, K) layout the VJP's probes fill (:class:`~symjac.verifiers._pool_rows.Rows`).
+Output a window gives for a colour none of its cells has is gradient from a cell
+outside it; one-hot tangents at the nearest cells of that colour pin the cell down.
+
+The rows then go through the VJP's diagnosis (:mod:`symjac.verifiers._pool_diagnose`),
+so a finding reads in the same words (which windows, which cells, how much); one
+dense call with distinct dyadic ``t`` confirms that the rows superpose (within
+``γ_{K+2}·Σ|terms|``, a sum of K rounded products), and a repeat of it checks
+determinism. At ties (max pooling) the rows must lie in the Clarke set; whether
+they are the backward's own element is :func:`same_element`'s to say.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterable
+from typing import Any
+
+import numpy as np
+
+from symjac.check._report import MAX_LISTED, Finding, fmt_index, listing
+from symjac.check._rounding import gamma, precision
+from symjac.pool._geometry import Geometry
+from symjac.pool._graph import input_colouring
+from symjac.verifiers._pool_diagnose import Diagnosis
+from symjac.verifiers._pool_rows import ExactRows, Rows, exact_rows, row_tolerance
+
+#: tangent_each(x, ts) with each t canonical (B, n_in) -> each J·t canonical (B, n_out) float64, or None (unusable).
+TangentEach = Callable[[np.ndarray, Iterable[np.ndarray]], Generator["np.ndarray | None", None, None]]
+
+
+def distinct_tangent(g: Geometry, dtype: np.dtype[Any], seed: int = 0) -> np.ndarray:
+    """Canonical (B, n_in) tangents with distinct magnitudes (as far as the dtype holds
+    integers) and random signs, in quarters: a JVP that swaps two cells changes the result."""
+    rng = np.random.default_rng(seed + 5)
+    n = g.batch * g.n_in
+    limit = 2 ** precision(dtype)
+    values = (rng.permutation(n) % limit + 1) * rng.choice([-1, 1], size=n) / 4
+    return np.asarray(values.reshape(g.batch, g.n_in), dtype=np.float64)
+
+
+class ColumnProber:
+    """Colour probes on the input side, then one-hot tangents for stray output (within ``budget`` calls)."""
+
+    def __init__(self, g: Geometry, tangent_each: TangentEach, budget: int):
+        self.g, self.tangent_each, self.budget = g, tangent_each, budget
+        self.colours, self.n_colours = input_colouring(g)
+        self.one_hot_calls = 0
+        safe = np.where(g.valid, g.cells, 0)
+        self.slot_colour = np.where(g.valid, self.colours[safe], -1)  # (W, K)
+
+    def probe(self, x: np.ndarray, dense: list[np.ndarray]) -> tuple[Rows, list[np.ndarray]] | None:
+        """One call per input colour (t = its indicator on every slice), then the ``dense`` tangents.
+
+        Returns the rows (stray output attributed by one-hot calls) and the dense calls'
+        results; None when the implementation gave no usable result.
+        """
+        g = self.g
+        obs = np.zeros((g.batch, g.n_out, g.cells.shape[1]))
+        stray: list[tuple[int, int, int, float]] = []  # (colour, b, window, value)
+
+        def indicator(k: int) -> np.ndarray:
+            return np.broadcast_to((self.colours == k).astype(np.float64), (g.batch, g.n_in))
+
+        calls = self.tangent_each(x, [*(indicator(k) for k in range(self.n_colours)), *dense])
+        results: list[np.ndarray] = []
+        for i, y in enumerate(calls):
+            if y is None:
+                calls.close()
+                return None if i < self.n_colours else (Rows(obs, {}, set()), results)
+            if i >= self.n_colours:
+                results.append(y)
+                continue
+            mask = self.slot_colour == i  # (W, K): at most one slot a window
+            w_idx, k_idx = np.nonzero(mask)
+            obs[:, w_idx, k_idx] = y[:, w_idx]
+            outside = ~mask.any(axis=1)
+            if np.count_nonzero(y[:, outside]):
+                wins = np.flatnonzero(outside)
+                for b, j in np.argwhere(y[:, outside] != 0).tolist():
+                    stray.append((i, b, int(wins[j]), float(y[b, wins[j]])))
+        rows = Rows(obs, {}, set())
+        if stray:
+            self.attribute(x, rows, stray)
+        return rows, results
+
+    def nearest_cells(self, colour: int, w: int, count: int) -> list[int]:
+        """Cells of ``colour`` nearest (Chebyshev) to window ``w``'s start."""
+        g = self.g
+        cells = np.flatnonzero(self.colours == colour)
+        start = np.array([a.starts[i] for a, i in zip(g.axes, g.window_position(w))])
+        pos = np.stack(np.unravel_index(cells, g.in_spatial), axis=-1)
+        d = np.abs(pos - start).max(axis=1)
+        return [int(c) for c in cells[np.argsort(d, kind="stable")[:count]]]
+
+    def attribute(self, x: np.ndarray, rows: Rows, stray: list[tuple[int, int, int, float]]) -> None:
+        """One-hot tangents at the cells nearest the windows with stray output: each call
+        is a column of the implementation's Jacobian, read into the rows and the strays."""
+        g = self.g
+        todo: list[tuple[int, int]] = []
+        for colour, b, w, _ in stray[: 4 * MAX_LISTED]:
+            todo += [(b, c) for c in self.nearest_cells(colour, w, 4)]
+        todo = list(dict.fromkeys(todo))[: max(0, self.budget - self.one_hot_calls)]
+
+        def one_hot(b: int, c: int) -> np.ndarray:
+            t = np.zeros((g.batch, g.n_in))
+            t[b, c] = 1.0
+            return t
+
+        found: set[tuple[int, int]] = set()  # (b, w) whose stray output a column explained
+        calls = self.tangent_each(x, (one_hot(b, c) for b, c in todo))
+        for y, (b, c) in zip(calls, todo):
+            self.one_hot_calls += 1
+            if y is None:
+                calls.close()
+                break
+            reads = (g.cells == c) & g.valid  # (W, K)
+            for bb, w in np.argwhere(y != 0).tolist():
+                if bb == b and reads[w].any():
+                    continue
+                rows.stray.setdefault((bb, w), []).append((b, c, float(y[bb, w])))
+                found.add((bb, w))
+        for colour, b, w, value in stray:
+            if (b, w) not in found:  # beyond the budget: blame the nearest cell of the colour
+                rows.stray.setdefault((b, w), []).append((b, self.nearest_cells(colour, w, 1)[0], value))
+
+
+def superpose(g: Geometry, rows: Rows, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``Σ_k rows[b, w, k]·t[b, cells[w, k]]`` (+ stray columns) and its Σ|terms|, canonical (B, n_out)."""
+    terms = rows.obs * g.gather(t)
+    predicted, bound = terms.sum(axis=-1), np.abs(terms).sum(axis=-1)
+    for (b, w), vs in rows.stray.items():
+        for bb, c, v in vs:
+            predicted[b, w] += v * t[bb, c]
+            bound[b, w] += abs(v * t[bb, c])
+    return predicted, bound
+
+
+def exact_at(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
+    """The exact rows at x (the operator's ``rows`` rule, with its bounds)."""
+    return exact_rows(g, x, dtype)
+
+
+def diagnose(g: Geometry, rows: Rows, exact: ExactRows, diagnosis: Diagnosis, u: float, context: str) -> list[
+        tuple[int, int]]:
+    """The VJP's diagnosis on JVP rows: Clarke policy findings, classification, tie policy. Returns the suspects."""
+    op = g.operator
+    suspects = diagnosis.mismatches(rows, exact)
+    if suspects:
+        finding, policy, suspects = op.outside_clarke(g, rows, exact, suspects, u, context)
+        if finding is not None and policy is not None:
+            diagnosis.findings.append(finding)
+            diagnosis.policies.add(policy)
+    if suspects:
+        diagnosis.classify(rows, exact, suspects, context)
+    op.tie_policy(diagnosis, rows, exact, suspects)
+    return suspects
+
+
+def confirm(g: Geometry, rows: Rows, t: np.ndarray, y: np.ndarray, u: float, findings: list[Finding],
+            suspects: list[tuple[int, int]], context: str) -> None:
+    """The dense call against the superposition of the probed rows (a JVP is linear in t)."""
+    predicted, bound = superpose(g, rows, t)
+    tol = gamma(g.cells.shape[1] + 2, u) * bound + 2.0**-60 * bound
+    off = np.argwhere(np.abs(y - predicted) > tol)
+    known = set(suspects)
+    off = np.array([bw for bw in off.tolist() if tuple(bw) not in known], dtype=int).reshape(-1, 2)
+    if not off.size:
+        return
+    names = [fmt_index(g.output_index(b, w)) for b, w in off.tolist()]
+    findings.append(Finding(
+        "partial_windows",
+        f"each probed column is right, but with a dense t {len(off)} windows{context} differ from the sum of "
+        f"their columns (the JVP is not linear in t): {listing(names)}",
+        window=g.output_index(*off[0].tolist()),
+        expected=[float(predicted[b, w]) for b, w in off[:MAX_LISTED].tolist()],
+        observed=[float(y[b, w]) for b, w in off[:MAX_LISTED].tolist()]))
+
+
+def same_element(g: Geometry, jvp_rows: Rows, vjp_rows: Rows, exact: ExactRows, u: float) -> tuple[bool, list[str]]:
+    """Whether the JVP's rows equal the backward's at every tied window (within γ_3 of
+    each entry: one rounding of the weight and one of the product, as a probe's row);
+    the tied windows where they differ."""
+    tied = exact.tied
+    if not tied.any():
+        return True, []
+    scale = np.maximum(np.abs(jvp_rows.obs), np.abs(vjp_rows.obs))
+    tol = np.maximum(row_tolerance(exact, u), gamma(3, u) * scale)
+    differ = ((np.abs(jvp_rows.obs - vjp_rows.obs) > tol) & g.valid[None]).any(axis=-1) & tied
+    return not differ.any(), [fmt_index(g.output_index(b, w)) for b, w in np.argwhere(differ).tolist()]

@@ -1,0 +1,221 @@
+"""Forward mode and second order of a pooling implementation: ``verify(spec, jvp=..., double_backward=...)``.
+
+- **jvp** ``jvp(x, t) -> J(x)·t``: recovered by colouring the inputs
+  (:mod:`symjac.verifiers._pool_jvp`), diagnosed as the VJP is, confirmed with a dense
+  distinct dyadic ``t`` (twice: determinism), at the tie input too (max pooling: the rows
+  must be a Clarke element; with ``backward`` given, the report says whether it is the
+  backward's own element).
+- **double_backward** ``double_backward(x, dy, v) -> (ddx, ddy)``, the gradient of
+  ``⟨v, g(x, dy)⟩`` for the implementation's VJP ``g(x, dy) = J(x)ᵀdy``: ``ddy`` must be
+  ``J(x)·v`` (checked exactly as a JVP, the colour probes being the v's) and ``ddx`` the
+  exact ``∇²_x(dyᵀf)·v`` (:mod:`symjac.verifiers._pool_second`): zero for average and
+  max pooling, lp's algebraic HVP within its derived bound.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Generator, Iterable
+from typing import Any
+
+import numpy as np
+
+from symjac._errors import InputError
+from symjac.check._call import Guard
+from symjac.check._inputs import distinct_dy, tie_input
+from symjac.check._report import Finding, Report
+from symjac.check._rounding import unit_roundoff
+from symjac.pool._cover import cover
+from symjac.pool._geometry import Geometry
+from symjac.pool._spec import PoolSpec, check_pool_spec
+from symjac.verifiers._pool_diagnose import Diagnosis
+from symjac.verifiers._pool_jvp import ColumnProber, confirm, diagnose, distinct_tangent, exact_at, same_element
+from symjac.verifiers._pool_second import SecondOrder
+
+#: Report names of the transforms.
+TRANSFORMS = ("jvp", "double_backward")
+
+
+class _Pass:
+    """One transform at one shape: the guard, the column prober and the diagnosis, sharing ``findings``."""
+
+    def __init__(self, g: Geometry, dt: np.dtype[Any], tangent_each: Callable[..., Any], budget: int,
+                 findings: list[Finding]):
+        self.g, self.dt, self.u = g, dt, unit_roundoff(dt)
+        self.findings = findings
+        self.prober = ColumnProber(g, tangent_each, budget)
+        self.diagnosis = Diagnosis(g, dt, self.u, findings)
+
+    def at(self, x: np.ndarray, dense: list[np.ndarray], context: str) -> tuple[Any, list[np.ndarray]] | None:
+        """Probe at x, diagnose, confirm with the first dense tangent; (rows, exact), dense results."""
+        found = self.prober.probe(x, dense)
+        if found is None:
+            return None
+        rows, results = found
+        exact = exact_at(self.g, x, self.dt)
+        suspects = diagnose(self.g, rows, exact, self.diagnosis, self.u, context)
+        if results:
+            confirm(self.g, rows, dense[0], results[0], self.u, self.findings, suspects, context)
+        return (rows, exact), results
+
+
+def _layout_each(g: Geometry, guard: Guard, dt: np.dtype[Any]) -> Callable[..., Any]:
+    """``jvp(x, t)`` through the guard: canonical tangents in, canonical float64 J·t out."""
+
+    def each(x: np.ndarray, ts: Iterable[np.ndarray]) -> Generator[np.ndarray | None, None, None]:
+        calls = ((x, g.from_canonical(t.astype(dt), g.in_spatial)) for t in ts)
+        for y in guard.arrays(calls, shape=g.output_shape, dtype=dt, index_name="J·t"):
+            yield None if y is None else g.to_canonical(y.astype(np.float64), g.out_spatial)
+
+    return each
+
+
+def _tag(findings: list[Finding], start: int, transform: str, family: str | None = None) -> None:
+    """Name the transform on findings from ``start`` on (message prefix and ``detail``) and the family."""
+    for i in range(start, len(findings)):
+        f = findings[i]
+        if f.detail is not None and "transform" in f.detail:
+            continue
+        findings[i] = dataclasses.replace(
+            f, message=f"{transform}: {f.message}", detail={**(f.detail or {}), "transform": transform},
+            family=f.family or family)
+
+
+def check_jvp(g: Geometry, x: np.ndarray, dt: np.dtype[Any], jvp: Callable[..., Any], *,
+              backward: Callable[..., Any] | None, seed: int, budget: int, timeout: float | None) -> Report:
+    """The JVP at one shape."""
+    findings: list[Finding] = []
+    guard = Guard(jvp, "jvp", ("x", "t"), findings, timeout=timeout)
+    p = _Pass(g, dt, _layout_each(g, guard, dt), budget, findings)
+    t = distinct_tangent(g, dt, seed)
+    stats: dict[str, Any] = {"input_colours": p.prober.n_colours}
+    got = p.at(x, [t, t], " (JVP)")
+    if got is not None and len(got[1]) == 2:
+        guard.compare(got[1][0], got[1][1], "J·t")
+    _tag(findings, 0, "jvp", "distinct")
+    if got is not None and g.operator.tie_family:
+        start = len(findings)
+        tx = tie_input(g, dt, seed)
+        tied = p.at(tx, [], " (JVP) at tied inputs")
+        _tag(findings, start, "jvp", "ties")
+        if tied is not None and backward is not None and not findings[start:]:
+            stats["same_element_as_backward"], stats["elements_differ_at"] = _vjp_element(
+                g, tx, dt, backward, tied[0], budget, timeout)
+    policies = sorted(p.diagnosis.policies)
+    stats.update(jvp_calls=guard.calls, one_hot_calls=p.prober.one_hot_calls, max_ulp_error=p.diagnosis.max_ulp,
+                 tie_policy=(policies[0] if len(policies) == 1 else "other") if policies else None)
+    return _report(g, "jvp", findings, stats)
+
+
+def _vjp_element(g: Geometry, tx: np.ndarray, dt: np.dtype[Any], backward: Callable[..., Any], tied: Any,
+                 budget: int, timeout: float | None) -> tuple[bool | None, list[str]]:
+    """Whether the JVP's element at the tie input is the backward's (its rows by the VJP's own probes)."""
+    from symjac.verifiers._pool_verifier import _Verifier  # the VJP's passes, for its probes only
+
+    rows, exact = tied
+    v = _Verifier(g.spec, g, backward, None, dt, "any", budget, timeout)
+    probed = v.prober.probe(tx)
+    if probed is None or v.findings:
+        return None, []  # the backward's own report says what went wrong
+    return same_element(g, rows, probed[0], exact, unit_roundoff(dt))
+
+
+def check_double_backward(g: Geometry, x: np.ndarray, dt: np.dtype[Any], double_backward: Callable[..., Any], *,
+                          seed: int, budget: int, timeout: float | None) -> Report:
+    """The double backward at one shape: ddy as a JVP, ddx against the exact HVP."""
+    findings: list[Finding] = []
+    guard = Guard(double_backward, "double_backward", ("x", "dy", "v"), findings, timeout=timeout)
+    dy = distinct_dy(g, dt, seed)
+    second = SecondOrder(g, guard, dt, dy)
+    p = _Pass(g, dt, second.each, budget, findings)
+    t = distinct_tangent(g, dt, seed)
+    got = p.at(x, [t], " (double backward's ddy = J·v)")
+    if got is not None:
+        second.check_ddx(x, findings, dense=t)
+    _tag(findings, 0, "double_backward", "distinct")
+    if got is not None and g.operator.tie_family:
+        start = len(findings)
+        tx = tie_input(g, dt, seed)
+        second.calls.clear()
+        if p.at(tx, [], " (double backward's ddy = J·v) at tied inputs") is not None:
+            second.check_ddx(tx, findings, dense=None)
+        _tag(findings, start, "double_backward", "ties")
+    stats = {"double_backward_calls": guard.calls, "max_ulp_error": p.diagnosis.max_ulp,
+             "ddx_max_abs": second.ddx_max_abs}
+    return _report(g, "double_backward", findings, stats)
+
+
+def _report(g: Geometry, transform: str, findings: list[Finding], stats: dict[str, Any]) -> Report:
+    what = {"jvp": "the JVP matches the exact J(x)·t", "double_backward":
+            "the double backward matches the exact (∇²_x(dyᵀf)·v, J(x)·v)"}[transform]
+    total = g.batch * g.n_out
+    if findings:
+        cats = list(dict.fromkeys(f.category for f in findings))
+        headline = f"{transform}: {len(findings)} finding(s) [{', '.join(cats)}]: {findings[0].message}"
+    else:
+        headline = f"{what} at all {total} windows"
+        if stats.get("same_element_as_backward") is True:
+            headline += "; at ties the same Clarke element as the backward"
+        elif stats.get("same_element_as_backward") is False:
+            headline += (f"; at ties a valid Clarke element, not the backward's (at "
+                         f"{len(stats['elements_differ_at'])} tied windows)")
+    return Report(repr(g.spec), tuple(findings), {transform: {**stats, "ok": not findings}}, headline)
+
+
+def verify_transforms(spec: PoolSpec, *, jvp: Callable[..., Any] | None, double_backward: Callable[..., Any] | None,
+                      backward: Callable[..., Any] | None, input_shape: Any, x: Any, dtype: Any, seed: int,
+                      one_hot_budget: int, timeout: float | None) -> Report:
+    """Every given transform at the shape (x's, ``input_shape``) or at every shape of the coverage plan."""
+    from symjac.verifiers._pool_run import _dtype, _inputs
+
+    spec = check_pool_spec(spec)
+    for name, fn in (("jvp", jvp), ("double_backward", double_backward)):
+        if fn is not None and not callable(fn):
+            raise InputError(f"{name}={fn!r} is not callable: give a function on NumPy arrays")
+    dt = _dtype(dtype, x)
+    shapes: list[Any] = [None] if (x is not None or input_shape is not None) else list(cover(spec))
+    reports: list[Report] = []
+    for shape in shapes:
+        g, x_arr, _ = _inputs(spec, dt, input_shape if shape is None else shape, x, None, seed)
+        at: list[Report] = []
+        if jvp is not None:
+            at.append(check_jvp(g, x_arr, dt, jvp, backward=backward, seed=seed, budget=one_hot_budget,
+                                timeout=timeout))
+        if double_backward is not None:
+            at.append(check_double_backward(g, x_arr, dt, double_backward, seed=seed, budget=one_hot_budget,
+                                            timeout=timeout))
+        reports += [_at_shape(r, g.input_shape, len(shapes) > 1) for r in at]
+    return combine(repr(spec), reports)
+
+
+def _at_shape(r: Report, shape: tuple[int, ...], many: bool) -> Report:
+    if not many:
+        return r
+    findings = tuple(dataclasses.replace(f, message=f"at input shape {shape}: {f.message}",
+                                         detail={**(f.detail or {}), "input_shape": shape}) for f in r.findings)
+    return dataclasses.replace(r, findings=findings, stats={k: {**v, "input_shape": list(shape)}
+                                                            for k, v in r.stats.items()})
+
+
+def combine(subject: str, reports: list[Report], base: Report | None = None) -> Report:
+    """One report of the VJP's (``base``, if any) and the transforms': findings in order, the
+    transforms' figures under ``stats["transforms"]`` (one entry per transform and shape)."""
+    findings = list(base.findings) if base is not None else []
+    per: dict[str, list[dict[str, Any]]] = {}
+    for r in reports:
+        findings += r.findings
+        for name, s in r.stats.items():
+            per.setdefault(name, []).append(s)
+    summary = {name: {"ok": all(s["ok"] for s in ss), "shapes": ss} for name, ss in per.items()}
+    if base is not None:
+        summary = {"vjp": {"ok": base.ok}, **summary}
+    stats = {**(base.stats if base is not None else {}), "transforms": summary}
+    parts = [base.headline] if base is not None else []
+    for name in per:
+        failing = [r for r in reports if name in r.stats and not r.ok]
+        if failing:
+            parts.append(failing[0].headline)
+        else:
+            last = [r for r in reports if name in r.stats][-1].headline
+            parts.append(last if len(per[name]) == 1 else f"{last} (at all {len(per[name])} shapes)")
+    return Report(subject, tuple(findings), stats, "; ".join(parts))
