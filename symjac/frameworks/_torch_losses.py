@@ -108,38 +108,45 @@ def _reduction(reduction: str) -> str:
     return _REDUCTIONS[reduction]
 
 
+def _spec(kind: str, reduction: str, **fields: Any) -> Loss:
+    """The spec, with the options PyTorch left at their defaults (None) unset."""
+    options: dict[str, Any] = {k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in fields.items()
+                               if v is not None}
+    return Loss(kind, reduction=_reduction(reduction), **options)
+
+
 def _F() -> Any:  # noqa: N802 - PyTorch's own name for the module
     return _torch().nn.functional
 
 
 def mse_loss(reduction: str = "mean", *, scale: Any = 1) -> tuple[Loss, LossImpl]:
     """``F.mse_loss`` and its spec ``Loss("mse")``."""
-    spec = Loss("mse", reduction=_reduction(reduction), scale=scale)
+    spec = _spec("mse", reduction, scale=scale)
     return spec, loss_impl(lambda p, y: _F().mse_loss(p, y, reduction=reduction), spec)
 
 
 def l1_loss(reduction: str = "mean", *, scale: Any = 1) -> tuple[Loss, LossImpl]:
     """``F.l1_loss`` and its spec ``Loss("mae")``."""
-    spec = Loss("mae", reduction=_reduction(reduction), scale=scale)
+    spec = _spec("mae", reduction, scale=scale)
     return spec, loss_impl(lambda p, y: _F().l1_loss(p, y, reduction=reduction), spec)
 
 
 def smooth_l1_loss(reduction: str = "mean", beta: float = 1.0, *, scale: Any = 1) -> tuple[Loss, LossImpl]:
     """``F.smooth_l1_loss`` (it divides by beta) and its spec ``Loss("smooth_l1", delta=beta)``."""
-    spec = Loss("smooth_l1", reduction=_reduction(reduction), delta=beta, scale=scale)
+    spec = _spec("smooth_l1", reduction, delta=beta, scale=scale)
     return spec, loss_impl(lambda p, y: _F().smooth_l1_loss(p, y, reduction=reduction, beta=beta), spec)
 
 
 def huber_loss(reduction: str = "mean", delta: float = 1.0, *, scale: Any = 1) -> tuple[Loss, LossImpl]:
     """``F.huber_loss`` and its spec ``Loss("huber", delta=delta)``."""
-    spec = Loss("huber", reduction=_reduction(reduction), delta=delta, scale=scale)
+    spec = _spec("huber", reduction, delta=delta, scale=scale)
     return spec, loss_impl(lambda p, y: _F().huber_loss(p, y, reduction=reduction, delta=delta), spec)
 
 
 def binary_cross_entropy(weight: Sequence[float] | None = None, reduction: str = "mean", *,
                          scale: Any = 1) -> tuple[Loss, LossImpl]:
     """``F.binary_cross_entropy`` (probabilities; ``weight`` per class along the last axis)."""
-    spec = Loss("bce", reduction=_reduction(reduction), weight=None if weight is None else tuple(weight), scale=scale)
+    spec = _spec("bce", reduction, weight=weight, scale=scale)
     return spec, loss_impl(lambda p, y: _F().binary_cross_entropy(p, y, weight=_per_class(weight, p.dtype),
                                                                    reduction=reduction), spec)
 
@@ -148,8 +155,7 @@ def binary_cross_entropy_with_logits(weight: Sequence[float] | None = None, redu
                                      pos_weight: Sequence[float] | None = None, *,
                                      scale: Any = 1) -> tuple[Loss, LossImpl]:
     """``F.binary_cross_entropy_with_logits`` and its spec ``Loss("sigmoid_ce", weight, pos_weight)``."""
-    spec = Loss("sigmoid_ce", reduction=_reduction(reduction), weight=None if weight is None else tuple(weight),
-                pos_weight=None if pos_weight is None else tuple(pos_weight), scale=scale)
+    spec = _spec("sigmoid_ce", reduction, weight=weight, pos_weight=pos_weight, scale=scale)
     return spec, loss_impl(lambda p, y: _F().binary_cross_entropy_with_logits(
         p, y, weight=_per_class(weight, p.dtype), pos_weight=_per_class(pos_weight, p.dtype),
         reduction=reduction), spec)
@@ -163,9 +169,9 @@ def cross_entropy(weight: Sequence[float] | None = None, ignore_index: int = -10
     ``"indices"`` (class indices; ``ignore_index`` applies) or ``"probabilities"``.
     """
     indices = target == "indices"
-    spec = Loss("softmax_ce", reduction=_reduction(reduction), weight=None if weight is None else tuple(weight),
-                label_smoothing=label_smoothing or None, labels="indices" if indices else "probabilities",
-                ignore_index=ignore_index if indices else None, scale=scale)
+    spec = _spec("softmax_ce", reduction, weight=weight, label_smoothing=label_smoothing or None,
+                 labels="indices" if indices else "probabilities", ignore_index=ignore_index if indices else None,
+                 scale=scale)
     return spec, loss_impl(lambda p, y: _F().cross_entropy(
         p, y, weight=_per_class(weight, p.dtype), ignore_index=ignore_index, reduction=reduction,
         label_smoothing=label_smoothing), spec)
@@ -173,7 +179,7 @@ def cross_entropy(weight: Sequence[float] | None = None, ignore_index: int = -10
 
 def kl_div(reduction: str = "mean", log_target: bool = False, *, scale: Any = 1) -> tuple[Loss, LossImpl]:
     """``F.kl_div(input, target)`` with ``input = log Q`` and its spec ``Loss("kld", log_input=True)``."""
-    spec = Loss("kld", reduction=_reduction(reduction), log_input=True, log_target=log_target, scale=scale)
+    spec = _spec("kld", reduction, log_input=True, log_target=log_target, scale=scale)
     return spec, loss_impl(lambda p, y: _F().kl_div(p, y, reduction=reduction, log_target=log_target), spec)
 
 
@@ -239,4 +245,8 @@ OPS = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entr
 def loss_configurations(grid: str = "small") -> Iterator[LossConfig]:
     """``torch.nn.functional`` losses over reductions, weights, pos_weight, label smoothing,
     ignore_index, both cross-entropy target forms and kl_div's log_target; seeded."""
-    yield from generate_losses(grid, [lambda rng, op=op: _draw(rng, op) for op in OPS])
+    yield from generate_losses(grid, [_drawer(op) for op in OPS])
+
+
+def _drawer(op: str) -> Callable[[np.random.Generator], LossConfig]:
+    return lambda rng: _draw(rng, op)
