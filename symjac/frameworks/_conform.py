@@ -166,7 +166,7 @@ def run_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]:
     for family in families:
         x = generate_input(g, family, dt, seed)
         try:
-            report = verify_transform(spec, impl, transform, x, dt, seed)
+            report = verify_transform(spec, impl, transform, dt, seed, x=x)
         except InputError as exc:  # verify does not take this dtype
             return {**out, **_unsupported(f"symjac verify: {exc}")}
         if not report.ok:

@@ -73,11 +73,12 @@ def preflight(impl: Any, transform: str, x: np.ndarray, dy: np.ndarray) -> None:
             sample.jvp(x.copy(), x.copy())
 
 
-def verify_transform(spec: Any, impl: Any, transform: str, x: np.ndarray, dtype: np.dtype[Any], seed: int) -> Report:
-    """:func:`symjac.verify` of ``transform`` of ``impl`` at ``x``."""
+def verify_transform(spec: Any, impl: Any, transform: str, dtype: np.dtype[Any], seed: int = 0, *,
+                     x: np.ndarray | None = None, input_shape: tuple[int, ...] | None = None) -> Report:
+    """:func:`symjac.verify` of ``transform`` of ``impl`` at ``x`` (or at ``input_shape``'s default inputs)."""
     from symjac.verifiers._pool import verify
 
-    common: dict[str, Any] = {"x": x, "dtype": dtype, "seed": seed}
+    common: dict[str, Any] = {"x": x, "input_shape": input_shape, "dtype": dtype, "seed": seed}
     if transform == "jvp":
         return verify(spec, forward=impl.forward, jvp=impl.jvp, **common)
     if transform == "hvp":
