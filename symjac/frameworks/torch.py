@@ -391,6 +391,7 @@ from symjac.frameworks._torch_losses import (  # noqa: E402 - the losses are the
     cross_entropy as cross_entropy,
     huber_loss as huber_loss,
     kl_div as kl_div,
+    known_loss_defect as known_loss_defect,
     l1_loss as l1_loss,
     loss_configurations as loss_configurations,
     loss_impl as loss_impl,
