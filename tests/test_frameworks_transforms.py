@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import symjac
-from framework_checks import DTYPES, assert_counts, check_configurations
+from framework_checks import assert_counts, check_configurations
 from symjac.frameworks import Impl
 from symjac.frameworks._transforms import verify_transform
 from symjac.frameworks._vmap import per_sample
@@ -297,4 +297,13 @@ def test_every_generated_configuration_passes_each_transform(framework, transfor
     assert_counts(check_configurations(module, "full", transform), "full")
 
 
-assert DTYPES == ("float32", "float64")
+
+def test_cli_transforms_option_rejects_an_unknown_one_in_one_line():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "symjac", "conform", "torch", "--transforms", "vjp,jacfwd"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert "--transforms 'jacfwd' is not valid: give a comma-separated subset of vjp,jvp,hvp,vmap" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
