@@ -31,7 +31,6 @@ JAX / Flax                               symjac
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -40,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from symjac.frameworks._adapter import Config, Impl, Unsupported, call_text, generate, label, make as _make, require
+from symjac.frameworks._jax_context import cpu as _cpu, precision as precision
 from symjac.pool._spec import Pool
 
 FRAMEWORK = "jax"
@@ -47,25 +47,6 @@ FRAMEWORK = "jax"
 
 def _jax() -> Any:
     return require("jax")
-
-
-def precision(dtype: Any) -> contextlib.AbstractContextManager[Any]:
-    """64-bit JAX for this block only when ``dtype`` is 64-bit; the global flag is untouched."""
-    if np.dtype(dtype).itemsize < 8:
-        return contextlib.nullcontext()
-    jax = _jax()
-    context: contextlib.AbstractContextManager[Any]
-    if hasattr(jax, "enable_x64"):
-        context = jax.enable_x64(True)
-    else:
-        context = require("jax.experimental").enable_x64()  # older JAX
-    return context
-
-
-def _cpu() -> contextlib.AbstractContextManager[Any]:
-    jax = _jax()
-    context: contextlib.AbstractContextManager[Any] = jax.default_device(jax.devices("cpu")[0])
-    return context
 
 
 def wrap(fn: Callable[..., Any], *, name: str | None = None, jit: bool = True, **kwargs: Any) -> Impl:
@@ -350,3 +331,17 @@ def configurations(grid: str = "small") -> Iterator[Config]:
     families = [_flax_family(op, r) for op in ("max_pool", "avg_pool") for r in (1, 2, 3)]
     families += [_lax_family(kind, r) for kind in ("max", "sum") for r in (1, 2, 3)]
     yield from generate(grid, families, make)
+
+
+# ------------------------------------------------------------------ losses (optax)
+
+from symjac.frameworks._jax_losses import (  # noqa: E402 - the losses are their own module; re-exported here
+    huber_loss as huber_loss,
+    loss_configurations as loss_configurations,
+    loss_impl as loss_impl,
+    make_loss as make_loss,
+    sigmoid_binary_cross_entropy as sigmoid_binary_cross_entropy,
+    softmax_cross_entropy as softmax_cross_entropy,
+    softmax_cross_entropy_with_integer_labels as softmax_cross_entropy_with_integer_labels,
+    squared_error as squared_error,
+)
