@@ -235,3 +235,14 @@ def configurations(grid: str = "small") -> Iterator[Config]:
     for make_family in (_nn_family, _pool_family, *_KERAS_FAMILIES):
         families += [make_family(m, r) for m in ("max", "avg") for r in (1, 2, 3)]
     yield from generate(grid, families, make, scale=2 if grid == "full" else 1)
+
+
+# ------------------------------------------------------------------ losses (tf.nn, keras.losses)
+
+from symjac.frameworks._tf_losses import (  # noqa: E402 - the losses are their own module; re-exported here
+    keras_mean_squared_error as keras_mean_squared_error,
+    loss_impl as loss_impl,
+    sigmoid_cross_entropy_with_logits as sigmoid_cross_entropy_with_logits,
+    softmax_cross_entropy_with_logits as softmax_cross_entropy_with_logits,
+    sparse_softmax_cross_entropy_with_logits as sparse_softmax_cross_entropy_with_logits,
+)
