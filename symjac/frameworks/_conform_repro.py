@@ -49,7 +49,9 @@ def write_reproducer(out: Path, stem: str, framework: str, r: dict[str, Any], dt
 
     config, category = r["config"], r["category"]
     kwargs = ", ".join(f"{k}={v!r}" for k, v in config["kwargs"].items())
-    title = f"{framework} {config['op']}({kwargs}) in {r['dtype']}: {category}"
+    transform = config.get("transform", "vjp")
+    title = f"{framework} {config['op']}({kwargs}) in {r['dtype']}: {category}" + \
+        ("" if transform == "vjp" else f" in its {transform} (the values below are the exact forward and VJP)")
     path = out / f"{stem}.toml"
     try:
         spec, g, x, dy, family = _reproducer_input(r, dt)
