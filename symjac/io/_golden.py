@@ -43,6 +43,7 @@ from symjac._atomic import atomic_folder, atomic_open
 from symjac._errors import SpecError
 from symjac._exact import round_fraction
 from symjac.io._golden_ties import NOTE as TIES_NOTE, tie_magnitudes, tie_quantities
+from symjac.io._golden_second import NOTE as SECOND_NOTE, hvp_bounds, jvp_magnitudes, second_quantities
 from symjac.io._operator import golden_operator
 from symjac.pool._geometry import resolve
 from symjac.check._rounding import float_dtype, gamma, ulps, unit_roundoff
@@ -136,8 +137,6 @@ def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     g, x, dy = pool_input(case)
     op = g.operator
     if not op.rational:
-        from symjac._errors import SpecError
-
         raise SpecError(f"{case.source}: golden data and [expect] values are rational; lp pooling's are "
                         "algebraic (use symjac.forward/jacobian/vjp)")
     tie = case.tie or "first"
@@ -184,7 +183,7 @@ def _pool_magnitudes(qs: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, n
     out["y"] = gather(qs["y"].size, rows, weights * x[cols])
     out["dx"] = gather(qs["dx"].size, cols, weights * dy[rows])
     out["jac_values"] = (weights, np.full(weights.size, 3.0))
-    out.update(tie_magnitudes(qs))
+    out.update({**tie_magnitudes(qs), **jvp_magnitudes(qs)})
     return out
 
 
@@ -230,7 +229,8 @@ def _loss_bounds(case: Any, qs: dict[str, np.ndarray], dtype: str) -> dict[str, 
             return np.array([float((b + ulp_mp(dt, v) / 2) * (1 + _numbers.number(2.0**-30)))
                              for b, v in zip(bs, exact.reshape(-1))]).reshape(exact.shape)
 
-    return {"value": total(value, qs["value"]), "derivative": total(derivative, qs["derivative"])}
+    return {"value": total(value, qs["value"]), "derivative": total(derivative, qs["derivative"]),
+            **hvp_bounds(case.operator, qs, pred, label, upstream, dt)}
 
 
 def _ulp_bound(bound: np.ndarray, rounded: np.ndarray) -> np.ndarray:
@@ -353,8 +353,8 @@ def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: li
         qs, meta = case_quantities(case)
         geometry = None if case.is_loss else resolve(case.operator, tuple(meta["input_shape"]))
         meta = {**meta, "operator": golden_operator(case, geometry, divisors), "operator_repr": meta["operator"]}
-        ties = tie_quantities(case, qs, case_quantities)
-        qs, meta = {**qs, **ties}, {**meta, **({"ties": TIES_NOTE} if ties else {})}
+        ties, second = tie_quantities(case, qs, case_quantities), second_quantities(case, qs)
+        qs, meta = {**qs, **ties, **second}, {**meta, **({"ties": TIES_NOTE} if ties else {}), "second": SECOND_NOTE}
         _refuse_overflow(case, qs, dtypes)
         prov = provenance(case, qs)
         if "json" in formats:

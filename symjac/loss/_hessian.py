@@ -42,11 +42,11 @@ import numpy as np
 import sympy
 
 from symjac._errors import InputError
-from symjac.check._rounding import finfo, precision
+from symjac.check._rounding import finfo, gamma_mp, unit_roundoff_mp
 from symjac.loss import _numbers
 from symjac.loss._domain import index as _index
 from symjac.loss._evaluate import LossEvaluation, evaluate
-from symjac.loss._softmax import SoftmaxTemplate
+from symjac.loss._softmax import _MPFR, SoftmaxTemplate
 from symjac.loss._spec import DPS, Loss
 from symjac.loss._templates import LossTemplate, rounding_depth, running_error
 
@@ -58,55 +58,80 @@ def _mp(v: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=64)
-def _second_bounds(tpl: LossTemplate) -> tuple[Any, int]:
-    """mpmath: args -> [d, cond(d), R(d)] for an element-wise template, and depth(d)."""
+def _second(tpl: LossTemplate) -> tuple[Any, Any, int]:
+    """For an element-wise template: MPFR (vectorised) and mpmath functions of its arguments
+    giving [d, cond(d), R(d)], and depth(d); d = ∂²ℓ/∂z² of the stable derivative."""
     d = sympy.diff(tpl.stable_derivatives[0], tpl.pred[0]).replace(sympy.DiracDelta, lambda *a: sympy.S.Zero)
     terms = []
     for s in tpl.symbols:
         gd = sympy.diff(d, s).replace(sympy.DiracDelta, lambda *a: sympy.S.Zero)
         if gd != 0:
             terms.append(sympy.Abs(gd, evaluate=False) * sympy.Abs(s))
-    fn = sympy.lambdify(tpl.symbols, [d, sympy.Add(*terms), running_error(d)], modules="mpmath", cse=True)
-    return fn, rounding_depth(d)
+    exprs = [d, sympy.Add(*terms), running_error(d)]
+    return (_numbers.lambdify(tpl.symbols, exprs), sympy.lambdify(tpl.symbols, exprs, modules="mpmath", cse=True),
+            rounding_depth(d))
+
+
+def _column(value: Any, n: int) -> np.ndarray:
+    arr = np.asarray(value, dtype=object)
+    return arr if arr.shape == (n,) else np.broadcast_to(arr, (n,)).copy()
 
 
 class HessianEvaluation:
-    """The exact Hessian blocks of one loss at one input, at :data:`DPS` digits (mpmath).
+    """The exact Hessian blocks of one loss at one input (MPFR numbers, 200 bits; mpmath
+    element by element for inputs beyond ``symjac.loss._numbers.LIMIT``).
 
     Attributes:
       ev: the first-order evaluation (:class:`~symjac.loss._evaluate.LossEvaluation`).
-      blocks: (elements, C, C) ``S·r_i·∇²ℓ_i`` (object array of mpf; C = 1 element-wise).
-      args: per element the template's arguments (mpmath), None for an ignored row.
+      blocks: (elements, C, C) ``S·r_i·∇²ℓ_i`` (C = 1 element-wise; 0 for ignored rows).
     """
 
     def __init__(self, ev: LossEvaluation):
         self.ev = ev
-        tpl, kind = ev.template, ev.kind
+        tpl = ev.template
         n, c = ev.counted.size, tpl.classes
         counted = ev.counted.reshape(-1)
-        with mpmath.workdps(DPS + 10):
-            s = mpmath.mpf(ev.loss.scale.numerator) / ev.loss.scale.denominator
-            factors = [mpmath.mpf(f.numerator) / f.denominator for f in ev.factor.reshape(-1)]
-            self.sr = [s * f for f in factors]
-            self.args: list[list[Any] | None] = [
-                [_mp(col[i]) for col in ev.columns] if counted[i] else None for i in range(n)]
-            with _numbers.context():
-                kinks = np.asarray(tpl.at_kink(list(ev.columns)), dtype=bool)
+        with _numbers.context():
+            self.sr = np.abs(_numbers.from_fractions(ev.factor.reshape(-1), ev.loss.scale))  # |S·r_i|
+            signed = _numbers.from_fractions(ev.factor.reshape(-1), ev.loss.scale)
+            kinks = np.asarray(tpl.at_kink(list(ev.columns)), dtype=bool) & counted
             if kinks.any():
-                at = np.flatnonzero(kinks & counted)
-                if at.size:
-                    raise InputError(
-                        f"pred{_index(ev.pred_shape, int(at[0]))} is at a kink of {ev.loss.kind} (the derivative jumps "
-                        "there): the second derivative does not exist; give inputs off the kinks")
-            blocks = np.empty((n, c, c), dtype=object)
-            blocks[...] = mpmath.mpf(0)
-            for i, a in enumerate(self.args):
-                if a is not None and self.sr[i] != 0:
-                    h = kind.second_derivative(tpl, *a)
-                    for j in range(c):
-                        for k in range(c):
-                            blocks[i, j, k] = self.sr[i] * h[j][k]
-        self.blocks = blocks
+                raise InputError(
+                    f"pred{_index(ev.pred_shape, int(np.flatnonzero(kinks)[0]))} is at a kink of {ev.loss.kind} (the "
+                    "derivative jumps there): the second derivative does not exist; give inputs off the kinks")
+            limit = _numbers.number(_numbers.LIMIT)
+            self.big = np.zeros(n, dtype=bool)
+            for col in ev.columns:
+                self.big |= np.asarray(np.abs(_column(col, n)) > limit, dtype=bool)
+            cols = [_column(col, n) for col in ev.columns]
+            if isinstance(tpl, SoftmaxTemplate):
+                rows = tpl._rows(cols, _MPFR)  # noqa: SLF001 - p and W of every row at once
+                self.p, self.w = rows.p, np.abs(rows.w_total)
+                eye = np.eye(c, dtype=np.int64)
+                hess = rows.w_total[:, :, None] * rows.p[:, :, None] * (eye[None] - rows.p[:, None, :])
+                self.z = rows.z
+            else:
+                vec, _, _ = _second(tpl)
+                self.d, self.cond, self.run = (_column(v, n) for v in vec(*cols))
+                hess = self.d.reshape(n, 1, 1)
+            self.blocks = np.asarray(signed[:, None, None] * hess, dtype=object)
+            self.blocks[~counted] = _numbers.number(0)
+        for i in np.flatnonzero(self.big & counted):  # beyond MPFR's comfortable range: mpmath, one element
+            self._element(int(i))
+
+    def _element(self, i: int) -> None:
+        ev, tpl = self.ev, self.ev.template
+        with mpmath.workdps(DPS + 10):
+            a = [_mp(_column(col, ev.counted.size)[i]) for col in ev.columns]
+            h = ev.kind.second_derivative(tpl, *a)
+            s = mpmath.mpf(ev.loss.scale.numerator) / ev.loss.scale.denominator
+            f = ev.factor.reshape(-1)[i]
+            sr = s * mpmath.mpf(f.numerator) / f.denominator
+            with _numbers.context():
+                self.blocks[i] = [[_numbers.from_mpf(sr * h[j][k]) for k in range(len(h))] for j in range(len(h))]
+                if not isinstance(tpl, SoftmaxTemplate):
+                    d, cond, run = _second(tpl)[1](*a)
+                    self.d[i], self.cond[i], self.run[i] = (_numbers.from_mpf(mpmath.mpf(x)) for x in (d, cond, run))
 
     def dense(self) -> np.ndarray:
         """The full Hessian, pred's shape twice (object array of mpf)."""
@@ -114,62 +139,59 @@ class HessianEvaluation:
         n, c = self.blocks.shape[:2]
         out = np.empty((n * c, n * c), dtype=object)
         out[...] = mpmath.mpf(0)
+        mp = _numbers.mpf_array(self.blocks)
         for i in range(n):
-            out[i * c:(i + 1) * c, i * c:(i + 1) * c] = self.blocks[i]
+            out[i * c:(i + 1) * c, i * c:(i + 1) * c] = mp[i]
         return out.reshape(shape + shape)
 
-    def hvp(self, v: np.ndarray) -> np.ndarray:
-        """``H·v`` in pred's shape (mpf), v exact numbers (floats or Fractions) of pred's shape."""
+    def hvp_numbers(self, v: np.ndarray) -> np.ndarray:
+        """``H·v`` as MPFR numbers, (elements, C); v exact numbers (floats or Fractions) of pred's shape."""
         n, c = self.blocks.shape[:2]
-        with mpmath.workdps(DPS + 10):
-            vv = [mpmath.mpf(x) if not hasattr(x, "numerator") else mpmath.mpf(x.numerator) / x.denominator
-                  for x in np.asarray(v, dtype=object).reshape(-1)]
-            out = np.empty(n * c, dtype=object)
-            for i in range(n):
-                for j in range(c):
-                    out[i * c + j] = mpmath.fsum(self.blocks[i, j, k] * vv[i * c + k] for k in range(c))
-        return out.reshape(self.ev.pred_shape)
+        flat = np.asarray(v, dtype=object).reshape(-1)
+        with _numbers.context():
+            vv = np.array([_numbers.number(x) for x in flat], dtype=object).reshape(n, 1, c)
+            return np.asarray((self.blocks * vv).sum(axis=-1), dtype=object)
+
+    def hvp(self, v: np.ndarray) -> np.ndarray:
+        """``H·v`` in pred's shape (mpf)."""
+        return _numbers.mpf_array(self.hvp_numbers(v)).reshape(self.ev.pred_shape)
 
     def bound(self, v: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
         """Per entry of ``H·v``, how far a correct implementation in ``dtype`` may be (mpf; module docstring)."""
+        return _numbers.mpf_array(self.bound_numbers(v, dtype))
+
+    def bound_numbers(self, v: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
+        """:meth:`bound` as MPFR numbers, in pred's shape."""
         ev, tpl = self.ev, self.ev.template
         n, c = self.blocks.shape[:2]
-        vf = np.asarray(v, dtype=np.float64).reshape(n, c)
-        out = np.empty((n, c), dtype=object)
-        with mpmath.workdps(DPS + 10):
-            u = mpmath.ldexp(1, -precision(dtype))
-            eta = mpmath.mpf(float(finfo(dtype).smallest_subnormal))
-
-            def gamma(k: int) -> Any:
-                return k * u / (1 - k * u) if k * u < 1 else mpmath.inf
-
-            p_bits = int(finfo(dtype).nmant) + 1
-            den = ev.denominator
-            k_r = 2 + ev.denominator_ops + (0 if den.denominator == 1 and den.numerator <= 2**p_bits else 1)
-            for i, a in enumerate(self.args):
-                sr = abs(self.sr[i])
-                if a is None or sr == 0:
-                    out[i] = mpmath.mpf(0)
-                    continue
-                if isinstance(tpl, SoftmaxTemplate):
-                    r = tpl._row(a)  # noqa: SLF001 - the class-generic numbers of one row
-                    p = [mpmath.mpf(_mp(x)) for x in r.p[0]]
-                    w = abs(mpmath.mpf(_mp(r.w_total[0, 0])))
-                    z = [mpmath.mpf(x) for x in a[:c]]
-                    rho = gamma(c + 4) + 2 * u * max(abs(x - max(z)) for x in z)
-                    dot = mpmath.fsum(pk * abs(vk) for pk, vk in zip(p, vf[i]))
-                    for j in range(c):
-                        out[i, j] = sr * w * p[j] * (abs(vf[i, j]) + dot) * (2 * rho + gamma(3 * c + 9)) \
-                            + (c + 8) * eta * max(1, sr * w)
-                    continue
-                fn, depth = _second_bounds(tpl)
-                d, cond, run = fn(*a)
-                k = tpl.loss_depth + tpl.derivative_depth + depth + k_r + 1
-                g = gamma(k)
-                amp = max([mpmath.mpf(1)] + [abs(mpmath.mpf(x)) for x in a[len(tpl.pred) + len(tpl.label):]])
-                vj = abs(mpmath.mpf(vf[i, 0]))
-                out[i, 0] = sr * vj * (u * (1 + g) * abs(run) + g * (abs(d) + abs(cond))) \
-                    + k * eta * max(1, sr * amp) * max(1, vj)
+        counted = ev.counted.reshape(-1)
+        with _numbers.context():
+            u = unit_roundoff_mp(dtype)
+            eta = _numbers.number(float(finfo(dtype).smallest_subnormal))
+            av = np.abs(np.array([_numbers.number(float(x)) for x in np.asarray(v).reshape(-1)],
+                                 dtype=object).reshape(n, c))
+            one = _numbers.number(1)
+            if isinstance(tpl, SoftmaxTemplate):
+                top = self.z.max(axis=1)[:, None] if c else self.z
+                rho = gamma_mp(c + 4, u) + 2 * u * np.abs(self.z - top).max(axis=1)[:, None]
+                dot = (self.p * av).sum(axis=1)[:, None]
+                sw = self.sr[:, None] * self.w
+                out = sw * self.p * (av + dot) * (2 * rho + gamma_mp(3 * c + 9, u)) \
+                    + (c + 8) * eta * np.maximum(one, sw)
+            else:
+                p_bits = int(finfo(dtype).nmant) + 1
+                den = ev.denominator
+                k_r = 2 + ev.denominator_ops + (0 if den.denominator == 1 and den.numerator <= 2**p_bits else 1)
+                k = tpl.loss_depth + tpl.derivative_depth + _second(tpl)[2] + k_r + 1
+                g = gamma_mp(k, u)
+                amp = one
+                for col in ev.columns[len(tpl.pred) + len(tpl.label):]:
+                    amp = max([amp] + [abs(x) for x in _column(col, n)])
+                sr, vj = self.sr[:, None], av
+                body = u * (1 + g) * np.abs(self.run)[:, None] + g * (np.abs(self.d) + np.abs(self.cond))[:, None]
+                out = sr * vj * body + k * eta * np.maximum(one, sr * amp) * np.maximum(one, vj)
+            out = np.asarray(out, dtype=object)
+            out[~counted] = _numbers.number(0)
         return out.reshape(ev.pred_shape)
 
 

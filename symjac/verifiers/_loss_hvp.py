@@ -3,7 +3,7 @@
 The implementation's ``hvp(pred, label, v)`` (``hvp(pred, label, v, upstream)`` for
 ``reduction="none"``) must be ``H·v`` with ``H = S·∂²L/∂pred²`` (the loss scale S
 included, ``S·Σ_i u_i·∇²ℓ_i`` for ``"none"``). Each entry is compared with the exact
-value (:mod:`symjac.loss._hessian`, mpmath at :data:`~symjac.loss._spec.DPS` digits)
+value (:mod:`symjac.loss._hessian`, 200-bit MPFR)
 within the bound derived there from the second derivative's expressions; nothing is
 a guessed tolerance. A result that is the exact one times a constant is named: the
 unscaled ``H·v`` (``missing_scale``), or ``c·H·v`` (``wrong_scale``, c named, e.g. the
@@ -18,7 +18,6 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
-import mpmath
 import numpy as np
 
 from symjac._errors import InputError
@@ -28,7 +27,8 @@ from symjac.check._rounding import precision
 from symjac.loss._domain import index as _index
 from symjac.loss._hessian import HessianEvaluation
 from symjac.loss._evaluate import evaluate_checked
-from symjac.loss._spec import DPS, Loss
+from symjac.loss import _numbers
+from symjac.loss._spec import Loss
 from symjac.verifiers._loss_inputs import prepare_inputs
 
 
@@ -43,15 +43,16 @@ def default_direction(shape: tuple[int, ...], dtype: np.dtype[Any], seed: int = 
 
 
 def _within(obs: np.ndarray, want: np.ndarray, bound: np.ndarray, c: Any = 1) -> np.ndarray:
-    """Per entry: |obs - c·want| <= |c|·bound, in mpmath."""
-    with mpmath.workdps(DPS + 10):
-        return np.array([abs(mpmath.mpf(float(o)) - c * w) <= abs(c) * b
-                         for o, w, b in zip(obs.reshape(-1), want.reshape(-1), bound.reshape(-1))], dtype=bool)
+    """Per entry: |obs - c·want| <= |c|·bound (MPFR arrays; c a Fraction)."""
+    with _numbers.context():
+        cc = _numbers.number(Fraction(c))
+        return np.asarray(np.abs(_numbers.from_floats(obs.reshape(-1)) - cc * want.reshape(-1))
+                          <= abs(cc) * bound.reshape(-1), dtype=bool)
 
 
 def _ratio(obs: np.ndarray, want: np.ndarray) -> Fraction | None:
     """The constant c with obs ≈ c·want (least squares, as a short fraction), or None."""
-    w = np.array([float(x) for x in want.reshape(-1)])
+    w = np.array([float(x) for x in want.reshape(-1)], dtype=np.float64)
     o = obs.reshape(-1).astype(np.float64)
     den = float(w @ w)
     if den == 0:
@@ -74,9 +75,9 @@ def check_hvp(loss: Loss, hvp: Callable[..., Any], pred: Any, label: Any, upstre
         v0 = raw.astype(dt)
         if not np.array_equal(v0.astype(np.float64), raw.astype(np.float64)):
             raise InputError(f"v is not exactly representable in {dt}; give values that are (small dyadic numbers)")
-    h = HessianEvaluation(evaluate_checked(loss, p0, l0, u0, values=False, derivatives=True))
-    want = h.hvp(v0.astype(np.float64))
-    bound = h.bound(v0.astype(np.float64), dt)
+    h = HessianEvaluation(evaluate_checked(loss, p0, l0, u0, values=False, derivatives=False))
+    want = h.hvp_numbers(v0.astype(np.float64)).reshape(p0.shape)
+    bound = h.bound_numbers(v0.astype(np.float64), dt)
     findings: list[Finding] = []
     none = loss.reduction == "none"
     names = ("pred", "label", "v", "upstream") if none else ("pred", "label", "v")
@@ -107,25 +108,25 @@ def _values(loss: Loss, out: np.ndarray, want: np.ndarray, bound: np.ndarray, sh
             findings: list[Finding], stats: dict[str, Any]) -> None:
     """Entries against the exact H·v; a constant factor named (missing or wrong scale)."""
     good = _within(out, want, bound)
-    with mpmath.workdps(DPS):
-        ratios = [abs(mpmath.mpf(float(o)) - w) / b if b else (0 if mpmath.mpf(float(o)) == w else mpmath.inf)
-                  for o, w, b in zip(out.reshape(-1), want.reshape(-1), bound.reshape(-1))]
-    stats["max_error_ratio"] = float(max(ratios, default=0))
+    with _numbers.context():
+        err = np.abs(_numbers.from_floats(out.reshape(-1)) - want.reshape(-1))
+        ratios = [float(e / b) if b else (0.0 if e == 0 else float("inf")) for e, b in zip(err, bound.reshape(-1))]
+    stats["max_error_ratio"] = max(ratios, default=0.0)
     if good.all():
         return
     s = loss.scale
-    if s != 1 and _within(out, want, bound, mpmath.mpf(s.denominator) / s.numerator).all():
+    if s != 1 and _within(out, want, bound, 1 / s).all():
         findings.append(Finding(
             "missing_scale", f"hvp equals the unscaled ∂²L/∂pred²·v: the loss scale S = {s} is missing "
                              "(the HVP of S·L is S times the loss's)",
-            expected=float(want.reshape(-1)[0]), observed=float(out.reshape(-1)[0])))
+            expected=_numbers.to_mpf(want.reshape(-1)[0]), observed=float(out.reshape(-1)[0])))
         return
     c = _ratio(out, want)
-    if c is not None and c not in (0, 1) and _within(out, want, bound, mpmath.mpf(c.numerator) / c.denominator).all():
+    if c is not None and c not in (0, 1) and _within(out, want, bound, c).all():
         findings.append(Finding(
             "wrong_scale", f"hvp equals {c}·(H·v), not H·v (S = {s}, reduction={loss.reduction!r}): a factor of {c} "
                            "too many or missing (a mean's 1/n on a sum, a scale applied twice, ...)",
-            expected=float(want.reshape(-1)[0]), observed=float(out.reshape(-1)[0])))
+            expected=_numbers.to_mpf(want.reshape(-1)[0]), observed=float(out.reshape(-1)[0])))
         return
     bad = np.flatnonzero(~good)
     cells = [tuple(_index(shape, int(j))) for j in bad]
@@ -136,5 +137,5 @@ def _values(loss: Loss, out: np.ndarray, want: np.ndarray, bound: np.ndarray, sh
         f"hvp differs from the exact S·∂²L/∂pred²·v at {len(bad)} of {out.size} entries beyond the derived bound: "
         f"{listed}{more}",
         cells=tuple(cells[:MAX_LISTED]),
-        expected=[want.reshape(-1)[j] for j in bad[:MAX_LISTED]],
+        expected=[_numbers.to_mpf(want.reshape(-1)[j]) for j in bad[:MAX_LISTED]],
         observed=[float(out.reshape(-1)[j]) for j in bad[:MAX_LISTED]]))

@@ -80,6 +80,8 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forwar
       double_backward: optional ``double_backward(x, dy, v) -> (ddx, ddy)``, the gradient of
         ``⟨v, J(x)ᵀdy⟩``: ``ddy`` must be ``J(x)·v`` and ``ddx`` the exact ``∇²_x(dyᵀf)·v``
         (0 for average and max pooling; lp pooling's algebraic HVP within its derived bound).
+        Both run in this process (``isolate``, ``dy`` and ``families`` apply to backward and
+        forward); ``tie`` applies to the JVP's rows at ties as to the backward's.
       input_shape: the full input shape; or give ``x`` (both only if they agree). With neither, every shape of
         the coverage plan :func:`symjac.cover` is verified and the report combines
         them (each finding names its shape).
@@ -137,7 +139,7 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forwar
 
     extra = verify_transforms(spec, jvp=jvp, double_backward=double_backward, backward=backward,
                               input_shape=input_shape, x=x, dtype=dtype, seed=seed, one_hot_budget=one_hot_budget,
-                              timeout=timeout)
+                              timeout=timeout, tie=tie)
     if base is None:
         return extra
     return _merge(base, extra)

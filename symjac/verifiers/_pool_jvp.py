@@ -14,7 +14,8 @@ The rows then go through the VJP's diagnosis (:mod:`symjac.verifiers._pool_diagn
 so a finding reads in the same words (which windows, which cells, how much); one
 dense call with distinct dyadic ``t`` confirms that the rows superpose (within
 ``γ_{K+2}·Σ|terms|``, a sum of K rounded products), and a repeat of it checks
-determinism. At ties (max pooling) the rows must lie in the Clarke set; whether
+determinism; windows it contradicts get one-hot columns (a swap between slices shows there).
+At ties (max pooling) the rows must lie in the Clarke set; whether
 they are the backward's own element is :func:`same_element`'s to say.
 """
 
@@ -100,26 +101,83 @@ class ColumnProber:
         d = np.abs(pos - start).max(axis=1)
         return [int(c) for c in cells[np.argsort(d, kind="stable")[:count]]]
 
-    def attribute(self, x: np.ndarray, rows: Rows, stray: list[tuple[int, int, int, float]]) -> None:
-        """One-hot tangents at the cells nearest the windows with stray output: each call
-        is a column of the implementation's Jacobian, read into the rows and the strays."""
+    def refine(self, x: np.ndarray, rows: Rows, exact: ExactRows, suspects: list[tuple[int, int]], u: float) -> None:
+        """Untied suspect windows, slot by slot: a wrong entry is either the cell's own
+        (a one-hot tangent at it says) or a cell of the same colour elsewhere leaking into
+        the window (then the one-hot tangents at that colour's nearest cells find it)."""
         g = self.g
-        todo: list[tuple[int, int]] = []
-        for colour, b, w, _ in stray[: 4 * MAX_LISTED]:
-            todo += [(b, c) for c in self.nearest_cells(colour, w, 4)]
-        todo = list(dict.fromkeys(todo))[: max(0, self.budget - self.one_hot_calls)]
+        tol = row_tolerance(exact, u)
+        slots: list[tuple[int, int, int]] = []
+        for b, w in suspects[: 4 * MAX_LISTED]:
+            if exact.tied[b, w]:
+                continue  # the Clarke set, not one row, is the reference there
+            bad = g.valid[w] & (np.abs(rows.obs[b, w] - exact.rows[b, w]) > tol[b, w])
+            slots += [(b, w, int(k)) for k in np.flatnonzero(bad)]
+        todo = list(dict.fromkeys((b, int(g.cells[w, k])) for b, w, k in slots))
+        leaks: list[tuple[int, int, int, float]] = []
+        for (b, c), y in zip(todo, self.columns(x, todo)):
+            if y is None:
+                return
+            for bb, w, k in slots:
+                if bb == b and g.cells[w, k] == c:
+                    residual = rows.obs[b, w, k] - y[b, w]
+                    rows.obs[b, w, k] = y[b, w]
+                    if residual != 0:  # the rest came from another cell of the colour
+                        leaks.append((int(self.colours[c]), b, w, float(residual)))
+        if leaks:
+            self.attribute(x, rows, leaks, exclude=set(todo))
+
+    def one_hot_windows(self, x: np.ndarray, rows: Rows, windows: list[tuple[int, int]]) -> None:
+        """Exact rows for windows the dense call contradicts: one-hot tangents at each of their
+        cells (a column each: read into every window of the slice that reads the cell, and
+        anything elsewhere, another slice included, is stray)."""
+        g = self.g
+        todo = list(dict.fromkeys((b, int(c)) for b, w in windows[: 4 * MAX_LISTED] for c in g.cells[w][g.valid[w]]))
+        for (b, c), y in zip(todo, self.columns(x, todo)):
+            if y is None:
+                return
+            reads = (g.cells == c) & g.valid  # (W, K)
+            w_idx, k_idx = np.nonzero(reads)
+            rows.obs[b, w_idx, k_idx] = y[b, w_idx]
+            for bb, w in np.argwhere(y != 0).tolist():
+                if bb == b and reads[w].any():
+                    continue
+                have = rows.stray.setdefault((bb, w), [])
+                if not any(cb == b and cc == c for cb, cc, _ in have):
+                    have.append((b, c, float(y[bb, w])))
+
+    def columns(self, x: np.ndarray, cells: list[tuple[int, int]]) -> Generator[np.ndarray | None, None, None]:
+        """One-hot tangents at (b, cell), within the budget: each result is that cell's column."""
+        g = self.g
+        cells = cells[: max(0, self.budget - self.one_hot_calls)]
 
         def one_hot(b: int, c: int) -> np.ndarray:
             t = np.zeros((g.batch, g.n_in))
             t[b, c] = 1.0
             return t
 
-        found: set[tuple[int, int]] = set()  # (b, w) whose stray output a column explained
-        calls = self.tangent_each(x, (one_hot(b, c) for b, c in todo))
-        for y, (b, c) in zip(calls, todo):
+        calls = self.tangent_each(x, (one_hot(b, c) for b, c in cells))
+        for y in calls:
             self.one_hot_calls += 1
             if y is None:
                 calls.close()
+                yield None
+                return
+            yield y
+
+    def attribute(self, x: np.ndarray, rows: Rows, stray: list[tuple[int, int, int, float]],
+                  exclude: set[tuple[int, int]] | None = None) -> None:
+        """One-hot tangents at the cells nearest the windows with stray output: each call
+        is a column of the implementation's Jacobian, read into the rows and the strays."""
+        g = self.g
+        skip = exclude or set()
+        todo: list[tuple[int, int]] = []
+        for colour, b, w, _ in stray[: 4 * MAX_LISTED]:
+            todo += [(b, c) for c in self.nearest_cells(colour, w, 5) if (b, c) not in skip][:4]
+        todo = list(dict.fromkeys(todo))
+        found: set[tuple[int, int]] = set()  # (b, w) whose stray output a column explained
+        for y, (b, c) in zip(self.columns(x, todo), todo):
+            if y is None:
                 break
             reads = (g.cells == c) & g.valid  # (W, K)
             for bb, w in np.argwhere(y != 0).tolist():
@@ -129,7 +187,9 @@ class ColumnProber:
                 found.add((bb, w))
         for colour, b, w, value in stray:
             if (b, w) not in found:  # beyond the budget: blame the nearest cell of the colour
-                rows.stray.setdefault((b, w), []).append((b, self.nearest_cells(colour, w, 1)[0], value))
+                near = [c for c in self.nearest_cells(colour, w, 2) if (b, c) not in skip]
+                if near:
+                    rows.stray.setdefault((b, w), []).append((b, near[0], value))
 
 
 def superpose(g: Geometry, rows: Rows, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -148,11 +208,20 @@ def exact_at(g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> ExactRows:
     return exact_rows(g, x, dtype)
 
 
-def diagnose(g: Geometry, rows: Rows, exact: ExactRows, diagnosis: Diagnosis, u: float, context: str) -> list[
-        tuple[int, int]]:
-    """The VJP's diagnosis on JVP rows: Clarke policy findings, classification, tie policy. Returns the suspects."""
-    op = g.operator
+def suspects_of(g: Geometry, x: np.ndarray, prober: ColumnProber, rows: Rows, exact: ExactRows,
+                diagnosis: Diagnosis, u: float) -> list[tuple[int, int]]:
+    """The windows whose rows are wrong, after one-hot columns refined them."""
     suspects = diagnosis.mismatches(rows, exact)
+    if suspects:
+        prober.refine(x, rows, exact, suspects, u)
+        suspects = diagnosis.mismatches(rows, exact)
+    return suspects
+
+
+def classify(g: Geometry, rows: Rows, exact: ExactRows, diagnosis: Diagnosis, suspects: list[tuple[int, int]],
+             u: float, context: str) -> None:
+    """The VJP's diagnosis on JVP rows: Clarke policy findings, classification, tie policy."""
+    op = g.operator
     if suspects:
         finding, policy, suspects = op.outside_clarke(g, rows, exact, suspects, u, context)
         if finding is not None and policy is not None:
@@ -161,27 +230,30 @@ def diagnose(g: Geometry, rows: Rows, exact: ExactRows, diagnosis: Diagnosis, u:
     if suspects:
         diagnosis.classify(rows, exact, suspects, context)
     op.tie_policy(diagnosis, rows, exact, suspects)
-    return suspects
 
 
-def confirm(g: Geometry, rows: Rows, t: np.ndarray, y: np.ndarray, u: float, findings: list[Finding],
-            suspects: list[tuple[int, int]], context: str) -> None:
-    """The dense call against the superposition of the probed rows (a JVP is linear in t)."""
+def contradicted(g: Geometry, rows: Rows, t: np.ndarray, y: np.ndarray, u: float,
+                 suspects: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Windows (not suspects already) where the dense call differs from the superposition of
+    the probed rows, within ``γ_{K+2}·Σ|terms|`` (a JVP is linear in t)."""
     predicted, bound = superpose(g, rows, t)
     tol = gamma(g.cells.shape[1] + 2, u) * bound + 2.0**-60 * bound
-    off = np.argwhere(np.abs(y - predicted) > tol)
     known = set(suspects)
-    off = np.array([bw for bw in off.tolist() if tuple(bw) not in known], dtype=int).reshape(-1, 2)
-    if not off.size:
-        return
-    names = [fmt_index(g.output_index(b, w)) for b, w in off.tolist()]
+    return [(b, w) for b, w in np.argwhere(np.abs(y - predicted) > tol).tolist() if (b, w) not in known]
+
+
+def not_linear(g: Geometry, rows: Rows, t: np.ndarray, y: np.ndarray, off: list[tuple[int, int]],
+               findings: list[Finding], context: str) -> None:
+    """Every row right alone (one-hot columns confirmed them) yet the dense call differs."""
+    predicted, _ = superpose(g, rows, t)
+    names = [fmt_index(g.output_index(b, w)) for b, w in off]
     findings.append(Finding(
         "partial_windows",
-        f"each probed column is right, but with a dense t {len(off)} windows{context} differ from the sum of "
+        f"each column is right, but with a dense t {len(off)} windows{context} differ from the sum of "
         f"their columns (the JVP is not linear in t): {listing(names)}",
-        window=g.output_index(*off[0].tolist()),
-        expected=[float(predicted[b, w]) for b, w in off[:MAX_LISTED].tolist()],
-        observed=[float(y[b, w]) for b, w in off[:MAX_LISTED].tolist()]))
+        window=g.output_index(*off[0]),
+        expected=[float(predicted[b, w]) for b, w in off[:MAX_LISTED]],
+        observed=[float(y[b, w]) for b, w in off[:MAX_LISTED]]))
 
 
 def same_element(g: Geometry, jvp_rows: Rows, vjp_rows: Rows, exact: ExactRows, u: float) -> tuple[bool, list[str]]:

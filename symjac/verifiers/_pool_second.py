@@ -18,19 +18,39 @@ its ``ddx = ∇²_x(dyᵀf)·v`` is checked here, on every call the probes made:
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable
+import math
+from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
 import numpy as np
-import sympy
 
-from symjac._exact import ExactArray
 from symjac.check._call import Guard
 from symjac.check._report import MAX_LISTED, Finding, fmt_index, listing
 from symjac.check._rounding import gamma, unit_roundoff
 from symjac.pool._geometry import Geometry
 from symjac.pool._lp import power
 from symjac.verifiers._pool_rows import cell_counts, scatter
+
+
+def packed(double_backward: Callable[..., Any], g: Geometry) -> Callable[..., Any]:
+    """``double_backward`` returning one flat array ``[ddx, ddy]``, so its calls run back to back
+    as one sequence (:meth:`Guard.arrays`); a result that is no pair of the right shapes raises
+    a TypeError saying so (a ``bad_output`` finding), a wrong dtype is kept (and flagged)."""
+    n_x, n_y = math.prod(g.input_shape), math.prod(g.output_shape)
+
+    def call(x: np.ndarray, dy: np.ndarray, v: np.ndarray) -> np.ndarray:
+        value = double_backward(x, dy, v)
+        if not isinstance(value, (tuple, list)) or len(value) != 2:
+            raise TypeError(f"double_backward returned {type(value).__name__}, not a pair (ddx, ddy): give the "
+                            "gradients with respect to x and to dy")
+        ddx, ddy = (np.asarray(a) for a in value)
+        for name, a, n, shape in (("ddx", ddx, n_x, g.input_shape), ("ddy", ddy, n_y, g.output_shape)):
+            if a.size != n or (a.ndim and a.shape != shape):
+                raise TypeError(f"double_backward's {name} has shape {a.shape}; expected {shape}")
+        kind = ddx.dtype if ddx.dtype != x.dtype else ddy.dtype  # a wrong dtype shows in the packed result
+        return np.concatenate([ddx.reshape(-1), ddy.reshape(-1)]).astype(kind, copy=False)
+
+    return call
 
 
 class SecondOrder:
@@ -42,25 +62,24 @@ class SecondOrder:
         self.ddx_max_abs = 0.0
 
     def each(self, x: np.ndarray, vs: Iterable[np.ndarray]) -> Generator[np.ndarray | None, None, None]:
-        """ddy (canonical float64) for each canonical v, one call each; None once unusable."""
+        """ddy (canonical float64) for each canonical v, the calls run back to back; None once unusable."""
         g = self.g
-        for v in vs:
-            ok, value = self.guard.call(x, self.dy, g.from_canonical(v.astype(self.dt), g.in_spatial))
-            if not ok:
+        n_x = math.prod(g.input_shape)
+        kept: list[np.ndarray] = []
+
+        def args() -> Generator[tuple[Any, ...], None, None]:
+            for v in vs:
+                kept.append(v)
+                yield (x, self.dy, g.from_canonical(v.astype(self.dt), g.in_spatial))
+
+        size = n_x + math.prod(g.output_shape)
+        for i, out in enumerate(self.guard.arrays(args(), shape=(size,), dtype=self.dt, index_name="[ddx, ddy]")):
+            if out is None:
                 yield None
                 return
-            if not isinstance(value, (tuple, list)) or len(value) != 2:
-                self.guard.flag("pair", "bad_output", f"double_backward returned {type(value).__name__}, not a pair "
-                                "(ddx, ddy): give the gradients with respect to x and to dy")
-                yield None
-                return
-            ddx = self.guard.check_output(value[0], g.input_shape, self.dt, "ddx")
-            ddy = self.guard.check_output(value[1], g.output_shape, self.dt, "ddy")
-            if ddx is None or ddy is None:
-                yield None
-                return
-            self.calls.append((v, g.to_canonical(ddx.astype(np.float64))))
-            yield g.to_canonical(ddy.astype(np.float64), g.out_spatial)
+            flat = out.astype(np.float64)
+            self.calls.append((kept[i], g.to_canonical(flat[:n_x].reshape(g.input_shape))))
+            yield g.to_canonical(flat[n_x:].reshape(g.output_shape), g.out_spatial)
 
     def check_ddx(self, x: np.ndarray, findings: list[Finding], dense: np.ndarray | None) -> None:
         """ddx of the recorded calls against the exact HVP: zero, or (lp) at the dense v."""
@@ -103,13 +122,38 @@ class SecondOrder:
                 observed=[float(ddx[b, c]) for b, c in off[:MAX_LISTED].tolist()]))
 
 
+def _lp_hvp_mpfr(g: Geometry, x: np.ndarray, dy: np.ndarray, v_c: np.ndarray) -> np.ndarray:
+    """The formula of :meth:`symjac.pool._ops.lp.Lp.hvp` (the exact engine's, SymPy per window)
+    evaluated on every window at once in 200-bit MPFR from the exact float inputs, rounded to
+    float64: within half an ULP of float64 plus 2^-190 relative of the exact value, far below
+    any dtype's bound (``tests/test_transforms_pool.py`` checks it against the SymPy values)."""
+    from symjac.loss import _numbers
+
+    p = power(g)
+    with _numbers.context():
+        xs = g.gather(_numbers.from_floats(g.to_canonical(np.asarray(x, dtype=np.float64))).reshape(g.batch, -1),
+                      fill=_numbers.number(0))
+        vs = g.gather(_numbers.from_floats(v_c).reshape(g.batch, -1), fill=_numbers.number(0))
+        dyc = _numbers.from_floats(g.to_canonical(np.asarray(dy, dtype=np.float64), g.out_spatial))
+        zero = _numbers.number(0)
+        s = (xs**p).sum(axis=-1)
+        live = np.asarray(s != zero, dtype=bool) & (p > 1)
+        safe = np.where(live, s, _numbers.number(1))
+        along = (xs ** (p - 1) * vs).sum(axis=-1)
+        factor = np.where(live, dyc * (p - 1) * safe ** (_numbers.number(1) / p - 1), zero)
+        terms = xs ** (p - 2) * vs - xs ** (p - 1) * (along / safe)[..., None] if p >= 2 else xs * 0
+        per = np.where(g.valid[None], factor[..., None] * terms, zero)
+        acc = np.full((g.batch, g.n_in), zero, dtype=object)
+        for k in range(g.cells.shape[1]):
+            ok = g.valid[:, k]
+            acc[:, g.cells[ok, k]] += per[:, ok, k]  # one slot: distinct cells
+        return np.asarray(acc.astype(np.float64))
+
+
 def lp_hvp_bound(g: Geometry, x: np.ndarray, dy: np.ndarray, v_c: np.ndarray,
                  dt: np.dtype[Any]) -> tuple[np.ndarray, np.ndarray]:
     """The exact lp HVP (rounded to float64) and its bound (see the module docstring), canonical (B, n_in)."""
-    op = g.operator
-    v = g.from_canonical(v_c, g.in_spatial)
-    exact = op.hvp(g, ExactArray.from_any(x), ExactArray.from_any(dy), ExactArray.from_any(v))
-    want = g.to_canonical(np.vectorize(lambda e: float(sympy.N(e, 30)), otypes=[np.float64])(exact))
+    want = _lp_hvp_mpfr(g, x, dy, v_c)
     p = power(g)
     xs = np.abs(g.gather(g.to_canonical(np.asarray(x, dtype=np.float64))))
     vs = np.abs(g.gather(v_c))

@@ -22,15 +22,16 @@ import numpy as np
 
 from symjac._errors import InputError
 from symjac.check._call import Guard
-from symjac.check._inputs import distinct_dy, tie_input
+from symjac.check._inputs import FAMILY_NAMES, distinct_dy, tie_input
 from symjac.check._report import Finding, Report
 from symjac.check._rounding import unit_roundoff
 from symjac.pool._cover import cover
 from symjac.pool._geometry import Geometry
 from symjac.pool._spec import PoolSpec, check_pool_spec
 from symjac.verifiers._pool_diagnose import Diagnosis
-from symjac.verifiers._pool_jvp import ColumnProber, confirm, diagnose, distinct_tangent, exact_at, same_element
-from symjac.verifiers._pool_second import SecondOrder
+from symjac.verifiers._pool_jvp import (ColumnProber, classify, contradicted, distinct_tangent, exact_at, not_linear,
+                                       same_element, suspects_of)
+from symjac.verifiers._pool_second import SecondOrder, packed
 
 #: Report names of the transforms.
 TRANSFORMS = ("jvp", "double_backward")
@@ -52,10 +53,17 @@ class _Pass:
         if found is None:
             return None
         rows, results = found
-        exact = exact_at(self.g, x, self.dt)
-        suspects = diagnose(self.g, rows, exact, self.diagnosis, self.u, context)
-        if results:
-            confirm(self.g, rows, dense[0], results[0], self.u, self.findings, suspects, context)
+        g, u = self.g, self.u
+        exact = exact_at(g, x, self.dt)
+        suspects = suspects_of(g, x, self.prober, rows, exact, self.diagnosis, u)
+        off = contradicted(g, rows, dense[0], results[0], u, suspects) if results else []
+        if off:  # rows right alone, not together: their exact columns, then diagnose again
+            self.prober.one_hot_windows(x, rows, off)
+            suspects = list(dict.fromkeys(suspects + self.diagnosis.mismatches(rows, exact)))
+            off = contradicted(g, rows, dense[0], results[0], u, suspects)
+            if off and not suspects:
+                not_linear(g, rows, dense[0], results[0], off, self.findings, context)
+        classify(g, rows, exact, self.diagnosis, suspects, u, context)
         return (rows, exact), results
 
 
@@ -76,34 +84,40 @@ def _tag(findings: list[Finding], start: int, transform: str, family: str | None
         f = findings[i]
         if f.detail is not None and "transform" in f.detail:
             continue
+        at = f" at {FAMILY_NAMES[family]} inputs" if family == "ties" else ""
         findings[i] = dataclasses.replace(
-            f, message=f"{transform}: {f.message}", detail={**(f.detail or {}), "transform": transform},
+            f, message=f"{transform}{at}: {f.message}", detail={**(f.detail or {}), "transform": transform},
             family=f.family or family)
 
 
 def check_jvp(g: Geometry, x: np.ndarray, dt: np.dtype[Any], jvp: Callable[..., Any], *,
-              backward: Callable[..., Any] | None, seed: int, budget: int, timeout: float | None) -> Report:
-    """The JVP at one shape."""
+              backward: Callable[..., Any] | None, seed: int, budget: int, timeout: float | None,
+              main_family: str = "distinct", tie: str = "any") -> Report:
+    """The JVP at one shape; ``tie`` a demanded policy (``"any"``: every Clarke element passes)."""
     findings: list[Finding] = []
     guard = Guard(jvp, "jvp", ("x", "t"), findings, timeout=timeout)
     p = _Pass(g, dt, _layout_each(g, guard, dt), budget, findings)
     t = distinct_tangent(g, dt, seed)
-    stats: dict[str, Any] = {"input_colours": p.prober.n_colours}
+    stats: dict[str, Any] = {"input_colours": p.prober.n_colours, "dtype": str(dt)}
     got = p.at(x, [t, t], " (JVP)")
     if got is not None and len(got[1]) == 2:
         guard.compare(got[1][0], got[1][1], "J·t")
-    _tag(findings, 0, "jvp", "distinct")
+    _tag(findings, 0, "jvp", main_family)
     if got is not None and g.operator.tie_family:
         start = len(findings)
         tx = tie_input(g, dt, seed)
-        tied = p.at(tx, [], " (JVP) at tied inputs")
+        tied = p.at(tx, [], " (JVP)")
         _tag(findings, start, "jvp", "ties")
         if tied is not None and backward is not None and not findings[start:]:
             stats["same_element_as_backward"], stats["elements_differ_at"] = _vjp_element(
                 g, tx, dt, backward, tied[0], budget, timeout)
     policies = sorted(p.diagnosis.policies)
+    policy = (policies[0] if len(policies) == 1 else "other") if policies else None
+    if policy is not None and tie != "any" and policy != tie:
+        findings.append(Finding("tie_policy", f"jvp: at ties the JVP follows policy {policy!r}; {tie!r} was demanded",
+                                detail={"transform": "jvp"}, family="ties"))
     stats.update(jvp_calls=guard.calls, one_hot_calls=p.prober.one_hot_calls, max_ulp_error=p.diagnosis.max_ulp,
-                 tie_policy=(policies[0] if len(policies) == 1 else "other") if policies else None)
+                 tie_policy=policy)
     return _report(g, "jvp", findings, stats)
 
 
@@ -121,10 +135,10 @@ def _vjp_element(g: Geometry, tx: np.ndarray, dt: np.dtype[Any], backward: Calla
 
 
 def check_double_backward(g: Geometry, x: np.ndarray, dt: np.dtype[Any], double_backward: Callable[..., Any], *,
-                          seed: int, budget: int, timeout: float | None) -> Report:
+                          seed: int, budget: int, timeout: float | None, main_family: str = "distinct") -> Report:
     """The double backward at one shape: ddy as a JVP, ddx against the exact HVP."""
     findings: list[Finding] = []
-    guard = Guard(double_backward, "double_backward", ("x", "dy", "v"), findings, timeout=timeout)
+    guard = Guard(packed(double_backward, g), "double_backward", ("x", "dy", "v"), findings, timeout=timeout)
     dy = distinct_dy(g, dt, seed)
     second = SecondOrder(g, guard, dt, dy)
     p = _Pass(g, dt, second.each, budget, findings)
@@ -132,15 +146,15 @@ def check_double_backward(g: Geometry, x: np.ndarray, dt: np.dtype[Any], double_
     got = p.at(x, [t], " (double backward's ddy = J·v)")
     if got is not None:
         second.check_ddx(x, findings, dense=t)
-    _tag(findings, 0, "double_backward", "distinct")
+    _tag(findings, 0, "double_backward", main_family)
     if got is not None and g.operator.tie_family:
         start = len(findings)
         tx = tie_input(g, dt, seed)
         second.calls.clear()
-        if p.at(tx, [], " (double backward's ddy = J·v) at tied inputs") is not None:
+        if p.at(tx, [], " (double backward's ddy = J·v)") is not None:
             second.check_ddx(tx, findings, dense=None)
         _tag(findings, start, "double_backward", "ties")
-    stats = {"double_backward_calls": guard.calls, "max_ulp_error": p.diagnosis.max_ulp,
+    stats = {"dtype": str(dt), "double_backward_calls": guard.calls, "max_ulp_error": p.diagnosis.max_ulp,
              "ddx_max_abs": second.ddx_max_abs}
     return _report(g, "double_backward", findings, stats)
 
@@ -164,11 +178,17 @@ def _report(g: Geometry, transform: str, findings: list[Finding], stats: dict[st
 
 def verify_transforms(spec: PoolSpec, *, jvp: Callable[..., Any] | None, double_backward: Callable[..., Any] | None,
                       backward: Callable[..., Any] | None, input_shape: Any, x: Any, dtype: Any, seed: int,
-                      one_hot_budget: int, timeout: float | None) -> Report:
+                      one_hot_budget: int, timeout: float | None, tie: Any = "any") -> Report:
     """Every given transform at the shape (x's, ``input_shape``) or at every shape of the coverage plan."""
     from symjac.verifiers._pool_run import _dtype, _inputs
 
+    from symjac.pool._beta import Beta, parse_tie
+    from symjac.pool._symbolic import TIE_POLICIES
+    from symjac.verifiers._pool_beta import beta_name
+
     spec = check_pool_spec(spec)
+    parsed = parse_tie(tie, ("any",) + TIE_POLICIES)
+    tie_name = beta_name(parsed) if isinstance(parsed, Beta) else str(parsed)
     for name, fn in (("jvp", jvp), ("double_backward", double_backward)):
         if fn is not None and not callable(fn):
             raise InputError(f"{name}={fn!r} is not callable: give a function on NumPy arrays")
@@ -178,12 +198,13 @@ def verify_transforms(spec: PoolSpec, *, jvp: Callable[..., Any] | None, double_
     for shape in shapes:
         g, x_arr, _ = _inputs(spec, dt, input_shape if shape is None else shape, x, None, seed)
         at: list[Report] = []
+        main = "given" if x is not None else "distinct"
         if jvp is not None:
             at.append(check_jvp(g, x_arr, dt, jvp, backward=backward, seed=seed, budget=one_hot_budget,
-                                timeout=timeout))
+                                timeout=timeout, main_family=main, tie=tie_name))
         if double_backward is not None:
             at.append(check_double_backward(g, x_arr, dt, double_backward, seed=seed, budget=one_hot_budget,
-                                            timeout=timeout))
+                                            timeout=timeout, main_family=main))
         reports += [_at_shape(r, g.input_shape, len(shapes) > 1) for r in at]
     return combine(repr(spec), reports)
 
@@ -197,20 +218,17 @@ def _at_shape(r: Report, shape: tuple[int, ...], many: bool) -> Report:
                                                             for k, v in r.stats.items()})
 
 
-def combine(subject: str, reports: list[Report], base: Report | None = None) -> Report:
-    """One report of the VJP's (``base``, if any) and the transforms': findings in order, the
-    transforms' figures under ``stats["transforms"]`` (one entry per transform and shape)."""
-    findings = list(base.findings) if base is not None else []
+def combine(subject: str, reports: list[Report]) -> Report:
+    """One report of the transforms' reports (per transform and shape): findings in order, the
+    figures under ``stats["transforms"]`` (per transform: ``ok`` and one entry per shape)."""
+    findings: list[Finding] = []
     per: dict[str, list[dict[str, Any]]] = {}
     for r in reports:
         findings += r.findings
         for name, s in r.stats.items():
             per.setdefault(name, []).append(s)
     summary = {name: {"ok": all(s["ok"] for s in ss), "shapes": ss} for name, ss in per.items()}
-    if base is not None:
-        summary = {"vjp": {"ok": base.ok}, **summary}
-    stats = {**(base.stats if base is not None else {}), "transforms": summary}
-    parts = [base.headline] if base is not None else []
+    parts = []
     for name in per:
         failing = [r for r in reports if name in r.stats and not r.ok]
         if failing:
@@ -218,4 +236,4 @@ def combine(subject: str, reports: list[Report], base: Report | None = None) -> 
         else:
             last = [r for r in reports if name in r.stats][-1].headline
             parts.append(last if len(per[name]) == 1 else f"{last} (at all {len(per[name])} shapes)")
-    return Report(subject, tuple(findings), stats, "; ".join(parts))
+    return Report(subject, tuple(findings), {"transforms": summary}, "; ".join(parts))
