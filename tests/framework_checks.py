@@ -25,11 +25,15 @@ DTYPES = ("float32", "float64")
 FULL = os.environ.get("SYMJAC_FULL_GRID") == "1"
 
 
-def runnable(module: ModuleType, grid: str) -> list[tuple[Any, tuple[str, ...]]]:
-    """[(config, dtypes to check)] without the adapter's known defects and kernel gaps."""
+def runnable(module: ModuleType, grid: str, transform: str = "vjp") -> list[tuple[Any, tuple[str, ...]]]:
+    """[(config, dtypes to check)] without the adapter's known defects (under ``transform``, for an
+    adapter whose ``known_defect`` takes one) and kernel gaps."""
+    import inspect
+
+    takes = "transform" in inspect.signature(module.known_defect).parameters
     out = []
     for config in module.configurations(grid):
-        if module.known_defect(config):
+        if module.known_defect(config, transform) if takes else module.known_defect(config):
             continue
         dtypes = tuple(dt for dt in DTYPES if not module.limitation(config, dt))
         if dtypes:
@@ -46,7 +50,7 @@ def check_configurations(module: ModuleType, grid: str, transform: str = "vjp",
 
     checked: collections.Counter[str] = collections.Counter()
     failures = []
-    for config, dtypes in runnable(module, grid) if configs is None else configs:
+    for config, dtypes in runnable(module, grid, transform) if configs is None else configs:
         spec, impl = module.make(config)
         for dtype in dtypes:
             report = verify_transform(spec, impl, transform, np.dtype(dtype), input_shape=config.input_shape)

@@ -307,3 +307,28 @@ def test_cli_transforms_option_rejects_an_unknown_one_in_one_line():
     assert r.returncode == 2
     assert "--transforms 'jacfwd' is not valid: give a comma-separated subset of vjp,jvp,hvp,vmap" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_tensorflow_defects_the_transforms_found():
+    # Found by the transforms grid (tensorflow --grid small); per sample the VJP passes in each.
+    pytest.importorskip("tensorflow")
+    import symjac.frameworks.tensorflow as stf
+    from symjac.frameworks import Config
+
+    # tf.nn.max_pool2d with explicit padding: MaxPoolGradGrad takes only SAME / VALID, so its forward
+    # mode (ForwardAccumulator transposes the gradient) and its second derivative raise.
+    config = Config("max_pool2d", {"ksize": [3, 3], "strides": [3, 3], "padding": [[0, 0], [1, 0], [0, 1], [0, 0]]},
+                    (1, 6, 6, 2))
+    spec, impl = stf.make(config)
+    assert verify_transform(spec, impl, "vjp", np.dtype("float32"), input_shape=config.input_shape).ok
+    report = verify_transform(spec, impl, "jvp", np.dtype("float32"), input_shape=config.input_shape)
+    assert "bad_output" in report.categories() and "EXPLICIT" in report.summary()
+    assert "MaxPoolGradGrad" in stf.known_defect(config, "hvp") and stf.known_defect(config) is None
+    # Keras adaptive max pooling under tf.vectorized_map: the JVP comes back zero in most of the 18
+    # windows, a different number from call to call.
+    config = Config("AdaptiveMaxPooling2D", {"output_size": [3, 6]}, (1, 5, 6, 1))
+    spec, impl = stf.make(config)
+    assert verify_transform(spec, impl, "jvp", np.dtype("float32"), input_shape=config.input_shape).ok
+    report = verify_transform(spec, impl, "vmap", np.dtype("float32"), input_shape=config.input_shape)
+    assert "missing_windows" in report.categories()
+    assert "vectorized_map" in stf.known_defect(config, "vmap")

@@ -118,7 +118,7 @@ def run_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]:
     from symjac.check._inputs import distinct_dy, generate_input
     from symjac.frameworks._adapter import FrameworkMissing, Unsupported
     from symjac.io._specwrite import operator_table
-    from symjac.frameworks._transforms import missing, verify_transform
+    from symjac.frameworks._transforms import known_defect, missing, verify_transform
     from symjac.pool._geometry import resolve
 
     transform = job.get("transform", "vjp")
@@ -135,9 +135,9 @@ def run_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]:
         return {**out, "status": "error", "reason": f"building the op raised {type(exc).__name__}: {exc}"}
     out.update(operator=operator_table(spec), reproducer=getattr(impl, "reproducer", ""),
                forward_only=impl.backward is None)
-    known = getattr(adapter, "known_defect", None)
-    if callable(known) and known(config):
-        out["known_defect"] = known(config)
+    defect = known_defect(adapter, config, transform)
+    if defect:
+        out["known_defect"] = defect
     try:
         dt = numpy_dtype(dtype)
         g = resolve(spec, tuple(job["input_shape"]))

@@ -19,6 +19,7 @@ without ``jvp``) makes the cell ``unsupported``, as does a framework that says i
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -53,6 +54,20 @@ def missing(impl: Any, transform: str) -> str | None:
         if getattr(impl, name, None) is None:
             return f"the adapter gives no {name} for {getattr(impl, 'op', 'this op')} ({transform} transform)"
     return None
+
+
+def known_defect(adapter: Any, config: Any, transform: str) -> str | None:
+    """The adapter's documented defect of ``config`` under ``transform`` (an adapter's
+    ``known_defect(config)`` that takes no transform documents the VJP's), or None."""
+    known = getattr(adapter, "known_defect", None)
+    if not callable(known):
+        return None
+    try:
+        takes = "transform" in inspect.signature(known).parameters
+    except (TypeError, ValueError):
+        takes = False
+    text: str | None = known(config, transform) if takes else (known(config) if transform == "vjp" else None)
+    return text
 
 
 def preflight(impl: Any, transform: str, x: np.ndarray, dy: np.ndarray) -> None:

@@ -181,8 +181,21 @@ def limitation(config: Config, dtype: Any) -> str | None:
     return None
 
 
-def known_defect(config: Config) -> str | None:
-    """A known TensorFlow/Keras defect ``config`` runs into (symjac reports it), or None."""
+def known_defect(config: Config, transform: str = "vjp") -> str | None:
+    """A known TensorFlow/Keras defect ``config`` runs into under ``transform`` (``conform --transforms``;
+    symjac reports it), or None."""
+    if transform != "vjp":
+        explicit = not isinstance(config.kwargs.get("padding", "VALID"), str)
+        if explicit and config.op == "max_pool2d":
+            return ("tf.nn.max_pool2d with explicit padding has no second derivative: MaxPoolGradGrad rejects "
+                    "padding 'EXPLICIT' (ForwardAccumulator's JVP and nested tapes raise)")
+        if transform in ("jvp", "vmap") and "adaptive" in config.op.lower() and _rank(config) == 3 \
+                and "average" in config.op.lower():
+            return ("Keras adaptive average pooling 3-D: ForwardAccumulator's JVP raises (AvgPool3D in the "
+                    "gradient tape: negative dimension size)")
+        if transform == "vmap" and "adaptive" in config.op.lower() and "max" in config.op.lower():
+            return ("Keras adaptive max pooling under tf.vectorized_map: ForwardAccumulator's JVP comes back "
+                    "zero in most windows, a different number of them from call to call (per sample it is right)")
     is_max = "max" in config.op.lower() or config.kwargs.get("pooling_type") == "MAX"
     adaptive = "adaptive" in config.op.lower()
     if adaptive and is_max and 1 in tuple(config.kwargs["output_size"]):
