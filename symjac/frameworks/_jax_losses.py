@@ -125,7 +125,9 @@ def _draw(rng: np.random.Generator, op: str) -> LossConfig:
         target = dyadic(rng, -3, 3, shape)
         if op == "huber_loss":
             kwargs["delta"] = delta = float(rng.choice([0.5, 1.0, 2.0]))
-            target[np.abs(pred - target) == delta] += 1 / 128  # off the kink
+            # off the kink |d| = delta, and off d = 0 (symjac's Hessian of huber refuses it: Abs in its template)
+            d = np.abs(pred - target)
+            target[(d == delta) | (d == 0)] += 1 / 128
     elif op == "sigmoid_binary_cross_entropy":
         target = rng.choice([0.0, 1.0, 0.25, 0.5], shape)
     elif op == "softmax_cross_entropy":
