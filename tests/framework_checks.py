@@ -25,11 +25,15 @@ DTYPES = ("float32", "float64")
 FULL = os.environ.get("SYMJAC_FULL_GRID") == "1"
 
 
-def runnable(module: ModuleType, grid: str) -> list[tuple[Any, tuple[str, ...]]]:
-    """[(config, dtypes to check)] without the adapter's known defects and kernel gaps."""
+def runnable(module: ModuleType, grid: str, transform: str = "vjp") -> list[tuple[Any, tuple[str, ...]]]:
+    """[(config, dtypes to check)] without the adapter's known defects (under ``transform``, for an
+    adapter whose ``known_defect`` takes one) and kernel gaps."""
+    import inspect
+
+    takes = "transform" in inspect.signature(module.known_defect).parameters
     out = []
     for config in module.configurations(grid):
-        if module.known_defect(config):
+        if module.known_defect(config, transform) if takes else module.known_defect(config):
             continue
         dtypes = tuple(dt for dt in DTYPES if not module.limitation(config, dt))
         if dtypes:
@@ -37,18 +41,22 @@ def runnable(module: ModuleType, grid: str) -> list[tuple[Any, tuple[str, ...]]]
     return out
 
 
-def check_configurations(module: ModuleType, grid: str) -> collections.Counter[str]:
-    """Verify every runnable configuration; return how many were checked per dtype."""
+def check_configurations(module: ModuleType, grid: str, transform: str = "vjp",
+                         configs: list[tuple[Any, tuple[str, ...]]] | None = None) -> collections.Counter[str]:
+    """Verify every runnable configuration (of ``configs``, default the grid's) under ``transform``
+    (``conform --transforms``: vjp, jvp, hvp, vmap) at ``verify``'s default inputs; return how many
+    were checked per dtype."""
+    from symjac.frameworks._transforms import verify_transform
+
     checked: collections.Counter[str] = collections.Counter()
     failures = []
-    for config, dtypes in runnable(module, grid):
+    for config, dtypes in runnable(module, grid, transform) if configs is None else configs:
         spec, impl = module.make(config)
         for dtype in dtypes:
-            report = symjac.verify(spec, forward=impl.forward, backward=impl.backward,
-                                   input_shape=config.input_shape, dtype=dtype)
+            report = verify_transform(spec, impl, transform, np.dtype(dtype), input_shape=config.input_shape)
             checked[dtype] += 1
             if not report.ok:
-                failures.append(f"{config.label} {config.input_shape} {dtype}: {report.summary()}")
+                failures.append(f"{config.label} {config.input_shape} {dtype} {transform}: {report.summary()}")
     assert not failures, f"{len(failures)} false alarms / wrong mappings:\n" + "\n".join(failures[:20])
     return checked
 

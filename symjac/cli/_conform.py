@@ -76,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
     result = conform(args.framework, grid=grid, budget=args.budget, dtypes=_list("--dtype", args.dtype, DTYPES),
                      families=_list("--families", args.families, GENERATORS), isolate=not args.no_isolate,
                      jobs=args.jobs, scheduler=args.scheduler, timeout=args.timeout or None, progress=not args.quiet,
-                     ops=[o for o in args.ops.split(",") if o] if args.ops else None)
+                     ops=[o for o in args.ops.split(",") if o] if args.ops else None,
+                     transforms=_list("--transforms", args.transforms, tuple(_TRANSFORMS.split(","))))
     print(result.table())
     if args.json:
         write_text(args.json, result.to_json() + "\n")
@@ -97,11 +98,13 @@ EXAMPLES = (
     "symjac conform tensorflow --ops max_pool3d --dtype float32 --reproducers repro",
     "symjac conform onnxruntime --budget 60 --json ort.json",
     "symjac conform my_adapter.py:adapter --no-isolate -j 2",
+    "symjac conform torch --transforms vjp,jvp,hvp,vmap --dtype float32,float64",
 )
 
-# the dtype and family names, here so that building the parser imports nothing heavy
+# the dtype, family and transform names, here so that building the parser imports nothing heavy
 _DTYPES = "float16,bfloat16,float32,float64"
 _FAMILIES = "distinct,ties,random"
+_TRANSFORMS = "vjp,jvp,hvp,vmap"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -117,6 +120,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=_DTYPES, metavar="DTYPES", help=f"comma-separated dtypes (default {_DTYPES})")
     p.add_argument("--families", default=_FAMILIES, metavar="FAMILIES",
                    help=f"comma-separated input families (default {_FAMILIES}; ties: max pooling only)")
+    p.add_argument("--transforms", default="vjp", metavar="TRANSFORMS",
+                   help=f"comma-separated derivatives to check, one column each (default vjp; of {_TRANSFORMS}: "
+                        "jvp forward mode, hvp double backward, vmap the batched forward/VJP/JVP)")
     p.add_argument("--ops", default=None, metavar="OPS", help="comma-separated op names: only their configurations")
     p.add_argument("--json", default=None, metavar="PATH", help="write the results as JSON")
     p.add_argument("--reproducers", default=None, metavar="DIR",

@@ -48,6 +48,12 @@ class Impl:
       kwargs: the framework-side arguments, as the user passed them.
       reproducer: a self-contained Python snippet that calls the framework op directly on NumPy
         arrays ``x`` (and ``dy``, for its autodiff) defined before it: for an upstream bug report.
+      jvp: ``jvp(x, t) -> J(x)·t`` through the framework's forward mode (``None``: it has none).
+      double_backward: ``double_backward(x, dy, v) -> (ddx, ddy)``, the gradient of ``<v, J(x)^T dy>``
+        with respect to ``x`` and ``dy`` through the framework's own second-order autodiff.
+      vmap: the framework's batched (vmapped) forward, backward and jvp as an :class:`Impl` whose
+        arrays carry one more leading axis, the vmapped one (``None``: no batching transform);
+        :func:`symjac.frameworks._vmap.per_sample` turns it back into a per-sample ``Impl``.
     """
 
     forward: Callable[[np.ndarray], np.ndarray]
@@ -56,6 +62,9 @@ class Impl:
     op: str
     kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     reproducer: str = ""
+    jvp: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+    double_backward: Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
+    vmap: Impl | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from symjac._atomic import write_text
-from symjac._errors import InputError, SpecError, SymjacError
+from symjac._errors import InputError, SpecError
 from symjac.pool._ops import operator_of
+from symjac.frameworks._conform_repro import TIE_CATEGORIES as TIE_CATEGORIES, write_reproducer
 from symjac.frameworks._conform_plan import adapter_target, check_budget, load_adapter, plan, sample_order
 from symjac.run._executor import execute
 from symjac.run._isolate import Crashed, Raised, TimedOut, Worker
@@ -42,7 +42,6 @@ DTYPES = ("float16", "bfloat16", "float32", "float64")
 FAMILIES = ("distinct", "ties", "random")
 #: Statuses of a cell; "finding" cells carry the root category.
 STATUSES = ("pass", "finding", "unsupported", "skipped", "error", "not_run")
-TIE_CATEGORIES = ("tie_not_subgradient", "tie_policy")
 #: The most worker processes a run starts (``jobs``).
 MAX_JOBS = 64
 #: Seconds a budget grants a user adapter's configurations() beyond itself: its worker's start.
@@ -74,13 +73,17 @@ def _unsupported(reason: str) -> dict[str, Any]:
     return {"status": "unsupported", "reason": reason}
 
 
-def _preflight(impl: Any, x: np.ndarray, dy: np.ndarray) -> str | None:
-    """Call forward and backward once: an Unsupported raised here (a dtype or VJP the
-    framework lacks) makes the cell unsupported; anything else is left to verify."""
+def _preflight(impl: Any, x: np.ndarray, dy: np.ndarray, transform: str = "vjp") -> str | None:
+    """Call forward and backward once (and the transform's callables): an Unsupported raised here
+    (a dtype, VJP, forward-AD formula or batching rule the framework lacks) makes the cell
+    unsupported; anything else is left to verify."""
+    from symjac.frameworks._transforms import preflight
+
     try:
         impl.forward(x.copy())
         if impl.backward is not None:
             impl.backward(x.copy(), dy.copy())
+        preflight(impl, transform, x, dy)
     except NotImplementedError as exc:  # Unsupported, or the framework's own (torch: "not implemented for 'Half'")
         return f"{type(exc).__name__}: {exc}"
     except Exception:  # noqa: BLE001 - verify reports the implementation's failures as findings
@@ -115,10 +118,11 @@ def run_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]:
     from symjac.check._inputs import distinct_dy, generate_input
     from symjac.frameworks._adapter import FrameworkMissing, Unsupported
     from symjac.io._specwrite import operator_table
+    from symjac.frameworks._transforms import known_defect, missing, verify_transform
     from symjac.pool._geometry import resolve
-    from symjac.verifiers._pool import verify
 
-    out: dict[str, Any] = {"config": job, "dtype": dtype}
+    transform = job.get("transform", "vjp")
+    out: dict[str, Any] = {"config": job, "dtype": dtype, "transform": transform}
     config = _config(job)
     try:
         adapter = load_adapter(target)
@@ -131,9 +135,9 @@ def run_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]:
         return {**out, "status": "error", "reason": f"building the op raised {type(exc).__name__}: {exc}"}
     out.update(operator=operator_table(spec), reproducer=getattr(impl, "reproducer", ""),
                forward_only=impl.backward is None)
-    known = getattr(adapter, "known_defect", None)
-    if callable(known) and known(config):
-        out["known_defect"] = known(config)
+    defect = known_defect(adapter, config, transform)
+    if defect:
+        out["known_defect"] = defect
     try:
         dt = numpy_dtype(dtype)
         g = resolve(spec, tuple(job["input_shape"]))
@@ -145,11 +149,14 @@ def run_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]:
     reason = limitation(config, dt) if callable(limitation) else None
     if reason:  # the adapter knows the framework cannot run this (no kernel for the dtype, a rejected case)
         return {**out, **_unsupported(reason)}
+    reason = missing(impl, transform)
+    if reason:
+        return {**out, **_unsupported(reason)}
     seed = int(job.get("seed", 0))
     families = [f for f in job.get("families", FAMILIES) if f != "ties" or operator_of(spec).ties]
     try:
         x0 = generate_input(g, families[0], dt, seed)
-        reason = _preflight(impl, x0, distinct_dy(g, dt, seed))
+        reason = _preflight(impl, x0, distinct_dy(g, dt, seed), transform)
     except InputError as exc:
         return {**out, **_unsupported(str(exc))}
     if reason is not None:
@@ -159,7 +166,7 @@ def run_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]:
     for family in families:
         x = generate_input(g, family, dt, seed)
         try:
-            report = verify(spec, forward=impl.forward, backward=impl.backward, x=x, dtype=dt, seed=seed)
+            report = verify_transform(spec, impl, transform, dt, seed, x=x)
         except InputError as exc:  # verify does not take this dtype
             return {**out, **_unsupported(f"symjac verify: {exc}")}
         if not report.ok:
@@ -231,6 +238,8 @@ class Conformance:
       results: one dict per (configuration, dtype): ``label``, ``op``, ``dtype``,
         ``status`` (:data:`STATUSES`), ``category`` for findings, ``summary``/``reason``.
       seconds: wall time.
+      transforms: the derivatives checked (:data:`symjac.frameworks._transforms.TRANSFORMS`), one
+        column each (per dtype); a result's job says its ``transform``.
     """
 
     framework: str
@@ -238,6 +247,7 @@ class Conformance:
     dtypes: tuple[str, ...]
     results: list[dict[str, Any]]
     seconds: float
+    transforms: tuple[str, ...] = ("vjp",)
 
     @property
     def findings(self) -> list[dict[str, Any]]:
@@ -266,20 +276,27 @@ class Conformance:
         """op × convention rows, one column per dtype."""
         rows: dict[str, dict[str, str]] = {}
         for r in self.results:
-            rows.setdefault(_row(r["config"]), {})[r["dtype"]] = self.cell_text(r)
+            rows.setdefault(_row(r["config"]), {})[self._column(r["dtype"], r["config"].get("transform", "vjp"))] = \
+                self.cell_text(r)
+        heads = [self._column(d, t) for d in self.dtypes for t in self.transforms]
         width = max([len("configuration")] + [len(k) for k in rows])
-        cols = [max(len(d), *(len(v.get(d, "")) for v in rows.values())) for d in self.dtypes] if rows else []
-        lines = [f"{'configuration':{width}}  " + "  ".join(f"{d:{w}}" for d, w in zip(self.dtypes, cols))]
+        cols = [max(len(d), *(len(v.get(d, "")) for v in rows.values())) for d in heads] if rows else []
+        lines = [f"{'configuration':{width}}  " + "  ".join(f"{d:{w}}" for d, w in zip(heads, cols))]
         for label, cells in rows.items():
-            lines.append(f"{label:{width}}  " + "  ".join(f"{cells.get(d, ''):{w}}" for d, w in zip(self.dtypes, cols)))
+            lines.append(f"{label:{width}}  " + "  ".join(f"{cells.get(d, ''):{w}}" for d, w in zip(heads, cols)))
         known = sorted({r["known_defect"] for r in self.findings if r.get("known_defect")})
         lines += [f"* a defect the adapter documents: {k}" for k in known]
         c = self.counts()
         configs = len(rows)
-        lines.append(f"{self.framework} --grid {self.grid}: {configs} configurations x {len(self.dtypes)} dtypes = "
+        per = "" if self.transforms == ("vjp",) else f" x {len(self.transforms)} transforms"
+        lines.append(f"{self.framework} --grid {self.grid}: {configs} configurations x {len(self.dtypes)} dtypes{per} = "
                      f"{len(self.results)} cells: " + ", ".join(f"{v} {k}" for k, v in c.items() if v)
                      + f" in {self.seconds:.1f} s")
         return "\n".join(lines)
+
+    def _column(self, dtype: str, transform: str) -> str:
+        """A column's head: the dtype (a VJP-only run, as before transforms), else ``transform/dtype``."""
+        return dtype if self.transforms == ("vjp",) else f"{transform}/{dtype}"
 
     def __str__(self) -> str:
         return self.table()
@@ -287,7 +304,8 @@ class Conformance:
     def to_dict(self) -> dict[str, Any]:
         from symjac.check._report import jsonable
 
-        return {"framework": self.framework, "grid": self.grid, "dtypes": list(self.dtypes), "ok": self.ok,
+        return {"framework": self.framework, "grid": self.grid, "dtypes": list(self.dtypes),
+                "transforms": list(self.transforms), "ok": self.ok,
                 "seconds": round(self.seconds, 3), "counts": self.counts(),
                 "failure_classes": [list(k) for k in self.failure_classes()],
                 "results": [jsonable({k: v for k, v in r.items() if k != "reproducer"})
@@ -300,7 +318,9 @@ class Conformance:
         """(op, category) -> the first cell with that finding."""
         classes: dict[tuple[str, str], dict[str, Any]] = {}
         for r in self.findings:
-            classes.setdefault((r["config"]["op"], r["category"]), r)
+            transform = r["config"].get("transform", "vjp")
+            category = r["category"] if transform == "vjp" else f"{transform}:{r['category']}"
+            classes.setdefault((r["config"]["op"], category), r)
         return classes
 
     def write_reproducers(self, directory: str | Path) -> list[Path]:
@@ -310,7 +330,7 @@ class Conformance:
         written: list[Path] = []
         for (op, category), r in self.failure_classes().items():
             stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{_short(self.framework)}-{op}-{category}")
-            written += _write_reproducer(out, stem, self.framework, r)
+            written += write_reproducer(out, stem, self.framework, r, numpy_dtype(r["dtype"]))
         return written
 
 
@@ -322,89 +342,11 @@ def _short(framework: str) -> str:
     return Path(framework.split(":")[0]).stem
 
 
-def _reproducer_input(r: dict[str, Any]) -> tuple[Any, Any, np.ndarray, np.ndarray, str]:
-    """(spec, geometry, x, dy, generator) of a finding: tie inputs and dy = ones for tie
-    findings (any Clarke element sums to 1 per window), else the failing family's x and
-    distinct dy values (a gradient swapped between windows shows)."""
-    from symjac.check._inputs import distinct_dy, generate_input
-    from symjac.io._specfile import _operator
-    from symjac.pool._geometry import resolve
-
-    spec = _operator(dict(r["operator"]), "reproducer")
-    g = resolve(spec, tuple(r["config"]["input_shape"]))
-    dt = numpy_dtype(r["dtype"])
-    seed = int(r["config"].get("seed", 0))
-    family = "ties" if r["category"] in TIE_CATEGORIES else r.get("family") or "distinct"
-    x = generate_input(g, family, dt, seed)
-    dy = np.ones(g.output_shape, dt) if r["category"] in TIE_CATEGORIES else distinct_dy(g, dt, seed)
-    return spec, g, x, dy, family
-
-
-def _array_text(a: np.ndarray, dtype: str) -> str:
-    lit = np.array2string(np.asarray(a, dtype=np.float64), separator=", ", threshold=1 << 30, max_line_width=110)
-    ctor = "ml_dtypes.bfloat16" if dtype == "bfloat16" else f"np.{dtype}"
-    return f"np.array({lit}, dtype={ctor})"
-
-
-def _write_reproducer(out: Path, stem: str, framework: str, r: dict[str, Any]) -> list[Path]:
-    from symjac.io._specwrite import dumps
-    from symjac.pool._jacobian import forward as exact_forward, vjp as exact_vjp
-
-    config, category = r["config"], r["category"]
-    kwargs = ", ".join(f"{k}={v!r}" for k, v in config["kwargs"].items())
-    title = f"{framework} {config['op']}({kwargs}) in {r['dtype']}: {category}"
-    path = out / f"{stem}.toml"
-    try:
-        spec, g, x, dy, family = _reproducer_input(r)
-    except (SymjacError, KeyError) as exc:  # a crash before the op was built: no spec to write
-        script = out / f"{stem}.txt"
-        write_text(script, f"{title}\n{r.get('summary', '')}\nno reproducer: {exc}\n")
-        return [script]
-    write_text(path, dumps(stem, f"{framework} {config['op']} {config['label']}: {category}",
-                          dict(r["operator"]),
-                          {"shape": list(config["input_shape"]), "generator": family,
-                           "seed": int(config.get("seed", 0))},
-                          comment=f"{title}\n{r.get('summary', '')}\n"
-                                  f"Check: symjac verify {path.name} --impl <your impl> --dtype {r['dtype']}"))
-    y = np.array(exact_forward(spec, x.astype(np.float64)), dtype=np.float64)
-    dx = np.array(exact_vjp(spec, x.astype(np.float64), dy.astype(np.float64)), dtype=np.float64)
-    tie_note = ("# at tied maxima any convex combination of the tied cells is exact (each window's gradient\n"
-                "# sums to dy there); this is the one that routes to the first maximum in row-major order\n"
-                if category in TIE_CATEGORIES else "")
-    lines = [f'"""Reproducer: {title}.', "", f"symjac: {r.get('summary', '')}",
-             f"Spec: {path.name} (load with symjac.load_spec_file). Exact values below come from symjac.",
-             '"""', "import numpy as np"]
-    if r["dtype"] == "bfloat16":
-        lines.append("import ml_dtypes")
-    lines += ["", f"x = {_array_text(x, r['dtype'])}"]
-    if not r.get("forward_only"):
-        lines.append(f"dy = {_array_text(dy, r['dtype'])}")
-    lines += ["", r.get("reproducer") or "# (the adapter gave no reproducer snippet)", "",
-              f"expected_y = {_array_text(y, 'float64')}"]
-    if not r.get("forward_only"):
-        lines += [tie_note + f"expected_dx = {_array_text(dx, 'float64')}"]
-    lines += ["print('expected y =', expected_y)"]
-    if not r.get("forward_only"):
-        lines += ["print('expected dx =', expected_dx)"]
-    # the snippet names its results y (and dx): compare them where it did
-    lines += ["for name, want in (('y', expected_y), ('dx', globals().get('expected_dx'))):",
-              "    got = globals().get(name)",
-              "    if got is not None and want is not None:",
-              "        got = np.asarray(got, dtype=np.float64)",
-              "        if got.shape != want.shape:",
-              "            print(f'{name}: shape {got.shape}, expected {want.shape}')",
-              "        else:",
-              "            print(f'{name}: max |difference| {np.abs(got - want).max():g}; sum {got.sum():g}, expected '",
-              "                  f'{want.sum():g}')"]
-    script = out / f"{stem}.py"
-    write_text(script, "\n".join(lines) + "\n")
-    return [path, script]
-
-
 def conform(framework: str, *, grid: str = "small", budget: float | None = None,
             dtypes: Sequence[str] = DTYPES, families: Sequence[str] = FAMILIES, isolate: bool = True,
             jobs: int = 1, scheduler: str | None = None, timeout: float | None = 120.0,
-            progress: bool = False, known_defects: bool = True, ops: Sequence[str] | None = None) -> Conformance:
+            progress: bool = False, known_defects: bool = True, ops: Sequence[str] | None = None,
+            transforms: Sequence[str] = ("vjp",)) -> Conformance:
     """Run a framework's convention matrix and verify every cell.
 
     Args:
@@ -424,6 +366,9 @@ def conform(framework: str, *, grid: str = "small", budget: float | None = None,
         the smaller of ``timeout`` and ``budget`` (plus :data:`WORKER_START` for its worker's start).
       progress: a progress bar on stderr.
       ops: only the configurations of these ops (the adapter's op names, e.g. ``"max_pool3d"``).
+      transforms: the derivatives to check, one column each (per dtype): ``"vjp"`` (reverse mode,
+        the default), ``"jvp"`` (forward mode), ``"hvp"`` (double backward), ``"vmap"`` (the batched
+        forward, VJP and JVP); see :mod:`symjac.frameworks._transforms`.
       known_defects: also run the configurations an adapter leaves out of its default grid
         because they hit a defect it documents (ONNX Runtime SAME with dilations); a cell
         whose configuration has a documented defect carries it as ``known_defect``.
@@ -437,6 +382,7 @@ def conform(framework: str, *, grid: str = "small", budget: float | None = None,
         :class:`symjac.frameworks.FrameworkMissing` when the framework is not installed.
     """
     from symjac.check._inputs import GENERATORS
+    from symjac.frameworks._transforms import check_transforms
 
     for d in dtypes:
         if d not in DTYPES:
@@ -447,6 +393,7 @@ def conform(framework: str, *, grid: str = "small", budget: float | None = None,
     if not dtypes or not families:
         raise InputError("give at least one dtype and one input family")
     check_budget(budget)
+    chosen = check_transforms(transforms)
     if not 1 <= jobs <= MAX_JOBS:
         raise InputError(f"jobs={jobs!r} is not valid: give 1 to {MAX_JOBS} worker processes")
     if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
@@ -464,8 +411,8 @@ def conform(framework: str, *, grid: str = "small", budget: float | None = None,
             raise InputError(f"ops {sorted(unknown)} are not in the {grid} grid of {framework}; its ops: "
                              f"{', '.join(sorted({c['op'] for c in configs}))}")
         configs = [c for c in configs if c["op"] in ops]
-    jobs_list = [{**c, "dtype": d, "families": list(families), "isolate": isolate, "timeout": timeout}
-                 for c in configs for d in dtypes]
+    jobs_list = [{**c, "dtype": d, "families": list(families), "isolate": isolate, "timeout": timeout,
+                  **({} if t == "vjp" else {"transform": t})} for c in configs for d in dtypes for t in chosen]
     order = sample_order(len(jobs_list), budget)
     raw_in_order = execute([jobs_list[i] for i in order], target, jobs=jobs, scheduler=scheduler, progress=progress,
                            runner=run_job, deadline=None if budget is None else started + budget)
@@ -478,4 +425,4 @@ def conform(framework: str, *, grid: str = "small", budget: float | None = None,
             results.append({"config": job, "dtype": job["dtype"], "status": "not_run"})
         else:
             results.append({**{k: v for k, v in r.items() if k != "conform_status"}, "status": r["conform_status"]})
-    return Conformance(framework, grid, tuple(dtypes), results, time.monotonic() - started)
+    return Conformance(framework, grid, tuple(dtypes), results, time.monotonic() - started, chosen)

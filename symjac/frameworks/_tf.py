@@ -51,7 +51,57 @@ def tape(call: Callable[[Any], Any], name: str, kwargs: dict[str, Any], reproduc
         dx = gradient_tape.gradient(y, t, output_gradients=tf.constant(dy))
         return np.zeros_like(x) if dx is None else np.array(dx)
 
-    return Impl(forward, backward, framework, name, kwargs, reproducer)
+    return Impl(forward, backward, framework, name, kwargs, reproducer, *_autodiff(call, framework))
+
+
+def _autodiff(call: Callable[[Any], Any], framework: str) -> tuple[Any, Any, Impl]:
+    """``tf.autodiff.ForwardAccumulator`` (forward mode); two nested ``GradientTape``s (the
+    gradient of ``<v, J^T dy>`` with respect to x and dy); ``tf.vectorized_map`` of the forward,
+    the tape's VJP and the accumulator's JVP, without its while-loop fallback (a batching rule
+    that does not exist is :class:`Unsupported`, not a slow loop passing for one)."""
+    tf = import_tf()
+
+    def vjp(t: Any, g: Any) -> Any:
+        with tf.GradientTape() as inner:
+            inner.watch(t)
+            y = call(t)
+        dx = inner.gradient(y, t, output_gradients=g)
+        return tf.zeros_like(t) if dx is None else dx
+
+    def tangent(t: Any, d: Any) -> Any:
+        with tf.autodiff.ForwardAccumulator(t, d) as acc:
+            y = call(t)
+        out = acc.jvp(y)
+        return tf.zeros_like(y) if out is None else out
+
+    def jvp(x: np.ndarray, t: np.ndarray) -> np.ndarray:
+        return np.array(tangent(tf.constant(x), tf.constant(t)))
+
+    def double_backward(x: np.ndarray, dy: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        t, g = tf.constant(x), tf.constant(dy)
+        with tf.GradientTape() as outer:
+            outer.watch([t, g])
+            dx = vjp(t, g)
+        ddx, ddy = outer.gradient(dx, [t, g], output_gradients=tf.constant(v))
+        return (np.zeros_like(x) if ddx is None else np.array(ddx)), (np.zeros_like(dy) if ddy is None else np.array(ddy))
+
+    def batched(fn: Callable[..., Any]) -> Callable[..., np.ndarray]:
+        # one tf.function per transform: pfor traces once per shape and dtype, not once per call
+        mapped = tf.function(lambda *elems: tf.vectorized_map(lambda e: fn(*e), elems, fallback_to_while_loop=False))
+
+        def run(*arrays: np.ndarray) -> np.ndarray:
+            try:
+                out = mapped(*(tf.constant(a) for a in arrays))
+            except ValueError as exc:  # pfor has no converter for an op: no batching rule
+                if "pfor" in str(exc) or "converter" in str(exc) or "vectoriz" in str(exc):
+                    raise Unsupported(f"tf.vectorized_map: {str(exc).splitlines()[0]}") from None
+                raise
+            return np.array(out)
+
+        return run
+
+    vmapped = Impl(batched(call), batched(vjp), framework, "vectorized_map", jvp=batched(tangent))
+    return jvp, double_backward, vmapped
 
 
 #: The reproducer's tape around a ``{call}`` of ``xt``.

@@ -31,7 +31,7 @@ JAX / Flax                               symjac
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from symjac.frameworks._adapter import Config, Impl, Unsupported, call_text, generate, label, make as _make, require
+from symjac.frameworks._jax_context import cpu as _cpu, precision as precision
 from symjac.pool._spec import Pool
 
 FRAMEWORK = "jax"
@@ -46,25 +47,6 @@ FRAMEWORK = "jax"
 
 def _jax() -> Any:
     return require("jax")
-
-
-def precision(dtype: Any) -> contextlib.AbstractContextManager[Any]:
-    """64-bit JAX for this block only when ``dtype`` is 64-bit; the global flag is untouched."""
-    if np.dtype(dtype).itemsize < 8:
-        return contextlib.nullcontext()
-    jax = _jax()
-    context: contextlib.AbstractContextManager[Any]
-    if hasattr(jax, "enable_x64"):
-        context = jax.enable_x64(True)
-    else:
-        context = require("jax.experimental").enable_x64()  # older JAX
-    return context
-
-
-def _cpu() -> contextlib.AbstractContextManager[Any]:
-    jax = _jax()
-    context: contextlib.AbstractContextManager[Any] = jax.default_device(jax.devices("cpu")[0])
-    return context
 
 
 def wrap(fn: Callable[..., Any], *, name: str | None = None, jit: bool = True, **kwargs: Any) -> Impl:
@@ -110,7 +92,36 @@ def wrap(fn: Callable[..., Any], *, name: str | None = None, jit: bool = True, *
     reproducer = ("import jax\nimport jax.numpy as jnp\njax.config.update('jax_enable_x64', x.dtype == 'float64')\n"
                   f"# fn = ...  # your {what}\n"
                   + f"f = lambda t: {call_text('fn', kwargs, 't')}\n" + _VJP)
-    return Impl(forward, backward, FRAMEWORK, what, dict(kwargs), reproducer)
+    return Impl(forward, backward, FRAMEWORK, what, dict(kwargs), reproducer, *_autodiff(call, jit))
+
+
+def _autodiff(call: Callable[..., Any], jit: bool) -> tuple[Any, Any, Impl]:
+    """``jax.jvp``; the VJP differentiated again by ``jax.vjp`` (``(ddx, ddy)`` of ``<v, J(x)^T dy>``);
+    ``jax.vmap`` of the forward, the VJP and the JVP."""
+    jax = _jax()
+
+    def vjp(t: Any, g: Any) -> Any:
+        return jax.vjp(call, t)[1](g)[0]
+
+    def tangent(t: Any, d: Any) -> Any:
+        return jax.jvp(call, (t,), (d,))[1]
+
+    def second(t: Any, g: Any, v: Any) -> Any:
+        return jax.vjp(vjp, t, g)[1](v)
+
+    def compiled(fn: Callable[..., Any], n_out: int = 1) -> Callable[..., Any]:
+        run = jax.jit(fn) if jit else fn
+
+        def numpy_call(*arrays: np.ndarray) -> Any:
+            with precision(arrays[0].dtype), _cpu():
+                out = run(*(jax.numpy.asarray(a) for a in arrays))
+                return tuple(np.asarray(o) for o in out) if n_out > 1 else np.asarray(out)
+
+        return numpy_call
+
+    vmapped = Impl(compiled(jax.vmap(call)), compiled(jax.vmap(vjp)), FRAMEWORK, "vmap",
+                   jvp=compiled(jax.vmap(tangent)))
+    return compiled(tangent), compiled(second, 2), vmapped
 
 
 _VJP = ("y, pullback = jax.vjp(f, jnp.asarray(x))\n(dx,) = pullback(jnp.asarray(dy))\n"
@@ -119,7 +130,7 @@ _VJP = ("y, pullback = jax.vjp(f, jnp.asarray(x))\n(dx,) = pullback(jnp.asarray(
 
 def _with(impl: Impl, op: str, kwargs: dict[str, Any], body: str) -> Impl:
     head = "import jax\nimport jax.numpy as jnp\njax.config.update('jax_enable_x64', x.dtype == 'float64')\n"
-    return Impl(impl.forward, impl.backward, FRAMEWORK, op, kwargs, head + body + _VJP)
+    return dataclasses.replace(impl, framework=FRAMEWORK, op=op, kwargs=kwargs, reproducer=head + body + _VJP)
 
 
 # ------------------------------------------------------------------ flax.linen
@@ -320,3 +331,17 @@ def configurations(grid: str = "small") -> Iterator[Config]:
     families = [_flax_family(op, r) for op in ("max_pool", "avg_pool") for r in (1, 2, 3)]
     families += [_lax_family(kind, r) for kind in ("max", "sum") for r in (1, 2, 3)]
     yield from generate(grid, families, make)
+
+
+# ------------------------------------------------------------------ losses (optax)
+
+from symjac.frameworks._jax_losses import (  # noqa: E402 - the losses are their own module; re-exported here
+    huber_loss as huber_loss,
+    loss_configurations as loss_configurations,
+    loss_impl as loss_impl,
+    make_loss as make_loss,
+    sigmoid_binary_cross_entropy as sigmoid_binary_cross_entropy,
+    softmax_cross_entropy as softmax_cross_entropy,
+    softmax_cross_entropy_with_integer_labels as softmax_cross_entropy_with_integer_labels,
+    squared_error as squared_error,
+)

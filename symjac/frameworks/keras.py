@@ -14,6 +14,8 @@ documented arguments onto specs is the table of :mod:`symjac.frameworks.tensorfl
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Callable
 from typing import Any
 
@@ -101,18 +103,32 @@ def _global(mode: str, rank: int, data_format: str | None, keepdims: bool) -> tu
     return spec, _keepdims(impl, rank, layout)
 
 
-def _keepdims(impl: Impl, rank: int, layout: str) -> Impl:
-    """View a (N, C) global-pool output as symjac's (N, 1, .., 1, C) (or (N, C, 1, .., 1))."""
+def _keepdims(impl: Impl, rank: int, layout: str, batch: int = 0) -> Impl:
+    """View a (N, C) global-pool output as symjac's (N, 1, .., 1, C) (or (N, C, 1, .., 1)); ``batch``
+    leading axes (a vmapped one) are kept as they are."""
     def expand(y: np.ndarray) -> np.ndarray:
-        if y.ndim != 2:
+        if y.ndim != 2 + batch:
             return y  # not (N, C): leave it for the verifier to report
-        return y.reshape(y.shape[:1] + (1,) * rank + y.shape[1:] if layout == "channels_last"
+        return y.reshape(y.shape[:batch + 1] + (1,) * rank + y.shape[batch + 1:] if layout == "channels_last"
                          else y.shape + (1,) * rank)
 
-    def backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
-        return impl.backward(x, dy.reshape(dy.shape[0], -1))  # type: ignore[misc]
+    def flat(dy: np.ndarray) -> np.ndarray:
+        return dy.reshape(dy.shape[:batch + 1] + (-1,))
 
-    return Impl(lambda x: expand(impl.forward(x)), backward, impl.framework, impl.op, impl.kwargs, impl.reproducer)
+    def backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
+        return impl.backward(x, flat(dy))  # type: ignore[misc]
+
+    jvp, second = impl.jvp, impl.double_backward
+
+    def double_backward(x: np.ndarray, dy: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ddx, ddy = second(x, flat(dy), v)  # type: ignore[misc]
+        return ddx, np.asarray(ddy).reshape(dy.shape)
+
+    return dataclasses.replace(
+        impl, forward=lambda x: expand(impl.forward(x)), backward=backward,
+        jvp=None if jvp is None else (lambda x, t: expand(jvp(x, t))),
+        double_backward=None if second is None else double_backward,
+        vmap=None if impl.vmap is None else _keepdims(impl.vmap, rank, layout, batch + 1))
 
 
 def GlobalAveragePooling1D(data_format: str | None = None, keepdims: bool = False) -> tuple[GlobalPool, Impl]:  # noqa: N802

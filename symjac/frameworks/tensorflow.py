@@ -181,8 +181,21 @@ def limitation(config: Config, dtype: Any) -> str | None:
     return None
 
 
-def known_defect(config: Config) -> str | None:
-    """A known TensorFlow/Keras defect ``config`` runs into (symjac reports it), or None."""
+def known_defect(config: Config, transform: str = "vjp") -> str | None:
+    """A known TensorFlow/Keras defect ``config`` runs into under ``transform`` (``conform --transforms``;
+    symjac reports it), or None."""
+    if transform != "vjp":
+        explicit = not isinstance(config.kwargs.get("padding", "VALID"), str)
+        if explicit and config.op == "max_pool2d":
+            return ("tf.nn.max_pool2d with explicit padding has no second derivative: MaxPoolGradGrad rejects "
+                    "padding 'EXPLICIT' (ForwardAccumulator's JVP and nested tapes raise)")
+        if transform in ("jvp", "vmap") and "adaptive" in config.op.lower() and _rank(config) == 3 \
+                and "average" in config.op.lower():
+            return ("Keras adaptive average pooling 3-D: ForwardAccumulator's JVP raises (AvgPool3D in the "
+                    "gradient tape: negative dimension size)")
+        if transform == "vmap" and "adaptive" in config.op.lower() and "max" in config.op.lower():
+            return ("Keras adaptive max pooling under tf.vectorized_map: ForwardAccumulator's JVP comes back "
+                    "zero in most windows, a different number of them from call to call (per sample it is right)")
     is_max = "max" in config.op.lower() or config.kwargs.get("pooling_type") == "MAX"
     adaptive = "adaptive" in config.op.lower()
     if adaptive and is_max and 1 in tuple(config.kwargs["output_size"]):
@@ -235,3 +248,14 @@ def configurations(grid: str = "small") -> Iterator[Config]:
     for make_family in (_nn_family, _pool_family, *_KERAS_FAMILIES):
         families += [make_family(m, r) for m in ("max", "avg") for r in (1, 2, 3)]
     yield from generate(grid, families, make, scale=2 if grid == "full" else 1)
+
+
+# ------------------------------------------------------------------ losses (tf.nn, keras.losses)
+
+from symjac.frameworks._tf_losses import (  # noqa: E402 - the losses are their own module; re-exported here
+    keras_mean_squared_error as keras_mean_squared_error,
+    loss_impl as loss_impl,
+    sigmoid_cross_entropy_with_logits as sigmoid_cross_entropy_with_logits,
+    softmax_cross_entropy_with_logits as softmax_cross_entropy_with_logits,
+    sparse_softmax_cross_entropy_with_logits as sparse_softmax_cross_entropy_with_logits,
+)

@@ -127,7 +127,61 @@ def wrap(fn: Any, *, name: str | None = None, **kwargs: Any) -> Impl:
             (dx,) = torch.autograd.grad(y, t, to_torch(dy), allow_unused=True)
         return to_numpy(dx if dx is not None else torch.zeros_like(t))
 
-    return Impl(forward, backward, FRAMEWORK, name or _name(fn), dict(kwargs), _reproducer(_target(fn), kwargs, _name(fn)))
+    return Impl(forward, backward, FRAMEWORK, name or _name(fn), dict(kwargs), _reproducer(_target(fn), kwargs, _name(fn)),
+                *_autodiff(call))
+
+
+def _first(y: Any) -> Any:
+    return y[0] if isinstance(y, (tuple, list)) else y
+
+
+def _zeros_if_none(grad: Any, like: Any) -> np.ndarray:
+    torch = _torch()
+    return to_numpy(grad if grad is not None else torch.zeros_like(like))
+
+
+def _autodiff(call: Callable[[Any], Any]) -> tuple[Any, Any, Impl]:
+    """The forward-mode, second-order and batched transforms of ``call``, through torch's own
+    autodiff: forward AD (dual numbers, which a custom ``autograd.Function``'s ``jvp`` serves),
+    ``autograd.grad(create_graph=True)`` differentiated again, and ``torch.func.vmap``."""
+    torch = _torch()
+
+    def jvp(x: np.ndarray, t: np.ndarray) -> np.ndarray:
+        forward_ad: Any = torch.autograd.forward_ad
+
+        with forward_ad.dual_level():
+            y = _first(call(forward_ad.make_dual(to_torch(x), to_torch(t))))
+            primal, tangent = forward_ad.unpack_dual(y)
+        return _zeros_if_none(tangent, primal)
+
+    def double_backward(x: np.ndarray, dy: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        xt, g = to_torch(x).requires_grad_(True), to_torch(dy).requires_grad_(True)
+        with torch.enable_grad():
+            (dx,) = torch.autograd.grad(_first(call(xt)), xt, g, create_graph=True)
+            ddx, ddy = torch.autograd.grad(dx, (xt, g), to_torch(v), allow_unused=True)
+        return _zeros_if_none(ddx, xt), _zeros_if_none(ddy, g)
+
+    def f(t: Any) -> Any:
+        return _first(call(t))
+
+    def batched(make: Callable[[], Callable[..., Any]]) -> Callable[..., np.ndarray]:
+        def run(*arrays: np.ndarray) -> np.ndarray:
+            try:
+                out = make()(*(to_torch(a) for a in arrays))
+            except RuntimeError as exc:  # a custom Function without functorch support: not vmappable
+                if "vmap" in str(exc) and ("setup_context" in str(exc) or "generate_vmap_rule" in str(exc)):
+                    raise Unsupported(f"torch.func.vmap: {exc}") from None
+                raise
+            return to_numpy(out)
+
+        return run
+
+    from torch import func
+
+    vmapped = Impl(batched(lambda: func.vmap(f)),
+                   batched(lambda: func.vmap(lambda x, g: func.vjp(f, x)[1](g)[0])), FRAMEWORK, "vmap",
+                   jvp=batched(lambda: func.vmap(lambda x, t: func.jvp(f, (x,), (t,))[1])))
+    return jvp, double_backward, vmapped
 
 
 # ------------------------------------------------------------------ ready-made ops
@@ -327,3 +381,21 @@ def configurations(grid: str = "small") -> Iterator[Config]:
     families += [_adaptive_family(m, r) for m in ("max", "avg") for r in (1, 2, 3)]
     families = families[:6] * 2 + families[6:]  # fixed-window pools twice as often as adaptive ones
     yield from generate(grid, families, make)
+
+
+# ------------------------------------------------------------------ losses (torch.nn.functional)
+
+from symjac.frameworks._torch_losses import (  # noqa: E402 - the losses are their own module; re-exported here
+    binary_cross_entropy as binary_cross_entropy,
+    binary_cross_entropy_with_logits as binary_cross_entropy_with_logits,
+    cross_entropy as cross_entropy,
+    huber_loss as huber_loss,
+    kl_div as kl_div,
+    known_loss_defect as known_loss_defect,
+    l1_loss as l1_loss,
+    loss_configurations as loss_configurations,
+    loss_impl as loss_impl,
+    make_loss as make_loss,
+    mse_loss as mse_loss,
+    smooth_l1_loss as smooth_l1_loss,
+)

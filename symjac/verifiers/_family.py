@@ -61,6 +61,9 @@ class LossImpl:
       derivative: as for :func:`verify_loss`.
       forward: optional, as for :func:`verify_loss`.
       pred, label, upstream: inputs (default :func:`symjac.losses.default_inputs`).
+      hvp: optional ``hvp(pred, label, v) -> H·v`` (``hvp(pred, label, v, upstream)`` for
+        ``reduction="none"``), ``H = S·∂²L/∂pred²``, as for :func:`verify_loss`; the framework
+        loss adapters fill it with their second-order autodiff.
     """
 
     loss: Loss | str
@@ -69,6 +72,7 @@ class LossImpl:
     pred: Any = None
     label: Any = None
     upstream: Any = None
+    hvp: Callable[..., Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

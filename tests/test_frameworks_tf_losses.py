@@ -1,0 +1,39 @@
+"""The TensorFlow loss adapters (``tf.nn``, ``keras.losses``): ``derivative`` through
+``tf.GradientTape``, ``hvp`` through two nested tapes, checked by ``verify_loss`` (issue 23)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import symjac
+
+pytest.importorskip("tensorflow")
+import symjac.frameworks.tensorflow as stf  # noqa: E402
+
+# dyadic inputs, exact in float32 and float64 (the exact engine and TF see the same numbers)
+LOGITS = np.array([[0.5, -1.25, 2.0], [0.75, 0.125, -0.5]])
+UPSTREAM = {"elements": np.array([[1.0, -0.5, 2.0], [0.25, 1.0, -1.0]]), "rows": np.array([1.0, -0.5])}
+CASES = [(stf.sigmoid_cross_entropy_with_logits, np.array([[1.0, 0.0, 0.25], [0.0, 1.0, 0.5]]), "elements"),
+         (stf.softmax_cross_entropy_with_logits, np.array([[0.25, 0.5, 0.25], [0.0, 1.0, 0.0]]), "rows"),
+         (stf.sparse_softmax_cross_entropy_with_logits, np.array([2, 0]), "rows")]
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_tf_nn_losses_pass_derivative_and_hvp(case, reduction):
+    make, label, per = CASES[case]
+    loss, impl = make(reduction)
+    upstream = UPSTREAM[per] if reduction == "none" else None
+    for dtype in ("float32", "float64"):
+        report = symjac.verify_loss(loss, derivative=impl.derivative, forward=impl.forward, hvp=impl.hvp,
+                                    pred=LOGITS, label=label, upstream=upstream, dtype=dtype)
+        assert report.ok, f"{loss} {dtype}: {report}"
+
+
+def test_keras_mean_squared_error_passes_derivative_and_hvp():
+    loss, impl = stf.keras_mean_squared_error()
+    for dtype in ("float32", "float64"):
+        report = symjac.verify_loss(loss, derivative=impl.derivative, forward=impl.forward, hvp=impl.hvp,
+                                    pred=LOGITS, label=LOGITS[::-1] / 2, dtype=dtype)
+        assert report.ok, f"{dtype}: {report}"
