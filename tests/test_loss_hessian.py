@@ -300,3 +300,22 @@ def test_hvp_with_reduction_none_takes_the_upstream_and_misbehaviour_is_a_findin
         symjac.verify_loss(loss)
     with pytest.raises(symjac.InputError, match="v has shape"):
         symjac.verify_loss(loss, hvp=lambda p, lab, v, u: v, pred=pred, label=label, upstream=upstream, v=[1.0])
+
+
+@pytest.mark.parametrize("name", ["huber", "smooth_l1"])
+def test_huber_and_smooth_l1_have_a_second_derivative_at_zero_but_not_at_delta(name: str) -> None:
+    """Failed on the first build (d = 0 refused as a kink: the sign(d) of the outer branch).
+    Derivation: with δ = 1, ℓ = d²/2 (huber) or d²/(2δ) (smooth_l1) for |d| < δ, so ∂²ℓ/∂z² = 1
+    at d = 0 (mean of 2: 1/2 each); at |d| = δ the second derivative is 1 from inside and
+    0 from outside: it does not exist, and loss_hessian refuses it."""
+    loss = symjac.Loss(name)
+    h = symjac.loss_hessian(loss, np.array([0.5, -0.25]), np.array([0.5, -0.25]))
+    assert [[float(v) for v in row] for row in h] == [[0.5, 0.0], [0.0, 0.5]]
+    for z in (1.0, -1.0):
+        with pytest.raises(symjac.InputError, match="kink of " + name):
+            symjac.loss_hessian(loss, np.array([z, 3.0]), np.array([0.0, 0.0]))
+    torch = pytest.importorskip("torch")
+    f = {"huber": torch.nn.functional.huber_loss, "smooth_l1": torch.nn.functional.smooth_l1_loss}[name]
+    y = torch.tensor([0.5, -0.25], dtype=torch.float64)
+    ht = torch.autograd.functional.hessian(lambda z: f(z, y), y.clone())
+    assert ht.tolist() == [[0.5, 0.0], [0.0, 0.5]]

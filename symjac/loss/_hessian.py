@@ -72,6 +72,32 @@ def _second(tpl: LossTemplate) -> tuple[Any, Any, int]:
             rounding_depth(d))
 
 
+@functools.lru_cache(maxsize=64)
+def _boundaries(tpl: LossTemplate) -> Any:
+    """MPFR (vectorised) function of the template's arguments giving ``lhs − rhs`` of every
+    Piecewise condition of the second derivative (huber's ``|d| − δ``): where one is 0 the
+    branches meet, and the second derivative may jump (huber's does: 1 inside, 0 outside)."""
+    d = sympy.diff(tpl.stable_derivatives[0], tpl.pred[0])
+    sides = sorted({rel.lhs - rel.rhs for pw in d.atoms(sympy.Piecewise) for _, cond in pw.args
+                    for rel in getattr(cond, "atoms", lambda *_: set())(sympy.core.relational.Relational)}, key=str)
+    return _numbers.lambdify(tpl.symbols, sides) if sides else None
+
+
+def _no_second_derivative(tpl: Any, cols: list[np.ndarray]) -> np.ndarray:
+    """Per element: no second derivative there. Either the derivative jumps (a sign()
+    argument at 0 whose Clarke hull is wider than a point: mae at d = 0, not huber at d = 0,
+    where sign(d) sits in the branch not taken) or a Piecewise boundary of the second
+    derivative (smooth_l1/huber at |d| = δ)."""
+    at = np.asarray(tpl.at_kink(cols), dtype=bool)
+    if at.any():
+        lo, hi = tpl.clarke_at([c[at] for c in cols])
+        at[at] = np.asarray((lo != hi).any(axis=1), dtype=bool)
+    if not isinstance(tpl, SoftmaxTemplate) and (sides := _boundaries(tpl)) is not None:
+        for side in sides(*cols):
+            at |= np.asarray(_column(side, len(at)) == 0, dtype=bool)
+    return at
+
+
 def _column(value: Any, n: int) -> np.ndarray:
     arr = np.asarray(value, dtype=object)
     return arr if arr.shape == (n,) else np.broadcast_to(arr, (n,)).copy()
@@ -94,11 +120,12 @@ class HessianEvaluation:
         with _numbers.context():
             self.sr = np.abs(_numbers.from_fractions(ev.factor.reshape(-1), ev.loss.scale))  # |S·r_i|
             signed = _numbers.from_fractions(ev.factor.reshape(-1), ev.loss.scale)
-            kinks = np.asarray(tpl.at_kink(list(ev.columns)), dtype=bool) & counted
+            kinks = _no_second_derivative(tpl, [_column(col, n) for col in ev.columns]) & counted
             if kinks.any():
                 raise InputError(
                     f"pred{_index(ev.pred_shape, int(np.flatnonzero(kinks)[0]))} is at a kink of {ev.loss.kind} (the "
-                    "derivative jumps there): the second derivative does not exist; give inputs off the kinks")
+                    "derivative or its derivative jumps there): the second derivative does not exist; give inputs "
+                    "off the kinks")
             limit = _numbers.number(_numbers.LIMIT)
             self.big = np.zeros(n, dtype=bool)
             for col in ev.columns:
