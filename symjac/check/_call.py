@@ -5,6 +5,11 @@ Both verifiers (pools and losses) call an implementation only through a
 
 - copies the array arguments first and compares them afterwards (bytes, with sha256
   checksums in the message): an argument changed in place is ``mutates_inputs``;
+- copies the result the moment the call returns, in the thread that made the call: the
+  verdict reads that copy, and a result that changes afterwards (a helper thread of the
+  implementation, or an asynchronous kernel, still writing into the array it returned) is
+  ``result_changed_after_return`` (the latest :data:`WATCHED` results are compared with
+  their copies at every later call);
 - runs the call under a per-call ``timeout`` (a call that does not return is a
   ``timeout`` finding and the verification goes on);
 - turns an exception, ``SystemExit`` included, into ``bad_output`` keeping the last
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import threading
 import inspect
 import itertools
 import math
@@ -45,6 +51,20 @@ DEFAULT_TIMEOUT = 60.0
 TRACEBACK_FRAMES = 5
 #: Bytes of results of a sequence of calls (:meth:`Guard.arrays`) taken before they are read.
 AHEAD_BYTES = 2**22
+#: Results of earlier calls compared with their copies at each later call (at most
+#: :data:`WATCHED_BYTES` of them beyond the latest one, which is always watched).
+WATCHED = 8
+WATCHED_BYTES = 2**24
+
+
+def _unchanged(returned: np.ndarray, kept: np.ndarray) -> bool:
+    """``returned`` still holds the bits of ``kept`` (its copy at return), without a copy."""
+    if returned.shape != kept.shape or returned.dtype != kept.dtype:
+        return False
+    if returned.dtype.itemsize not in (1, 2, 4, 8):
+        return bool(returned.tobytes() == kept.tobytes())
+    bits = np.dtype(f"u{returned.dtype.itemsize}")
+    return bool(np.array_equal(returned.view(bits), kept.view(bits)))
 
 
 def sha256(a: np.ndarray) -> str:
@@ -117,6 +137,47 @@ class Guard:
         self.mutated: set[str] = set()
         self.flagged: set[str] = set()
         self.bad = False  # this callable produced a finding of its own
+        # (what a call returned, its copy at return), the latest last: see _returning
+        self.watched: collections.deque[tuple[np.ndarray, np.ndarray]] = collections.deque()
+        self.watch_lock = threading.Lock()
+
+    def _returning(self, *args: Any) -> Any:
+        """``fn(*args)``, its array result copied at once in the thread that made the call
+        (the copy is what the guard checks and hands on, copied again: the verifier may write
+        into its arrays); the original stays watched (:meth:`_check_returned`)."""
+        value = self.fn(*args)
+        if not isinstance(value, np.ndarray):
+            return value
+        kept = np.array(value, copy=True)
+        if any(isinstance(a, np.ndarray) and np.may_share_memory(a, value) for a in args):
+            return kept  # an argument handed back (or a view of one): what changes it is the mutation check's
+        with self.watch_lock:
+            self.watched.append((value, kept))
+            while len(self.watched) > WATCHED or (
+                    len(self.watched) > 1 and sum(w[1].nbytes for w in self.watched) > WATCHED_BYTES):
+                self.watched.popleft()
+        return kept
+
+    def _check_returned(self) -> None:
+        """Flag a result that changed after its call returned (compared with its copy at return)."""
+        with self.watch_lock:
+            watched = list(self.watched)
+        for returned, kept in watched:
+            if _unchanged(returned, kept):
+                continue
+            with self.watch_lock:
+                self.watched = collections.deque(w for w in self.watched if w[0] is not returned)
+            if returned.shape != kept.shape or returned.dtype != kept.dtype:
+                change = f"its shape or dtype changed to {returned.dtype} {returned.shape}"
+            else:
+                j = first_difference(kept, returned)
+                change = (f"first change at {index_text('result', kept.shape, j)}: {kept.reshape(-1)[j].item()!r} "
+                          f"-> {returned.reshape(-1)[j].item()!r}, {int((kept != returned).sum())} element(s) "
+                          "changed")
+            self.flag("changed_after_return", "result_changed_after_return",
+                      f"{self.role} returned an array that changed after the call had returned ({change}): "
+                      "something of the implementation (a helper thread, an asynchronous kernel) still writes "
+                      "into it. symjac checked the values at return; a caller reading the array later gets others.")
 
     def flag(self, key: str, category: str, message: str, **kw: Any) -> None:
         """Record a finding about this callable, once per ``key``."""
@@ -132,16 +193,18 @@ class Guard:
         """
         before = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args]
         if self.isolate is None:
-            status, value = invoke(self.fn, args, self.timeout)
+            status, value = invoke(self._returning, args, self.timeout)
         else:
             status, value = invoke_isolated(*self.isolate, args)
         return self._settle(status, value, args, before, again)
 
     def _settle(self, status: str, value: Any, args: tuple[Any, ...], before: list[Any] | tuple[Any, ...],
                 again: bool = False) -> tuple[bool, Any]:
-        """Count one call, check its arguments against ``before`` and flag its failure."""
+        """Count one call, check its arguments against ``before`` (and earlier results against
+        their copies at return) and flag its failure."""
         self.calls += 1
         self._check_mutation(args, before, again)
+        self._check_returned()
         if status == "ok":
             return True, value
         arguments = describe_arguments(self.names, args)  # for the finding only
@@ -296,7 +359,7 @@ def call_each(guards: list[Guard], calls: Iterable[tuple[Any, ...]],
             yield guard.array(*args, shape=shape, dtype=dtype, index_name=index_name)
         return
     ahead = max(1, AHEAD_BYTES // max(size, 1))
-    seq = CallSequence(((guard.fn, args, guard, shape, dtype, index_name)
+    seq = CallSequence(((guard._returning, args, guard, shape, dtype, index_name)
                         for guard, args, shape, dtype, index_name in calls), ahead)
     timeout = guards[0].timeout
     assert timeout is not None

@@ -26,6 +26,7 @@ CATEGORIES = (
     "wrong_scale",
     "wrong_values",
     "mutates_inputs",
+    "result_changed_after_return",
     "nondeterministic",
     "bad_output",
     "timeout",

@@ -47,15 +47,27 @@ TIE_CATEGORIES = ("tie_not_subgradient", "tie_policy")
 MAX_JOBS = 64
 #: Seconds a budget grants a user adapter's configurations() beyond itself: its worker's start.
 WORKER_START = 10.0
+#: The table's text of a cell symjac could not run for want of a package (``not_run`` with ``missing``).
+MISSING_TEXT = "not run: {} missing"
+
+
+class PackageMissing(InputError):
+    """A dtype needs a package symjac does not have here (``package``: its name): the cells
+    in that dtype are ``not_run``, the table says so, not ``unsupported`` (the framework is
+    not at fault)."""
+
+    def __init__(self, package: str, message: str):
+        super().__init__(message)
+        self.package = package
 
 
 def numpy_dtype(name: str) -> np.dtype:
-    """A dtype by name; bfloat16 through ml_dtypes (InputError when it is missing)."""
+    """A dtype by name; bfloat16 through ml_dtypes (:class:`PackageMissing` when it is missing)."""
     if name == "bfloat16":
         try:
             import ml_dtypes
         except ImportError:
-            raise InputError("bfloat16 needs ml_dtypes: pip install ml_dtypes") from None
+            raise PackageMissing("ml_dtypes", "bfloat16 needs ml_dtypes: pip install ml_dtypes") from None
         bf16: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
         return bf16
     return np.dtype(name)
@@ -137,6 +149,8 @@ def run_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]:
     try:
         dt = numpy_dtype(dtype)
         g = resolve(spec, tuple(job["input_shape"]))
+    except PackageMissing as exc:  # symjac's environment, not the framework: not run, and the table says why
+        return {**out, "status": "not_run", "reason": str(exc), "missing": exc.package}
     except InputError as exc:
         return {**out, **_unsupported(str(exc))}
     except SpecError as exc:
@@ -260,7 +274,9 @@ class Conformance:
         if r["status"] == "finding":
             text = f"{r['category']}:{r['signal']}" if r.get("signal") else str(r["category"])
             return text + ("*" if r.get("known_defect") else "")
-        return "-" if r["status"] == "not_run" else str(r["status"])
+        if r["status"] == "not_run":
+            return MISSING_TEXT.format(r["missing"]) if r.get("missing") else "-"
+        return str(r["status"])
 
     def table(self) -> str:
         """op × convention rows, one column per dtype."""
@@ -274,6 +290,9 @@ class Conformance:
             lines.append(f"{label:{width}}  " + "  ".join(f"{cells.get(d, ''):{w}}" for d, w in zip(self.dtypes, cols)))
         known = sorted({r["known_defect"] for r in self.findings if r.get("known_defect")})
         lines += [f"* a defect the adapter documents: {k}" for k in known]
+        missing = {str(r["missing"]): str(r["reason"]) for r in self.results if r["status"] == "not_run"
+                   and r.get("missing")}
+        lines += [f"{MISSING_TEXT.format(package)}: {reason}" for package, reason in missing.items()]
         c = self.counts()
         configs = len(rows)
         lines.append(f"{self.framework} --grid {self.grid}: {configs} configurations x {len(self.dtypes)} dtypes = "
@@ -474,7 +493,7 @@ def conform(framework: str, *, grid: str = "small", budget: float | None = None,
         raw[i] = r
     results = []
     for job, r in zip(jobs_list, raw):
-        if r["status"] == "not_run":
+        if "conform_status" not in r:  # not started (the budget was spent)
             results.append({"config": job, "dtype": job["dtype"], "status": "not_run"})
         else:
             results.append({**{k: v for k, v in r.items() if k != "conform_status"}, "status": r["conform_status"]})
