@@ -137,6 +137,8 @@ class Guard:
         self.mutated: set[str] = set()
         self.flagged: set[str] = set()
         self.bad = False  # this callable produced a finding of its own
+        self.answered = 0  # calls that returned (whatever they returned)
+        self.raises: dict[str, str] = {}  # exception type name -> the first message, of the calls that raised
         # (what a call returned, its copy at return), the latest last: see _returning
         self.watched: collections.deque[tuple[np.ndarray, np.ndarray]] = collections.deque()
         self.watch_lock = threading.Lock()
@@ -206,6 +208,7 @@ class Guard:
         self._check_mutation(args, before, again)
         self._check_returned()
         if status == "ok":
+            self.answered += 1
             return True, value
         arguments = describe_arguments(self.names, args)  # for the finding only
         if status == "timeout":
@@ -225,6 +228,7 @@ class Guard:
             exc = value
             name = getattr(exc, "type_name", type(exc).__name__)  # a raise in the worker keeps its type's name
             message = getattr(exc, "message", str(exc))
+            self.raises.setdefault(name, message)
             frames = getattr(exc, "traceback_text", None) or "".join(
                 traceback.format_exception(exc)[-(TRACEBACK_FRAMES + 1):])
             self.flag(f"raise:{name}", "bad_output", f"{self.role} raised {name}: {message}",
@@ -261,6 +265,34 @@ class Guard:
         """
         size = math.prod(shape) * (dtype.itemsize if dtype is not None else 8) if shape is not None else 2**20
         yield from call_each([self], ((self, args, shape, dtype, index_name) for args in calls), size)
+
+    def rejects(self, dtype: np.dtype[Any], args_in: Callable[[np.dtype[Any]], tuple[Any, ...]]) -> str | None:
+        """Why the callable does not support ``dtype``, or None when it may.
+
+        It does not when every call in ``dtype`` raised, all of one exception type, and that
+        type is ``NotImplementedError`` (its own word) or a call in another float dtype
+        (``args_in(other)``: the arguments in it) returns: the dtype is what it rejects, not
+        the inputs. A callable that raises on some calls only, or in every dtype, is a defect.
+        """
+        if self.answered or len(self.raises) != 1 or self.calls == 0:
+            return None
+        (name, message), = self.raises.items()
+        said = f"{self.role} raised {name} on every call in {dtype}: {message}"
+        if name == "NotImplementedError":
+            return said
+        for other in (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16)):
+            if other == dtype:
+                continue
+            probe = Guard(self.fn, self.role, self.names, [], timeout=self.timeout, isolate=self.isolate)
+            ok, _ = probe.call(*args_in(other))
+            if ok:
+                return f"{said} (it returns in {other})"
+        return None
+
+    def raise_findings(self) -> list[Finding]:
+        """The findings of this callable's raises (what a dtype it rejects turns into ``unsupported``)."""
+        return [f for f in self.findings if f.category == "bad_output" and f.detail and "exception" in f.detail
+                and f.message.startswith(f"{self.role} raised ")]
 
     def check_output(self, value: Any, shape: tuple[int, ...] | None, dtype: np.dtype[Any] | None, index_name: str = "",
                      shape_note: str = "", infinite: Any = None) -> np.ndarray | None:

@@ -87,8 +87,10 @@ def _unsupported(reason: str) -> dict[str, Any]:
 
 
 def _preflight(impl: Any, x: np.ndarray, dy: np.ndarray) -> str | None:
-    """Call forward and backward once: an Unsupported raised here (a dtype or VJP the
-    framework lacks) makes the cell unsupported; anything else is left to verify."""
+    """Call forward and backward once: a NotImplementedError raised here (a dtype or VJP the
+    framework lacks, in its own word) makes the cell unsupported; anything else is left to
+    verify, which calls a dtype rejected whatever the exception (every call raises it, and
+    the op runs in another dtype) unsupported too."""
     try:
         impl.forward(x.copy())
         if impl.backward is not None:
@@ -176,6 +178,8 @@ def run_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]:
             report = verify(spec, forward=impl.forward, backward=impl.backward, x=x, dtype=dt, seed=seed)
         except InputError as exc:  # verify does not take this dtype
             return {**out, **_unsupported(f"symjac verify: {exc}")}
+        if report.unsupported and not report.findings:  # the op rejects the dtype: a limitation, not a finding
+            return {**out, **_unsupported(report.unsupported)}
         if not report.ok:
             categories += [c for c in report.categories() if c not in categories]
             if first is None:
