@@ -10,6 +10,8 @@ Both verifiers (pools and losses) call an implementation only through a
   implementation, or an asynchronous kernel, still writing into the array it returned) is
   ``result_changed_after_return`` (the latest :data:`WATCHED` results are compared with
   their copies at every later call);
+- in a worker process (``isolate``), flags a call whose forked child returned from it too
+  (``forked``: :mod:`symjac.run._isolate` ends that child; the parent's answer is checked);
 - runs the call under a per-call ``timeout`` (a call that does not return is a
   ``timeout`` finding and the verification goes on);
 - turns an exception, ``SystemExit`` included, into ``bad_output`` keeping the last
@@ -30,17 +32,18 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import threading
 import inspect
 import itertools
 import math
+import threading
 import traceback
+import weakref
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
 import numpy as np
 
-from symjac.check._invoke import CallSequence, invoke, invoke_each, invoke_isolated
+from symjac.check._invoke import CallSequence, alarm_available, invoke, invoke_each, invoke_here, invoke_isolated
 from symjac.check._invoke import same as same  # the bitwise comparison of the call core (verifiers import it here)
 from symjac.check._report import Finding
 from symjac.check._rounding import is_float
@@ -55,6 +58,17 @@ AHEAD_BYTES = 2**22
 #: :data:`WATCHED_BYTES` of them beyond the latest one, which is always watched).
 WATCHED = 8
 WATCHED_BYTES = 2**24
+
+
+#: Callables found bound to their thread (:meth:`Guard._thread_bound`): later guards call them on the caller's.
+_BOUND: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _bound(fn: Any) -> bool:
+    try:
+        return fn in _BOUND
+    except TypeError:  # not weakly referable
+        return False
 
 
 def _unchanged(returned: np.ndarray, kept: np.ndarray) -> bool:
@@ -138,6 +152,9 @@ class Guard:
         self.flagged: set[str] = set()
         self.bad = False  # this callable produced a finding of its own
         self.answered = 0  # calls that returned (whatever they returned)
+        # bound to its thread: calls made on the caller's (see _thread_bound); tried: that was looked at
+        self.here = timeout is not None and isolate is None and _bound(fn)
+        self.tried_here = self.here
         self.raises: dict[str, str] = {}  # exception type name -> the first message, of the calls that raised
         # (what a call returned, its copy at return), the latest last: see _returning
         self.watched: collections.deque[tuple[np.ndarray, np.ndarray]] = collections.deque()
@@ -194,11 +211,43 @@ class Guard:
         ``again`` marks a second call on the same buffers (in mutation messages).
         """
         before = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args]
-        if self.isolate is None:
-            status, value = invoke(self._returning, args, self.timeout)
+        if self.here:
+            status, value = invoke_here(self._returning, args, self.timeout)
+        elif self.isolate is None:
+            status, value = self._thread_bound(*invoke(self._returning, args, self.timeout), args)
         else:
             status, value = invoke_isolated(*self.isolate, args)
+            self._check_forked(self.isolate[0].forked)
         return self._settle(status, value, args, before, again)
+
+    def _thread_bound(self, status: str, value: Any, args: tuple[Any, ...]) -> tuple[str, Any]:
+        """A call that raised in the call thread, looked at once: made again on the caller's thread.
+        If it returns there and raises in a call thread again, the callable is bound to the thread
+        that made its state (an sqlite3 connection, tinygrad's kernel cache): this call's answer is
+        the caller's thread's, and every later call is made there (:func:`invoke_here`, timed by
+        SIGALRM on the main thread). Otherwise the first raise stands (a call that raises now and
+        then is a defect)."""
+        if status != "raised" or self.tried_here or self.timeout is None or self.isolate is not None:
+            return status, value
+        self.tried_here = True
+        here = invoke_here(self._returning, args, self.timeout)
+        if here[0] != "ok" or invoke(self._returning, args, self.timeout)[0] != "raised":
+            return status, value
+        self.here = True
+        try:
+            _BOUND.add(self.fn)
+        except TypeError:
+            pass
+        return here
+
+    def _check_forked(self, pids: list[int]) -> None:
+        """Flag a call whose forked child returned from it too (an isolated worker saw it)."""
+        if pids:
+            self.flag("forked", "forked",
+                      f"{self.role} forked its process (os.fork()) and the child returned from the call as well "
+                      f"(pid {', '.join(map(str, pids))}): two processes then go on running the caller's code. "
+                      "symjac's worker ended the child and checked the parent's answer",
+                      detail={"child_pids": pids})
 
     def _settle(self, status: str, value: Any, args: tuple[Any, ...], before: list[Any] | tuple[Any, ...],
                 again: bool = False) -> tuple[bool, Any]:
@@ -213,7 +262,8 @@ class Guard:
         arguments = describe_arguments(self.names, args)  # for the finding only
         if status == "timeout":
             limit = self.timeout if self.isolate is None else self.isolate[0].timeout
-            left = "it may still be running" if self.isolate is None else "its worker process was killed"
+            left = ("it was interrupted" if self.here and alarm_available() else "it may still be running") \
+                if self.isolate is None else "its worker process was killed"
             self.flag("timeout", "timeout", f"{self.role} did not return within {limit:g} s "
                       f"(call {self.calls}; {left}); later calls go on without it",
                       detail={"arguments": arguments, "timeout_seconds": limit})
@@ -269,8 +319,9 @@ class Guard:
     def rejects(self, dtype: np.dtype[Any], args_in: Callable[[np.dtype[Any]], tuple[Any, ...]]) -> str | None:
         """Why the callable does not support ``dtype``, or None when it may.
 
-        It does not when every call in ``dtype`` raised, all of one exception type, and that
-        type is ``NotImplementedError`` (its own word) or a call in another float dtype
+        It does not when every call in ``dtype`` raised (at least two: one more is made when
+        it was called once), all of one exception type, and that type is
+        ``NotImplementedError`` (its own word) or a call in another float dtype
         (``args_in(other)``: the arguments in it) returns: the dtype is what it rejects, not
         the inputs. A callable that raises on some calls only, or in every dtype, is a defect.
         """
@@ -278,14 +329,13 @@ class Guard:
             return None
         (name, message), = self.raises.items()
         said = f"{self.role} raised {name} on every call in {dtype}: {message}"
+        probe = Guard(self.fn, self.role, self.names, [], timeout=self.timeout, isolate=self.isolate)
+        if self.calls < 2 and probe.call(*args_in(dtype))[0]:
+            return None  # called once, and it returns when called again: raising on a call is a defect
         if name == "NotImplementedError":
             return said
         for other in (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16)):
-            if other == dtype:
-                continue
-            probe = Guard(self.fn, self.role, self.names, [], timeout=self.timeout, isolate=self.isolate)
-            ok, _ = probe.call(*args_in(other))
-            if ok:
+            if other != dtype and probe.call(*args_in(other))[0]:
                 return f"{said} (it returns in {other})"
         return None
 
@@ -386,7 +436,7 @@ def call_each(guards: list[Guard], calls: Iterable[tuple[Any, ...]],
     by its guard; stop reading then: the calls not yet started are cancelled).
     """
     timeouts = {g.timeout for g in guards}
-    if len(timeouts) > 1 or None in timeouts or any(g.isolate is not None for g in guards):
+    if len(timeouts) > 1 or None in timeouts or any(g.isolate is not None or g.here for g in guards):
         for guard, args, shape, dtype, index_name in calls:
             yield guard.array(*args, shape=shape, dtype=dtype, index_name=index_name)
         return
@@ -409,6 +459,15 @@ def call_each(guards: list[Guard], calls: Iterable[tuple[Any, ...]],
                 yield None
                 continue
             _, args, guard, shape, dtype, index_name = call
+            if status == "raised" and not guard.tried_here:
+                status, value = guard._thread_bound(status, value, args)
+                if guard.here:  # bound to the caller's thread: this call's answer is from there, the rest too
+                    ok, value = guard._settle(status, value, args, args)
+                    yield guard.check_output(value, shape, dtype, index_name) if ok else None
+                    results.close()
+                    for _, args, guard, shape, dtype, index_name in seq.iterator:
+                        yield guard.array(*args, shape=shape, dtype=dtype, index_name=index_name)
+                    return
             ok, value = guard._settle(status, value, passed, args)
             yield guard.check_output(value, shape, dtype, index_name) if ok else None
     finally:

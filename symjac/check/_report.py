@@ -31,6 +31,7 @@ CATEGORIES = (
     "bad_output",
     "timeout",
     "crashed",
+    "forked",
 )
 
 

@@ -14,15 +14,26 @@ every implementation *inside* the child, and a hang is bounded by ``timeout``.
 callables (module-level functions of an importable module).
 
 Protocol over one pipe: the parent sends ``(name, args)``; the child answers
-``("ok", result, mutated)`` (``mutated``: index -> the argument's contents after the
+``("ok", result, mutated, forked)`` (``mutated``: index -> the argument's contents after the
 call, for arguments the callable changed in place, so the parent's own mutation
-check sees what happened in the child) or ``("raised", type_name, message)``.
+check sees what happened in the child) or ``("raised", type_name, message, traceback, forked)``.
+
+A callable that calls ``os.fork()`` and lets the child return from the call as well would
+have two processes answer one call (and the next answers read out of turn). The worker
+knows its own pid: a process that returns from a call with another pid is such a child; it
+writes its pid on a side pipe and ends (``os._exit``) without answering, and the worker's
+answer carries ``forked``: the pids of the children that returned (waited for briefly after
+a call that forked, so a child running the rest of the call is counted with it; one
+returning later is counted with the next answer). Children that never return from the call
+(a ``multiprocessing`` pool's, an ``exec``) are no finding.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import pickle
+import select
 import signal
 import sys
 import time
@@ -90,6 +101,62 @@ def _default_signals() -> None:
                 pass
 
 
+#: Seconds the worker waits at most, after a call that forked, for a child to return from it.
+FORK_WAIT = 5.0
+
+
+class _Forks:
+    """The worker's watch on forks of the callables (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.count = 0  # forks (os.fork) during the current call, in the worker
+        self.read, self.write = os.pipe()
+        os.set_blocking(self.read, False)
+        self.unreaped: set[int] = set()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_parent=self._forked)
+
+    def _forked(self) -> None:
+        if os.getpid() == self.pid:
+            self.count += 1
+
+    def end_child(self) -> None:
+        """In a process that returned from a call: a forked child, unless this is the worker."""
+        if os.getpid() != self.pid:
+            try:
+                os.write(self.write, os.getpid().to_bytes(8, "little"))
+            finally:
+                os._exit(0)
+
+    def returned(self, seconds: float) -> list[int]:
+        """Pids of children that returned from a call: waits up to twice the call's ``seconds``
+        (bounded by :data:`FORK_WAIT`) for each fork of this call to report."""
+        pids: list[int] = []
+        deadline = time.monotonic() + min(FORK_WAIT, 0.1 + 2 * seconds) if self.count else 0.0
+        while True:
+            try:
+                data = os.read(self.read, 8 * 64)
+            except BlockingIOError:
+                data = b""
+            pids += [int.from_bytes(data[k:k + 8], "little") for k in range(0, len(data) - 7, 8)]
+            left = deadline - time.monotonic()
+            if data:
+                continue  # read all there is first
+            if len(pids) >= self.count or left <= 0:
+                break
+            select.select([self.read], [], [], left)
+        self.unreaped.update(pids)
+        for pid in list(self.unreaped):  # reap the children that ended (they are ours to wait for)
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    self.unreaped.discard(pid)
+            except ChildProcessError:
+                self.unreaped.discard(pid)
+        self.count = 0
+        return pids
+
+
 def _serve(conn: Any, functions: Mapping[str, Callable[..., Any]]) -> None:
     """The child's loop: call, answer, repeat until the parent closes the pipe."""
     try:  # a crashing op should not litter core files
@@ -110,6 +177,7 @@ def _serve(conn: Any, functions: Mapping[str, Callable[..., Any]]) -> None:
         # A forked child inherits PyTorch's OpenMP state but not its threads: a parallel
         # op would wait for them forever. One thread needs no team (DataLoader does the same).
         torch.set_num_threads(1)
+    forks = _Forks()
     while True:
         try:
             message = conn.recv()
@@ -120,21 +188,26 @@ def _serve(conn: Any, functions: Mapping[str, Callable[..., Any]]) -> None:
         name, args = message
         _default_signals()
         before = [a.tobytes() if isinstance(a, np.ndarray) else None for a in args]
+        started = time.monotonic()
         try:
             result = functions[name](*args)
         except BaseException as exc:  # noqa: BLE001 - everything the callable does is reported
-            conn.send(("raised", type(exc).__name__, str(exc), "".join(traceback.format_exception(exc)[-6:])))
+            forks.end_child()
+            forked = forks.returned(time.monotonic() - started)
+            conn.send(("raised", type(exc).__name__, str(exc), "".join(traceback.format_exception(exc)[-6:]), forked))
             continue
+        forks.end_child()
+        forked = forks.returned(time.monotonic() - started)
         mutated = {i: a for i, (a, b) in enumerate(zip(args, before)) if b is not None and a.tobytes() != b}
         try:
-            payload = pickle.dumps(("ok", result, mutated), protocol=pickle.HIGHEST_PROTOCOL)
+            payload = pickle.dumps(("ok", result, mutated, forked), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:  # noqa: BLE001 - e.g. a framework tensor that does not pickle
             try:
                 result = np.asarray(result)
-                payload = pickle.dumps(("ok", result, mutated), protocol=pickle.HIGHEST_PROTOCOL)
+                payload = pickle.dumps(("ok", result, mutated, forked), protocol=pickle.HIGHEST_PROTOCOL)
             except Exception as exc:  # noqa: BLE001
                 conn.send(("raised", "TypeError", f"returned a {type(result).__name__} that cannot leave the "
-                                                  f"worker process ({type(exc).__name__}: {exc})", ""))
+                                                  f"worker process ({type(exc).__name__}: {exc})", "", forked))
                 continue
         conn.send_bytes(payload)
 
@@ -212,6 +285,8 @@ class Worker:
         self.process: Any = None
         self.conn: Any = None
         self.crashes = 0
+        #: Pids of forked children of the callable that returned from the last call (see the module's docstring).
+        self.forked: list[int] = []
 
     def _start(self) -> None:
         if self.method == "exec":
@@ -268,6 +343,7 @@ class Worker:
           Crashed: the child died (a signal or an exit) or exceeded the timeout.
           Raised: the callable raised (its type name and message).
         """
+        self.forked = []
         if self.process is None or not self.process.is_alive():
             self._start()
         try:
@@ -288,6 +364,7 @@ class Worker:
             answer = pickle.loads(self.conn.recv_bytes())
         except (EOFError, OSError):
             return self._crashed()
+        *answer, self.forked = answer
         if answer[0] == "raised":
             raise Raised(*answer[1:])
         _, result, mutated = answer
