@@ -75,7 +75,7 @@ def test_the_crash_signal_is_reported_after_tensorflow_has_run():
         spec, impl = stf.max_pool2d(ksize=2, strides=2, padding="VALID")
 
         def forward(x):
-            y = impl.forward(x)  # a TensorFlow op in the worker, then the crash
+            y = impl.forward(x)  # a TensorFlow op in the worker (which hung in a fork), then the crash
             signal.raise_signal(signal.SIGFPE)
             return y
 

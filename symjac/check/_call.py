@@ -263,7 +263,8 @@ class Guard:
         if status == "timeout":
             limit = self.timeout if self.isolate is None else self.isolate[0].timeout
             left = ("it was interrupted" if self.here and alarm_available() else "it may still be running") \
-                if self.isolate is None else "its worker process was killed"
+                if self.isolate is None else "its worker process was killed" + (
+                    f"; {self.isolate[0].note}" if getattr(self.isolate[0], "note", "") else "")
             self.flag("timeout", "timeout", f"{self.role} did not return within {limit:g} s "
                       f"(call {self.calls}; {left}); later calls go on without it",
                       detail={"arguments": arguments, "timeout_seconds": limit})

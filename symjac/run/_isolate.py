@@ -8,8 +8,13 @@ that child into a :class:`Crashed` exception naming the signal, so the caller
 
 Start method: ``"fork"`` (the default on Linux) needs nothing picklable: the child
 inherits the callables. Fork is unsafe once a multithreaded runtime has started
-in the parent (JAX warns; TensorFlow may deadlock): ``conform`` therefore builds
-every implementation *inside* the child, and a hang is bounded by ``timeout``.
+in the parent: a forked child has none of its threads, so after TensorFlow has run here
+a TensorFlow op in a fork waits forever (an op that raises SIGFPE showed as a timeout).
+The default then becomes a fresh interpreter with the callables pickled by value
+(cloudpickle; :data:`FORK_UNSAFE`), its start (the framework's import) not counted in the
+calls' timeout; without cloudpickle, or for callables it cannot pickle, a fork as before
+and a timeout finding says why. ``conform`` builds every implementation *inside* a fresh
+interpreter.
 ``"spawn"`` (macOS, Windows) starts a clean interpreter and needs picklable
 callables (module-level functions of an importable module).
 
@@ -45,6 +50,9 @@ import numpy as np
 
 #: Seconds a single call may take before the worker is killed and the call reported as hung.
 DEFAULT_TIMEOUT = 120.0
+#: Seconds a fresh-interpreter worker may take to start and load its functions (importing their
+#: frameworks: TensorFlow takes tens of seconds on a loaded machine), not counted in a call's timeout.
+START_TIMEOUT = 600.0
 
 
 class Crashed(Exception):
@@ -212,6 +220,28 @@ def _serve(conn: Any, functions: Mapping[str, Callable[..., Any]]) -> None:
         conn.send_bytes(payload)
 
 
+def _tensorflow_ran() -> bool:
+    context = sys.modules.get("tensorflow.python.eager.context")
+    state = getattr(context, "_context", None)
+    return bool(getattr(state, "_initialized", False))
+
+
+def _jax_ran() -> bool:
+    bridge = sys.modules.get("jax._src.xla_bridge")
+    return bool(getattr(bridge, "_backends", None))
+
+
+#: Frameworks whose thread pools a forked child lacks, and whether one has run in this process (its
+#: runtime started): its ops in a ``fork`` worker can then wait forever for threads that exist only
+#: here, so that a crash of the op shows as a hang (PyTorch's are made safe in the child instead).
+FORK_UNSAFE = {"TensorFlow": _tensorflow_ran, "JAX": _jax_ran}
+
+
+def fork_unsafe() -> list[str]:
+    """The :data:`FORK_UNSAFE` frameworks that have run in this process."""
+    return [name for name, ran in FORK_UNSAFE.items() if ran()]
+
+
 def default_method() -> str:
     """``"fork"`` where the platform has it (Linux), else ``"exec"``."""
     return "fork" if "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin" else "exec"
@@ -227,7 +257,15 @@ def _exec_main(fd: int) -> None:
 
     conn = Connection(fd)
     sys.path[:] = conn.recv()
-    _serve(conn, conn.recv())
+    try:
+        functions = conn.recv()
+        if isinstance(functions, bytes):  # cloudpickle's (closures by value): see Worker
+            functions = pickle.loads(functions)
+    except Exception as exc:  # noqa: BLE001 - the parent falls back to a fork
+        conn.send(("unloadable", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("ready",))  # loaded (frameworks imported): the calls' clocks start now
+    _serve(conn, functions)
 
 
 class _Exec:
@@ -282,11 +320,38 @@ class Worker:
         self.method = method or default_method()
         if self.method not in ("fork", "exec"):
             raise ValueError(f"method={method!r}: give 'fork' or 'exec'")
+        #: The functions pickled by value (cloudpickle), for an ``exec`` worker chosen in place of a fork.
+        self.payload: bytes | None = None
+        self.pending: Any = None  # an answer read while waiting for a fresh interpreter's start
+        #: Why a worker's hang may be no hang of the implementation (a fork after TensorFlow ran), or "".
+        self.note = ""
+        unsafe = fork_unsafe() if method is None and self.method == "fork" else []
+        if unsafe:
+            self._exec_instead(unsafe)
         self.process: Any = None
         self.conn: Any = None
         self.crashes = 0
         #: Pids of forked children of the callable that returned from the last call (see the module's docstring).
         self.forked: list[int] = []
+
+    def _exec_instead(self, unsafe: list[str]) -> None:
+        """The default ``fork`` after a :data:`FORK_UNSAFE` framework has run here: a fresh
+        interpreter instead, the functions (closures too) pickled by value with cloudpickle;
+        without cloudpickle, or for functions it cannot pickle, a fork as before, and
+        :attr:`note` says why a call of that framework may hang there."""
+        frameworks = " and ".join(unsafe)
+        try:
+            import cloudpickle
+
+            self.payload = cloudpickle.dumps(self.functions)
+            pickle.loads(self.payload)
+        except Exception as exc:  # noqa: BLE001 - no cloudpickle, or functions it cannot pickle
+            self.payload = None
+            self.note = (f"{frameworks} ran in this process before its worker was forked, and a fork has none of "
+                         f"its threads: its ops can hang there (a fresh interpreter needs the callables to "
+                         f"pickle by value: {type(exc).__name__}: {exc})")
+            return
+        self.method = "exec"
 
     def _start(self) -> None:
         if self.method == "exec":
@@ -298,7 +363,8 @@ class Worker:
             theirs.close()
             self.conn = Connection(mine.detach())
             self.conn.send(list(sys.path))
-            self.conn.send(self.functions)
+            self.conn.send(self.payload if self.payload is not None else self.functions)
+            self._await_ready()
             return
         context = multiprocessing.get_context("fork")
         parent, child = context.Pipe()
@@ -316,6 +382,19 @@ class Worker:
                 me._config["daemon"] = True  # type: ignore[attr-defined]
         child.close()
         self.conn = parent
+
+    def _await_ready(self) -> None:
+        """Wait for a fresh interpreter's ``ready`` (or ``unloadable``, left for :meth:`call` to read)."""
+        deadline = time.monotonic() + max(START_TIMEOUT, self.timeout or 0.0)
+        while not self.conn.poll(0.05):
+            if not self.process.is_alive() or time.monotonic() > deadline:
+                return  # call() sees the dead or hung worker
+        try:
+            answer = self.conn.recv()
+        except (EOFError, OSError):
+            return
+        if answer[0] != "ready":
+            self.pending = answer
 
     def _stop(self, kill: bool = False) -> None:
         if self.process is None:
@@ -351,7 +430,7 @@ class Worker:
         except (BrokenPipeError, OSError):
             return self._crashed()
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        while not self.conn.poll(0.05):
+        while self.pending is None and not self.conn.poll(0.05):
             if not self.process.is_alive():
                 if self.conn.poll(0):  # answered just before exiting
                     break
@@ -361,9 +440,15 @@ class Worker:
                 self.crashes += 1
                 raise TimedOut(f"did not return within {self.timeout:g} s (killed)")
         try:
-            answer = pickle.loads(self.conn.recv_bytes())
+            answer = self.pending or pickle.loads(self.conn.recv_bytes())
         except (EOFError, OSError):
             return self._crashed()
+        self.pending = None
+        if answer[0] == "unloadable":  # the fresh interpreter could not load the functions: fork, as before
+            self._stop(kill=True)
+            self.method, self.payload = "fork", None
+            self.note = f"the worker runs forked: a fresh interpreter could not load the callables ({answer[1]})"
+            return self.call(name, *args)
         *answer, self.forked = answer
         if answer[0] == "raised":
             raise Raised(*answer[1:])
