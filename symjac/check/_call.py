@@ -9,7 +9,7 @@ Both verifiers (pools and losses) call an implementation only through a
   verdict reads that copy, and a result that changes afterwards (a helper thread of the
   implementation, or an asynchronous kernel, still writing into the array it returned) is
   ``result_changed_after_return`` (the latest :data:`WATCHED` results are compared with
-  their copies at every later call);
+  their copies whenever a call is settled, and once more as they are let go);
 - in a worker process (``isolate``), flags a call whose forked child returned from it too
   (``forked``: :mod:`symjac.run._isolate` ends that child; the parent's answer is checked);
 - runs the call under a per-call ``timeout`` (a call that does not return is a
@@ -54,9 +54,9 @@ DEFAULT_TIMEOUT = 60.0
 TRACEBACK_FRAMES = 5
 #: Bytes of results of a sequence of calls (:meth:`Guard.arrays`) taken before they are read.
 AHEAD_BYTES = 2**22
-#: Results of earlier calls compared with their copies at each later call (at most
-#: :data:`WATCHED_BYTES` of them beyond the latest one, which is always watched).
-WATCHED = 8
+#: The latest results compared with their copies at return whenever a call is settled, and once
+#: more as they are let go (while at most :data:`WATCHED_BYTES` of them are held; the latest always is).
+WATCHED = 4
 WATCHED_BYTES = 2**24
 
 
@@ -159,6 +159,7 @@ class Guard:
         # (what a call returned, its copy at return), the latest last: see _returning
         self.watched: collections.deque[tuple[np.ndarray, np.ndarray]] = collections.deque()
         self.watch_lock = threading.Lock()
+        self.late: list[tuple[np.ndarray, np.ndarray]] = []  # found changed as they were let go (in the call thread)
 
     def _returning(self, *args: Any) -> Any:
         """``fn(*args)``, its array result copied at once in the thread that made the call
@@ -174,18 +175,20 @@ class Guard:
             self.watched.append((value, kept))
             while len(self.watched) > WATCHED or (
                     len(self.watched) > 1 and sum(w[1].nbytes for w in self.watched) > WATCHED_BYTES):
-                self.watched.popleft()
+                old = self.watched.popleft()  # its last look, here (calls may run ahead)
+                if not _unchanged(*old):
+                    self.late.append(old)
         return kept
 
     def _check_returned(self) -> None:
-        """Flag a result that changed after its call returned (compared with its copy at return)."""
+        """Flag a result that changed after its call returned (compared with its copy at return):
+        the :data:`WATCHED` latest results, and those found changed as they were let go."""
         with self.watch_lock:
             watched = list(self.watched)
-        for returned, kept in watched:
+            late, self.late = self.late, []
+        for returned, kept in late + watched:
             if _unchanged(returned, kept):
                 continue
-            with self.watch_lock:
-                self.watched = collections.deque(w for w in self.watched if w[0] is not returned)
             if returned.shape != kept.shape or returned.dtype != kept.dtype:
                 change = f"its shape or dtype changed to {returned.dtype} {returned.shape}"
             else:

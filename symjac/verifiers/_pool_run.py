@@ -124,11 +124,14 @@ def run(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forward: 
 def _rejected(report: Report, verifier: _Verifier, g: Geometry, x: np.ndarray, seed: int) -> Report:
     """The report as ``unsupported`` when a callable rejects the dtype (:meth:`Guard.rejects`):
     its raises are then no findings; any other finding stays."""
+    def arguments(n: int) -> Callable[[np.dtype[Any]], tuple[Any, ...]]:
+        return lambda dt: (x.astype(dt), distinct_dy(g, dt, seed))[:n]  # (x,) or (x, dy) in dtype dt
+
     reasons, dropped = [], []
     for guard in (verifier.bwd, verifier.fwd):
         if guard is None:
             continue
-        reason = guard.rejects(verifier.dtype, lambda dt: (x.astype(dt), distinct_dy(g, dt, seed))[:len(guard.names)])
+        reason = guard.rejects(verifier.dtype, arguments(len(guard.names)))
         if reason:
             reasons.append(reason)
             dropped += guard.raise_findings()
