@@ -57,3 +57,11 @@ def test_results_kept_or_handed_back_are_no_finding():
     assert symjac.verify(SPEC, backward=backward, forward=lowered.forward, input_shape=SHAPE).ok
     identity = symjac.Pool("avg", 1)  # y = x and dx = dy: an implementation may hand its argument back
     assert symjac.verify(identity, backward=lambda x, dy: dy, forward=lambda x: x, input_shape=(1, 2, 3, 3)).ok
+
+
+def test_isolated_a_result_written_after_return_is_a_finding_too():
+    lowered = symjac.lower(SPEC, SHAPE)
+    rep = symjac.verify(SPEC, backward=_scribbling(lowered.vjp, delay=0.0002, times=200), forward=lowered.forward,
+                        input_shape=SHAPE, isolate=True)
+    assert "result_changed_after_return" in rep.categories()
+    assert set(rep.categories()) == {"result_changed_after_return"}  # the values pickled at return are right

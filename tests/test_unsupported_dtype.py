@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -151,3 +153,29 @@ def test_conform_without_ml_dtypes_says_why_bfloat16_is_not_run(monkeypatch):
     row = next(line for line in table.splitlines() if line.startswith("typeerror"))
     assert "not run: ml_dtypes missing" in row and "unsupported" not in row
     assert "not run: ml_dtypes missing: bfloat16 needs ml_dtypes: pip install ml_dtypes" in table
+
+
+def test_the_command_line_prints_unsupported(tmp_path):
+    (tmp_path / "f32.py").write_text(
+        "import numpy as np\n\n"
+        "def backward(x, dy):\n"
+        "    if x.dtype != np.float32:\n"
+        "        raise TypeError(f'no {x.dtype} kernel')\n"
+        "    # max 2x2 stride 2, one maximum per window: dy goes to the argmax of each window\n"
+        "    h, w = x.shape\n"
+        "    win = x.reshape(h // 2, 2, w // 2, 2).transpose(0, 2, 1, 3).reshape(h // 2, w // 2, 4)\n"
+        "    hot = np.eye(4)[win.argmax(-1)] * dy[..., None]\n"
+        "    return hot.reshape(h // 2, w // 2, 2, 2).transpose(0, 2, 1, 3).reshape(h, w).astype(x.dtype)\n")
+    spec_file = str(ROOT / "specs" / "seeds" / "textbook_4x4_max.toml")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def run(dtype):
+        return subprocess.run([sys.executable, "-m", "symjac", "verify", spec_file, "--impl",
+                               str(tmp_path / "f32.py"), "--dtype", dtype], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=300, env=env)
+
+    r = run("float64")
+    assert r.returncode == 1 and r.stdout.startswith("UNSUPPORTED textbook_4x4_max"), r.stdout + r.stderr
+    assert "backward raised TypeError on every call in float64: no float64 kernel (it returns in float32)" in r.stdout
+    r = run("float32")
+    assert r.returncode == 0 and r.stdout.startswith("PASS textbook_4x4_max"), r.stdout + r.stderr

@@ -221,6 +221,11 @@ class Guard:
         else:
             status, value = invoke_isolated(*self.isolate, args)
             self._check_forked(self.isolate[0].forked)
+            if self.isolate[0].changed:  # the worker saw a result of the call before change (named by its role)
+                self.flag("changed_after_return", "result_changed_after_return",
+                          f"{self.isolate[0].changed} returned an array that changed after the call had returned "
+                          "(in the worker process): something of the implementation (a helper thread, an "
+                          "asynchronous kernel) still writes into it. symjac checked the values at return.")
         return self._settle(status, value, args, before, again)
 
     def _thread_bound(self, status: str, value: Any, args: tuple[Any, ...]) -> tuple[str, Any]:

@@ -19,15 +19,17 @@ interpreter.
 callables (module-level functions of an importable module).
 
 Protocol over one pipe: the parent sends ``(name, args)``; the child answers
-``("ok", result, mutated, forked)`` (``mutated``: index -> the argument's contents after the
+``("ok", result, mutated, notes)`` (``mutated``: index -> the argument's contents after the
 call, for arguments the callable changed in place, so the parent's own mutation
-check sees what happened in the child) or ``("raised", type_name, message, traceback, forked)``.
+check sees what happened in the child) or ``("raised", type_name, message, traceback, notes)``;
+``notes["changed"]`` names the callable whose array result of the call before changed after
+it was sent (a helper thread still writing into it: pickling copied it at return).
 
 A callable that calls ``os.fork()`` and lets the child return from the call as well would
 have two processes answer one call (and the next answers read out of turn). The worker
 knows its own pid: a process that returns from a call with another pid is such a child; it
 writes its pid on a side pipe and ends (``os._exit``) without answering, and the worker's
-answer carries ``forked``: the pids of the children that returned (waited for briefly after
+answer's ``notes["forked"]`` has the pids of the children that returned (waited for briefly after
 a call that forked, so a child running the rest of the call is counted with it; one
 returning later is counted with the next answer). Children that never return from the call
 (a ``multiprocessing`` pool's, an ``exec``) are no finding.
@@ -186,6 +188,7 @@ def _serve(conn: Any, functions: Mapping[str, Callable[..., Any]]) -> None:
         # op would wait for them forever. One thread needs no team (DataLoader does the same).
         torch.set_num_threads(1)
     forks = _Forks()
+    last: tuple[str, np.ndarray, bytes] | None = None  # the last call's name, array result and its bytes then
     while True:
         try:
             message = conn.recv()
@@ -194,6 +197,9 @@ def _serve(conn: Any, functions: Mapping[str, Callable[..., Any]]) -> None:
         if message is None:  # the parent's stop request (with fork the child holds a copy of the
             return           # parent's end of the pipe too, so closing it is not an EOF here)
         name, args = message
+        # the previous call's result, pickled the moment it returned, changed since (a helper thread)?
+        changed = last[0] if last is not None and last[1].tobytes() != last[2] else None
+        last = None
         _default_signals()
         before = [a.tobytes() if isinstance(a, np.ndarray) else None for a in args]
         started = time.monotonic()
@@ -201,22 +207,25 @@ def _serve(conn: Any, functions: Mapping[str, Callable[..., Any]]) -> None:
             result = functions[name](*args)
         except BaseException as exc:  # noqa: BLE001 - everything the callable does is reported
             forks.end_child()
-            forked = forks.returned(time.monotonic() - started)
-            conn.send(("raised", type(exc).__name__, str(exc), "".join(traceback.format_exception(exc)[-6:]), forked))
+            notes = {"forked": forks.returned(time.monotonic() - started), "changed": changed}
+            conn.send(("raised", type(exc).__name__, str(exc), "".join(traceback.format_exception(exc)[-6:]), notes))
             continue
         forks.end_child()
-        forked = forks.returned(time.monotonic() - started)
+        notes = {"forked": forks.returned(time.monotonic() - started), "changed": changed}
         mutated = {i: a for i, (a, b) in enumerate(zip(args, before)) if b is not None and a.tobytes() != b}
         try:
-            payload = pickle.dumps(("ok", result, mutated, forked), protocol=pickle.HIGHEST_PROTOCOL)
+            payload = pickle.dumps(("ok", result, mutated, notes), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:  # noqa: BLE001 - e.g. a framework tensor that does not pickle
             try:
                 result = np.asarray(result)
-                payload = pickle.dumps(("ok", result, mutated, forked), protocol=pickle.HIGHEST_PROTOCOL)
+                payload = pickle.dumps(("ok", result, mutated, notes), protocol=pickle.HIGHEST_PROTOCOL)
             except Exception as exc:  # noqa: BLE001
                 conn.send(("raised", "TypeError", f"returned a {type(result).__name__} that cannot leave the "
-                                                  f"worker process ({type(exc).__name__}: {exc})", "", forked))
+                                                  f"worker process ({type(exc).__name__}: {exc})", "", notes))
                 continue
+        if isinstance(result, np.ndarray) and not any(isinstance(a, np.ndarray) and np.may_share_memory(a, result)
+                                                      for a in args):
+            last = (name, result, result.tobytes())
         conn.send_bytes(payload)
 
 
@@ -333,6 +342,8 @@ class Worker:
         self.crashes = 0
         #: Pids of forked children of the callable that returned from the last call (see the module's docstring).
         self.forked: list[int] = []
+        #: The name of the callable whose result (of the call before the last) changed after it returned, or None.
+        self.changed: str | None = None
 
     def _exec_instead(self, unsafe: list[str]) -> None:
         """The default ``fork`` after a :data:`FORK_UNSAFE` framework has run here: a fresh
@@ -422,7 +433,7 @@ class Worker:
           Crashed: the child died (a signal or an exit) or exceeded the timeout.
           Raised: the callable raised (its type name and message).
         """
-        self.forked = []
+        self.forked, self.changed = [], None
         if self.process is None or not self.process.is_alive():
             self._start()
         try:
@@ -449,7 +460,8 @@ class Worker:
             self.method, self.payload = "fork", None
             self.note = f"the worker runs forked: a fresh interpreter could not load the callables ({answer[1]})"
             return self.call(name, *args)
-        *answer, self.forked = answer
+        *answer, notes = answer
+        self.forked, self.changed = notes["forked"], notes["changed"]
         if answer[0] == "raised":
             raise Raised(*answer[1:])
         _, result, mutated = answer
