@@ -113,3 +113,15 @@ def test_a_raise_on_the_first_call_only_stays_a_defect():
 
     rep = symjac.verify(SPEC, backward=backward, forward=lowered.forward, input_shape=SHAPE)
     assert "bad_output" in rep.categories() and rep.unsupported is None  # nor an unsupported dtype
+
+
+def test_a_sequence_of_calls_goes_on_on_the_callers_thread():
+    from symjac.check._call import Guard
+
+    db = sqlite3.connect(":memory:")
+    findings: list = []
+    guard = Guard(lambda x: (db.execute("select 1"), 2 * x)[1], "forward", ("x",), findings)
+    xs = [np.full(3, float(i)) for i in range(5)]
+    out = list(guard.arrays(((x,) for x in xs), shape=(3,), dtype=np.dtype(np.float64)))
+    assert findings == [] and guard.here and guard.calls == 5
+    assert [o.tolist() for o in out] == [[2.0 * i] * 3 for i in range(5)]  # 2x, by hand

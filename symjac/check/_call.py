@@ -469,9 +469,10 @@ def call_each(guards: list[Guard], calls: Iterable[tuple[Any, ...]],
                 continue
             _, args, guard, shape, dtype, index_name = call
             if status == "raised" and not guard.tried_here:
-                status, value = guard._thread_bound(status, value, args)
+                own = tuple(np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args)
+                status, value = guard._thread_bound(status, value, own)  # (its own copies, as in the sequence)
                 if guard.here:  # bound to the caller's thread: this call's answer is from there, the rest too
-                    ok, value = guard._settle(status, value, args, args)
+                    ok, value = guard._settle(status, value, own, args)
                     yield guard.check_output(value, shape, dtype, index_name) if ok else None
                     results.close()
                     for _, args, guard, shape, dtype, index_name in seq.iterator:
