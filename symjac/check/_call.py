@@ -5,6 +5,13 @@ Both verifiers (pools and losses) call an implementation only through a
 
 - copies the array arguments first and compares them afterwards (bytes, with sha256
   checksums in the message): an argument changed in place is ``mutates_inputs``;
+- copies the result the moment the call returns, in the thread that made the call: the
+  verdict reads that copy, and a result that changes afterwards (a helper thread of the
+  implementation, or an asynchronous kernel, still writing into the array it returned) is
+  ``result_changed_after_return`` (the latest :data:`WATCHED` results are compared with
+  their copies whenever a call is settled, and once more as they are let go);
+- in a worker process (``isolate``), flags a call whose forked child returned from it too
+  (``forked``: :mod:`symjac.run._isolate` ends that child; the parent's answer is checked);
 - runs the call under a per-call ``timeout`` (a call that does not return is a
   ``timeout`` finding and the verification goes on);
 - turns an exception, ``SystemExit`` included, into ``bad_output`` keeping the last
@@ -28,13 +35,15 @@ import hashlib
 import inspect
 import itertools
 import math
+import threading
 import traceback
+import weakref
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
 import numpy as np
 
-from symjac.check._invoke import CallSequence, invoke, invoke_each, invoke_isolated
+from symjac.check._invoke import CallSequence, alarm_available, invoke, invoke_each, invoke_here, invoke_isolated
 from symjac.check._invoke import same as same  # the bitwise comparison of the call core (verifiers import it here)
 from symjac.check._report import Finding
 from symjac.check._rounding import is_float
@@ -45,6 +54,31 @@ DEFAULT_TIMEOUT = 60.0
 TRACEBACK_FRAMES = 5
 #: Bytes of results of a sequence of calls (:meth:`Guard.arrays`) taken before they are read.
 AHEAD_BYTES = 2**22
+#: The latest results compared with their copies at return whenever a call is settled, and once
+#: more as they are let go (while at most :data:`WATCHED_BYTES` of them are held; the latest always is).
+WATCHED = 4
+WATCHED_BYTES = 2**24
+
+
+#: Callables found bound to their thread (:meth:`Guard._thread_bound`): later guards call them on the caller's.
+_BOUND: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _bound(fn: Any) -> bool:
+    try:
+        return fn in _BOUND
+    except TypeError:  # not weakly referable
+        return False
+
+
+def _unchanged(returned: np.ndarray, kept: np.ndarray) -> bool:
+    """``returned`` still holds the bits of ``kept`` (its copy at return), without a copy."""
+    if returned.shape != kept.shape or returned.dtype != kept.dtype:
+        return False
+    if returned.dtype.itemsize not in (1, 2, 4, 8):
+        return bool(returned.tobytes() == kept.tobytes())
+    bits = np.dtype(f"u{returned.dtype.itemsize}")
+    return bool(np.array_equal(returned.view(bits), kept.view(bits)))
 
 
 def sha256(a: np.ndarray) -> str:
@@ -117,6 +151,55 @@ class Guard:
         self.mutated: set[str] = set()
         self.flagged: set[str] = set()
         self.bad = False  # this callable produced a finding of its own
+        self.answered = 0  # calls that returned (whatever they returned)
+        # bound to its thread: calls made on the caller's (see _thread_bound); tried: that was looked at
+        self.here = timeout is not None and isolate is None and _bound(fn)
+        self.tried_here = self.here
+        self.raises: dict[str, str] = {}  # exception type name -> the first message, of the calls that raised
+        # (what a call returned, its copy at return), the latest last: see _returning
+        self.watched: collections.deque[tuple[np.ndarray, np.ndarray]] = collections.deque()
+        self.watch_lock = threading.Lock()
+        self.late: list[tuple[np.ndarray, np.ndarray]] = []  # found changed as they were let go (in the call thread)
+
+    def _returning(self, *args: Any) -> Any:
+        """``fn(*args)``, its array result copied at once in the thread that made the call
+        (the copy is what the guard checks and hands on, copied again: the verifier may write
+        into its arrays); the original stays watched (:meth:`_check_returned`)."""
+        value = self.fn(*args)
+        if not isinstance(value, np.ndarray):
+            return value
+        kept = np.array(value, copy=True)
+        if any(isinstance(a, np.ndarray) and np.may_share_memory(a, value) for a in args):
+            return kept  # an argument handed back (or a view of one): what changes it is the mutation check's
+        with self.watch_lock:
+            self.watched.append((value, kept))
+            while len(self.watched) > WATCHED or (
+                    len(self.watched) > 1 and sum(w[1].nbytes for w in self.watched) > WATCHED_BYTES):
+                old = self.watched.popleft()  # its last look, here (calls may run ahead)
+                if not _unchanged(*old):
+                    self.late.append(old)
+        return kept
+
+    def _check_returned(self) -> None:
+        """Flag a result that changed after its call returned (compared with its copy at return):
+        the :data:`WATCHED` latest results, and those found changed as they were let go."""
+        with self.watch_lock:
+            watched = list(self.watched)
+            late, self.late = self.late, []
+        for returned, kept in late + watched:
+            if _unchanged(returned, kept):
+                continue
+            if returned.shape != kept.shape or returned.dtype != kept.dtype:
+                change = f"its shape or dtype changed to {returned.dtype} {returned.shape}"
+            else:
+                j = first_difference(kept, returned)
+                change = (f"first change at {index_text('result', kept.shape, j)}: {kept.reshape(-1)[j].item()!r} "
+                          f"-> {returned.reshape(-1)[j].item()!r}, {int((kept != returned).sum())} element(s) "
+                          "changed")
+            self.flag("changed_after_return", "result_changed_after_return",
+                      f"{self.role} returned an array that changed after the call had returned ({change}): "
+                      "something of the implementation (a helper thread, an asynchronous kernel) still writes "
+                      "into it. symjac checked the values at return; a caller reading the array later gets others.")
 
     def flag(self, key: str, category: str, message: str, **kw: Any) -> None:
         """Record a finding about this callable, once per ``key``."""
@@ -131,23 +214,65 @@ class Guard:
         ``again`` marks a second call on the same buffers (in mutation messages).
         """
         before = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args]
-        if self.isolate is None:
-            status, value = invoke(self.fn, args, self.timeout)
+        if self.here:
+            status, value = invoke_here(self._returning, args, self.timeout)
+        elif self.isolate is None:
+            status, value = self._thread_bound(*invoke(self._returning, args, self.timeout), args)
         else:
             status, value = invoke_isolated(*self.isolate, args)
+            self._check_forked(self.isolate[0].forked)
+            if self.isolate[0].changed:  # the worker saw a result of the call before change (named by its role)
+                self.flag("changed_after_return", "result_changed_after_return",
+                          f"{self.isolate[0].changed} returned an array that changed after the call had returned "
+                          "(in the worker process): something of the implementation (a helper thread, an "
+                          "asynchronous kernel) still writes into it. symjac checked the values at return.")
         return self._settle(status, value, args, before, again)
+
+    def _thread_bound(self, status: str, value: Any, args: tuple[Any, ...]) -> tuple[str, Any]:
+        """A call that raised in the call thread, looked at once: made again on the caller's thread.
+        If it returns there and raises in a call thread again, the callable is bound to the thread
+        that made its state (an sqlite3 connection, tinygrad's kernel cache): this call's answer is
+        the caller's thread's, and every later call is made there (:func:`invoke_here`, timed by
+        SIGALRM on the main thread). Otherwise the first raise stands (a call that raises now and
+        then is a defect)."""
+        if status != "raised" or self.tried_here or self.timeout is None or self.isolate is not None:
+            return status, value
+        self.tried_here = True
+        here = invoke_here(self._returning, args, self.timeout)
+        if here[0] != "ok" or invoke(self._returning, args, self.timeout)[0] != "raised":
+            return status, value
+        self.here = True
+        try:
+            _BOUND.add(self.fn)
+        except TypeError:
+            pass
+        return here
+
+    def _check_forked(self, pids: list[int]) -> None:
+        """Flag a call whose forked child returned from it too (an isolated worker saw it)."""
+        if pids:
+            self.flag("forked", "forked",
+                      f"{self.role} forked its process (os.fork()) and the child returned from the call as well "
+                      f"(pid {', '.join(map(str, pids))}): two processes then go on running the caller's code. "
+                      "symjac's worker ended the child and checked the parent's answer",
+                      detail={"child_pids": pids})
 
     def _settle(self, status: str, value: Any, args: tuple[Any, ...], before: list[Any] | tuple[Any, ...],
                 again: bool = False) -> tuple[bool, Any]:
-        """Count one call, check its arguments against ``before`` and flag its failure."""
+        """Count one call, check its arguments against ``before`` (and earlier results against
+        their copies at return) and flag its failure."""
         self.calls += 1
         self._check_mutation(args, before, again)
+        self._check_returned()
         if status == "ok":
+            self.answered += 1
             return True, value
         arguments = describe_arguments(self.names, args)  # for the finding only
         if status == "timeout":
             limit = self.timeout if self.isolate is None else self.isolate[0].timeout
-            left = "it may still be running" if self.isolate is None else "its worker process was killed"
+            left = ("it was interrupted" if self.here and alarm_available() else "it may still be running") \
+                if self.isolate is None else "its worker process was killed" + (
+                    f"; {self.isolate[0].note}" if getattr(self.isolate[0], "note", "") else "")
             self.flag("timeout", "timeout", f"{self.role} did not return within {limit:g} s "
                       f"(call {self.calls}; {left}); later calls go on without it",
                       detail={"arguments": arguments, "timeout_seconds": limit})
@@ -162,6 +287,7 @@ class Guard:
             exc = value
             name = getattr(exc, "type_name", type(exc).__name__)  # a raise in the worker keeps its type's name
             message = getattr(exc, "message", str(exc))
+            self.raises.setdefault(name, message)
             frames = getattr(exc, "traceback_text", None) or "".join(
                 traceback.format_exception(exc)[-(TRACEBACK_FRAMES + 1):])
             self.flag(f"raise:{name}", "bad_output", f"{self.role} raised {name}: {message}",
@@ -198,6 +324,34 @@ class Guard:
         """
         size = math.prod(shape) * (dtype.itemsize if dtype is not None else 8) if shape is not None else 2**20
         yield from call_each([self], ((self, args, shape, dtype, index_name) for args in calls), size)
+
+    def rejects(self, dtype: np.dtype[Any], args_in: Callable[[np.dtype[Any]], tuple[Any, ...]]) -> str | None:
+        """Why the callable does not support ``dtype``, or None when it may.
+
+        It does not when every call in ``dtype`` raised (at least two: one more is made when
+        it was called once), all of one exception type, and that type is
+        ``NotImplementedError`` (its own word) or a call in another float dtype
+        (``args_in(other)``: the arguments in it) returns: the dtype is what it rejects, not
+        the inputs. A callable that raises on some calls only, or in every dtype, is a defect.
+        """
+        if self.answered or len(self.raises) != 1 or self.calls == 0:
+            return None
+        (name, message), = self.raises.items()
+        said = f"{self.role} raised {name} on every call in {dtype}: {message}"
+        probe = Guard(self.fn, self.role, self.names, [], timeout=self.timeout, isolate=self.isolate)
+        if self.calls < 2 and probe.call(*args_in(dtype))[0]:
+            return None  # called once, and it returns when called again: raising on a call is a defect
+        if name == "NotImplementedError":
+            return said
+        for other in (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16)):
+            if other != dtype and probe.call(*args_in(other))[0]:
+                return f"{said} (it returns in {other})"
+        return None
+
+    def raise_findings(self) -> list[Finding]:
+        """The findings of this callable's raises (what a dtype it rejects turns into ``unsupported``)."""
+        return [f for f in self.findings if f.category == "bad_output" and f.detail and "exception" in f.detail
+                and f.message.startswith(f"{self.role} raised ")]
 
     def check_output(self, value: Any, shape: tuple[int, ...] | None, dtype: np.dtype[Any] | None, index_name: str = "",
                      shape_note: str = "", infinite: Any = None) -> np.ndarray | None:
@@ -291,12 +445,12 @@ def call_each(guards: list[Guard], calls: Iterable[tuple[Any, ...]],
     by its guard; stop reading then: the calls not yet started are cancelled).
     """
     timeouts = {g.timeout for g in guards}
-    if len(timeouts) > 1 or None in timeouts or any(g.isolate is not None for g in guards):
+    if len(timeouts) > 1 or None in timeouts or any(g.isolate is not None or g.here for g in guards):
         for guard, args, shape, dtype, index_name in calls:
             yield guard.array(*args, shape=shape, dtype=dtype, index_name=index_name)
         return
     ahead = max(1, AHEAD_BYTES // max(size, 1))
-    seq = CallSequence(((guard.fn, args, guard, shape, dtype, index_name)
+    seq = CallSequence(((guard._returning, args, guard, shape, dtype, index_name)
                         for guard, args, shape, dtype, index_name in calls), ahead)
     timeout = guards[0].timeout
     assert timeout is not None
@@ -314,6 +468,16 @@ def call_each(guards: list[Guard], calls: Iterable[tuple[Any, ...]],
                 yield None
                 continue
             _, args, guard, shape, dtype, index_name = call
+            if status == "raised" and not guard.tried_here:
+                own = tuple(np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args)
+                status, value = guard._thread_bound(status, value, own)  # (its own copies, as in the sequence)
+                if guard.here:  # bound to the caller's thread: this call's answer is from there, the rest too
+                    ok, value = guard._settle(status, value, own, args)
+                    yield guard.check_output(value, shape, dtype, index_name) if ok else None
+                    results.close()
+                    for _, args, guard, shape, dtype, index_name in seq.iterator:
+                        yield guard.array(*args, shape=shape, dtype=dtype, index_name=index_name)
+                    return
             ok, value = guard._settle(status, value, passed, args)
             yield guard.check_output(value, shape, dtype, index_name) if ok else None
     finally:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import collections
 import os
 import queue
+import signal
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable
@@ -69,6 +70,7 @@ class CallSequence:
 
     def __init__(self, calls: Iterable[tuple[Any, ...]], ahead: int):
         self.calls, self.ahead = calls, ahead
+        self.iterator = iter(calls)  # (the calls not yet made, once the sequence has ended)
         self.made = 0  # calls made
         self.given: collections.deque[tuple[Any, ...]] = collections.deque()  # the calls made, not yet taken
         self.results: collections.deque[Any] = collections.deque()
@@ -77,7 +79,7 @@ class CallSequence:
         self.cancelled = False
 
     def run(self) -> None:
-        iterator = iter(self.calls)
+        iterator = self.iterator
         while True:
             with self.changed:
                 while len(self.results) >= self.ahead and not self.cancelled:
@@ -189,6 +191,53 @@ def invoke(fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None)
         if not finished:
             return "timeout", None
         status, value = box[0]
+    if status == "raised" and isinstance(value, PASS_THROUGH):
+        raise value
+    return status, value
+
+
+class _Alarm(BaseException):
+    """SIGALRM's handler raises it in a call on the caller's thread that has run out of time."""
+
+
+def alarm_available() -> bool:
+    """Whether a call in this thread can be timed out by SIGALRM (the main thread, POSIX)."""
+    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+
+
+def invoke_here(fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None) -> tuple[str, Any]:
+    """:func:`invoke` in the caller's thread, for an implementation bound to its thread (state
+    that only the thread that made it may use: an sqlite3 connection, a kernel cache).
+
+    On the main thread a ``timeout`` is kept by ``signal.setitimer`` and SIGALRM: its handler
+    raises in the call, which is a ``("timeout", None)`` (a call stuck in C code that never
+    returns to Python cannot be interrupted so). Elsewhere the call has no time limit. A
+    timer someone else had set (pytest-timeout) is set again afterwards, for what is left of it.
+    """
+    if timeout is None or not alarm_available():
+        return invoke(fn, args, None)
+
+    def ring(signum: int, frame: Any) -> None:
+        raise _Alarm
+
+    started = time.monotonic()
+    previous = signal.signal(signal.SIGALRM, ring)
+    before = signal.setitimer(signal.ITIMER_REAL, timeout)
+    box: list[tuple[str, Any]] = []
+    try:
+        try:
+            box.append(_run(fn, args))
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except _Alarm:  # rang after the call had returned, before the timer was stopped: the result stands
+        pass
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+        if before[0] > 0:
+            signal.setitimer(signal.ITIMER_REAL, max(before[0] - (time.monotonic() - started), 1e-6), before[1])
+    status, value = box[0] if box else ("timeout", None)
+    if status == "raised" and isinstance(value, _Alarm):
+        return "timeout", None
     if status == "raised" and isinstance(value, PASS_THROUGH):
         raise value
     return status, value

@@ -27,10 +27,12 @@ CATEGORIES = (
     "wrong_scale",
     "wrong_values",
     "mutates_inputs",
+    "result_changed_after_return",
     "nondeterministic",
     "bad_output",
     "timeout",
     "crashed",
+    "forked",
 )
 
 
@@ -183,6 +185,9 @@ class Report:
       headline: the one-line summary.
       notes: facts that are no finding but worth knowing (a backward whose equal calls
         differ bitwise, each within the rounding bound: ``stats["nondeterminism"]``).
+      unsupported: why nothing could be verified in this dtype, when the implementation
+        rejects it (every call raised, and it runs in another dtype: a limitation, not a
+        defect; the report is not ok, and has no finding of its own for it).
     """
 
     subject: str
@@ -190,10 +195,16 @@ class Report:
     stats: dict[str, Any]
     headline: str
     notes: tuple[str, ...] = ()
+    unsupported: str | None = None
 
     @property
     def ok(self) -> bool:
-        return not self.findings
+        return not self.findings and self.unsupported is None
+
+    @property
+    def verdict(self) -> str:
+        """``"PASS"``, ``"FAIL"`` (a finding), or ``"UNSUPPORTED"`` (the dtype rejected, nothing else found)."""
+        return "FAIL" if self.findings else "UNSUPPORTED" if self.unsupported else "PASS"
 
     def summary(self) -> str:
         """One human line."""
@@ -226,7 +237,7 @@ class Report:
         """``PASS``/``FAIL`` and the summary on the first line, then :meth:`details`, cut to
         one screen (:data:`SCREEN_LINES`): past it, a count of findings per category comes
         second and the cut says how many lines ``details()`` has beyond it."""
-        head = f"{'PASS' if self.ok else 'FAIL'}: {self.headline}"
+        head = f"{self.verdict}: {self.headline}"
         lines = self.details().splitlines()
         if len(lines) < SCREEN_LINES:
             return "\n".join([head, *lines])
@@ -239,7 +250,7 @@ class Report:
     def __repr__(self) -> str:
         """``<Report FAIL missing_windows: backward visits 1 of 4 ... (float32)>``: one short line."""
         cats = self.categories()
-        status = "PASS" if self.ok else "FAIL " + ", ".join(cats[:3]) + (", ..." if len(cats) > 3 else "")
+        status = self.verdict if not cats else "FAIL " + ", ".join(cats[:3]) + (", ..." if len(cats) > 3 else "")
         headline = self.headline if len(self.headline) <= 120 else self.headline[:117] + "..."
         dtype = self.stats.get("dtype")
         return f"<Report {status}: {headline}{f' ({dtype})' if dtype else ''}>"
@@ -255,12 +266,14 @@ class Report:
                 if len(self.findings) > 50 else "")
         table = (f"<table><tr><th>category</th><th>finding</th><th>window</th></tr>{rows}</table>{more}"
                  if self.findings else "")
-        return (f"<div><p><b style='color:{colour}'>{'PASS' if self.ok else 'FAIL'}</b> "
+        return (f"<div><p><b style='color:{colour}'>{self.verdict}</b> "
                 f"{html.escape(self.headline)}</p><p><small>{html.escape(self.subject)}</small></p>{table}</div>")
 
     def to_dict(self) -> dict[str, Any]:
         """Stable keys: ``ok``, ``subject``, ``summary``, the stats, ``notes``, ``findings``."""
         out: dict[str, Any] = {"ok": self.ok, "subject": self.subject, "summary": self.headline}
+        if self.unsupported is not None:
+            out["unsupported"] = self.unsupported
         out.update({k: jsonable(v) for k, v in self.stats.items()})
         out["notes"] = list(self.notes)
         out["findings"] = [f.to_dict() for f in self.findings]

@@ -85,7 +85,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     for case, report in reports:
         summary = report.summary()
         named = summary.startswith((f"{case.name}: ", f"{case.name} in "))  # a loss headline starts with its kind
-        print(f"{'PASS' if report.ok else 'FAIL'} {summary if named else f'{case.name}: {summary}'}")
+        print(f"{report.verdict} {summary if named else f'{case.name}: {summary}'}")
         if not report.ok and args.verbose:
             print(report.details())
     for case, reason in skipped:

@@ -86,7 +86,7 @@ def run_check(args: argparse.Namespace) -> int:
     for case, report in reports:
         summary = report.summary()
         named = summary.startswith((f"{case.name}: ", f"{case.name} in "))
-        print(f"{'PASS' if report.ok else 'FAIL'} {summary if named else f'{case.name}: {summary}'}")
+        print(f"{report.verdict} {summary if named else f'{case.name}: {summary}'}")
     return EXIT_OK if all(r.ok for _, r in reports) else EXIT_FINDING
 
 

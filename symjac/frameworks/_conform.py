@@ -33,8 +33,9 @@ import numpy as np
 
 from symjac._errors import InputError, SpecError
 from symjac.pool._ops import operator_of
+from symjac.frameworks._conform_plan import PackageMissing, adapter_target, check_budget, load_adapter, numpy_dtype
+from symjac.frameworks._conform_plan import plan, sample_order
 from symjac.frameworks._conform_repro import TIE_CATEGORIES as TIE_CATEGORIES, write_reproducer
-from symjac.frameworks._conform_plan import adapter_target, check_budget, load_adapter, plan, sample_order
 from symjac.run._executor import execute
 from symjac.run._isolate import Crashed, Raised, TimedOut, Worker
 
@@ -46,18 +47,8 @@ STATUSES = ("pass", "finding", "unsupported", "skipped", "error", "not_run")
 MAX_JOBS = 64
 #: Seconds a budget grants a user adapter's configurations() beyond itself: its worker's start.
 WORKER_START = 10.0
-
-
-def numpy_dtype(name: str) -> np.dtype:
-    """A dtype by name; bfloat16 through ml_dtypes (InputError when it is missing)."""
-    if name == "bfloat16":
-        try:
-            import ml_dtypes
-        except ImportError:
-            raise InputError("bfloat16 needs ml_dtypes: pip install ml_dtypes") from None
-        bf16: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
-        return bf16
-    return np.dtype(name)
+#: The table's text of a cell symjac could not run for want of a package (``not_run`` with ``missing``).
+MISSING_TEXT = "not run: {} missing"
 
 
 # ----------------------------------------------------------------------------- one cell
@@ -74,9 +65,10 @@ def _unsupported(reason: str) -> dict[str, Any]:
 
 
 def _preflight(impl: Any, x: np.ndarray, dy: np.ndarray, transform: str = "vjp") -> str | None:
-    """Call forward and backward once (and the transform's callables): an Unsupported raised here
-    (a dtype, VJP, forward-AD formula or batching rule the framework lacks) makes the cell
-    unsupported; anything else is left to verify."""
+    """Call forward and backward once (and the transform's callables): a NotImplementedError raised
+    here (a dtype, VJP, forward-AD formula or batching rule the framework lacks, in its own word)
+    makes the cell unsupported; anything else is left to verify, which calls a dtype rejected
+    whatever the exception (every call raises it, and the op runs in another dtype) unsupported too."""
     from symjac.frameworks._transforms import preflight
 
     try:
@@ -141,6 +133,8 @@ def run_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]:
     try:
         dt = numpy_dtype(dtype)
         g = resolve(spec, tuple(job["input_shape"]))
+    except PackageMissing as exc:  # symjac's environment, not the framework: not run, and the table says why
+        return {**out, "status": "not_run", "reason": str(exc), "missing": exc.package}
     except InputError as exc:
         return {**out, **_unsupported(str(exc))}
     except SpecError as exc:
@@ -169,6 +163,8 @@ def run_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]:
             report = verify_transform(spec, impl, transform, dt, seed, x=x)
         except InputError as exc:  # verify does not take this dtype
             return {**out, **_unsupported(f"symjac verify: {exc}")}
+        if report.unsupported and not report.findings:  # the op rejects the dtype: a limitation, not a finding
+            return {**out, **_unsupported(report.unsupported)}
         if not report.ok:
             categories += [c for c in report.categories() if c not in categories]
             if first is None:
@@ -270,7 +266,9 @@ class Conformance:
         if r["status"] == "finding":
             text = f"{r['category']}:{r['signal']}" if r.get("signal") else str(r["category"])
             return text + ("*" if r.get("known_defect") else "")
-        return "-" if r["status"] == "not_run" else str(r["status"])
+        if r["status"] == "not_run":
+            return MISSING_TEXT.format(r["missing"]) if r.get("missing") else "-"
+        return str(r["status"])
 
     def table(self) -> str:
         """op × convention rows, one column per dtype."""
@@ -286,6 +284,9 @@ class Conformance:
             lines.append(f"{label:{width}}  " + "  ".join(f"{cells.get(d, ''):{w}}" for d, w in zip(heads, cols)))
         known = sorted({r["known_defect"] for r in self.findings if r.get("known_defect")})
         lines += [f"* a defect the adapter documents: {k}" for k in known]
+        missing = {str(r["missing"]): str(r["reason"]) for r in self.results if r["status"] == "not_run"
+                   and r.get("missing")}
+        lines += [f"{MISSING_TEXT.format(package)}: {reason}" for package, reason in missing.items()]
         c = self.counts()
         configs = len(rows)
         per = "" if self.transforms == ("vjp",) else f" x {len(self.transforms)} transforms"
@@ -421,7 +422,7 @@ def conform(framework: str, *, grid: str = "small", budget: float | None = None,
         raw[i] = r
     results = []
     for job, r in zip(jobs_list, raw):
-        if r["status"] == "not_run":
+        if "conform_status" not in r:  # not started (the budget was spent)
             results.append({"config": job, "dtype": job["dtype"], "status": "not_run"})
         else:
             results.append({**{k: v for k, v in r.items() if k != "conform_status"}, "status": r["conform_status"]})

@@ -194,6 +194,28 @@ def plan(target: str, grid: str, *, known_defects: bool = True, isolate: bool = 
     return jobs
 
 
+class PackageMissing(InputError):
+    """A dtype needs a package symjac does not have here (``package``: its name): the cells
+    in that dtype are ``not_run``, the table says so, not ``unsupported`` (the framework is
+    not at fault)."""
+
+    def __init__(self, package: str, message: str):
+        super().__init__(message)
+        self.package = package
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """A dtype by name; bfloat16 through ml_dtypes (:class:`PackageMissing` when it is missing)."""
+    if name == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise PackageMissing("ml_dtypes", "bfloat16 needs ml_dtypes: pip install ml_dtypes") from None
+        bf16: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
+        return bf16
+    return np.dtype(name)
+
+
 def sample_order(n: int, budget: float | None) -> list[int]:
     """The order the grid's ``n`` jobs start in: as listed without a budget; with one, a seeded
     permutation, so the configurations a budget leaves out are spread over the whole grid."""

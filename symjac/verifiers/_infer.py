@@ -163,6 +163,8 @@ def _check(spec: PoolSpec, g: Geometry, fwd: Callable[..., Any] | None, bwd: Cal
     if report.ok:
         return 0.0, "", Match(spec, _tie(report) if operator_of(spec).ties else None,
                               "forward and backward" if fwd else "backward")
+    if not report.findings:  # unsupported in this dtype: no match, nothing to rank by
+        return 1.0, str(report.unsupported), None
     first = report.findings[0]
     return 0.5 + 0.1 * len(report.categories()), f"{first.category}: {first.message}", None
 

@@ -105,15 +105,26 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forwar
         calls run in the caller's thread); a call that takes longer is a ``timeout``
         finding. Calls run in a kept thread; the calls of one probe plan (or of the
         finite differences) are handed to it together and run back to back, each with
-        its own copies of ``x`` and ``dy``.
+        its own copies of ``x`` and ``dy``. Each array result is copied the moment its
+        call returns (the verdict reads that copy); one that changes afterwards is a
+        ``result_changed_after_return`` finding. An implementation bound to its thread
+        (state only the thread that made it may use: an sqlite3 connection, tinygrad's
+        kernel cache) raises in the kept thread: a call that raises there is made again
+        on the caller's thread, and when it returns there (and raises in a kept thread
+        once more) every later call of that callable is made on the caller's thread,
+        timed by ``signal.setitimer``/SIGALRM on the main thread (POSIX; elsewhere no
+        limit; a call stuck in C code cannot be interrupted so).
       families: extra input families, each one dense backward call (and one forward
         call) at its input: ``"all_negative"`` and/or ``"near_ties"``. Default: those
         that can matter (all-negative for max pooling whose windows touch padding,
         near-ties always); ``()`` for none. Ties run for max pooling regardless.
       isolate: call the implementation in a worker process (forked on Linux, so the
-        callables need not pickle; see :mod:`symjac.run._isolate`): an abort,
-        segfault or SIGFPE becomes a ``crashed`` finding naming the signal, and a hung
-        call is killed at ``timeout``.
+        callables need not pickle; a fresh interpreter with the callables pickled by
+        value once TensorFlow or JAX has run here, whose threads a fork lacks; see
+        :mod:`symjac.run._isolate`): an abort, segfault or SIGFPE becomes a ``crashed``
+        finding naming the signal, and a hung call is killed at ``timeout``. A call
+        whose ``os.fork()`` child returns from it too is a ``forked`` finding (the
+        child is ended; the parent's answer is checked).
       deterministic: the implementation promises bitwise reproducible results. Every
         call's result is checked against the exact answer for what that call asked;
         beyond that, two equal calls whose results differ bitwise while each stays within
@@ -126,7 +137,12 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forwar
         the implementation matches exactly (``stats["hint"]`` and the headline).
 
     Returns:
-      A :class:`Report`; ``report.ok`` is True when nothing was found. Each finding's
+      A :class:`Report`; ``report.ok`` is True when nothing was found. A dtype the
+      implementation rejects (every call raises, all one exception type, and it runs in
+      another float dtype, or the type is ``NotImplementedError``) is ``unsupported``:
+      ``report.unsupported`` gives the reason, ``report.verdict`` is ``"UNSUPPORTED"``,
+      ``report.ok`` False, and no finding is made of it (raising on some calls, inputs or
+      plan shapes only, or in every dtype, is ``bad_output``). Each finding's
       ``family`` names the input family that exposed it; ``stats["families"]`` counts
       the findings per family run.
 
@@ -158,4 +174,5 @@ def _merge(base: Report, extra: Report) -> Report:
     """The VJP's report and the transforms' as one: findings in order, the transforms' figures
     under ``stats["transforms"]`` beside ``"vjp"``."""
     stats = {**base.stats, "transforms": {"vjp": {"ok": base.ok}, **extra.stats["transforms"]}}
-    return Report(base.subject, base.findings + extra.findings, stats, f"{base.headline}; {extra.headline}", base.notes + extra.notes)
+    return Report(base.subject, base.findings + extra.findings, stats, f"{base.headline}; {extra.headline}",
+                  base.notes + extra.notes, base.unsupported)

@@ -16,9 +16,9 @@ import numpy as np
 from symjac._errors import InputError
 from symjac._exact import ExactArray
 from symjac.check._call import DEFAULT_TIMEOUT
-from symjac.check._inputs import distinct_input, tie_input
+from symjac.check._inputs import distinct_dy, distinct_input, tie_input
 from symjac.check._inputs import families as default_families
-from symjac.check._report import Report
+from symjac.check._report import Finding, Report
 from symjac.check._rounding import float_dtype
 from symjac.pool._beta import Beta, parse_tie
 from symjac.pool._cover import cover
@@ -110,15 +110,40 @@ def run(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forward: 
         worker = Worker({k: v for k, v in (("backward", backward), ("forward", forward)) if v is not None},
                         timeout=timeout)
     try:
-        report = _Verifier(spec, g, backward, forward, dt, tie_name, one_hot_budget, timeout, worker,
-                           deterministic=bool(deterministic)).run(
-            x_arr, dy_arr, tie_x, main_family="given" if x is not None else "distinct", extra=extra, seed=seed)
+        verifier = _Verifier(spec, g, backward, forward, dt, tie_name, one_hot_budget, timeout, worker,
+                             deterministic=bool(deterministic))
+        report = verifier.run(x_arr, dy_arr, tie_x, main_family="given" if x is not None else "distinct",
+                              extra=extra, seed=seed)
+        if not report.ok:
+            report = _rejected(report, verifier, g, x_arr, seed)
     finally:
         if worker is not None:
             worker.close()
-    if hint is not None and not report.ok:
+    if hint is not None and not report.ok and not report.unsupported:
         report = hint(spec, report, forward, backward, g, dt, seed, isolate)
     return report
+
+
+def _rejected(report: Report, verifier: _Verifier, g: Geometry, x: np.ndarray, seed: int) -> Report:
+    """The report as ``unsupported`` when a callable rejects the dtype (:meth:`Guard.rejects`):
+    its raises are then no findings; any other finding stays."""
+    def arguments(n: int) -> Callable[[np.dtype[Any]], tuple[Any, ...]]:
+        return lambda dt: (x.astype(dt), distinct_dy(g, dt, seed))[:n]  # (x,) or (x, dy) in dtype dt
+
+    reasons, dropped = [], []
+    for guard in (verifier.bwd, verifier.fwd):
+        if guard is None:
+            continue
+        reason = guard.rejects(verifier.dtype, arguments(len(guard.names)))
+        if reason:
+            reasons.append(reason)
+            dropped += guard.raise_findings()
+    if not reasons:
+        return report
+    kept = tuple(f for f in report.findings if not any(f is d for d in dropped))
+    reason = "; ".join(reasons)
+    headline = f"unsupported in {verifier.dtype}: {reason}" if not kept else report.headline
+    return dataclasses.replace(report, findings=kept, headline=headline, unsupported=reason)
 
 
 
@@ -137,8 +162,13 @@ def _verify_plan(spec: PoolSpec, kwargs: dict[str, Any]) -> Report:
         if "timeout" in reports[-1].categories():
             break  # each further shape would wait out the timeout again
     plan = shapes[:len(reports)]
+    rejected = [r.unsupported for r in reports if r.unsupported]
     findings = []
     for shape, r in zip(plan, reports):
+        if r.unsupported and len(rejected) < len(reports):  # the dtype runs at other shapes: a defect here
+            findings.append(Finding("bad_output", f"at input shape {shape}: {r.unsupported}, though it returns "
+                                    "in this dtype at other shapes of the coverage plan",
+                                    detail={"input_shape": shape}))
         for f in r.findings:
             detail = dict(f.detail or {}, input_shape=shape)
             findings.append(dataclasses.replace(f, message=f"at input shape {shape}: {f.message}", detail=detail))
@@ -162,6 +192,9 @@ def _verify_plan(spec: PoolSpec, kwargs: dict[str, Any]) -> Report:
     stats["coverage_plan"] = [list(shape) for shape in shapes]
     stats["shapes"] = [{"input_shape": list(shape), "ok": r.ok, "summary": r.summary()} for shape, r in zip(plan, reports)]
     failing = [(shape, r) for shape, r in zip(plan, reports) if not r.ok]
+    if rejected and len(rejected) == len(reports) and not findings:
+        headline = (f"unsupported in {kwargs['dtype']} at every shape of the coverage plan: {rejected[0]}")
+        return Report(repr(spec), (), stats, headline, unsupported=rejected[0])
     if not failing:
         shapes_text = f"all {len(plan)} shapes" if len(plan) > 1 else "the one shape"
         if kwargs["backward"] is None:
