@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import tomllib
 import unicodedata
 from collections.abc import Callable
@@ -42,6 +43,7 @@ import numpy as np
 
 from symjac._errors import InputError, SpecError, SymjacError, did_you_mean
 from symjac.loss._spec import KINDS, SYNONYMS, Loss
+from symjac.pool._foreign import foreign_hint, toml_text
 from symjac.pool._spec import AdaptivePool, GlobalPool, Pool
 
 POOL_INPUT_KEYS = ("shape", "x", "dy", "generator", "seed")
@@ -83,9 +85,10 @@ class SpecFile:
     cases: tuple[Case, ...]
 
 
-def _unknown(where: str, key: str, valid: tuple[str, ...]) -> SpecError:
+def _unknown(where: str, key: str, valid: tuple[str, ...], value: Any = None) -> SpecError:
+    foreign = foreign_hint(key, value, toml_text, valid)  # another library's name for one of these keys
     near = difflib.get_close_matches(key, valid, n=1)
-    hint = f"did you mean {near[0]!r}? " if near else ""
+    hint = f"{foreign}; " if foreign else f"did you mean {near[0]!r}? " if near else ""
     return SpecError(f"{where}: unknown key {key!r}; {hint}valid keys: {', '.join(valid)}")
 
 
@@ -94,8 +97,14 @@ def _check_keys(where: str, table: Any, valid: tuple[str, ...]) -> dict[str, Any
         raise SpecError(f"{where}: expected a table, got {type(table).__name__}")
     for key in table:
         if key not in valid:
-            raise _unknown(where, key, valid)
+            raise _unknown(where, key, valid, table[key])
     return table
+
+
+def _toml_spelling(message: str) -> str:
+    """A spec's message in TOML's words: its booleans are ``true``/``false`` (``ceil_mode = "true"``
+    is a string, and Python's ``True`` is no TOML)."""
+    return re.sub(r"\b(True|False)\b", lambda m: m.group(1).lower(), message)
 
 
 def _tuples(value: Any) -> Any:
@@ -200,7 +209,7 @@ def _operator(table: Any, where: str) -> Any:
     try:
         return reader.build(args, where)
     except SymjacError as exc:
-        raise SpecError(f"{where}: {exc}") from None
+        raise SpecError(f"{where}: {_toml_spelling(str(exc))}") from None
     except TypeError as exc:
         raise SpecError(f"{where}: {exc}") from None
 
