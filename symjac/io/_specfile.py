@@ -324,14 +324,35 @@ def _load(p: Path, data: dict[str, Any]) -> SpecFile:
     return SpecFile(p, cases)
 
 
-def pool_input(case: Case) -> tuple[Any, np.ndarray, np.ndarray]:
+def has_input(case: Case) -> bool:
+    """The pooling case names its input (``[input] x`` or ``shape``)."""
+    return "x" in case.inputs or "shape" in case.inputs
+
+
+def plan_shape(spec: Any) -> tuple[int, ...]:
+    """One small input shape for a case without ``[input]`` (``explain``, ``graph``): the shape of
+    the coverage plan (:func:`symjac.cover`) with the most window classes (the smallest of those),
+    with one batch and one channel."""
+    from symjac.pool._cover import cover
+    from symjac.pool._geometry import resolve
+    from symjac.pool._symbolic import window_classes
+
+    first = spec.layout == "channels_first"
+    shapes = [(1, 1, *shape[2:]) if first else (1, *shape[1:-1], 1) for shape in cover(spec)]
+    return max(shapes, key=lambda shape: (len(window_classes(resolve(spec, shape))), -int(np.prod(shape))))
+
+
+def pool_input(case: Case, plan: bool = False) -> tuple[Any, np.ndarray, np.ndarray]:
     """(geometry, x, dy) for a pooling case; generated where not explicit.
 
-    ``x`` and ``dy`` are object arrays of exact Fractions.
+    ``x`` and ``dy`` are object arrays of exact Fractions. A case without ``[input]`` is
+    refused, or with ``plan`` given the shape :func:`plan_shape` picks.
 
     Raises:
       SpecError: the inputs do not fit the operator; the message names the file.
     """
+    if plan and not has_input(case):
+        case = dataclasses.replace(case, inputs={**case.inputs, "shape": plan_shape(case.operator)})
     try:
         return _pool_input(case)
     except SymjacError as exc:
