@@ -188,6 +188,13 @@ def tensorflow_check(fn: Any, op: str | None = None, /, *, input_shape: Any = No
                                                       timeout=timeout, isolate=isolate))
 
 
+def keras_check(fn: Any, op: str | None = None, /, *, input_shape: Any = None, dtype: Any = None, tie: Any = "any",
+                seed: int = 0, timeout: float | None = DEFAULT_TIMEOUT, isolate: bool = False,
+                **arguments: Any) -> Any:
+    return _run("keras", fn, op, arguments, dict(input_shape=input_shape, dtype=dtype, tie=tie, seed=seed,
+                                                 timeout=timeout, isolate=isolate))
+
+
 torch_check.__doc__ = ("""Verify a torch function with PyTorch's own pooling arguments, as ``gradcheck(fn, inputs)``.
 
     ``check(fn, kernel_size=3, stride=2, padding=1)``: the arguments map onto a spec as
@@ -209,4 +216,11 @@ tensorflow_check.__doc__ = ("""Verify a TensorFlow function with TensorFlow's or
     ``avg_pool1d``, ``pool``; Keras' ``MaxPooling2D``, ...), ``fn`` is wrapped by
     :func:`symjac.frameworks.tensorflow.wrap` (its backward is ``tf.GradientTape``'s) and
     :func:`symjac.verify` runs.
+""" + _OPTIONS)
+keras_check.__doc__ = ("""Verify a Keras layer or function with Keras' own pooling arguments, on any Keras backend.
+
+    ``check(keras.layers.MaxPooling2D(3, 2, dtype="float64"))``: the layer's own ``pool_size``,
+    ``strides``, ``padding``, ``data_format`` map onto a spec as :mod:`symjac.frameworks.keras`'s op of
+    that name maps them, the layer is wrapped by :func:`symjac.frameworks.keras.wrap` (its backward is
+    the backend's autodiff) and :func:`symjac.verify` runs.
 """ + _OPTIONS)
