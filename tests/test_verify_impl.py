@@ -77,3 +77,17 @@ def test_verify_loss_takes_a_loss_impl_with_its_inputs():
 def test_verify_loss_without_an_implementation_says_what_to_give():
     with pytest.raises(symjac.InputError, match="derivative="):
         symjac.verify_loss(symjac.Loss("mse"))
+
+
+def test_the_testing_asserts_take_an_implementation_object_too():
+    from symjac.testing import assert_backward_matches, assert_loss_matches
+
+    impl = Impl(_mean_pool_1d, _mean_pool_1d_backward, "numpy", "mean_pool")
+    assert assert_backward_matches(SPEC, impl, input_shape=SHAPE).ok
+    with pytest.raises(symjac.VerificationError):
+        assert_backward_matches(SPEC, {"backward": lambda x, dy: _mean_pool_1d_backward(x, dy) * 3},
+                                input_shape=SHAPE)
+    # mse over n = 2: dL/dp = p - y (as above)
+    loss_impl = symjac.LossImpl("mse", derivative=lambda p, y: (p - y).astype(p.dtype),
+                                pred=np.array([0.5, 2.0]), label=np.array([1.0, 1.0]))
+    assert assert_loss_matches(symjac.Loss("mse"), loss_impl).ok
