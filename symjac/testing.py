@@ -26,7 +26,8 @@ def _passing(report: Report) -> Report:
 
 def assert_backward_matches(spec: PoolSpec, backward: Callable[..., Any], forward: Callable[..., Any] | None = None,
                             **kw: Any) -> Report:
-    """Assert that ``backward`` (and ``forward``) implement ``spec`` exactly.
+    """Assert that ``backward`` (and ``forward``) implement ``spec`` exactly; ``backward`` may be an
+    implementation object instead (as :func:`symjac.verify`'s ``impl``).
 
     Keyword arguments go to :func:`symjac.verify` (``input_shape``, ``x``, ``dtype``,
     ``tie``, ...).
@@ -40,13 +41,15 @@ def assert_backward_matches(spec: PoolSpec, backward: Callable[..., Any], forwar
     """
     from symjac.verifiers._pool import verify
 
+    if not callable(backward) or isinstance(backward, type):  # an Impl, a dict, a torch.autograd.Function
+        return _passing(verify(spec, backward, forward=forward, **kw))
     return _passing(verify(spec, backward=backward, forward=forward, **kw))
 
 
 def assert_loss_matches(loss: Any, derivative: Callable[..., Any], forward: Callable[..., Any] | None = None,
                         **kw: Any) -> Report:
     """Assert that ``derivative`` (and ``forward``) implement ``loss`` exactly,
-    loss scale included.
+    loss scale included; ``derivative`` may be an implementation object (a :class:`symjac.LossImpl`).
 
     Keyword arguments go to :func:`symjac.verify_loss` (``pred``, ``label``,
     ``upstream``, ``dtype``).
@@ -60,6 +63,8 @@ def assert_loss_matches(loss: Any, derivative: Callable[..., Any], forward: Call
     """
     from symjac.verifiers._loss import verify_loss
 
+    if not callable(derivative):  # a LossImpl, a dict
+        return _passing(verify_loss(loss, derivative, forward=forward, **kw))
     return _passing(verify_loss(loss, derivative=derivative, forward=forward, **kw))
 
 

@@ -402,10 +402,18 @@ class _Documents:
         return self.futures[path].result()
 
 
+#: Documents of dozens of command lines each (a process start per ``$`` line: minutes in all on
+#: 2 busy cores): their blocks are slow tests, run by .ci/run's full suite (``--run-slow``). What
+#: they show keeps its default coverage in the commands' own tests (test_cli, test_native_process,
+#: test_golden*, test_plugin); the default run executes every other document.
+SLOW_DOCS = {"cli.md", "native.md", "golden-data.md", "pytest.md"}
+
+
 @pytest.fixture(scope="session")
-def documents(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def documents(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Any:
     docs = _Documents(tmp_path_factory.mktemp("docs"))
-    docs.start_all([*DOCS, README])
+    slow = request.config.getoption("--run-slow")
+    docs.start_all([p for p in [*DOCS, README] if slow or p.name not in SLOW_DOCS])
     yield docs
     docs.pool.shutdown(wait=True)
 
@@ -417,7 +425,8 @@ def _executable(path: Path) -> list[Block]:
 ALL_BLOCKS = [b for path in [*DOCS, README] for b in _executable(path)]
 
 
-@pytest.mark.parametrize("block", ALL_BLOCKS, ids=[b.id for b in ALL_BLOCKS])
+@pytest.mark.parametrize("block", [pytest.param(b, marks=[pytest.mark.slow] if b.path.name in SLOW_DOCS else [])
+                                   for b in ALL_BLOCKS], ids=[b.id for b in ALL_BLOCKS])
 def test_block(block: Block, documents: _Documents) -> None:
     result = documents.result(block.path).get(block.index)
     assert result is not None, f"{block.id} was not run"

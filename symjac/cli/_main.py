@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from symjac._errors import UsageError
+from symjac._progress import Progress
 from symjac.check._call import DEFAULT_TIMEOUT
 from symjac.cli._select import add_spec_arguments as add_spec_arguments
 from symjac.cli import _census
@@ -75,8 +76,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
             skipped.append((case, exc))
     if not runnable:
         raise skipped[0][1]
-    reports = [(case, verify_case(case, case_impl, args.dtype, args.timeout or None, args.deterministic))
-               for case, case_impl in runnable]
+    reports = []
+    with Progress("symjac verify", len(runnable), enabled=not args.quiet) as progress:  # after 2 s, on a terminal
+        for case, case_impl in runnable:
+            progress.step(case.name)
+            reports.append((case, verify_case(case, case_impl, args.dtype, args.timeout or None,
+                                                      args.deterministic)))
     failed = any(not r.ok for _, r in reports)
     if args.json:
         out = [{"case": c.name, "file": c.source.split("#")[0], **r.to_dict()} for c, r in reports]
@@ -121,7 +126,9 @@ def cmd_golden(args: argparse.Namespace) -> int:
             from symjac.io._golden_cover import cover_cases
 
             cases = cover_cases(cases)
-        for path in write_golden(cases, Path(args.out), formats, dtypes, divisors=args.divisors):
+        with Progress("symjac golden", len(cases), enabled=not args.quiet) as progress:  # after 2 s, on a terminal
+            paths = write_golden(cases, Path(args.out), formats, dtypes, divisors=args.divisors, on_case=progress.step)
+        for path in paths:
             print(path)
     for note in notes:
         print(f"note: {note.message}", file=sys.stderr)
@@ -181,6 +188,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 IMPL_HELP = ("the implementation: a .py path or an importable module, then :ATTR (e.g. mypool.py:fixed); "
              "pooling needs backward(x, dy), losses derivative(pred, label); forward is optional")
+QUIET_HELP = "no progress line (it shows on a terminal once a run passes 2 s, on stderr)"
 DTYPE_HELP = f"dtype of the arrays the implementation receives (default {DEFAULT_DTYPE})"
 
 
@@ -199,6 +207,7 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
                         "rounding bound)")
     p.add_argument("--json", action="store_true", help="print the full report as JSON (a list for several cases)")
     p.add_argument("-v", "--verbose", action="store_true", help="after a FAIL line, print every finding")
+    p.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
 
 
 def _golden_args(p: argparse.ArgumentParser) -> None:
@@ -212,6 +221,7 @@ def _golden_args(p: argparse.ArgumentParser) -> None:
                    help="the operator object lists every output window's divisor (a pool's 'divisors')")
     p.add_argument("--cover", action="store_true", help="one case per coverage-plan shape and input family verify "
                    "runs, named CASE__SHAPE__FAMILY (pooling; a loss case is written as it is)")
+    p.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
 
 
 def _explain_args(p: argparse.ArgumentParser) -> None:

@@ -25,16 +25,6 @@ def import_tf() -> Any:
     return require("tensorflow")
 
 
-def import_keras() -> Any:
-    """Keras, on its TensorFlow backend (the tape records TF ops only)."""
-    keras = require("keras")
-    if keras.backend.backend() != "tensorflow":
-        raise Unsupported(f"Keras runs on the {keras.backend.backend()!r} backend; symjac.frameworks.tensorflow "
-                          "differentiates Keras through tf.GradientTape and needs KERAS_BACKEND=tensorflow "
-                          "(for JAX-backed Keras use symjac.frameworks.jax.wrap)")
-    return keras
-
-
 def tape(call: Callable[[Any], Any], name: str, kwargs: dict[str, Any], reproducer: str,
          framework: str = FRAMEWORK) -> Impl:
     """``call`` (a tf.Tensor -> tf.Tensor) as an :class:`Impl`, its backward through ``tf.GradientTape``."""

@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from symjac.frameworks._adapter import Unsupported
-from symjac.frameworks._tf import import_keras, import_tf
+from symjac.frameworks._keras_backend import import_keras
+from symjac.frameworks._tf import import_tf
 from symjac.loss._spec import Loss
 from symjac.verifiers._family import LossImpl
 

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from symjac.frameworks._check import jax_check as check  # noqa: F401 - symjac.frameworks.jax.check
 from symjac.frameworks._adapter import Config, Impl, Unsupported, call_text, generate, label, make as _make, require
 from symjac.frameworks._jax_context import cpu as _cpu, precision as precision
 from symjac.pool._spec import Pool

@@ -1,6 +1,7 @@
-"""Keras adapter: Keras pooling layers and ``keras.ops`` pools with their spec, on Keras's
-TensorFlow backend (:mod:`symjac.frameworks.tensorflow` re-exports every op here, and its
-``configurations`` and ``make`` cover them).
+"""Keras adapter: Keras pooling layers and ``keras.ops`` pools with their spec, on every Keras
+backend (TensorFlow, JAX, PyTorch: each differentiates with its own autodiff,
+``symjac.frameworks._keras_backend``); :mod:`symjac.frameworks.tensorflow` re-exports every op
+here, and its ``configurations`` and ``make`` cover them on the TensorFlow backend.
 
 A Keras layer casts its input to its dtype policy (float32 by default), so the ready-made
 Keras ops build the layer with ``dtype=`` the input's dtype; a layer you wrap yourself
@@ -22,7 +23,10 @@ from typing import Any
 import numpy as np
 
 from symjac.frameworks._adapter import Config, Impl, Unsupported, call_text, label
-from symjac.frameworks._tf import TAPE, draw_ints, draw_shape, import_keras, tape, tf_layout, tf_padding, tf_sizes
+from symjac.frameworks._check import keras_check as check  # noqa: F401 - symjac.frameworks.keras.check
+from symjac.frameworks._keras_backend import backend_impl, dtype_name, import_keras
+from symjac.frameworks._keras_backend import wrap as wrap
+from symjac.frameworks._tf import draw_ints, draw_shape, tf_layout, tf_padding, tf_sizes
 from symjac.pool._spec import AdaptivePool, GlobalPool, Pool
 
 def _keras_impl(make_call: Callable[[str], Callable[[Any], Any]], name: str, kwargs: dict[str, Any],
@@ -31,13 +35,12 @@ def _keras_impl(make_call: Callable[[str], Callable[[Any], Any]], name: str, kwa
     cache: dict[str, Callable[[Any], Any]] = {}
 
     def call(t: Any) -> Any:
-        dtype = t.dtype.name
+        dtype = dtype_name(t)
         if dtype not in cache:
             cache[dtype] = make_call(dtype)
         return cache[dtype](t)
 
-    reproducer = "import tensorflow as tf\nimport keras\n" + build + TAPE.format(call="f(xt)")
-    return tape(call, name, kwargs, reproducer, "keras")
+    return backend_impl(call, name, kwargs, build)  # Keras's backend differentiates it
 
 
 def _layer(cls_name: str, spec: Any, kwargs: dict[str, Any]) -> tuple[Any, Impl]:

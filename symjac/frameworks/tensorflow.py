@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from symjac.frameworks._check import tensorflow_check as check  # noqa: F401 - symjac.frameworks.tensorflow.check
 from symjac.frameworks._adapter import Config, Impl, Unsupported, call_text, generate, label, make as _make
 from symjac.frameworks._tf import FRAMEWORK as FRAMEWORK
 from symjac.frameworks._tf import TAPE, draw_ints, draw_shape, import_tf, tape, tf_layout, tf_padding, tf_sizes

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from symjac.frameworks._check import torch_check as check  # noqa: F401 - symjac.frameworks.torch.check
 from symjac.frameworks._adapter import Config, Impl, Unsupported, call_text, generate, label, make as _make, require
 from symjac.pool._spec import AdaptivePool, Pool
 

@@ -19,12 +19,13 @@ def _equation(lhs: Any, rhs: Any, latex: bool) -> str:
 def explain_pool(case: Any, latex: bool = False) -> str:
     """One block per window class: how many windows, one representative window
     written over its input cells, and each nonzero ∂y/∂x (SymPy's derivative)."""
-    from symjac.io._specfile import pool_input
+    from symjac.io._specfile import has_input, pool_input
     from symjac.pool._symbolic import window_classes
 
-    g, _, _ = pool_input(case)
+    g, _, _ = pool_input(case, plan=True)
+    picked = "" if has_input(case) else " (no [input]: the coverage plan's shape with the most window classes, symjac.cover)"
     lines = [f"{case.name}: {case.operator!r}",
-             f"input {g.input_shape} -> output {g.output_shape}; pads (low, high) per axis {list(g.pads)}; "
+             f"input {g.input_shape}{picked} -> output {g.output_shape}; pads (low, high) per axis {list(g.pads)}; "
              f"{g.n_out} windows per (N, C) slice"]
     classes = window_classes(g)
     lines.append(f"{len(classes)} window class{'es' if len(classes) != 1 else ''} "

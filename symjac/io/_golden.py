@@ -32,7 +32,7 @@ import json
 import math
 import re
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -336,15 +336,15 @@ def _typed(case: Any, qs: dict[str, np.ndarray], dtypes: list[str]) -> dict[str,
 
 
 def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: list[str],
-                 divisors: bool = False) -> list[Path]:
-    """Write golden files for ``cases`` (spec-file cases); return the paths written.
-
-    ``divisors``: the ``operator`` object lists every output window's divisor."""
+                 divisors: bool = False, on_case: Callable[[str], Any] = str) -> list[Path]:
+    """Write golden files for ``cases`` (spec-file cases); return the paths written. ``divisors``: the
+    ``operator`` object lists every output window's divisor; ``on_case(name)``: as each case starts."""
     cases = list(cases)
     stems = _stems(cases)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     for case, stem in zip(cases, stems):
+        on_case(case.name)  # the command line's progress line
         if set(formats) == {"onnx"} and not case.is_loss:  # lp pooling: onnx alone (symjac.io._onnx)
             from symjac.io._onnx import write_onnx_algebraic  # imports onnx: only for this format
             if (algebraic := write_onnx_algebraic(case, dtypes, out, stem)) is not None:

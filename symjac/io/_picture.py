@@ -116,15 +116,16 @@ def write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str = "
 
 def _write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str,
                  slice_nc: tuple[int, int] | None) -> tuple[list[str], Any]:
-    from symjac.io._specfile import pool_input
+    from symjac.io._specfile import has_input, pool_input
     from symjac.pool._graph import window_graph
     from symjac.verifiers._pool import verify
 
-    g, x, _ = pool_input(case)
+    g, x, _ = pool_input(case, plan=True)
     b, slice_label = slice_batch(g, slice_nc)
     x64 = x.astype(np.float64)
     report = None
-    messages = []
+    messages = [] if has_input(case) else [f"no [input]: input {g.input_shape}, the largest shape of the coverage "
+                                           "plan (symjac.cover)"]
     if fns is not None:
         # dy = ones: the report's observed/expected gradients are the picture's panels.
         report = verify(case.operator, **fns, x=x64, dy=np.ones(g.output_shape), dtype=dtype)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import tomllib
 import unicodedata
 from collections.abc import Callable
@@ -42,6 +43,7 @@ import numpy as np
 
 from symjac._errors import InputError, SpecError, SymjacError, did_you_mean
 from symjac.loss._spec import KINDS, SYNONYMS, Loss
+from symjac.pool._foreign import foreign_hint, toml_text
 from symjac.pool._spec import AdaptivePool, GlobalPool, Pool
 
 POOL_INPUT_KEYS = ("shape", "x", "dy", "generator", "seed")
@@ -83,9 +85,10 @@ class SpecFile:
     cases: tuple[Case, ...]
 
 
-def _unknown(where: str, key: str, valid: tuple[str, ...]) -> SpecError:
+def _unknown(where: str, key: str, valid: tuple[str, ...], value: Any = None) -> SpecError:
+    foreign = foreign_hint(key, value, toml_text, valid)  # another library's name for one of these keys
     near = difflib.get_close_matches(key, valid, n=1)
-    hint = f"did you mean {near[0]!r}? " if near else ""
+    hint = f"{foreign}; " if foreign else f"did you mean {near[0]!r}? " if near else ""
     return SpecError(f"{where}: unknown key {key!r}; {hint}valid keys: {', '.join(valid)}")
 
 
@@ -94,8 +97,14 @@ def _check_keys(where: str, table: Any, valid: tuple[str, ...]) -> dict[str, Any
         raise SpecError(f"{where}: expected a table, got {type(table).__name__}")
     for key in table:
         if key not in valid:
-            raise _unknown(where, key, valid)
+            raise _unknown(where, key, valid, table[key])
     return table
+
+
+def _toml_spelling(message: str) -> str:
+    """A spec's message in TOML's words: its booleans are ``true``/``false`` (``ceil_mode = "true"``
+    is a string, and Python's ``True`` is no TOML)."""
+    return re.sub(r"\b(True|False)\b", lambda m: m.group(1).lower(), message)
 
 
 def _tuples(value: Any) -> Any:
@@ -200,7 +209,7 @@ def _operator(table: Any, where: str) -> Any:
     try:
         return reader.build(args, where)
     except SymjacError as exc:
-        raise SpecError(f"{where}: {exc}") from None
+        raise SpecError(f"{where}: {_toml_spelling(str(exc))}") from None
     except TypeError as exc:
         raise SpecError(f"{where}: {exc}") from None
 
@@ -315,14 +324,35 @@ def _load(p: Path, data: dict[str, Any]) -> SpecFile:
     return SpecFile(p, cases)
 
 
-def pool_input(case: Case) -> tuple[Any, np.ndarray, np.ndarray]:
+def has_input(case: Case) -> bool:
+    """The pooling case names its input (``[input] x`` or ``shape``)."""
+    return "x" in case.inputs or "shape" in case.inputs
+
+
+def plan_shape(spec: Any) -> tuple[int, ...]:
+    """One small input shape for a case without ``[input]`` (``explain``, ``graph``): the shape of
+    the coverage plan (:func:`symjac.cover`) with the most window classes (the smallest of those),
+    with one batch and one channel."""
+    from symjac.pool._cover import cover
+    from symjac.pool._geometry import resolve
+    from symjac.pool._symbolic import window_classes
+
+    first = spec.layout == "channels_first"
+    shapes = [(1, 1, *shape[2:]) if first else (1, *shape[1:-1], 1) for shape in cover(spec)]
+    return max(shapes, key=lambda shape: (len(window_classes(resolve(spec, shape))), -int(np.prod(shape))))
+
+
+def pool_input(case: Case, plan: bool = False) -> tuple[Any, np.ndarray, np.ndarray]:
     """(geometry, x, dy) for a pooling case; generated where not explicit.
 
-    ``x`` and ``dy`` are object arrays of exact Fractions.
+    ``x`` and ``dy`` are object arrays of exact Fractions. A case without ``[input]`` is
+    refused, or with ``plan`` given the shape :func:`plan_shape` picks.
 
     Raises:
       SpecError: the inputs do not fit the operator; the message names the file.
     """
+    if plan and not has_input(case):
+        case = dataclasses.replace(case, inputs={**case.inputs, "shape": plan_shape(case.operator)})
     try:
         return _pool_input(case)
     except SymjacError as exc:

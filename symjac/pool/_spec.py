@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from symjac._errors import SpecError, did_you_mean
+from symjac.pool._foreign import accept_only_fields
 from symjac.pool._ops import OPERATORS
 
 #: The registered operators every geometry takes (adaptive and global pooling too).
@@ -132,6 +133,7 @@ def _choice(field: str, value: Any, choices: tuple[str, ...]) -> str:
     return str(value)
 
 
+@accept_only_fields
 @dataclasses.dataclass(frozen=True, slots=True)
 class Pool:
     """Max, average or power-average (lp) pooling over 1, 2 or 3 spatial dimensions.
@@ -237,6 +239,7 @@ class Pool:
         return len(self.kernel)
 
 
+@accept_only_fields
 @dataclasses.dataclass(frozen=True, slots=True)
 class AdaptivePool:
     """PyTorch adaptive pooling: window i spans [floor(i·L/o), ceil((i+1)·L/o)).
@@ -263,6 +266,7 @@ class AdaptivePool:
         return len(self.output_size)
 
 
+@accept_only_fields
 @dataclasses.dataclass(frozen=True, slots=True)
 class GlobalPool:
     """Global pooling: one window over all spatial cells of each (N, C) slice.

@@ -7,22 +7,12 @@ fixture ``symjac_case`` turn an implementation object and a case into a call of
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import numpy as np
 
-from symjac._errors import InputError
 from symjac.check._call import DEFAULT_TIMEOUT
-from symjac.frameworks import torch as torch_adapter
-from symjac.run._load import impl_candidates
-
-
-def _torch_function(obj: Any) -> bool:
-    """A ``torch.autograd.Function`` subclass (torch is imported by whoever defined one)."""
-    torch = sys.modules.get("torch")
-    function = getattr(getattr(torch, "autograd", None), "Function", None)
-    return isinstance(obj, type) and isinstance(function, type) and issubclass(obj, function)
+from symjac.verifiers._impl import implementation
 
 
 def case_callables(impl: Any, case: Any) -> dict[str, Any]:
@@ -39,22 +29,8 @@ def case_callables(impl: Any, case: Any) -> dict[str, Any]:
         implementations found in a module.
     """
     holder = getattr(impl, case.name, impl) if case.name.isidentifier() else impl
-    needed = "derivative" if case.is_loss else "backward"
-    if not case.is_loss and _torch_function(holder):  # its forward/backward take ctx: call it as wrap does
-        holder = torch_adapter.wrap(holder)
-
-    def get(name: str) -> Any:
-        return holder.get(name) if isinstance(holder, dict) else getattr(holder, name, None)
-
-    fn = get(needed)
-    if not callable(fn):
-        found = impl_candidates(holder, (needed,))
-        hint = (f"; candidates: {', '.join(found)}" if found else
-                f" (it needs {needed}{'(pred, label)' if case.is_loss else '(x, dy)'} and optionally forward)")
-        raise InputError(f"the implementation has no callable {needed!r} for the "
-                         f"{'loss' if case.is_loss else 'pooling'} case {case.name!r}{hint}")
-    fwd = get("forward")
-    return {needed: fn, "forward": fwd if callable(fwd) else None}
+    return implementation(holder, loss=case.is_loss,
+                          what=f"for the {'loss' if case.is_loss else 'pooling'} case {case.name!r}")
 
 
 def verify_case(case: Any, impl: Any, dtype: str, timeout: float | None = DEFAULT_TIMEOUT,

@@ -69,6 +69,7 @@ from symjac.loss._bounds import Bounds
 from symjac.loss._domain import index as _index
 from symjac.loss._evaluate import evaluate_checked
 from symjac.loss._spec import DPS, Loss, check_loss
+from symjac.verifiers._impl import implementation
 from symjac.verifiers._loss_fd import MAX_FD_PROBES, _ForwardCheck
 from symjac.verifiers._loss_fast import Fast as FastOutcome
 from symjac.verifiers._loss_fast import fast_check
@@ -88,6 +89,8 @@ class _Outcome:
 
 def verify_loss(
     loss: Loss,
+    impl: Any = None,
+    /,
     *,
     derivative: Callable[..., Any] | None = None,
     forward: Callable[..., Any] | None = None,
@@ -129,7 +132,11 @@ def verify_loss(
 
     Args:
       loss: the spec (its ``scale`` is S).
-      derivative: the implementation's derivative callable.
+      impl: the implementation as one object instead of ``derivative``/``forward``: a
+        :class:`symjac.LossImpl` (its ``pred``/``label``/``upstream`` too, when not given here)
+        or an object or dict with ``derivative`` (and optionally ``forward``); ``derivative=``/
+        ``forward=`` given too replace its own.
+      derivative: the implementation's derivative callable (or give ``impl``).
       forward: the implementation's forward callable, optional (enables the
         forward and FD checks).
       pred, label, upstream: inputs; default :func:`symjac.losses.default_inputs`.
@@ -164,9 +171,15 @@ def verify_loss(
         >>> r.categories()
         ['missing_scale']
     """
+    if impl is not None:
+        fns = implementation(impl, loss=True)
+        derivative, forward = derivative or fns["derivative"], forward or fns["forward"]
+        pred, label, upstream = (getattr(impl, k, None) if given is None else given
+                                 for k, given in (("pred", pred), ("label", label), ("upstream", upstream)))
     if hvp is None:
         if derivative is None:
-            raise InputError("give derivative(pred, label) and/or hvp(pred, label, v): there is nothing to verify")
+            raise InputError("verify_loss needs the implementation: give derivative=(pred, label) -> S·dL/dpred, "
+                             "hvp=(pred, label, v) -> H·v, or an implementation object as the second argument")
         return _verify(loss, derivative, forward, pred, label, upstream, dtype, timeout, fast=True,
                        deterministic=deterministic).report
     from symjac.verifiers._loss_hvp import check_hvp

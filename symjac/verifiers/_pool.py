@@ -32,6 +32,7 @@ from symjac.check._report import Report
 from symjac.pool._beta import Beta
 from symjac.pool._geometry import Geometry
 from symjac.pool._spec import PoolSpec
+from symjac.verifiers._impl import implementation
 from symjac.verifiers._infer import hint
 from symjac.verifiers._pool_run import run
 
@@ -56,7 +57,8 @@ def _hint(spec: PoolSpec, report: Report, forward: Callable[..., Any] | None, ba
     return dataclasses.replace(report, stats={**report.stats, "hint": text}, headline=f"{report.headline}; hint: {text}")
 
 
-def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forward: Callable[..., Any] | None = None,
+def verify(spec: PoolSpec, impl: Any = None, /, *, backward: Callable[..., Any] | None = None,
+           forward: Callable[..., Any] | None = None,
            jvp: Callable[..., Any] | None = None, double_backward: Callable[..., Any] | None = None,
            input_shape: tuple[int, ...] | None = None, x: Any = None, dy: Any = None, dtype: Any = None,
            tie: str | Beta = "any", seed: int = 0, one_hot_budget: int = 64,
@@ -66,6 +68,10 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forwar
 
     Args:
       spec: a pooling spec.
+      impl: the implementation as one object instead of ``backward``/``forward``: a
+        :class:`symjac.frameworks.Impl`, an object or dict with ``backward`` (and optionally
+        ``forward``), or a ``torch.autograd.Function`` subclass (called through its ``apply``);
+        ``backward=``/``forward=`` given too replace its own.
       backward: ``backward(x, dy) -> dx`` on NumPy arrays in the spec's layout/dtype;
         None for a forward-only runtime (ONNX Runtime): then the forward is checked
         exactly (values, shape, dtype, determinism, at tied inputs too) and the report
@@ -150,6 +156,9 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forwar
       SpecError / InputError: the spec, shape, dtype or inputs are invalid (the
         implementation's own misbehaviour is never raised: it is in the report).
     """
+    if impl is not None:
+        fns = implementation(impl, loss=False)
+        backward, forward = backward or fns["backward"], forward or fns["forward"]
     if backward is None and forward is None and jvp is None and double_backward is None:
         raise InputError("give backward(x, dy), forward(x), jvp(x, t) and/or double_backward(x, dy, v): "
                          "there is nothing to verify")

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from symjac._progress import note
 from symjac._errors import InputError
 from symjac._exact import ExactArray
 from symjac.check._call import DEFAULT_TIMEOUT
@@ -157,7 +158,8 @@ def _verify_plan(spec: PoolSpec, kwargs: dict[str, Any]) -> Report:
     """Verify at every shape of :func:`symjac.cover` and combine the reports."""
     shapes = cover(spec)
     reports: list[Report] = []
-    for shape in shapes:
+    for i, shape in enumerate(shapes):
+        note(f"shape {i + 1}/{len(shapes)} of the coverage plan, {shape}")
         reports.append(run(spec, input_shape=shape, **kwargs))
         if "timeout" in reports[-1].categories():
             break  # each further shape would wait out the timeout again

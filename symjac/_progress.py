@@ -1,0 +1,107 @@
+"""A progress line on stderr for a long command-line run (``verify``, ``golden``): plain stdlib.
+
+The command opens a :class:`Progress` over its steps (the cases); it draws nothing for the
+first ``delay`` seconds (a quick run stays silent), nothing at all when the stream is not a
+terminal (a pipe, a CI log) or with ``-q``, and then redraws one line from a ticker thread:
+the bar over the steps, the step's name, what the step is doing (``shape 3/9 of the coverage
+plan``, told by the verifier through :func:`note`) and the elapsed seconds. The line is
+erased when the run ends, so the command's own output is unchanged.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import threading
+import time
+from types import TracebackType
+from typing import Any, TextIO
+
+#: Seconds before the first draw, and between redraws.
+DELAY, INTERVAL = 2.0, 0.2
+
+#: The open progress line of this process, if any: :func:`note` tells it the current sub-step.
+_active: Progress | None = None
+
+
+def note(text: str) -> None:
+    """Tell the open progress line (if any) what the current step is doing."""
+    if _active is not None:
+        _active.detail = text
+
+
+class Progress:
+    """``with Progress("verify", n) as p: ... p.step(name) ...``: a progress line over ``n`` steps.
+
+    Args:
+      what: the command's name, first on the line.
+      total: the number of steps.
+      enabled: False for ``-q``; the line is drawn only when ``stream`` is also a terminal.
+      stream: default ``sys.stderr``.
+      delay: seconds before the first draw (default :data:`DELAY`).
+      interval: seconds between redraws (default :data:`INTERVAL`).
+    """
+
+    def __init__(self, what: str, total: int, *, enabled: bool = True, stream: TextIO | None = None,
+                 delay: float | None = None, interval: float | None = None):
+        self.what, self.total = what, max(total, 1)
+        self.delay = DELAY if delay is None else delay
+        self.interval = INTERVAL if interval is None else interval
+        self.stream = stream if stream is not None else sys.stderr
+        isatty = getattr(self.stream, "isatty", None)
+        self.enabled = enabled and callable(isatty) and bool(isatty())
+        self.done, self.name, self.detail = 0, "", ""
+        self.drawn = 0  # the width of the line on screen (0: nothing drawn)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._start = time.monotonic()
+
+    def step(self, name: str) -> None:
+        """Start the next step (call before its work): ``done`` counts the steps finished."""
+        if self.name:
+            self.done += 1
+        self.name, self.detail = name, ""
+
+    def line(self) -> str:
+        width = 20
+        filled = width * min(self.done, self.total) // self.total
+        detail = f" · {self.detail}" if self.detail else ""
+        text = (f"{self.what} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {self.name}"
+                f"{detail} · {time.monotonic() - self._start:.0f} s")
+        columns = shutil.get_terminal_size((100, 20)).columns - 1
+        return text if len(text) <= columns else text[:max(columns - 3, 0)] + "..."
+
+    def _draw(self) -> None:
+        with self._lock:
+            text = self.line()
+            self.stream.write("\r" + text + " " * max(self.drawn - len(text), 0))
+            self.stream.flush()
+            self.drawn = max(self.drawn, len(text))
+
+    def _tick(self) -> None:
+        if self._stop.wait(self.delay):
+            return
+        while not self._stop.is_set():
+            self._draw()
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> Progress:
+        global _active
+        _active = self
+        if self.enabled:
+            self._thread = threading.Thread(target=self._tick, name="symjac-progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> Any:
+        global _active
+        _active = None
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.drawn:  # erase the line: the command's output starts on a clean line
+            self.stream.write("\r" + " " * self.drawn + "\r")
+            self.stream.flush()
+        return None

@@ -1,0 +1,83 @@
+"""``symjac.frameworks.{torch,jax,tensorflow}.check``: one call with the framework's own arguments (issue 24).
+Each framework's own op is the independent oracle of a passing check; a deliberately wrong backward fails."""
+
+from __future__ import annotations
+
+import pytest
+
+import symjac
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # see tests/conftest.py
+
+
+def test_torch_check_maps_torchs_arguments_and_passes_torchs_own_op():
+    torch = pytest.importorskip("torch")
+    import symjac.frameworks.torch as sjt
+
+    report = sjt.check(torch.nn.functional.max_pool2d, kernel_size=3, stride=2, padding=1, input_shape=(1, 1, 7, 7))
+    assert report.ok, report.headline
+
+
+def test_torch_check_reads_a_modules_own_arguments():
+    torch = pytest.importorskip("torch")
+    import symjac.frameworks.torch as sjt
+
+    layer = torch.nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False)
+    assert sjt.check(layer, input_shape=(1, 1, 5, 5)).ok
+    # The same module claimed to count pad cells: a padded corner window has 4 valid cells, divisor 4 (torch)
+    # against 9 (include_pad): wrong weights, found.
+    wrong = sjt.check(layer, count_include_pad=True, input_shape=(1, 1, 5, 5))
+    assert "wrong_weights" in wrong.categories()
+
+
+def test_torch_check_runs_an_autograd_function_and_finds_its_bug():
+    torch = pytest.importorskip("torch")
+    import symjac.frameworks.torch as sjt
+
+    class AvgPool2x2(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return torch.nn.functional.avg_pool2d(x, 2)
+
+        @staticmethod
+        def backward(ctx, dy):
+            return torch.repeat_interleave(torch.repeat_interleave(dy, 2, -1), 2, -2) / 2  # the weight is 1/4
+
+    report = sjt.check(AvgPool2x2, "avg_pool2d", kernel_size=2, input_shape=(1, 1, 4, 4))
+    assert not report.ok and "wrong_weights" in report.categories()
+
+
+def test_torch_check_names_the_op_and_the_arguments_it_takes():
+    pytest.importorskip("torch")
+    import symjac.frameworks.torch as sjt
+
+    def my_kernel(x):
+        return x
+
+    with pytest.raises(symjac.SpecError, match="give op=, one of max_pool1d"):
+        sjt.check(my_kernel, kernel_size=3)
+    with pytest.raises(symjac.SpecError, match="max_pool2d has no argument 'kernel' \\(did you mean 'kernel_size'\\?\\)"):
+        sjt.check(my_kernel, "max_pool2d", kernel=3)
+    with pytest.raises(symjac.SpecError, match="op='maxpool2d' is not one of .*did you mean 'max_pool2d'"):
+        sjt.check(my_kernel, "maxpool2d", kernel_size=3)
+
+
+def test_jax_check_maps_flaxs_arguments():
+    nn = pytest.importorskip("flax.linen")
+    import symjac.frameworks.jax as sjj
+
+    report = sjj.check(nn.avg_pool, window_shape=(2,), strides=(1,), padding=((1, 1),), count_include_pad=False,
+                       input_shape=(1, 5, 1))
+    assert report.ok, report.headline
+    # Flax's own avg_pool with its documented default count_include_pad=True is not the exclude_pad spec
+    wrong = sjj.check(lambda x: nn.avg_pool(x, (2,), (1,), ((1, 1),)), "avg_pool", window_shape=(2,), strides=(1,),
+                      padding=((1, 1),), count_include_pad=False, input_shape=(1, 5, 1))
+    assert "wrong_weights" in wrong.categories()
+
+
+def test_tensorflow_check_maps_tf_nns_arguments():
+    tf = pytest.importorskip("tensorflow")
+    import symjac.frameworks.tensorflow as sjtf
+
+    report = sjtf.check(tf.nn.max_pool2d, ksize=3, strides=2, padding="SAME", input_shape=(1, 5, 5, 1))
+    assert report.ok, report.headline
