@@ -12,7 +12,7 @@ SPEC = symjac.Pool("avg", 2, stride=1, padding="same")
 SHAPE = (2, 3, 4, 5)
 
 
-def _scribbling(fn, delay=0.0005, times=40):
+def _scribbling(fn, delay=0.02, times=25):
     """``fn`` whose every result is written into by a helper thread after the call returned."""
 
     def call(*args):
