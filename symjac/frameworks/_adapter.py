@@ -16,11 +16,14 @@ import dataclasses
 import importlib
 from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from symjac._errors import SymjacError
+
+if TYPE_CHECKING:
+    from symjac.loss._spec import Loss
 
 #: The pip extra that installs each framework module's dependencies.
 EXTRAS = {"torch": "torch", "jax": "jax", "flax": "jax", "tensorflow": "tensorflow", "keras": "tensorflow",
@@ -162,3 +165,26 @@ def label(op: str, **parts: Any) -> str:
             text = "x".join(map(str, value)) if isinstance(value, tuple) else str(value)
             words.append(f"{key}{text}")
     return " ".join(words)
+
+
+@dataclasses.dataclass(frozen=True)
+class LossImpl:
+    """One sibling implementation for :func:`check_loss_family`.
+
+    Attributes:
+      loss: a :class:`Loss` or a kind name (its scale is replaced by the family's S).
+      derivative: as for :func:`verify_loss`.
+      forward: optional, as for :func:`verify_loss`.
+      pred, label, upstream: inputs (default :func:`symjac.losses.default_inputs`).
+      hvp: optional ``hvp(pred, label, v) -> H·v`` (``hvp(pred, label, v, upstream)`` for
+        ``reduction="none"``), ``H = S·∂²L/∂pred²``, as for :func:`verify_loss`; the framework
+        loss adapters fill it with their second-order autodiff.
+    """
+
+    loss: Loss | str
+    derivative: Callable[..., Any]
+    forward: Callable[..., Any] | None = None
+    pred: Any = None
+    label: Any = None
+    upstream: Any = None
+    hvp: Callable[..., Any] | None = None

@@ -30,7 +30,7 @@ from symjac.frameworks._adapter import Unsupported, require
 from symjac.frameworks._jax_context import cpu as _cpu, precision
 from symjac.frameworks._loss_grid import LossConfig, dyadic, generate_losses, probabilities, upstream_for
 from symjac.loss._spec import Loss
-from symjac.verifiers._family import LossImpl
+from symjac.frameworks._adapter import LossImpl
 
 _REDUCTIONS = ("mean", "sum", "none")
 

@@ -55,7 +55,7 @@ from symjac.frameworks._wire import (
 from symjac.loss._spec import Loss
 from symjac.run._load import load_impl
 from symjac.verifiers._case import verify_case
-from symjac.verifiers._family import LossImpl
+from symjac.frameworks._adapter import LossImpl
 
 __all__ = ["Unanswered", "answer", "read_request", "run_offline"]
 

@@ -27,7 +27,7 @@ from symjac.frameworks._adapter import Unsupported
 from symjac.frameworks._keras_backend import import_keras
 from symjac.frameworks._tf import import_tf
 from symjac.loss._spec import Loss
-from symjac.verifiers._family import LossImpl
+from symjac.frameworks._adapter import LossImpl
 
 _REDUCTIONS = ("mean", "sum", "none")
 

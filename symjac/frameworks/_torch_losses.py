@@ -34,7 +34,7 @@ import numpy as np
 from symjac.frameworks._adapter import require
 from symjac.frameworks._loss_grid import LossConfig, dyadic, generate_losses, probabilities, upstream_for
 from symjac.loss._spec import Loss
-from symjac.verifiers._family import LossImpl
+from symjac.frameworks._adapter import LossImpl
 
 _REDUCTIONS = {"mean": "mean", "sum": "sum", "none": "none", "batchmean": "batch_mean"}
 

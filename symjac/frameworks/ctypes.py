@@ -36,7 +36,7 @@ from symjac.frameworks._native import LossCalls, PoolCalls
 from symjac.frameworks._wire import PROTOCOL, ChildError, KernelRefused, numpy_dtype, wire_dtype
 from symjac.loss._spec import Loss, check_loss
 from symjac.pool._spec import PoolSpec, check_pool_spec
-from symjac.verifiers._family import LossImpl
+from symjac.frameworks._adapter import LossImpl
 
 __all__ = ["ENTRY", "AbiMismatch", "Library", "impl", "loss_impl"]
 

@@ -47,7 +47,7 @@ from symjac.frameworks._wire import (
 )
 from symjac.loss._spec import Loss, check_loss
 from symjac.pool._spec import PoolSpec, check_pool_spec
-from symjac.verifiers._family import LossImpl
+from symjac.frameworks._adapter import LossImpl
 
 __all__ = ["DEFAULT_TIMEOUT", "Child", "ChildCrashed", "ChildError", "ChildTimeout", "KernelRefused",
            "ProtocolError", "deadline_below", "describe_exit", "impl", "impl_for", "loss_impl"]

@@ -8,7 +8,7 @@ siblings, each checked with :func:`symjac.verify_loss` under the family's S.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -20,6 +20,7 @@ from symjac.check._report import Report, jsonable
 from symjac.check._rounding import float_dtype
 from symjac.loss._spec import Loss
 from symjac.loss import _numbers
+from symjac.frameworks._adapter import LossImpl as LossImpl
 from symjac.verifiers._loss import _verify
 
 #: Verdict precedence in a family table: the most specific finding names the row.
@@ -50,29 +51,6 @@ def _show(values: Any, limit: int = 4) -> str:
     body = ", ".join(items) + more
     return body if arr.size == 1 and np.asarray(values, dtype=object).ndim == 0 else f"[{body}]"
 
-
-
-@dataclasses.dataclass(frozen=True)
-class LossImpl:
-    """One sibling implementation for :func:`check_loss_family`.
-
-    Attributes:
-      loss: a :class:`Loss` or a kind name (its scale is replaced by the family's S).
-      derivative: as for :func:`verify_loss`.
-      forward: optional, as for :func:`verify_loss`.
-      pred, label, upstream: inputs (default :func:`symjac.losses.default_inputs`).
-      hvp: optional ``hvp(pred, label, v) -> H·v`` (``hvp(pred, label, v, upstream)`` for
-        ``reduction="none"``), ``H = S·∂²L/∂pred²``, as for :func:`verify_loss`; the framework
-        loss adapters fill it with their second-order autodiff.
-    """
-
-    loss: Loss | str
-    derivative: Callable[..., Any]
-    forward: Callable[..., Any] | None = None
-    pred: Any = None
-    label: Any = None
-    upstream: Any = None
-    hvp: Callable[..., Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
