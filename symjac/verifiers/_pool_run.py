@@ -16,7 +16,7 @@ import numpy as np
 from symjac._errors import InputError
 from symjac._exact import ExactArray
 from symjac.check._call import DEFAULT_TIMEOUT
-from symjac.check._inputs import distinct_input, tie_input
+from symjac.check._inputs import distinct_input, family_size, tie_input
 from symjac.check._inputs import families as default_families
 from symjac.check._report import Report
 from symjac.check._rounding import float_dtype
@@ -89,8 +89,9 @@ def run(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forward: 
     if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
         raise InputError(f"timeout={timeout!r} is not valid: give seconds > 0, or None for no limit")
     if families is not None:
-        if isinstance(families, str) or not all(f in ("all_negative", "near_ties") for f in families):
-            raise InputError(f"families={families!r} is not valid: give a sequence of 'all_negative', 'near_ties'")
+        if isinstance(families, str) or not all(f in ("all_negative", "near_ties", "orders") for f in families):
+            raise InputError(f"families={families!r} is not valid: give a sequence of 'all_negative', 'near_ties', "
+                             "'orders'")
         if families and not operator_of(spec).extra_families:
             raise InputError(f"families={families!r}: the extra input families check max and avg pooling "
                              f"(mode={spec.mode!r} has algebraic derivatives); give families=()")
@@ -100,7 +101,8 @@ def run(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forward: 
         return _verify_plan(spec, kwargs)
     g, x_arr, dy_arr = _inputs(spec, dt, input_shape, x, dy, seed)
     tie_x = tie_input(g, dt, seed) if g.operator.tie_family else None
-    extra = tuple(dict.fromkeys(default_families(g) if families is None else families))
+    names = tuple(dict.fromkeys(default_families(g) if families is None else families))
+    extra = [(name, i) for name in names for i in range(family_size(g, name))]
     worker = None
     if isolate:
         from symjac.run._isolate import Worker

@@ -1,0 +1,80 @@
+"""Seed-independent verdicts, the coverage plan over N and C, index width, causes across shapes (issue 21)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import symjac
+from symjac.check._inputs import order_count, order_input
+
+
+def _verify_with(good, bad, shape, **kw):
+    lg, lb = symjac.lower(good, shape), symjac.lower(bad, shape)
+    return symjac.verify(good, forward=lg.forward, backward=lb.vjp, input_shape=shape, **kw)
+
+
+def test_wrong_padding_max_fails_at_every_seed():
+    # Issue 21 item 2: pads (0, 2) instead of (1, 1) passed at seed 134 (and about 1 seed in 4).
+    shape = (1, 6, 3, 1)
+    good = symjac.Pool("max", (3, 1), stride=(3, 3), padding=((1, 1), (0, 0)), layout="channels_last")
+    bad = symjac.Pool("max", (3, 1), stride=(3, 3), padding=((0, 2), (0, 0)), layout="channels_last")
+    for seed in [134, *range(40)]:
+        assert not _verify_with(good, bad, shape, seed=seed).ok, seed
+
+
+def test_same_bounding_box_other_cells_fails_at_every_seed():
+    # The bad windows {0, 2} (kernel 2, dilation 2) have the true windows' {0, 1, 2} bounding
+    # box, so no ramp separates them; the slab of residue 1 (cells 1, 4, ...) does: the
+    # true maximum is cell 1, the bad window never reads it.
+    # On main this passed at seeds 1, 4, 6, 9, ... at (1, 1, 3) (argmax at cell 0 or 2 in every family).
+    good, bad = symjac.Pool("max", (3,), stride=3), symjac.Pool("max", (2,), stride=3, dilation=2)
+    for seed in range(30):
+        assert not _verify_with(good, bad, (1, 1, 3), seed=seed).ok, seed
+
+
+def test_order_inputs_are_distinct_and_negative():
+    g = symjac.resolve(symjac.Pool("max", 3, stride=2, padding=1), (2, 3, 5, 4))
+    # 2 ramps per axis, slabs: windows span 3 cells along each axis (3 + 3)
+    assert order_count(g) == 4 + 6
+    for i in range(order_count(g)):
+        x = order_input(g, np.float64, i)
+        assert x.shape == (2, 3, 5, 4) and (x < 0).all() and np.unique(x).size == x.size
+    ramp = order_input(g, np.float64, 0)[0, 0]
+    assert (np.diff(ramp, axis=0) > 0).all()  # axis 0 most significant, ascending
+    assert (np.diff(order_input(g, np.float64, 1)[0, 0], axis=0) < 0).all()  # descending
+    slab = order_input(g, np.float64, 4)[0, 0]  # axis 0, residue 0: rows 0 and 3 above the rest
+    assert slab[[0, 3]].min() > slab[[1, 2, 4]].max()
+
+
+def _channel_tail_bug(spec, lanes=8):
+    """An NHWC backward vectorised over blocks of ``lanes`` channels that forgets the tail
+    block once C >= lanes (below, a scalar loop handles every channel correctly)."""
+
+    def backward(x, dy):
+        dx = np.array(symjac.lower(spec, x.shape).vjp(x, dy))
+        c = x.shape[-1]
+        if c >= lanes:
+            dx[..., (c // lanes) * lanes:] = 0
+        return dx
+
+    def forward(x):
+        return symjac.lower(spec, x.shape).forward(x)
+
+    return forward, backward
+
+
+@pytest.mark.parametrize("lanes", [4, 8, 16, 32])
+def test_channel_tail_of_a_vectorised_nhwc_backward_fails_the_plan(lanes):
+    spec = symjac.Pool("avg", 3, stride=2, padding="same", layout="channels_last")
+    forward, backward = _channel_tail_bug(spec, lanes)
+    # every shape with C = 3 (the plan on main) passes: C < lanes takes the scalar path
+    for shape in symjac.cover(spec):
+        if shape[-1] == 3:
+            assert symjac.verify(spec, forward=forward, backward=backward, input_shape=shape).ok
+    report = symjac.verify(spec, forward=forward, backward=backward)
+    assert not report.ok
+    # 37 = 4*9 + 1 = 8*4 + 5 = 16*2 + 5 = 32 + 5: the tail channels 36, 32, 32, 32 on lose gradient
+    tail = {c[-1] for f in report.findings for c in f.cells}
+    assert tail and min(tail) == (37 // lanes) * lanes
+    assert all(f.detail["input_shape"][-1] == 37 for f in report.findings)
