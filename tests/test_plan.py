@@ -78,3 +78,55 @@ def test_channel_tail_of_a_vectorised_nhwc_backward_fails_the_plan(lanes):
     tail = {c[-1] for f in report.findings for c in f.cells}
     assert tail and min(tail) == (37 // lanes) * lanes
     assert all(f.detail["input_shape"][-1] == 37 for f in report.findings)
+
+
+def _int16_indices(spec):
+    """A backward whose scatter keeps flat plane indices in int16: index p lands at
+    int16(p) (wrapping past 32767; negative indices count from the end, as in C pointer
+    arithmetic off the plane's base they would land elsewhere too)."""
+
+    def backward(x, dy):
+        dx = np.asarray(symjac.lower(spec, x.shape).vjp(x, dy))
+        n, c = x.shape[:2]
+        flat = dx.reshape(n * c, -1)
+        cells = flat.shape[1]
+        target = np.arange(cells).astype(np.int16).astype(np.int64) % cells
+        out = np.zeros_like(flat)
+        for row in range(n * c):
+            np.add.at(out[row], target, flat[row])
+        return out.reshape(x.shape)
+
+    def forward(x):
+        return symjac.lower(spec, x.shape).forward(x)
+
+    return forward, backward
+
+
+def test_large_plan_shapes_pass_two_to_the_sixteen_along_each_axis_and_per_plane():
+    spec = symjac.Pool("max", 3, stride=2, padding=1)
+    plan = symjac.cover(spec)
+    large = symjac.cover(spec, large=True)
+    assert large[:len(plan)] == plan
+    extra = large[len(plan):]
+    assert all(sh[:2] == (1, 1) for sh in extra)
+    assert {i for sh in extra for i, n in enumerate(sh[2:]) if n > 2**16} == {0, 1}  # each axis past 2^16
+    assert any(all(n < 2**15 for n in sh[2:]) and sh[2] * sh[3] > 2**16 for sh in extra)  # a plane past 2^16
+    for sh in extra:  # within the verifier's budget
+        symjac.resolve(spec, sh)
+
+
+def test_int16_indices_pass_the_plan_and_fail_with_large():
+    # stride 64: few windows past the wrap, so the failing report's per-window diagnosis
+    # stays short (at stride 2, 16k wrong windows take the diagnosis about a minute)
+    spec = symjac.Pool("avg", (3,), stride=64, padding=1)
+    forward, backward = _int16_indices(spec)
+    assert symjac.verify(spec, forward=forward, backward=backward).ok  # every plan plane < 2^15 cells
+    report = symjac.verify(spec, forward=forward, backward=backward, large=True)
+    assert not report.ok
+    shape = report.findings[0].detail["input_shape"]
+    assert shape[-1] > 2**16
+
+
+def test_large_needs_the_plan():
+    with pytest.raises(symjac.InputError, match="large=True"):
+        symjac.verify(symjac.Pool("avg", 2), backward=lambda x, dy: x, input_shape=(1, 1, 4, 4), large=True)

@@ -75,7 +75,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
             skipped.append((case, exc))
     if not runnable:
         raise skipped[0][1]
-    reports = [(case, verify_case(case, case_impl, args.dtype, args.timeout or None)) for case, case_impl in runnable]
+    reports = [(case, verify_case(case, case_impl, args.dtype, args.timeout or None, large=args.large))
+               for case, case_impl in runnable]
     failed = any(not r.ok for _, r in reports)
     if args.json:
         out = [{"case": c.name, "file": c.source.split("#")[0], **r.to_dict()} for c, r in reports]
@@ -192,6 +193,8 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                    help=f"per call of the implementation (default {DEFAULT_TIMEOUT:g}; 0: no limit); "
                         "a call that takes longer is a timeout finding")
+    p.add_argument("--large", action="store_true", help="pooling cases without [input]: also verify the coverage "
+                   "plan's index-width shapes (past 2^16 cells along each axis and per plane; docs/coverage.md)")
     p.add_argument("--json", action="store_true", help="print the full report as JSON (a list for several cases)")
     p.add_argument("-v", "--verbose", action="store_true", help="after a FAIL line, print every finding")
 

@@ -59,7 +59,7 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forwar
            input_shape: tuple[int, ...] | None = None, x: Any = None, dy: Any = None, dtype: Any = None,
            tie: str | Beta = "any", seed: int = 0, one_hot_budget: int = 64,
            timeout: float | None = DEFAULT_TIMEOUT, families: Sequence[str] | None = None, isolate: bool = False,
-           hints: bool = True) -> Report:
+           hints: bool = True, large: bool = False) -> Report:
     """Verify an implementation's backward (and forward) against the exact Jacobian.
 
     Args:
@@ -93,9 +93,10 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forwar
         finite differences) are handed to it together and run back to back, each with
         its own copies of ``x`` and ``dy``.
       families: extra input families, each one dense backward call (and one forward
-        call) at its input: ``"all_negative"`` and/or ``"near_ties"``. Default: those
-        that can matter (all-negative for max pooling whose windows touch padding,
-        near-ties always); ``()`` for none. Ties run for max pooling regardless.
+        call) per input: ``"all_negative"``, ``"near_ties"`` and/or ``"orders"`` (max
+        pooling: ramps and slabs that decide routing whatever the seed, docs/coverage.md).
+        Default: those that can matter (all-negative for max pooling whose windows touch
+        padding, orders for max pooling, near-ties always); ``()`` for none. Ties run for max pooling regardless.
       isolate: call the implementation in a worker process (forked on Linux, so the
         callables need not pickle; see :mod:`symjac.run._isolate`): an abort,
         segfault or SIGFPE becomes a ``crashed`` finding naming the signal, and a hung
@@ -103,6 +104,9 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forwar
       hints: when the report fails on values a neighbouring convention could explain
         (divisor, SAME upper/lower, ceil rule, layout), check those and name the ones
         the implementation matches exactly (``stats["hint"]`` and the headline).
+      large: with no shape given, also verify the plan's index-width shapes
+        (``symjac.cover(spec, large=True)``: past 2^16 cells along each axis and per
+        plane, batch 1 and 1 channel), where 16-bit indices wrap.
 
     Returns:
       A :class:`Report`; ``report.ok`` is True when nothing was found. Each finding's
@@ -115,4 +119,4 @@ def verify(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forwar
     """
     return run(spec, backward=backward, forward=forward, input_shape=input_shape, x=x, dy=dy, dtype=dtype, tie=tie,
                seed=seed, one_hot_budget=one_hot_budget, timeout=timeout, families=families, isolate=isolate,
-               hint=_hint if hints else None)
+               hint=_hint if hints else None, large=large)

@@ -76,7 +76,7 @@ def run(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forward: 
         input_shape: tuple[int, ...] | None = None, x: Any = None, dy: Any = None, dtype: Any = None,
         tie: str | Beta = "any", seed: int = 0, one_hot_budget: int = 64,
         timeout: float | None = DEFAULT_TIMEOUT, families: Sequence[str] | None = None, isolate: bool = False,
-        hint: Hint | None = None) -> Report:
+        hint: Hint | None = None, large: bool = False) -> Report:
     """:func:`symjac.verify` (its arguments, but ``hint``: called on a failing report of one shape)."""
     spec = check_pool_spec(spec)
     dt = _dtype(dtype, x)
@@ -98,7 +98,10 @@ def run(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forward: 
     kwargs = dict(backward=backward, forward=forward, dtype=dt, tie=tie, seed=seed, one_hot_budget=one_hot_budget,
                   timeout=timeout, families=families, isolate=isolate, hint=hint)
     if x is None and input_shape is None and dy is None:
-        return _verify_plan(spec, kwargs)
+        return _verify_plan(spec, kwargs, large)
+    if large:
+        raise InputError("large=True adds the index-width shapes to the coverage plan: give no input_shape, x or "
+                         "dy (or drop large)")
     g, x_arr, dy_arr = _inputs(spec, dt, input_shape, x, dy, seed)
     tie_x = tie_input(g, dt, seed) if g.operator.tie_family else None
     names = tuple(dict.fromkeys(default_families(g) if families is None else families))
@@ -127,9 +130,10 @@ _ALL, _SUM, _MAX = ("forward_ok", "backward_ok", "fd_consistent"), (
     "backward_calls", "forward_calls"), ("max_abs_error", "max_ulp_error", "window_colours")
 
 
-def _verify_plan(spec: PoolSpec, kwargs: dict[str, Any]) -> Report:
-    """Verify at every shape of :func:`symjac.cover` and combine the reports."""
-    shapes = cover(spec)
+def _verify_plan(spec: PoolSpec, kwargs: dict[str, Any], large: bool = False) -> Report:
+    """Verify at every shape of :func:`symjac.cover` (``large``: its index-width shapes too)
+    and combine the reports."""
+    shapes = cover(spec, large=large)
     reports: list[Report] = []
     for shape in shapes:
         reports.append(run(spec, input_shape=shape, **kwargs))
