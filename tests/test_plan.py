@@ -130,3 +130,51 @@ def test_int16_indices_pass_the_plan_and_fail_with_large():
 def test_large_needs_the_plan():
     with pytest.raises(symjac.InputError, match="large=True"):
         symjac.verify(symjac.Pool("avg", 2), backward=lambda x, dy: x, input_shape=(1, 1, 4, 4), large=True)
+
+
+@pytest.mark.slow
+def test_cli_verify_large(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "wrap.toml").write_text('name = "wrap"\n[operator]\nkind = "pool"\nmode = "avg"\nkernel = [3]\n'
+                                        'stride = [64]\npadding = [[1, 1]]\n')
+    (tmp_path / "wrap_impl.py").write_text(
+        "import sys\nsys.path.insert(0, %r)\nimport symjac\nfrom test_plan import _int16_indices\n"
+        "spec = symjac.Pool('avg', (3,), stride=64, padding=1)\nforward, backward = _int16_indices(spec)\n"
+        % str(Path(__file__).parent))
+    root = Path(__file__).resolve().parent.parent
+
+    def cli(*extra):
+        return subprocess.run([sys.executable, "-m", "symjac", "verify", str(tmp_path / "wrap.toml"), "--impl",
+                               str(tmp_path / "wrap_impl.py"), *extra], cwd=root, capture_output=True, text=True,
+                              timeout=300)
+
+    plain, large = cli(), cli("--large")
+    assert plain.returncode == 0 and plain.stdout.startswith("PASS"), plain.stdout + plain.stderr
+    assert large.returncode != 0 and large.stdout.startswith("FAIL") and "(1, 1, 65537)" in large.stdout, large.stdout
+
+
+def test_a_setup_error_at_a_tiny_shape_does_not_hide_dropped_windows():
+    # Issue 21 item 6: a layer that raises at a 1x1 input and drops its last window elsewhere.
+    spec = symjac.Pool("avg", 3, stride=2, padding="same")
+
+    def backward(x, dy):
+        if x.shape[2] * x.shape[3] == 1:
+            raise RuntimeError("setup: workspace of size 0")
+        dy = np.array(dy)
+        dy[:, :, -1, -1] = 0  # the last window of every plane never runs
+        return symjac.lower(spec, x.shape).vjp(x, dy)
+
+    report = symjac.verify(spec, backward=backward)
+    assert not report.ok
+    plan = symjac.cover(spec)
+    assert plan[0] == (2, 3, 1, 1)
+    root = tuple(report.stats["root_cause_shape"])
+    assert root != (2, 3, 1, 1)
+    headline = report.summary()
+    assert f"root cause at input shape {root}: " in headline and "missing_windows" in report.categories()
+    assert "bad_output at input shape (2, 3, 1, 1)" in headline, headline
+    assert report.findings[0].category == "missing_windows"
+    assert report.findings[0].detail["input_shape"] == root

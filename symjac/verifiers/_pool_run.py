@@ -18,7 +18,7 @@ from symjac._exact import ExactArray
 from symjac.check._call import DEFAULT_TIMEOUT
 from symjac.check._inputs import distinct_input, family_size, tie_input
 from symjac.check._inputs import families as default_families
-from symjac.check._report import Report
+from symjac.check._report import CATEGORIES, Report
 from symjac.check._rounding import float_dtype
 from symjac.pool._beta import Beta, parse_tie
 from symjac.pool._cover import cover
@@ -130,6 +130,14 @@ _ALL, _SUM, _MAX = ("forward_ok", "backward_ok", "fd_consistent"), (
     "backward_calls", "forward_calls"), ("max_abs_error", "max_ulp_error", "window_colours")
 
 
+def _cause_rank(report: Report) -> int:
+    """How close a failing shape's findings come to the root cause: the most specific
+    category among its findings, in :data:`CATEGORIES` order (wrong values and windows
+    first; an implementation that raises, returns a bad shape, hangs or crashes last, as
+    it says nothing about the derivative there)."""
+    return min((CATEGORIES.index(c) for c in report.categories()), default=len(CATEGORIES))
+
+
 def _verify_plan(spec: PoolSpec, kwargs: dict[str, Any], large: bool = False) -> Report:
     """Verify at every shape of :func:`symjac.cover` (``large``: its index-width shapes too)
     and combine the reports."""
@@ -176,9 +184,22 @@ def _verify_plan(spec: PoolSpec, kwargs: dict[str, Any], large: bool = False) ->
         headline += "; forward and finite differences agree" if stats["fd_consistent"] else ""
         headline += f"; tie policy {stats['tie_policy']}" if stats["tie_policy"] else ""
     else:
-        shape, first = failing[0]
+        ranked = sorted(failing, key=lambda sr: _cause_rank(sr[1]))  # stable: ties keep the plan's order
+        shape, first = ranked[0]
+        stats["root_cause_shape"] = list(shape)
         headline = (f"fails at {len(failing)} of {len(plan)} shapes of the coverage plan; "
-                    f"at input shape {shape}: {first.summary()}")
+                    f"{'root cause ' if len(failing) > 1 else ''}at input shape {shape}: {first.summary()}")
+        seen = set(first.categories())
+        others = []
+        for other_shape, r in ranked[1:]:
+            new = [c for c in r.categories() if c not in seen]
+            seen.update(new)
+            if new:
+                others.append(f"{', '.join(new)} at input shape {other_shape}")
+        if others:
+            headline += f" (also {'; '.join(others)})"
+        order = {sh: i for i, (sh, _) in enumerate(ranked)}
+        findings.sort(key=lambda f: order.get(tuple(f.detail["input_shape"]), len(order)))
         if len(plan) < len(shapes):
             headline += f" ({len(shapes) - len(plan)} more shapes not run after the timeout)"
     return Report(repr(spec), tuple(findings), stats, headline)
