@@ -14,6 +14,8 @@ import math
 
 import numpy as np
 
+import symjac
+
 #: Every ``NumpyPool.bug``: (name, the modes it applies to).
 BUGS = {
     "swap_stride": ("avg", "max"), "swap_dilation": ("avg", "max"), "ceil_floor": ("avg", "max"),
@@ -225,3 +227,14 @@ _NOISE_SEEDS = itertools.count(1)
 
 def ref_shape(pool: NumpyPool, n: int, c: int, spatial: tuple[int, ...]) -> tuple[int, ...]:
     return (n, *spatial, c) if pool.channels_last else (n, c, *spatial)
+
+
+def spec_for(pool: NumpyPool) -> symjac.Pool | symjac.AdaptivePool | symjac.GlobalPool:
+    """The symjac spec a bug-free NumpyPool implements."""
+    layout = "channels_last" if pool.channels_last else "channels_first"
+    if pool.output_size is not None:
+        if all(o == 1 for o in pool.output_size) and pool.mode == "avg":
+            return symjac.GlobalPool(pool.mode, rank=len(pool.output_size), layout=layout)
+        return symjac.AdaptivePool(pool.mode, tuple(pool.output_size), layout=layout)
+    return symjac.Pool(pool.mode, tuple(pool.kernel), stride=tuple(pool.stride), padding=pool.padding,
+                       dilation=tuple(pool.dilation), ceil_mode=pool.ceil_mode, divisor=pool.divisor, layout=layout)

@@ -140,10 +140,10 @@ def test_cli_verify_large(tmp_path):
 
     (tmp_path / "wrap.toml").write_text('name = "wrap"\n[operator]\nkind = "pool"\nmode = "avg"\nkernel = [3]\n'
                                         'stride = [64]\npadding = [[1, 1]]\n')
+    here = str(Path(__file__).parent)
     (tmp_path / "wrap_impl.py").write_text(
-        "import sys\nsys.path.insert(0, %r)\nimport symjac\nfrom test_plan import _int16_indices\n"
-        "spec = symjac.Pool('avg', (3,), stride=64, padding=1)\nforward, backward = _int16_indices(spec)\n"
-        % str(Path(__file__).parent))
+        f"import sys\nsys.path.insert(0, {here!r})\nimport symjac\nfrom test_plan import _int16_indices\n"
+        "spec = symjac.Pool('avg', (3,), stride=64, padding=1)\nforward, backward = _int16_indices(spec)\n")
     root = Path(__file__).resolve().parent.parent
 
     def cli(*extra):

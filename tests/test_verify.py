@@ -192,7 +192,7 @@ def test_seed000_report_dict_and_json():
 
 
 # ======================================================= independent NumPy pooling (no symjac): tests/mutants.py
-from mutants import NumpyPool, ref_shape  # noqa: E402
+from mutants import NumpyPool, ref_shape, spec_for  # noqa: E402
 
 
 # ----------------------------------------------------------------- the reference, against PyTorch
@@ -234,16 +234,6 @@ def test_numpy_reference_agrees_with_torch():
 
 
 # ================================================================================ mutant suite
-def spec_for(pool: NumpyPool) -> symjac.Pool | symjac.AdaptivePool | symjac.GlobalPool:
-    layout = "channels_last" if pool.channels_last else "channels_first"
-    if pool.output_size is not None:
-        if all(o == 1 for o in pool.output_size) and pool.mode == "avg":
-            return GlobalPool(pool.mode, rank=len(pool.output_size), layout=layout)
-        return AdaptivePool(pool.mode, tuple(pool.output_size), layout=layout)
-    return Pool(pool.mode, tuple(pool.kernel), stride=tuple(pool.stride), padding=pool.padding,
-                dilation=tuple(pool.dilation), ceil_mode=pool.ceil_mode, divisor=pool.divisor, layout=layout)
-
-
 # Reference configurations (name -> (NumpyPool, input shape)).
 P2 = ((1, 1), (1, 1))
 REFERENCES: dict[str, tuple[NumpyPool, tuple[int, ...]]] = {
