@@ -199,7 +199,7 @@ def _verify_plan(spec: PoolSpec, kwargs: dict[str, Any], large: bool = False) ->
         if others:
             headline += f" (also {'; '.join(others)})"
         order = {sh: i for i, (sh, _) in enumerate(ranked)}
-        findings.sort(key=lambda f: order.get(tuple(f.detail["input_shape"]), len(order)))
+        findings.sort(key=lambda f: order.get(tuple((f.detail or {})["input_shape"]), len(order)))
         if len(plan) < len(shapes):
             headline += f" ({len(shapes) - len(plan)} more shapes not run after the timeout)"
     return Report(repr(spec), tuple(findings), stats, headline)
