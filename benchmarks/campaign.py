@@ -141,8 +141,8 @@ def run_campaign(specs: int, dtypes: list[str], kinds: list[str], seed: int = 0,
         if minutes and time.perf_counter() - start > 60 * minutes:
             break
         pool = random_pool(rng)
-        spec = spec_for(pool)
         try:
+            spec = spec_for(pool)
             plan = symjac.cover(spec)
             ok = symjac.verify(spec, backward=pool.backward, forward=pool.forward, dtype="float64")
         except symjac.SymjacError:
