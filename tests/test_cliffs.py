@@ -678,13 +678,14 @@ def test_verify_finds_tie_sets_once_per_input_and_rows_only_for_probed_passes(mo
     monkeypatch.setattr(_ties, "_max_route", counting_route)
     spec = symjac.Pool("max", 3, stride=1, padding="same")
     forward, backward = _numpy_max3()  # not symjac's lowering, which would share the tie-set cache
-    for threshold, want_routes, want_members in ((0, ["first"] * 4, 2), (_ties.ROUTE_BY_MEMBERS, [], 4)):
+    # The orders family adds 10 inputs (2 ramps per axis, one slab per residue of a 3-cell span per axis).
+    for threshold, want_routes, want_members in ((0, ["first"] * 14, 2), (_ties.ROUTE_BY_MEMBERS, [], 14)):
         monkeypatch.setattr(_ties, "ROUTE_BY_MEMBERS", threshold)
         _caches.clear_caches(templates=False)
         members.clear(), rows.clear(), routes.clear()
         report = symjac.verify(spec, backward=backward, forward=forward, input_shape=(1, 1, 12, 12), timeout=None)
         assert report.ok, report
-        assert report.stats["families"].keys() == {"distinct", "ties", "all_negative", "near_ties"}
+        assert report.stats["families"].keys() == {"distinct", "ties", "all_negative", "near_ties", "orders"}
         assert routes == want_routes
         assert len(members) == want_members
         assert len(rows) == 2

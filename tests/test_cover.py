@@ -1,6 +1,5 @@
 """Shape-coverage plan: the plan's shapes produce every window class seen at any length."""
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -72,12 +71,16 @@ def test_plan_has_every_residue_of_the_long_lengths(spec):
 
 def test_plan_shapes_have_batch_and_channels_and_combine_axes():
     spec = Pool("avg", 3, stride=2, padding="same")
-    plan = symjac.cover(spec)
-    assert all(sh[:2] == (2, 3) for sh in plan)
+    full = symjac.cover(spec)
+    # the wide shape (issue 21): 37 channels (a remainder mod 4, 8, 16, 32), batch 3, at the
+    # smallest lengths >= 2 with windows (SAME: 2); the others batch 2 and 3 channels
+    assert [sh for sh in full if sh[:2] != (2, 3)] == [(3, 37, 2, 2)]
+    plan = [sh for sh in full if sh[:2] == (2, 3)]
     rows, cols = {sh[2] for sh in plan}, {sh[3] for sh in plan}
     assert {sh[2:] for sh in plan} == {(r, c) for r in rows for c in cols}  # every combination
     last = symjac.cover(Pool("avg", 3, stride=2, padding="same", layout="channels_last"))
-    assert all(sh[0] == 2 and sh[-1] == 3 for sh in last)
+    assert all(sh[0] == 2 and sh[-1] == 3 for sh in last if sh != (3, 2, 2, 37))
+    assert (3, 2, 2, 37) in last
     # k3 s2 SAME: the low/high pads are (1, 1) for odd L and (0, 1) for even L (out = ceil(L/2),
     # total = (out-1)*2 + 3 - L); a long length of each parity is in the plan.
     assert {r % 2 for r in rows if r >= 6} == {0, 1}
@@ -87,6 +90,7 @@ def test_adaptive_and_global_plans():
     # Adaptive: L = o (size-1 windows), 2o (disjoint), 2o+1 (overlapping, two sizes).
     assert {sh[2] for sh in symjac.cover(AdaptivePool("avg", (3, 2)))} == {3, 6, 7}
     assert {sh[3] for sh in symjac.cover(AdaptivePool("avg", (3, 2)))} == {2, 4, 5}
+    # the wide shape: lengths >= 2 from o on (2 for the global window)
     assert {sh[2:] for sh in symjac.cover(GlobalPool("max", rank=1))} == {(1,), (2,), (3,)}
 
 
@@ -99,4 +103,4 @@ def test_cover_is_public_and_deterministic():
     spec = Pool("max", (2, 3), stride=(1, 2), padding=((0, 1), (1, 0)))
     assert symjac.cover(spec) == symjac.cover(spec)
     assert all(isinstance(v, int) for sh in symjac.cover(spec) for v in sh)
-    assert np.all([symjac.resolve(spec, sh).batch == 6 for sh in symjac.cover(spec)])
+    assert [symjac.resolve(spec, sh).batch for sh in symjac.cover(spec)].count(3 * 37) == 1

@@ -214,9 +214,11 @@ def test_budget_grows_by_one_dense_call_per_family():
     impl = Lowered(spec)
     base = check(spec, impl, input_shape=(2, 3, 7, 7), families=())
     full = check(spec, impl, input_shape=(2, 3, 7, 7))
-    assert list(full.stats["families"]) == ["distinct", "ties", "all_negative", "near_ties"]
-    assert full.stats["backward_calls"] - base.stats["backward_calls"] == 2
-    assert full.stats["forward_calls"] - base.stats["forward_calls"] == 2
+    assert list(full.stats["families"]) == ["distinct", "ties", "all_negative", "near_ties", "orders"]
+    # one call each for all_negative and near_ties; orders: 2 ramps per axis (4) and one slab per
+    # residue of each axis, windows spanning 3 cells (3 + 3): 2 + 10
+    assert full.stats["backward_calls"] - base.stats["backward_calls"] == 12
+    assert full.stats["forward_calls"] - base.stats["forward_calls"] == 12
 
 
 def test_families_argument_is_checked():
@@ -239,4 +241,5 @@ def test_a_timeout_on_the_plan_stops_at_the_first_shape():
     finally:
         release.set()
     assert report.categories() == ["timeout"] and len(report.stats["shapes"]) == 1
-    assert len(report.stats["coverage_plan"]) == 9 and "8 more shapes not run after the timeout" in report.summary()
+    # 9 shapes and the wide one (37 channels)
+    assert len(report.stats["coverage_plan"]) == 10 and "9 more shapes not run after the timeout" in report.summary()

@@ -10,7 +10,11 @@ the exact analysis does. Each *family* targets a bug class:
 - ``near_ties``: 1, 1 + eps, 1 + 2 eps, ...: distinct in the working dtype, but equal
   after rounding to the next lower precision (float64 -> float32, float32 ->
   float16, float16 and bfloat16 -> one bit fewer), so an argmax or an accumulation
-  done in lower precision shows.
+  done in lower precision shows;
+- ``orders``: every cell of a plane distinct, in deterministic orders (:func:`order_input`)
+  that decide max pooling's routing whatever the seed: a backward that takes each
+  window's maximum over a wrong product of cell progressions (a wrong pad, stride,
+  dilation, kernel or ceil rule) routes some window elsewhere in one of them.
 """
 
 from __future__ import annotations
@@ -24,10 +28,12 @@ from symjac.check._rounding import precision
 from symjac.pool._geometry import Geometry
 from symjac.pool._graph import input_colouring
 
-GENERATORS = ("distinct", "ties", "random", "all_negative", "near_ties")
+GENERATORS = ("distinct", "ties", "random", "all_negative", "near_ties", "orders")
 #: How messages name each family ("at near-tie inputs: ...").
 FAMILY_NAMES = {"distinct": "distinct", "given": "the given", "ties": "tied", "all_negative": "all-negative",
-                "near_ties": "near-tie"}
+                "near_ties": "near-tie", "orders": "ordered"}
+#: The slab inputs of the ``orders`` family are skipped when they would take more calls than this.
+MAX_SLABS = 64
 #: Precision p (bits) of "the next lower precision" below each working dtype.
 LOWER_PRECISION = {"float64": 24, "float32": 11, "float16": 10, "bfloat16": 7}
 
@@ -150,6 +156,73 @@ def touches_padding(g: Geometry) -> bool:
     return kernel is not None and (g.cells.shape[1] < np.prod(kernel) or not g.valid.all())
 
 
+def window_spans(g: Geometry) -> tuple[int, ...]:
+    """Per spatial axis, the largest span (last - first + 1) of the real cells of one window."""
+    cells, valid = g.cells, g.valid
+    if not valid.any():
+        return tuple(1 for _ in g.in_spatial)
+    coords = np.unravel_index(np.where(valid, cells, 0), g.in_spatial)
+    spans = []
+    for c in coords:
+        hi = np.where(valid, c, -1).max(axis=1)
+        lo = np.where(valid, c, np.iinfo(np.int64).max).min(axis=1)
+        spans.append(int((hi - lo)[valid.any(axis=1)].max()) + 1)
+    return tuple(spans)
+
+
+def order_count(g: Geometry) -> int:
+    """How many inputs the ``orders`` family has: 2 ramps per axis, and one slab input
+    per residue of every axis (:func:`order_input`) unless that exceeds :data:`MAX_SLABS`."""
+    slabs = sum(window_spans(g))
+    return 2 * len(g.in_spatial) + (slabs if slabs <= MAX_SLABS else 0)
+
+
+def family_size(g: Geometry, family: str) -> int:
+    """How many inputs (each one dense pass) an extra family has at this geometry."""
+    return order_count(g) if family == "orders" else 1
+
+
+def order_input(g: Geometry, dtype: np.dtype | type = np.float64, index: int = 0) -> np.ndarray:
+    """Input ``index`` of the ``orders`` family: distinct negative values, every cell of
+    every (N, C) plane apart, in a deterministic order.
+
+    Ramps (indices 0 .. 2*rank - 1): lexicographic order with axis ``index // 2`` most
+    significant, ascending or descending, the other axes ascending. A window's maximum
+    is then its cell extreme along that axis, so a backward reading a window whose
+    bounding box differs from the true one (along axis a) routes elsewhere at the
+    ramp of axis a in the direction where the boxes' ends differ.
+
+    Slabs (the next sum of spans E_a, :func:`window_spans`): along axis a, residue r:
+    the cells with i_a = r mod E_a rank above all others (ramp order within). A box
+    of span <= E_a meets the slab in one hyperplane i_a = v, so for windows S != T
+    with one bounding box that are products of per-axis cell sets, some axis has a
+    coordinate v in one set only; at its slab one window's maximum lies in the slab
+    and the other's does not.
+
+    Values -1 - rank, ranks over the whole batch (planes apart too): all negative, so a
+    zero-padded max wins at padding here as at ``all_negative``.
+    """
+    rank = len(g.in_spatial)
+    coords = np.indices(g.in_spatial).reshape(rank, -1)
+    if index < 2 * rank:
+        axis, sign = index // 2, (1 if index % 2 == 0 else -1)
+        keys = [coords[a] for a in reversed(range(rank)) if a != axis] + [sign * coords[axis]]
+        high = np.zeros(coords.shape[1], dtype=bool)
+    else:
+        spans, r = window_spans(g), index - 2 * rank
+        axis = 0
+        while r >= spans[axis]:
+            r, axis = r - spans[axis], axis + 1
+        keys = [coords[a] for a in reversed(range(rank))]
+        high = coords[axis] % spans[axis] == r
+    order = np.lexsort([*keys, high])  # last key most significant: slab cells last (highest)
+    ranks = np.empty(coords.shape[1], dtype=np.int64)
+    ranks[order] = np.arange(coords.shape[1])
+    n = coords.shape[1]
+    planes = np.arange(g.batch, dtype=np.int64)[:, None] * n
+    return g.from_canonical(_ordered(-(g.batch * n) + ranks[None, :] + planes, dtype), g.in_spatial)
+
+
 def families(g: Geometry) -> tuple[str, ...]:
     """The extra input families worth a dense pass for this geometry, beyond
     ``distinct`` (and ``ties``, which max pooling gets its own probed pass for): the
@@ -160,8 +233,9 @@ def families(g: Geometry) -> tuple[str, ...]:
     return g.operator.families(g, touches_padding(g))
 
 
-def generate_input(g: Geometry, generator: str, dtype: np.dtype | type = np.float64, seed: int = 0) -> np.ndarray:
-    """x by name: one of :data:`GENERATORS`."""
+def generate_input(g: Geometry, generator: str, dtype: np.dtype | type = np.float64, seed: int = 0,
+                   index: int = 0) -> np.ndarray:
+    """x by name: one of :data:`GENERATORS` (``index``: which input of ``orders``)."""
     if generator == "distinct":
         return distinct_input(g, dtype, seed)
     if generator == "ties":
@@ -172,4 +246,6 @@ def generate_input(g: Geometry, generator: str, dtype: np.dtype | type = np.floa
         return all_negative_input(g, dtype, seed)
     if generator == "near_ties":
         return near_tie_input(g, dtype, seed)
+    if generator == "orders":
+        return order_input(g, dtype, index)
     raise InputError(f"generator={generator!r} is not valid: give one of {', '.join(map(repr, GENERATORS))}")

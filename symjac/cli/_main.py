@@ -81,7 +81,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         for case, case_impl in runnable:
             progress.step(case.name)
             reports.append((case, verify_case(case, case_impl, args.dtype, args.timeout or None,
-                                                      args.deterministic)))
+                                                      args.deterministic, large=args.large)))
     failed = any(not r.ok for _, r in reports)
     if args.json:
         out = [{"case": c.name, "file": c.source.split("#")[0], **r.to_dict()} for c, r in reports]
@@ -205,6 +205,8 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
                    help="the implementation promises bitwise reproducible results: equal calls that differ "
                         "bitwise are a nondeterministic finding (by default, a note when each is within the "
                         "rounding bound)")
+    p.add_argument("--large", action="store_true", help="pooling cases without [input]: also verify the coverage "
+                   "plan's index-width shapes (past 2^16 cells along each axis and per plane; docs/coverage.md)")
     p.add_argument("--json", action="store_true", help="print the full report as JSON (a list for several cases)")
     p.add_argument("-v", "--verbose", action="store_true", help="after a FAIL line, print every finding")
     p.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)

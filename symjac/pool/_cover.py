@@ -16,7 +16,12 @@ a greedy set cover picks a few lengths that together produce all of them, togeth
 with every (low, high) pad pair, a ceil-mode drop where one can happen, and every
 residue of L mod stride at a length long enough that the two ends do not touch. The plan is the product of the per-axis lengths (every
 combination of axis classes, so corners show too), with batch 2 and 3 channels so
-that bugs mixing planes show.
+that bugs mixing planes show, and one *wide* shape: batch 3 and 37 channels (37 mod
+4, 8, 16, 32 = 1, 5, 5, 5: a remainder for every common vector width, and more
+channels than the widest) at small spatial lengths, so a vectorised kernel's
+channel tail and its batch loop show in both layouts' strides.
+With ``large=True``, shapes past 2^16 cells along each axis and per plane (batch 1,
+1 channel) probe index width: 16-bit indices wrap there.
 
 Guarantee: an implementation that treats windows of one class alike (the same code
 path for every interior window, say) and passes at every shape of the plan, passes
@@ -42,6 +47,11 @@ MAX_LENGTH = 4096
 #: appear, not every combination of them).
 MAX_SHAPES = 64
 BATCH, CHANNELS = 2, 3
+#: The wide shape: a channel count with a remainder mod 4, 8, 16 and 32 lanes, above 32;
+#: and a batch other than BATCH (a batch loop's remainder).
+WIDE_BATCH, WIDE_CHANNELS = 3, 37
+#: The large shapes (``cover(spec, large=True)``) pass this many cells along an axis and per plane.
+LARGE_CELLS = 2**16
 
 Item = tuple[Any, ...]
 
@@ -127,14 +137,58 @@ def axis_lengths(spec: PoolSpec, axis: int) -> list[int]:
     return _greedy(candidates)
 
 
-def cover(spec: PoolSpec) -> tuple[tuple[int, ...], ...]:
+def _wide_spatial(spec: PoolSpec) -> tuple[int, ...]:
+    """The wide shape's spatial lengths: per axis the smallest length of at least 2 with
+    windows (a spatial stride that is not the whole plane, at little cost)."""
+    return tuple(_long_length(spec, axis, 2) for axis in range(spec.rank))
+
+
+def _long_length(spec: PoolSpec, axis: int, least: int) -> int:
+    """The smallest length >= ``least`` at which the axis has windows."""
+    if isinstance(spec, AdaptivePool):
+        return max(least, spec.output_size[axis])  # adaptive windows fit every length from o on
+    if not isinstance(spec, Pool):
+        return least  # a global window fits every length
+    length = least
+    while axis_items(spec, axis, length) is None:
+        length += 1
+    return length
+
+
+def large_shapes(spec: PoolSpec) -> list[tuple[int, ...]]:
+    """Index-width shapes, batch 1 and 1 channel: per axis, that axis past
+    :data:`LARGE_CELLS` cells and the others at their smallest length with windows; for rank >= 2
+    also a plane past :data:`LARGE_CELLS` cells with every axis well below 2^15."""
+    spec = check_pool_spec(spec)
+    small = [_long_length(spec, axis, 1) for axis in range(spec.rank)]
+    spatial = []
+    for axis in range(spec.rank):
+        sp = list(small)
+        sp[axis] = _long_length(spec, axis, LARGE_CELLS + 1)
+        spatial.append(tuple(sp))
+    if spec.rank >= 2:
+        side = math.ceil((LARGE_CELLS + 1) ** (1 / spec.rank))
+        while side ** spec.rank <= LARGE_CELLS:
+            side += 1
+        spatial.append(tuple(_long_length(spec, axis, side) for axis in range(spec.rank)))
+    return [_full(spec, 1, 1, sp) for sp in spatial]
+
+
+def _full(spec: PoolSpec, batch: int, channels: int, spatial: tuple[int, ...]) -> tuple[int, ...]:
+    if spec.layout == "channels_first":
+        return (batch, channels, *spatial)
+    return (batch, *spatial, channels)
+
+
+def cover(spec: PoolSpec, large: bool = False) -> tuple[tuple[int, ...], ...]:
     """A small set of input shapes that together produce every window class of ``spec``.
 
     Per axis, the lengths produce every window class (valid-cell pattern and divisor,
     edges, asymmetric pads, ceil-dropped windows, dilation gaps) that the axis can
     produce at any input length, and every residue of L mod stride; the shapes
     combine the axes' lengths (every combination while there are at most 64), with
-    batch 2 and 3 channels.
+    batch 2 and 3 channels; one more, wide shape has batch 3 and 37 channels (a
+    remainder for 4, 8, 16 and 32 vector lanes) at small spatial lengths.
 
     Verifying an implementation at these shapes covers every input shape, assuming
     the implementation treats windows of one class alike (e.g. all interior windows
@@ -142,9 +196,11 @@ def cover(spec: PoolSpec) -> tuple[tuple[int, ...], ...]:
 
     Args:
       spec: a pooling spec.
+      large: also the index-width shapes (:func:`large_shapes`): past 2^16 cells along
+        each axis and per plane, batch 1 and 1 channel.
 
     Returns:
-      Full input shapes in the spec's layout, smallest first.
+      Full input shapes in the spec's layout, smallest first (the large ones last).
 
     Raises:
       SpecError: the spec fits no input length, or its kernel is too long to enumerate.
@@ -156,8 +212,7 @@ def cover(spec: PoolSpec) -> tuple[tuple[int, ...], ...]:
     else:
         n = max(len(p) for p in per_axis)
         spatial = [tuple(p[i % len(p)] for p in per_axis) for i in range(n)]
-    if spec.layout == "channels_first":
-        shapes = [(BATCH, CHANNELS, *sp) for sp in spatial]
-    else:
-        shapes = [(BATCH, *sp, CHANNELS) for sp in spatial]
-    return tuple(sorted(shapes, key=lambda sh: (math.prod(sh), sh)))
+    shapes = [_full(spec, BATCH, CHANNELS, sp) for sp in spatial]
+    shapes.append(_full(spec, WIDE_BATCH, WIDE_CHANNELS, _wide_spatial(spec)))
+    plan = sorted(shapes, key=lambda sh: (math.prod(sh), sh))
+    return tuple(plan + (large_shapes(spec) if large else []))

@@ -34,11 +34,12 @@ def case_callables(impl: Any, case: Any) -> dict[str, Any]:
 
 
 def verify_case(case: Any, impl: Any, dtype: str, timeout: float | None = DEFAULT_TIMEOUT,
-                deterministic: bool = False) -> Any:
+                deterministic: bool = False, large: bool = False) -> Any:
     """The :class:`symjac.Report` of ``impl`` on ``case`` at the case's inputs, in ``dtype``
-    (a pooling case without ``[input]``: at every shape of its coverage plan), each call
-    of the implementation limited to ``timeout`` seconds (None: no limit); ``deterministic``
-    as :func:`symjac.verify`'s (a bitwise difference between equal calls is a finding)."""
+    (a pooling case without ``[input]``: at every shape of its coverage plan, with
+    ``large`` its index-width shapes too), each call of the implementation limited to
+    ``timeout`` seconds (None: no limit); ``deterministic`` as :func:`symjac.verify`'s
+    (a bitwise difference between equal calls is a finding)."""
     from symjac.io._specfile import pool_input
 
     fns = case_callables(impl, case)
@@ -55,7 +56,7 @@ def verify_case(case: Any, impl: Any, dtype: str, timeout: float | None = DEFAUL
     seed = int(case.inputs.get("seed", 0))
     if "x" not in case.inputs and "shape" not in case.inputs:  # no [input]: the coverage plan
         return verify(case.operator, **fns, dtype=dtype, seed=seed, timeout=timeout, tie=case.tie or "any",
-                      deterministic=deterministic)
+                      deterministic=deterministic, large=large)
     _, x, dy = pool_input(case)
     explicit = "x" in case.inputs
     return verify(case.operator, **fns, x=x.astype(np.float64) if explicit else None,

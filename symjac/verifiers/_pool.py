@@ -63,7 +63,7 @@ def verify(spec: PoolSpec, impl: Any = None, /, *, backward: Callable[..., Any] 
            input_shape: tuple[int, ...] | None = None, x: Any = None, dy: Any = None, dtype: Any = None,
            tie: str | Beta = "any", seed: int = 0, one_hot_budget: int = 64,
            timeout: float | None = DEFAULT_TIMEOUT, families: Sequence[str] | None = None, isolate: bool = False,
-           deterministic: bool = False, hints: bool = True) -> Report:
+           deterministic: bool = False, hints: bool = True, large: bool = False) -> Report:
     """Verify an implementation's backward (and forward) against the exact Jacobian.
 
     Args:
@@ -121,9 +121,10 @@ def verify(spec: PoolSpec, impl: Any = None, /, *, backward: Callable[..., Any] 
         timed by ``signal.setitimer``/SIGALRM on the main thread (POSIX; elsewhere no
         limit; a call stuck in C code cannot be interrupted so).
       families: extra input families, each one dense backward call (and one forward
-        call) at its input: ``"all_negative"`` and/or ``"near_ties"``. Default: those
-        that can matter (all-negative for max pooling whose windows touch padding,
-        near-ties always); ``()`` for none. Ties run for max pooling regardless.
+        call) per input: ``"all_negative"``, ``"near_ties"`` and/or ``"orders"`` (max
+        pooling: ramps and slabs that decide routing whatever the seed, docs/coverage.md).
+        Default: those that can matter (all-negative for max pooling whose windows touch
+        padding, orders for max pooling, near-ties always); ``()`` for none. Ties run for max pooling regardless.
       isolate: call the implementation in a worker process (forked on Linux, so the
         callables need not pickle; a fresh interpreter with the callables pickled by
         value once TensorFlow or JAX has run here, whose threads a fork lacks; see
@@ -141,6 +142,9 @@ def verify(spec: PoolSpec, impl: Any = None, /, *, backward: Callable[..., Any] 
       hints: when the report fails on values a neighbouring convention could explain
         (divisor, SAME upper/lower, ceil rule, layout), check those and name the ones
         the implementation matches exactly (``stats["hint"]`` and the headline).
+      large: with no shape given, also verify the plan's index-width shapes
+        (``symjac.cover(spec, large=True)``: past 2^16 cells along each axis and per
+        plane, batch 1 and 1 channel), where 16-bit indices wrap.
 
     Returns:
       A :class:`Report`; ``report.ok`` is True when nothing was found. A dtype the
@@ -166,7 +170,8 @@ def verify(spec: PoolSpec, impl: Any = None, /, *, backward: Callable[..., Any] 
     if backward is not None or forward is not None:
         base = run(spec, backward=backward, forward=forward, input_shape=input_shape, x=x, dy=dy, dtype=dtype,
                    tie=tie, seed=seed, one_hot_budget=one_hot_budget, timeout=timeout, families=families,
-                   isolate=isolate, deterministic=deterministic, hint=_hint if hints else None)
+                   isolate=isolate, deterministic=deterministic, hint=_hint if hints else None,
+                   large=large)
         if jvp is None and double_backward is None:
             return base
     from symjac.verifiers._pool_transforms import verify_transforms

@@ -17,9 +17,9 @@ from symjac._progress import note
 from symjac._errors import InputError
 from symjac._exact import ExactArray
 from symjac.check._call import DEFAULT_TIMEOUT
-from symjac.check._inputs import distinct_dy, distinct_input, tie_input
+from symjac.check._inputs import distinct_dy, distinct_input, family_size, tie_input
 from symjac.check._inputs import families as default_families
-from symjac.check._report import Finding, Report
+from symjac.check._report import CATEGORIES, Finding, Report
 from symjac.check._rounding import float_dtype
 from symjac.pool._beta import Beta, parse_tie
 from symjac.pool._cover import cover
@@ -77,7 +77,7 @@ def run(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forward: 
         input_shape: tuple[int, ...] | None = None, x: Any = None, dy: Any = None, dtype: Any = None,
         tie: str | Beta = "any", seed: int = 0, one_hot_budget: int = 64,
         timeout: float | None = DEFAULT_TIMEOUT, families: Sequence[str] | None = None, isolate: bool = False,
-        deterministic: bool = False, hint: Hint | None = None) -> Report:
+        deterministic: bool = False, hint: Hint | None = None, large: bool = False) -> Report:
     """:func:`symjac.verify` (its arguments, but ``hint``: called on a failing report of one shape)."""
     spec = check_pool_spec(spec)
     dt = _dtype(dtype, x)
@@ -92,18 +92,23 @@ def run(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forward: 
     if not isinstance(deterministic, (bool, np.bool_)):
         raise InputError(f"deterministic={deterministic!r} is not valid: give True or False")
     if families is not None:
-        if isinstance(families, str) or not all(f in ("all_negative", "near_ties") for f in families):
-            raise InputError(f"families={families!r} is not valid: give a sequence of 'all_negative', 'near_ties'")
+        if isinstance(families, str) or not all(f in ("all_negative", "near_ties", "orders") for f in families):
+            raise InputError(f"families={families!r} is not valid: give a sequence of 'all_negative', 'near_ties', "
+                             "'orders'")
         if families and not operator_of(spec).extra_families:
             raise InputError(f"families={families!r}: the extra input families check max and avg pooling "
                              f"(mode={spec.mode!r} has algebraic derivatives); give families=()")
     kwargs = dict(backward=backward, forward=forward, dtype=dt, tie=tie, seed=seed, one_hot_budget=one_hot_budget,
                   timeout=timeout, families=families, isolate=isolate, deterministic=deterministic, hint=hint)
     if x is None and input_shape is None and dy is None:
-        return _verify_plan(spec, kwargs)
+        return _verify_plan(spec, kwargs, large)
+    if large:
+        raise InputError("large=True adds the index-width shapes to the coverage plan: give no input_shape, x or "
+                         "dy (or drop large)")
     g, x_arr, dy_arr = _inputs(spec, dt, input_shape, x, dy, seed)
     tie_x = g.operator.tie_input(g, tie_input(g, dt, seed)) if g.operator.tie_family else None
-    extra = tuple(dict.fromkeys(default_families(g) if families is None else families))
+    names = tuple(dict.fromkeys(default_families(g) if families is None else families))
+    extra = [(name, i) for name in names for i in range(family_size(g, name))]
     worker = None
     if isolate:
         from symjac.run._isolate import Worker
@@ -154,9 +159,18 @@ _ALL, _SUM, _MAX = ("forward_ok", "backward_ok", "fd_consistent"), (
     "backward_calls", "forward_calls"), ("max_abs_error", "max_ulp_error", "window_colours")
 
 
-def _verify_plan(spec: PoolSpec, kwargs: dict[str, Any]) -> Report:
-    """Verify at every shape of :func:`symjac.cover` and combine the reports."""
-    shapes = cover(spec)
+def _cause_rank(report: Report) -> int:
+    """How close a failing shape's findings come to the root cause: the most specific
+    category among its findings, in :data:`CATEGORIES` order (wrong values and windows
+    first; an implementation that raises, returns a bad shape, hangs or crashes last, as
+    it says nothing about the derivative there)."""
+    return min((CATEGORIES.index(c) for c in report.categories()), default=len(CATEGORIES))
+
+
+def _verify_plan(spec: PoolSpec, kwargs: dict[str, Any], large: bool = False) -> Report:
+    """Verify at every shape of :func:`symjac.cover` (``large``: its index-width shapes too)
+    and combine the reports."""
+    shapes = cover(spec, large=large)
     reports: list[Report] = []
     for i, shape in enumerate(shapes):
         note(f"shape {i + 1}/{len(shapes)} of the coverage plan, {shape}")
@@ -212,9 +226,22 @@ def _verify_plan(spec: PoolSpec, kwargs: dict[str, Any]) -> Report:
         headline += "; forward and finite differences agree" if stats["fd_consistent"] else ""
         headline += f"; tie policy {stats['tie_policy']}" if stats["tie_policy"] else ""
     else:
-        shape, first = failing[0]
+        ranked = sorted(failing, key=lambda sr: _cause_rank(sr[1]))  # stable: ties keep the plan's order
+        shape, first = ranked[0]
+        stats["root_cause_shape"] = list(shape)
         headline = (f"fails at {len(failing)} of {len(plan)} shapes of the coverage plan; "
-                    f"at input shape {shape}: {first.summary()}")
+                    f"{'root cause ' if len(failing) > 1 else ''}at input shape {shape}: {first.summary()}")
+        named = set(first.categories())
+        others = []
+        for other_shape, r in ranked[1:]:
+            new = [c for c in r.categories() if c not in named]
+            named.update(new)
+            if new:
+                others.append(f"{', '.join(new)} at input shape {other_shape}")
+        if others:
+            headline += f" (also {'; '.join(others)})"
+        order = {sh: i for i, (sh, _) in enumerate(ranked)}
+        findings.sort(key=lambda f: order.get(tuple((f.detail or {})["input_shape"]), len(order)))
         if len(plan) < len(shapes):
             headline += f" ({len(shapes) - len(plan)} more shapes not run after the timeout)"
     notes = tuple(f"at input shape {shape}: {n}" for shape, r in zip(plan, reports) for n in r.notes)

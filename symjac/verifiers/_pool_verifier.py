@@ -346,7 +346,7 @@ class _Verifier(Summary):
                 message = f"{said}: {f.message}" if said else f.message
                 self.findings[i] = dataclasses.replace(f, family=family, message=message)
 
-    def family_pass(self, family: str, seed: int) -> bool | None:
+    def family_pass(self, family: str, seed: int, index: int = 0) -> bool | None:
         """One dense backward call (and one forward call) at an input of ``family``,
         against the exact ``J(x)^T dy``: the budget of an extra family.
 
@@ -362,7 +362,7 @@ class _Verifier(Summary):
             return None
         self.families_run.append(family)
         start = len(self.findings)
-        x = generate_input(g, family, self.dtype, seed)
+        x = generate_input(g, family, self.dtype, seed, index)  # index: which input of a family of several
         dy, dy_c = self.dense_dy(family, seed) if check_bwd else (None, None)
         y, dx = self.forward_backward(x, dy_c if check_bwd else None, check_fwd)
         forward_ok = self.forward_verdict(x, y) if check_fwd else None
@@ -399,7 +399,7 @@ class _Verifier(Summary):
             observed=[float(dx[b, c]) for b, c in bad[:MAX_LISTED].tolist()]))
 
     def run_forward_only(self, x: np.ndarray, tie_x: np.ndarray | None, main_family: str,
-                         extra: Sequence[str], seed: int) -> Report:
+                         extra: Sequence[tuple[str, int]], seed: int) -> Report:
         """No backward (a forward-only runtime): the forward at x, at tied inputs (max), at
         each extra family's input, and once more at x for determinism; the report says that
         only the forward was checked."""
@@ -410,8 +410,8 @@ class _Verifier(Summary):
             start = len(self.findings)
             forward_ok = bool(self.check_forward(tie_x)) and bool(forward_ok)
             self.tag(start, "ties", f"at {FAMILY_NAMES['ties']} inputs")
-        for family in extra:
-            forward_ok = bool(self.family_pass(family, seed)) and bool(forward_ok)
+        for family, index in extra:
+            forward_ok = bool(self.family_pass(family, seed, index)) and bool(forward_ok)
         first, again = self.forward(x), self.forward(x)
         if first is not None and again is not None:
             g = self.g
@@ -432,7 +432,7 @@ class _Verifier(Summary):
         return Report(repr(self.spec), tuple(self.findings), self.stats, line, tuple(self.notes))
 
     def run(self, x: np.ndarray, dy: np.ndarray | None, tie_x: np.ndarray | None, *, main_family: str = "distinct",
-            extra: Sequence[str] = (), seed: int = 0) -> Report:
+            extra: Sequence[tuple[str, int]] = (), seed: int = 0) -> Report:
         g = self.g
         self.families_run = [main_family] + (["ties"] if tie_x is not None else [])
         if self.bwd is None:
@@ -451,8 +451,8 @@ class _Verifier(Summary):
                 # one dense call at ties too: its own Clarke choice may differ from the probes' (varying)
                 self.backward_pass(tie_x, " at tied inputs", [self.dense_dy("distinct", 0)[1]], repeat=False)
                 self.tag(start, "ties")
-            for family in extra:
-                forward_ok = self.family_pass(family, seed) is not False and forward_ok
+            for family, index in extra:
+                forward_ok = self.family_pass(family, seed, index) is not False and forward_ok
         self.tag(0, main_family)
         tie_policy = self.tie_policy_verdict()
         self.mark_consequences()

@@ -137,8 +137,9 @@ class Max(StampedOperator):
 
     # -- inputs ------------------------------------------------------------------------
     def families(self, g: Geometry, touches_padding: bool) -> tuple[str, ...]:
-        """All-negative inputs where windows touch padding (a zero-padded max wins there), near-ties (routing)."""
-        return (("all_negative",) if touches_padding else ()) + ("near_ties",)
+        """All-negative inputs where windows touch padding (a zero-padded max wins there), near-ties (routing),
+        and the deterministic orders that decide routing whatever the seed (a wrong window's maximum)."""
+        return (("all_negative",) if touches_padding else ()) + ("near_ties", "orders")
 
     # -- diagnosis ---------------------------------------------------------------------
     def clarke_ok(self, g: Geometry, rows: Rows, exact: ExactRows, u: float) -> np.ndarray:
