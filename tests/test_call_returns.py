@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
-
 
 import symjac
 
@@ -12,18 +10,29 @@ SPEC = symjac.Pool("avg", 2, stride=1, padding="same")
 SHAPE = (2, 3, 4, 5)
 
 
-def _scribbling(fn, delay=0.02, times=25):
-    """``fn`` whose every result is written into by a helper thread after the call returned."""
+def _scribbling(fn):
+    """``fn`` whose every result is written into by a helper thread after the call returned:
+    the thread waits until the implementation is called again (a kernel still finishing
+    into the last output buffer while the next launch starts), writes, and the next call
+    returns only once the write is done -- so the write happens after return, every time,
+    whatever the machine's speed (a sleep-timed thread raced a verify that finished first)."""
+    waiting = []
 
     def call(*args):
+        while waiting:
+            go, thread = waiting.pop()
+            go.set()
+            thread.join()
         out = fn(*args)
+        go = threading.Event()
 
         def scribble():
-            for _ in range(times):
-                time.sleep(delay)
-                out[...] += 1.0
+            go.wait()
+            out[...] += 1.0
 
-        threading.Thread(target=scribble, daemon=True).start()
+        thread = threading.Thread(target=scribble, daemon=True)
+        thread.start()
+        waiting.append((go, thread))
         return out
 
     return call
@@ -61,7 +70,7 @@ def test_results_kept_or_handed_back_are_no_finding():
 
 def test_isolated_a_result_written_after_return_is_a_finding_too():
     lowered = symjac.lower(SPEC, SHAPE)
-    rep = symjac.verify(SPEC, backward=_scribbling(lowered.vjp, delay=0.0002, times=200), forward=lowered.forward,
+    rep = symjac.verify(SPEC, backward=_scribbling(lowered.vjp), forward=lowered.forward,
                         input_shape=SHAPE, isolate=True)
     assert "result_changed_after_return" in rep.categories()
     assert set(rep.categories()) == {"result_changed_after_return"}  # the values pickled at return are right

@@ -167,6 +167,11 @@ class _Forks:
         return pids
 
 
+def _changed(previous: tuple[str, np.ndarray, bytes] | None) -> str | None:
+    """The callable's name when its previous array result no longer holds its bytes at return."""
+    return previous[0] if previous is not None and previous[1].tobytes() != previous[2] else None
+
+
 def _serve(conn: Any, functions: Mapping[str, Callable[..., Any]]) -> None:
     """The child's loop: call, answer, repeat until the parent closes the pipe."""
     try:  # a crashing op should not litter core files
@@ -197,9 +202,7 @@ def _serve(conn: Any, functions: Mapping[str, Callable[..., Any]]) -> None:
         if message is None:  # the parent's stop request (with fork the child holds a copy of the
             return           # parent's end of the pipe too, so closing it is not an EOF here)
         name, args = message
-        # the previous call's result, pickled the moment it returned, changed since (a helper thread)?
-        changed = last[0] if last is not None and last[1].tobytes() != last[2] else None
-        last = None
+        previous, last = last, None  # the last call's result: changed since it returned (a helper thread)?
         _default_signals()
         before = [a.tobytes() if isinstance(a, np.ndarray) else None for a in args]
         started = time.monotonic()
@@ -207,10 +210,12 @@ def _serve(conn: Any, functions: Mapping[str, Callable[..., Any]]) -> None:
             result = functions[name](*args)
         except BaseException as exc:  # noqa: BLE001 - everything the callable does is reported
             forks.end_child()
+            changed = _changed(previous)
             notes = {"forked": forks.returned(time.monotonic() - started), "changed": changed}
             conn.send(("raised", type(exc).__name__, str(exc), "".join(traceback.format_exception(exc)[-6:]), notes))
             continue
         forks.end_child()
+        changed = _changed(previous)  # compared after this call too: a write that waits for the next launch
         notes = {"forked": forks.returned(time.monotonic() - started), "changed": changed}
         mutated = {i: a for i, (a, b) in enumerate(zip(args, before)) if b is not None and a.tobytes() != b}
         try:
