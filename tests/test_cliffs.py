@@ -116,9 +116,11 @@ def test_verify_memory_with_entrywise_fd_stays_near_the_rows(mode: str) -> None:
     # 3x3 (9 input colours): the entrywise FD oracle runs. Beyond the (B, W, K) observed
     # and exact rows, FD rows and their bounds, every pass keeps O(line) temporaries, not
     # nnz-sized index arrays: measured 8.2 (avg) and 8.5 (max) x 8·nnz bytes (14.1 and
-    # 12.3 with nnz-sized FD gathers).
+    # 12.3 with nnz-sized FD gathers). Since each result is copied at return and the latest
+    # are watched for later writes (check/_call.py, issue 21): measured 11.2 (max), the
+    # copies of one handed-over batch of probe calls and their watched originals.
     peak, nnz = _verify_peak(symjac.Pool(mode, 3, stride=1, padding="same"), (1, 1, 96, 96))
-    assert peak <= 10 * 8 * nnz, (peak, nnz)
+    assert peak <= 12 * 8 * nnz, (peak, nnz)
 
 
 def test_fd_oracle_checks_directions_for_large_windows() -> None:

@@ -179,7 +179,7 @@ def verify_loss(
     if hvp is None:
         if derivative is None:
             raise InputError("verify_loss needs the implementation: give derivative=(pred, label) -> S·dL/dpred, "
-                             "hvp=(pred, label, v) -> H·v, or an implementation object as the second argument")
+                             "hvp=(pred, label, v) -> H·v, or an implementation object as the second argument: there is nothing to verify")
         return _verify(loss, derivative, forward, pred, label, upstream, dtype, timeout, fast=True,
                        deterministic=deterministic).report
     from symjac.verifiers._loss_hvp import check_hvp

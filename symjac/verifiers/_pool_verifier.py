@@ -226,10 +226,11 @@ class _Verifier(Summary):
     def dense_bounds(self, x: np.ndarray, rows: Rows, exact: ExactRows,
                      dy: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
         """``off(dx)``: the (b, cell) pairs where a dense call's dx for ``dy`` (canonical) is
-        off the superposition of the observed rows (within γ_{m+2}·Σ|terms| for m terms) or,
+        off the superposition of the observed rows (within γ_{m+2}·Σ|terms| for m terms, plus
+        what the rows are off the exact rows at untied windows, ``(1 + γ_{m+2})·Σ|dy·(obs − J)|``) or,
         where the exact ``J(x)^T dy`` is unique (no tied window reads the cell) and rational,
-        off that exact value within the same bound (rows within their own tolerance do not
-        widen it)."""
+        off that exact value within γ_{m+2}·Σ|terms| of the exact terms (rows within their own
+        tolerance do not widen this one)."""
         g = self.g
         predicted, bound = scatter_pair(g, dy, rows.obs)
         count = np.broadcast_to(cell_counts(g).astype(np.float64), predicted.shape).copy()
@@ -238,8 +239,17 @@ class _Verifier(Summary):
                 predicted[bb, c] += dy[b, w] * v
                 bound[bb, c] += abs(dy[b, w] * v)
                 count[bb, c] += 1
-        tol = gamma(count + 2, self.u) * bound + 2.0**-60 * bound
-        want = want_tol = None
+        # rows within their own tolerance (atomics' last bits) shift the superposition by what they are
+        # off the exact rows (at untied windows; plus u·|row|, a bound of the exact rows' own rounding)
+        # off the exact rows (u·|J| ≤ u·(|obs| + |obs − J|) covers the exact rows' own rounding)
+        dev = rows.obs - exact.rows  # one (B, W, K) temporary, in place from here
+        np.abs(dev, out=dev)
+        dev *= ~np.broadcast_to(exact.tied[..., None], dev.shape)
+        shift = 2.0**-52 * bound
+        if dev.any():
+            shift = shift + (1 + 2.0**-52) * scatter_pair(g, dy, dev)[1]
+        del dev
+        tol = (gamma(count + 2, self.u) + 2.0**-60) * bound + (1 + gamma(count + 2, self.u)) * shift
         if self.op.extra_families:  # a rational dense J^T dy (avg, max); lp has its rows' derived bounds only
             ex = self.exact(x) if self.op.reuses_exact_input else None
             self.exact_at = None  # hold no copy through the later passes
