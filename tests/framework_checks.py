@@ -99,3 +99,24 @@ def forward_matches(spec: Any, forward: Any, x: np.ndarray) -> str | None:
     if err.size and err.max() > bound:
         return f"max error {err.max()} > bound {bound}"
     return None
+
+
+def check_losses(adapter: ModuleType, configs: Any, dtypes: tuple[str, ...] = ("float32", "float64")) -> Any:
+    """Every loss configuration of ``adapter`` (its ``make_loss``; ``known_loss_defect`` skipped when
+    it has one) through ``verify_loss`` with its derivative, forward and hvp, per dtype: the counts
+    checked; a failing report fails with the configurations' summaries."""
+    checked: collections.Counter[str] = collections.Counter()
+    failures = []
+    known = getattr(adapter, "known_loss_defect", None)
+    for config in configs:
+        loss, impl = adapter.make_loss(config)
+        for dtype in dtypes:
+            if known is not None and known(config, dtype, "hvp"):
+                continue
+            report = symjac.verify_loss(loss, derivative=impl.derivative, forward=impl.forward, hvp=impl.hvp,
+                                        pred=config.pred, label=config.target, upstream=config.upstream, dtype=dtype)
+            checked[dtype] += 1
+            if not report.ok:
+                failures.append(f"{config.label} {dtype}: {report.summary()}")
+    assert not failures, f"{len(failures)} false alarms / wrong mappings:\n" + "\n".join(failures[:20])
+    return checked

@@ -3,11 +3,11 @@ checked by ``verify_loss`` against the exact derivative and Hessian (issue 23)."
 
 from __future__ import annotations
 
-import collections
 
 import pytest
 
 import symjac
+from framework_checks import check_losses
 
 pytest.importorskip("jax")
 pytest.importorskip("optax")
@@ -15,18 +15,7 @@ import symjac.frameworks.jax as sjj  # noqa: E402
 
 
 def _check(configs, dtypes=("float32", "float64")):
-    checked: collections.Counter[str] = collections.Counter()
-    failures = []
-    for config in configs:
-        loss, impl = sjj.make_loss(config)
-        for dtype in dtypes:
-            report = symjac.verify_loss(loss, derivative=impl.derivative, forward=impl.forward, hvp=impl.hvp,
-                                        pred=config.pred, label=config.target, upstream=config.upstream, dtype=dtype)
-            checked[dtype] += 1
-            if not report.ok:
-                failures.append(f"{config.label} {dtype}: {report.summary()}")
-    assert not failures, f"{len(failures)} false alarms / wrong mappings:\n" + "\n".join(failures[:20])
-    return checked
+    return check_losses(sjj, configs, dtypes)
 
 
 def test_the_documented_arguments_map_to_the_spec():

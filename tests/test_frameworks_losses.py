@@ -5,12 +5,12 @@ against the exact Hessian); a planted double-backward bug; PyTorch's BCE double-
 
 from __future__ import annotations
 
-import collections
 
 import numpy as np
 import pytest
 
 import symjac
+from framework_checks import check_losses
 
 torch = pytest.importorskip("torch")
 import symjac.frameworks.torch as sjt  # noqa: E402
@@ -20,20 +20,7 @@ DTYPES = ("float32", "float64")
 
 
 def _check(configs, dtypes=DTYPES):
-    checked: collections.Counter[str] = collections.Counter()
-    failures = []
-    for config in configs:
-        loss, impl = sjt.make_loss(config)
-        for dtype in dtypes:
-            if sjt.known_loss_defect(config, dtype, "hvp"):
-                continue
-            report = symjac.verify_loss(loss, derivative=impl.derivative, forward=impl.forward, hvp=impl.hvp,
-                                        pred=config.pred, label=config.target, upstream=config.upstream, dtype=dtype)
-            checked[dtype] += 1
-            if not report.ok:
-                failures.append(f"{config.label} {dtype}: {report.summary()}")
-    assert not failures, f"{len(failures)} false alarms / wrong mappings:\n" + "\n".join(failures[:20])
-    return checked
+    return check_losses(sjt, configs, dtypes)
 
 
 def test_the_documented_arguments_map_to_the_spec():
