@@ -250,6 +250,7 @@ class _Verifier(Summary):
             shift = shift + (1 + 2.0**-52) * scatter_pair(g, dy, dev)[1]
         del dev
         tol = (gamma(count + 2, self.u) + 2.0**-60) * bound + (1 + gamma(count + 2, self.u)) * shift
+        want = want_tol = None
         if self.op.extra_families:  # a rational dense J^T dy (avg, max); lp has its rows' derived bounds only
             ex = self.exact(x) if self.op.reuses_exact_input else None
             self.exact_at = None  # hold no copy through the later passes
