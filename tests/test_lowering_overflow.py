@@ -125,3 +125,10 @@ def test_max_lowering_at_the_largest_values_is_exact() -> None:
         y = symjac.lower(Pool("max", (2,)), x.shape).forward(x)
         assert y.tolist() == [[[float(top), float(top / 2)]]]
         assert Fraction(float(y[0, 0, 0])) == Fraction(float(top))
+
+
+def test_lp_bound_with_a_huge_cell_beside_a_fine_one() -> None:
+    """Hypothesis's find: 2^972 beside 2^0.5 (den 2^52) has a numerator 2^1024, past float64,
+    which the bound's window maximum converted to float (OverflowError); y = 2^972 + √2 is fine."""
+    x = np.array([[[1.0, 1.0, 1.0, 1.0, 2.0**972, np.exp2(0.5)]]])
+    _within_own_bound(Pool("lp", (2,), p=1), x)

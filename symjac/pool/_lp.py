@@ -317,7 +317,9 @@ def bounds(g: Geometry, x: ExactArray, dtype: Any) -> Bounds:
     gam_s = float(gamma(p + n + 1, u))
     # windows a correct implementation may scale by 2^e (symjac's lowering does, :func:`overflow_shifts`):
     # its scaled cells may underflow, p·λ each at most (λ the dtype's least subnormal), times 2^(pe)
-    top = np.abs(w.num.astype(np.float64) if n else np.zeros(w.num.shape)).max(axis=-1, initial=0.0) / w.den
+    # (the largest |num| over den as Python ints: num alone may pass float64's range when den is large)
+    top_num = np.abs(w.num).max(axis=-1, initial=0) if n else np.zeros(w.num.shape[:-1], dtype=object)
+    top = np.array([int(t) / w.den for t in top_num.reshape(-1)], dtype=np.float64).reshape(top_num.shape)
     shifts = overflow_shifts(top, n, p, dtype)
     tiny = n * p * float(finfo(dtype).smallest_subnormal)
     for idx, s in np.ndenumerate(w.power_sum):
