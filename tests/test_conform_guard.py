@@ -103,6 +103,7 @@ def test_nothing_verified_is_no_success():
     one_line_error(r, "no cell was verified", "2 error")
 
 
+@pytest.mark.slow  # waits out a 10 s timeout (21 s); the default run bounds a blocking configurations() (below)
 def test_a_hung_make_is_a_timeout_finding():
     # 10 s: the worker's start and the max k2 cell fit in it on a loaded machine, make() of 'hang' does not
     result = symjac.conform(f"{ADAPTERS}:hangs", dtypes=("float64",), families=("distinct",), timeout=10)

@@ -273,9 +273,9 @@ def test_a_c_kernel_that_crashes_is_a_finding_naming_the_signal(kernels: dict[st
     assert any(f"ChildCrashed: kernel `{kernels[name]}` was killed by {signal_name}" in m for m in messages), messages
 
 
-# short_hang waits out its 5 s deadline at every call of a verify run (25 s): slow; the default run keeps
-# "hang" here and short_hang's own message in test_a_fault_raises_and_the_next_call_gets_a_fresh_child
-@pytest.mark.parametrize("mode", ["hang", "exit3", "segv", "garbage", "short_exit",
+# hang and short_hang wait out a deadline at every call of a verify run (30 s and 25 s): slow; the default
+# run keeps both faults' own messages in test_a_fault_raises_and_the_next_call_gets_a_fresh_child
+@pytest.mark.parametrize("mode", [pytest.param("hang", marks=pytest.mark.slow), "exit3", "segv", "garbage", "short_exit",
                                   pytest.param("short_hang", marks=pytest.mark.slow), "extra", "wrong_bytes",
                                   "wrong_id", "refuse"])
 def test_verify_reports_a_faulty_child_and_returns(tmp_path: pathlib.Path, mode: str) -> None:
