@@ -47,6 +47,7 @@ def _available(*modules: str) -> bool:
 
 @pytest.mark.slow  # two fresh processes importing Keras and a framework: 30-90 s (the TF backend runs by default)
 def test_keras_on_the_jax_and_pytorch_backends():
+    pytest.importorskip("keras")  # the parent needs keras too (the scripts import it in their own processes)
     backends = {"jax": ("jax.vjp", ("keras", "jax")), "torch": ("torch.autograd.grad", ("keras", "torch"))}
     runnable = {b: gradient for b, (gradient, modules) in backends.items() if _available(*modules)}
     if not runnable:
