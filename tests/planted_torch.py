@@ -24,28 +24,8 @@ def _gather(t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     return t.flatten(-2).gather(-1, idx.flatten(-2)).view(idx.shape)
 
 
-class ZeroJvp(torch.autograd.Function):
-    """Forward mode returns zeros (as MaxPool1d's forward-AD Jacobian did: pytorch/pytorch 78342)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        y, idx = F.max_pool2d(x, 2, 2, return_indices=True)
-        ctx.save_for_backward(idx)
-        ctx.size = x.shape[-2:]
-        return y
-
-    @staticmethod
-    def backward(ctx, gy):
-        (idx,) = ctx.saved_tensors
-        return _route(gy, idx, ctx.size)
-
-    @staticmethod
-    def jvp(ctx, t):
-        return torch.zeros(t.shape[:-2] + (t.shape[-2] // 2, t.shape[-1] // 2), dtype=t.dtype)
-
-
-class LastColumnJvp(torch.autograd.Function):
-    """Forward mode right except in the last column of windows (j = 2), whose tangent is dropped."""
+class _MaxPool2x2(torch.autograd.Function):
+    """PyTorch's own max_pool2d(2, 2) forward and VJP; the subclasses plant a wrong ``jvp``."""
 
     @staticmethod
     def forward(ctx, x):
@@ -58,6 +38,18 @@ class LastColumnJvp(torch.autograd.Function):
     def backward(ctx, gy):
         (idx,) = ctx.saved_tensors
         return _route(gy, idx, ctx.size)
+
+
+class ZeroJvp(_MaxPool2x2):
+    """Forward mode returns zeros (as MaxPool1d's forward-AD Jacobian did: pytorch/pytorch 78342)."""
+
+    @staticmethod
+    def jvp(ctx, t):
+        return torch.zeros(t.shape[:-2] + (t.shape[-2] // 2, t.shape[-1] // 2), dtype=t.dtype)
+
+
+class LastColumnJvp(_MaxPool2x2):
+    """Forward mode right except in the last column of windows (j = 2), whose tangent is dropped."""
 
     @staticmethod
     def jvp(ctx, t):
