@@ -8,7 +8,7 @@ coverage plan and every default family). A mutant *misses* when that report is o
 Equivalent mutants are told apart by an oracle that does not use the verifier: in the
 dtype under test at every plan shape and two more random shapes, at 3 inputs of
 distinct integers (no ties; float16 averages take integers small enough that no window's
-sum overflows) with random integer dy, the mutant's forward and backward
+sum overflows) and at one normal random input (not for float16 max: ties) with random integer dy, the mutant's forward and backward
 against symjac's exact forward and ``J(x)^T dy`` (SymPy rationals, within a relative
 1e-12 in float64 and the dtype's own rounding bound otherwise), and its calling
 contract (raises, shape, dtype, NaN, inputs mutated, two calls equal). A mutant equal
@@ -39,6 +39,9 @@ import symjac  # noqa: E402
 from mutants import BUGS, NumpyPool, spec_for  # noqa: E402
 
 DTYPES = ("float16", "float32", "float64")
+#: every bug of the mutant suite but ``noise`` (+-1 ULP per call): within the rounding bound that is
+#: valid nondeterminism, a note and no finding (docs/coverage.md), so its pass is no miss
+DEFAULT_KINDS = [k for k in BUGS if k != "noise"]
 
 
 def random_pool(rng: np.random.Generator) -> NumpyPool:
@@ -81,7 +84,7 @@ def equivalent(pool: NumpyPool, spec: Any, shapes: list[tuple[int, ...]], dtype:
     for shape in shapes:
         g = symjac.resolve(spec, shape)
         terms = max(terms, int(g.cells.shape[1]))
-        for _ in range(3):
+        for attempt in range(4):
             n = math.prod(shape)
             x = (rng.permutation(n) - n // 2).reshape(shape).astype(dt)
             if dt == np.float16 and n > 2048:
@@ -91,6 +94,10 @@ def equivalent(pool: NumpyPool, spec: Any, shapes: list[tuple[int, ...]], dtype:
                 # mutant): |x| <= 30000 // cells per window; ties are no matter for an average
                 top = max(1, min(1024, 30000 // int(g.cells.shape[1])))
                 x = rng.integers(-top, top + 1, size=shape).astype(dt)
+            if attempt == 3:  # non-integers too (float32 accumulation, a float16 argmax), but no float16 max ties
+                if dt == np.float16 and pool.mode == "max":
+                    continue
+                x = (rng.standard_normal(shape) * min(1.0, 4000 / int(g.cells.shape[1]))).astype(dt)
             dy = rng.integers(1, 5, size=g.output_shape) * rng.choice([-1, 1], size=g.output_shape)
             dy = dy.astype(dt)
             x0, dy0 = x.copy(), dy.copy()
@@ -183,13 +190,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--specs", type=int, default=400, help="random specs")
     parser.add_argument("--dtypes", default=",".join(DTYPES))
-    parser.add_argument("--kinds", default="", help="comma-separated bug names (default: every one)")
+    parser.add_argument("--kinds", default="", help="comma-separated bug names (default: every one but noise)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--minutes", type=float, default=0, help="stop starting new specs after this long (0: no limit)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every miss as it happens")
     args = parser.parse_args()
     dtypes = [d for d in args.dtypes.split(",") if d]
-    kinds = [k for k in args.kinds.split(",") if k] or list(BUGS)
+    kinds = [k for k in args.kinds.split(",") if k] or DEFAULT_KINDS
     start = time.perf_counter()
     counts, misses, done = run_campaign(args.specs, dtypes, kinds, args.seed, args.minutes, args.verbose)
     elapsed = time.perf_counter() - start

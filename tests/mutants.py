@@ -23,7 +23,7 @@ BUGS = {
     "fwd_divisor_kk": ("avg",), "fwd_off": ("avg", "max"), "raise": ("avg", "max"), "assign": ("avg",),
     "assign_nonzero": ("avg",), "tie_all": ("max",), "nchw_mixup": ("avg", "max"), "mutate_dy": ("avg", "max"),
     "mutate_x": ("avg", "max"), "wrong_shape": ("avg", "max"), "nan": ("avg", "max"), "float64": ("avg", "max"),
-    "noise": ("avg", "max"),
+    "noise": ("avg", "max"), "pad_zero": ("max",), "argmax_f16": ("max",), "acc_f32": ("avg",),
 }
 
 
@@ -133,6 +133,10 @@ class NumpyPool:
             return ("forward",)
         return ()
 
+    def _acc_dtype(self, dtype: np.dtype) -> np.dtype:
+        """The dtype averages accumulate in: the input's, or float32 for the ``acc_f32`` bug."""
+        return np.dtype(np.float32) if self.bug == "acc_f32" and self.mode == "avg" else np.dtype(dtype)
+
     # -- operators ---------------------------------------------------------------------
     def _to_cf(self, a: np.ndarray) -> np.ndarray:
         return np.moveaxis(a, -1, 1) if self.channels_last else a
@@ -151,12 +155,16 @@ class NumpyPool:
                 continue
             vals = np.stack([xc[(slice(None), slice(None)) + c] for c in cells], axis=-1)  # (N, C, cells)
             if self.mode == "max":
-                y[(slice(None), slice(None)) + pos] = vals.max(axis=-1)
+                top = vals.max(axis=-1)
+                if self.bug == "pad_zero" and counted > len(cells):  # padding read as 0, not -inf
+                    top = np.maximum(top, x.dtype.type(0))
+                y[(slice(None), slice(None)) + pos] = top
             else:
-                acc = vals[..., 0].copy()
+                acc_dt = self._acc_dtype(x.dtype)
+                acc = vals[..., 0].astype(acc_dt)
                 for i in range(1, vals.shape[-1]):
-                    acc = acc + vals[..., i]
-                y[(slice(None), slice(None)) + pos] = acc / x.dtype.type(self._divisor(cells, counted, "forward"))
+                    acc = acc + vals[..., i].astype(acc_dt)
+                y[(slice(None), slice(None)) + pos] = acc / acc_dt.type(self._divisor(cells, counted, "forward"))
         if self.bug == "fwd_off":
             y.flat[0] += 1  # forward off by one at its first output; constant, so d/dx unchanged
         return self._from_cf(y)
@@ -167,7 +175,8 @@ class NumpyPool:
             raise RuntimeError("deliberate failure")
         xc, dyc = self._to_cf(x), self._to_cf(dy)
         spatial = xc.shape[2:]
-        dx = np.zeros(xc.shape, dtype=x.dtype)
+        acc_dt = self._acc_dtype(x.dtype)
+        dx = np.zeros(xc.shape, dtype=acc_dt)
         positions = np.ndindex(*dyc.shape[2:])
         if bug == "ceil_floor":
             positions = np.ndindex(*self.out_spatial(spatial, "backward"))
@@ -178,7 +187,7 @@ class NumpyPool:
                 continue
             g = dyc[z + pos]  # (N, C)
             if self.mode == "avg":
-                share = g / x.dtype.type(self._divisor(cells, counted, "backward"))
+                share = g.astype(acc_dt) / acc_dt.type(self._divisor(cells, counted, "backward"))
                 for c in cells:
                     if bug == "assign":  # overlap accumulation by "=" instead of "+="
                         dx[z + c] = share
@@ -197,9 +206,13 @@ class NumpyPool:
                 elif self.tie == "split":
                     chosen, share = tied, g / tied.sum(axis=-1).astype(x.dtype)
                 else:  # first maximal cell (np.argmax returns the first occurrence)
-                    chosen = np.arange(len(cells)) == vals.argmax(axis=-1)[..., None]
+                    key = vals.astype(np.float16) if bug == "argmax_f16" else vals  # argmax of a float16 copy
+                    chosen = np.arange(len(cells)) == key.argmax(axis=-1)[..., None]
+                    if bug == "pad_zero" and counted > len(cells):  # a pad 0 above every cell takes it
+                        chosen = chosen & (vals.max(axis=-1) >= 0)[..., None]
                 for i, c in enumerate(cells):
                     dx[z + c] += np.where(chosen[..., i], share, x.dtype.type(0))
+        dx = dx.astype(x.dtype)
         if bug == "nchw_mixup":  # NHWC input treated as NCHW on the way out: reshape, not transpose
             out = dx.reshape(x.shape)
         else:

@@ -947,3 +947,19 @@ def test_verifier_conversions_made_once_answer_for_their_own_input():
     v_avg = _Verifier(g_avg.spec, g_avg, lambda x, dy: x, None, np.dtype("float32"), "any", 64, None)
     assert np.array_equal(v_avg.dense_dy("distinct", 0)[0], distinct_dy(g_avg, np.dtype("float32"), 0))
     assert np.array_equal(v_avg.exact(b).num, ExactArray.from_any(b).num) and not v_avg.dys
+
+
+@pytest.mark.parametrize("bug, name, dtypes", [
+    # padding read as 0: wrong wherever a padded window's cells are all negative (the all_negative family)
+    ("pad_zero", "max_nhwc", ALL3),
+    # the argmax of a float16 copy: two cells closer than float16 resolves (near ties); in float16 itself
+    # the copy is exact, so there it is no defect
+    ("argmax_f16", "max_k2_s1", BOTH),
+    # averages summed in float32 in a float64 layer: errors far above float64's bound at non-integers
+    ("acc_f32", "avg_3d", ["float64"]),
+])
+def test_mutants_of_precision_and_padding_are_caught_at_the_defaults(bug, name, dtypes):
+    for dtype in dtypes:
+        report = run(name, bug, dtype)
+        assert not report.ok, (bug, dtype)
+        assert set(report.categories()) & {"forward_values", "wrong_cells", "partial_windows", "wrong_weights"}
