@@ -335,3 +335,38 @@ def test_tensorflow_defects_the_transforms_found():
     report = verify_transform(spec, impl, "vmap", np.dtype("float32"), input_shape=config.input_shape)
     assert "missing_windows" in report.categories()
     assert "vectorized_map" in stf.known_defect(config, "vmap")
+
+
+def test_tensorflow_forward_mode_defects_of_the_full_grid():
+    # Found by the transforms' full TensorFlow grid (SYMJAC_FULL_GRID=1); per sample the VJP passes in each.
+    pytest.importorskip("tensorflow")
+    import symjac.frameworks.tensorflow as stf
+    from symjac.frameworks import Config
+    from symjac.frameworks._vmap import per_sample
+
+    # tf.nn.pool with window 1 and dilation 2 is the identity (each output cell reads one input cell),
+    # so J·t = t. Per sample ForwardAccumulator gives t; under tf.vectorized_map it gives zeros.
+    config = Config("pool", {"window_shape": [1], "pooling_type": "MAX", "strides": [1], "padding": "VALID",
+                             "dilations": [2]}, (1, 8, 2))
+    spec, impl = stf.make(config)
+    x = np.arange(16, dtype=np.float32).reshape(1, 8, 2)
+    t = np.ones_like(x)
+    np.testing.assert_array_equal(impl.jvp(x, t), t)
+    assert not per_sample(impl).jvp(x, t).any()
+    report = verify_transform(spec, impl, "vmap", np.dtype("float32"), input_shape=config.input_shape)
+    assert "missing_windows" in report.categories()
+    assert "vectorized_map" in stf.known_defect(config, "vmap") and stf.known_defect(config) is None
+    # Keras adaptive average pooling to one output cell: the mean of the 5 cells (here 4 and 5 per
+    # channel) is right; Keras' second window of ceil(5/1) + 1 = 6 cells exceeds the axis, and the JVP raises.
+    config = Config("AdaptiveAveragePooling1D", {"output_size": (1,)}, (1, 5, 2))
+    spec, impl = stf.make(config)
+    x = np.arange(10, dtype=np.float32).reshape(1, 5, 2)
+    np.testing.assert_array_equal(impl.forward(x), x.mean(axis=1, keepdims=True))
+    report = verify_transform(spec, impl, "jvp", np.dtype("float32"), input_shape=config.input_shape)
+    assert "bad_output" in report.categories() and "Negative dimension size" in str(report)
+    assert "ceil(L/o) + 1" in stf.known_defect(config, "jvp")
+    # two output cells: windows of 3 and 4 cells fit the axis, and the JVP is right
+    config = Config("AdaptiveAveragePooling1D", {"output_size": (2,)}, (1, 5, 2))
+    spec, impl = stf.make(config)
+    assert stf.known_defect(config, "jvp") is None
+    assert verify_transform(spec, impl, "jvp", np.dtype("float32"), input_shape=config.input_shape).ok

@@ -175,6 +175,14 @@ def _windowed_3d(config: Config) -> bool:
         config.op in ("pool", "keras_ops_max_pool", "keras_ops_average_pool") or "adaptive" in config.op.lower()))
 
 
+def _big_window_exceeds_axis(config: Config) -> bool:
+    """Whether Keras' adaptive pooling (``keras.src.backend.tensorflow.nn``: windows of ceil(L/o) and
+    ceil(L/o) + 1 cells, stride 1, VALID) has a big window longer than its axis L."""
+    shape = config.input_shape
+    spatial = shape[2:] if config.kwargs.get("data_format") == "channels_first" else shape[1:-1]
+    return any(-(-length // o) + 1 > length for length, o in zip(spatial, tuple(config.kwargs["output_size"])))
+
+
 def limitation(config: Config, dtype: Any) -> str | None:
     """Why TensorFlow cannot run ``config`` in ``dtype`` (a kernel it does not have), or None."""
     if _windowed_3d(config) and np.dtype(dtype) == np.float64:
@@ -190,10 +198,16 @@ def known_defect(config: Config, transform: str = "vjp") -> str | None:
         if explicit and config.op == "max_pool2d":
             return ("tf.nn.max_pool2d with explicit padding has no second derivative: MaxPoolGradGrad rejects "
                     "padding 'EXPLICIT' (ForwardAccumulator's JVP and nested tapes raise)")
-        if transform in ("jvp", "vmap") and "adaptive" in config.op.lower() and _rank(config) == 3 \
-                and "average" in config.op.lower():
-            return ("Keras adaptive average pooling 3-D: ForwardAccumulator's JVP raises (AvgPool3D in the "
-                    "gradient tape: negative dimension size)")
+        if transform in ("jvp", "vmap") and "adaptive" in config.op.lower() and "average" in config.op.lower() \
+                and _big_window_exceeds_axis(config):
+            return ("Keras adaptive average pooling on TensorFlow pools every axis with two windows, ceil(L/o) and "
+                    "ceil(L/o) + 1; where the second exceeds the axis (an output size of 1) its AvgPool is empty, "
+                    "and ForwardAccumulator's JVP raises ('Negative dimension size' in the gradient tape), "
+                    "under tf.vectorized_map the forward too")
+        if transform in ("jvp", "vmap") and config.op == "pool" and max(config.kwargs.get("dilations") or (1,)) > 1:
+            return ("tf.nn.pool with dilations > 1: ForwardAccumulator's JVP raises ('block_shape must have known "
+                    "size': SpaceToBatchND in the gradient tape); under tf.vectorized_map the MAX pool's JVP "
+                    "comes back zero in every window")
         if transform == "vmap" and "adaptive" in config.op.lower() and "max" in config.op.lower():
             return ("Keras adaptive max pooling under tf.vectorized_map: ForwardAccumulator's JVP comes back "
                     "zero in most windows, a different number of them from call to call (per sample it is right)")
