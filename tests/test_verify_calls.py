@@ -369,3 +369,30 @@ def test_cli_verify_deterministic(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["nondeterminism"] is not None
     assert main(base + ["--deterministic"]) == 1
     assert "nondeterministic" in capsys.readouterr().out
+
+
+def test_a_dense_call_at_ties_is_held_to_each_cells_bound_not_the_slices():
+    # Max 2x2 stride 2 at all-ones: 100 windows, each tied on its 4 cells, none overlapping. A valid
+    # backward (a random tied cell per call) plus 2^-10 at cell (0,0,0,0) on the dense calls only:
+    # any Clarke element sends window (0,0,0,0)'s dy to its 4 cells in total (λ >= 0, Σλ = 1), so
+    # one of them is off by >= 2^-12 from every element. A cell's bound is γ_{m+2}·Σ|dy| of the
+    # windows reading it (m = 4, one window each), far below 2^-12 for |dy| <= 100 (checked below).
+    # The sum of the bounds over the 400 cells is not: a check against that slack passed this.
+    spec = symjac.Pool("max", 2, stride=2)
+    rng = np.random.default_rng(0)
+    valid = _max_backward(spec, lambda cells: cells[rng.integers(len(cells))])
+    dense_dy = []
+
+    def off_at_one_cell(x, dy):
+        dx = valid(x, dy)
+        if len(np.unique(dy)) > 2 and (x == 1).all():  # the dense confirmations at the tied x (probes: 0s and 1s)
+            dense_dy.append(float(np.abs(dy).max()))
+            dx = dx.copy()
+            dx[0, 0, 0, 0] += np.float32(2.0**-10)
+        return dx
+
+    rep = symjac.verify(spec, backward=off_at_one_cell, x=np.ones((1, 1, 20, 20), np.float32), dtype="float32")
+    u = 2.0**-24
+    assert dense_dy and 2.0**-12 > (6 * u / (1 - 6 * u)) * max(dense_dy) * 4
+    assert not rep.ok, str(rep)
+    assert "wrong_weights" in rep.categories()

@@ -11,18 +11,19 @@ With the untied windows' exact share taken off (the residual r), this is a flow 
 per batch slice (windows of one slice read cells of that slice only): a tied window with
 ``dy_w > 0`` supplies ``dy_w`` to its tied cells, one with ``dy_w < 0`` takes ``|dy_w|``
 from them, and each tied cell must end with its residual ``r_c`` (a source where it is
-negative, a sink where positive). The λ exist iff the maximum flow saturates every
-supply and demand (max-flow/min-cut), decided here with networkx. Cells no tied window
-routes to must have r within their bound. The rounding slack is the sum of the cells'
-bounds over the slice (sums of dy values: exact for the generated quarter-integers
-unless a dtype's integers run out). Windows a pad cell ties (``Pool(pad_value=0)``,
+negative, a sink where positive). Each cell's bound is its own: what the windows bring to
+cell c, net, must lie in ``[r_c - tol_c, r_c + tol_c]``, a flow with lower and upper
+bounds on its edges; the λ exist iff that flow exists, decided exactly (integers, one
+maximum flow with networkx: max-flow/min-cut). Cells no tied window routes to must have
+r within their bound. Windows a pad cell ties (``Pool(pad_value=0)``,
 whose Clarke rows may send less than dy_w anywhere) are not decided here: those slices
 stay as the superposition check found them.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -41,8 +42,6 @@ def clarke_sum_slices(g: Geometry, exact: ExactRows, dy: np.ndarray, dx: np.ndar
     """The batch slices among ``slices`` where ``dx`` (canonical) is ``J^T dy`` (canonical
     ``dy``) for some Clarke element at every tied window, within ``tol`` per cell (widened
     at tied cells to γ_{m+2} times the |dy| every tied window could route there)."""
-    import networkx as nx
-
     untied = scatter(g, dy * ~exact.tied, exact.rows)  # the unique part: exact rows at untied windows
     could = scatter(g, np.abs(dy) * exact.tied, exact.member.astype(np.float64))
     tol = tol + gamma(cell_counts(g) + 2, u) * could
@@ -53,33 +52,56 @@ def clarke_sum_slices(g: Geometry, exact: ExactRows, dy: np.ndarray, dx: np.ndar
             continue
         r = dx[b] - untied[b]
         routed = np.zeros(g.n_in, dtype=bool)
-        graph = nx.DiGraph()
-        supply = demand = 0.0
+        edges: list[tuple[Any, Any, float, float | None]] = []  # (from, to, lower, upper; None: unbounded)
         for w in wins.tolist():
             cells = g.cells[w][exact.member[b, w] & g.valid[w]]
             routed[cells] = True
             d = float(dy[b, w])
             if d > 0:
-                graph.add_edge("s", ("w", w), capacity=d)
-                graph.add_edges_from((("w", w), ("c", int(c))) for c in cells)  # no capacity: unbounded
-                supply += d
+                edges.append(("s", ("w", w), d, d))
+                edges.extend((("w", w), ("c", int(c)), 0.0, None) for c in cells)
             elif d < 0:
-                graph.add_edge(("w", w), "t", capacity=-d)
-                graph.add_edges_from((("c", int(c)), ("w", w)) for c in cells)
-                demand -= d
+                edges.append((("w", w), "t", -d, -d))
+                edges.extend((("c", int(c)), ("w", w), 0.0, None) for c in cells)
         if (np.abs(r[~routed]) > tol[b, ~routed]).any():
             continue  # gradient where no tied window may route any
         for c in np.flatnonzero(routed).tolist():
-            if r[c] > 0:
-                graph.add_edge(("c", c), "t", capacity=float(r[c]))
-                demand += float(r[c])
-            elif r[c] < 0:
-                graph.add_edge("s", ("c", c), capacity=float(-r[c]))
-                supply += float(-r[c])
-        slack = float(tol[b, routed].sum()) + 2.0**-60 * max(supply, demand)
-        if abs(supply - demand) > slack:
-            continue
-        flow = nx.maximum_flow_value(graph, "s", "t") if "s" in graph and "t" in graph else 0.0
-        if flow >= supply - slack:
+            rc, tc = float(r[c]), float(tol[b, c])
+            if rc + tc > 0:  # what the windows bring to c, net: in [r_c - tol_c, r_c + tol_c]
+                edges.append((("c", c), "t", max(0.0, rc - tc), rc + tc))
+            if tc - rc > 0:
+                edges.append(("s", ("c", c), max(0.0, -rc - tc), tc - rc))
+        if _feasible(edges):
             found.add(b)
     return found
+
+
+def _feasible(edges: list[tuple[Any, Any, float, float | None]]) -> bool:
+    """Whether a flow meets every edge's lower and upper bound, with ``t -> s`` unbounded (a
+    circulation): the textbook reduction to one maximum flow (each lower bound moved into the
+    nodes' excess, a super source and sink for those). Every bound is a float, a dyadic rational,
+    so all of them times their largest denominator are integers: the decision is exact."""
+    import networkx as nx
+
+    scale = max((Fraction(v).denominator for e in edges for v in e[2:] if v), default=1)
+    graph = nx.DiGraph()
+    graph.add_edge("t", "s")  # no capacity: unbounded
+    excess: dict[Any, int] = {}
+    for a, z, lo, hi in edges:
+        low = int(Fraction(lo) * scale)
+        if hi is None:
+            graph.add_edge(a, z)
+        elif int(Fraction(hi) * scale) > low:
+            graph.add_edge(a, z, capacity=int(Fraction(hi) * scale) - low)
+        excess[z] = excess.get(z, 0) + low
+        excess[a] = excess.get(a, 0) - low
+    need = 0
+    for node, e in excess.items():
+        if e > 0:
+            graph.add_edge("S", node, capacity=e)
+            need += e
+        elif e < 0:
+            graph.add_edge(node, "T", capacity=-e)
+    if need == 0:
+        return True
+    return bool(nx.maximum_flow_value(graph, "S", "T") == need)
