@@ -396,3 +396,32 @@ def test_a_dense_call_at_ties_is_held_to_each_cells_bound_not_the_slices():
     assert dense_dy and 2.0**-12 > (6 * u / (1 - 6 * u)) * max(dense_dy) * 4
     assert not rep.ok, str(rep)
     assert "wrong_weights" in rep.categories()
+
+
+@pytest.mark.parametrize("dense_factor", [1, 2])
+def test_a_random_choice_at_ties_with_zero_padding_passes_as_varying(dense_factor):
+    # Pool(pad_value=0): where a window's max is 0 and a pad cell is among its maximal slots, the
+    # Clarke set holds rows that send part (or all) of dy to the pad, i.e. nowhere. A backward
+    # picking one maximal slot at random per call (a pad slot: the gradient is dropped) is valid.
+    spec = symjac.Pool("max", (3,), stride=1, padding=1, pad_value=0)
+    rng = np.random.default_rng(0)
+
+    def backward(x, dy):
+        padded = np.pad(x, ((0, 0), (0, 0), (1, 1)))  # zero padding, slot p is input cell p - 1
+        dx = np.zeros_like(x)
+        for b, ch, j in itertools.product(*map(range, dy.shape)):
+            win = padded[b, ch, j:j + 3]
+            slot = j + rng.choice(np.flatnonzero(win == win.max()))
+            if 1 <= slot <= x.shape[-1]:
+                dx[b, ch, slot - 1] += dy[b, ch, j]
+        if len(np.unique(dy)) > 2 and (x == x0).all():  # a dense call at x: dense_factor 2 is no Clarke row
+            dx *= dense_factor
+        return dx
+
+    x0 = np.random.default_rng(1).integers(-1, 1, size=(2, 2, 9)).astype(np.float64)  # 0s and -1s: pad ties
+    rep = symjac.verify(spec, backward=backward, x=x0)
+    if dense_factor == 2:  # twice dy from a window: more than any λ (Σλ <= 1) sends
+        assert not rep.ok, str(rep)
+        return
+    assert rep.ok, str(rep)
+    assert rep.stats["tie_policy"] == "varying"

@@ -15,9 +15,9 @@ negative, a sink where positive). Each cell's bound is its own: what the windows
 cell c, net, must lie in ``[r_c - tol_c, r_c + tol_c]``, a flow with lower and upper
 bounds on its edges; the λ exist iff that flow exists, decided exactly (integers, one
 maximum flow with networkx: max-flow/min-cut). Cells no tied window routes to must have
-r within their bound. Windows a pad cell ties (``Pool(pad_value=0)``,
-whose Clarke rows may send less than dy_w anywhere) are not decided here: those slices
-stay as the superposition check found them.
+r within their bound. A window a pad cell ties (``Pool(pad_value=0)``) may send any
+part of its dy_w to the pad, where it reaches no cell: an unbounded edge to the sink
+(from the source for dy_w < 0).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def clarke_sum_slices(g: Geometry, exact: ExactRows, dy: np.ndarray, dx: np.ndar
     found = set()
     for b in (int(s) for s in slices):
         wins = np.flatnonzero(exact.tied[b])
-        if wins.size == 0 or wins.size > MAX_FLOW_WINDOWS or exact.pad_tied[b, wins].any():
+        if wins.size == 0 or wins.size > MAX_FLOW_WINDOWS:
             continue
         r = dx[b] - untied[b]
         routed = np.zeros(g.n_in, dtype=bool)
@@ -57,12 +57,17 @@ def clarke_sum_slices(g: Geometry, exact: ExactRows, dy: np.ndarray, dx: np.ndar
             cells = g.cells[w][exact.member[b, w] & g.valid[w]]
             routed[cells] = True
             d = float(dy[b, w])
+            pad = bool(exact.pad_tied[b, w])  # a pad cell ties: λ's share there reaches no cell
             if d > 0:
                 edges.append(("s", ("w", w), d, d))
                 edges.extend((("w", w), ("c", int(c)), 0.0, None) for c in cells)
+                if pad:
+                    edges.append((("w", w), "t", 0.0, None))
             elif d < 0:
                 edges.append((("w", w), "t", -d, -d))
                 edges.extend((("c", int(c)), ("w", w), 0.0, None) for c in cells)
+                if pad:
+                    edges.append(("s", ("w", w), 0.0, None))
         if (np.abs(r[~routed]) > tol[b, ~routed]).any():
             continue  # gradient where no tied window may route any
         for c in np.flatnonzero(routed).tolist():
