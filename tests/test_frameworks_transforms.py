@@ -370,3 +370,40 @@ def test_tensorflow_forward_mode_defects_of_the_full_grid():
     spec, impl = stf.make(config)
     assert stf.known_defect(config, "jvp") is None
     assert verify_transform(spec, impl, "jvp", np.dtype("float32"), input_shape=config.input_shape).ok
+
+
+@pytest.mark.slow
+def test_tensorflow_dilated_pool_jvp_raises_after_many_shapes_in_one_process():
+    # The full grid's 34 dilated tf.nn.pool configurations (float32), in its order, in a fresh
+    # process that runs only TensorFlow: ForwardAccumulator's JVP of each alone is right (the grid
+    # verifies them one by one: ok), yet the 34th raises once the 33 before it have run.
+    pytest.importorskip("tensorflow")
+    import subprocess
+    import sys
+
+    import symjac.frameworks.tensorflow as stf
+
+    cases = [(c.input_shape, c.kwargs["window_shape"], c.kwargs["pooling_type"], c.kwargs["dilations"])
+             for c in stf.configurations("full") if c.op == "pool" and max(c.kwargs["dilations"] or (1,)) > 1
+             and not stf.limitation(c, "float32")][:34]
+    script = (
+        "import numpy as np, tensorflow as tf\n"
+        f"cases = {cases!r}\n"
+        "def jvp(shape, w, typ, d):\n"
+        "    x = tf.constant(np.random.default_rng(0).standard_normal(shape).astype(np.float32))\n"
+        "    with tf.autodiff.ForwardAccumulator(x, tf.ones_like(x)) as acc:\n"
+        "        y = tf.nn.pool(x, window_shape=w, pooling_type=typ, strides=[1] * len(w), padding='VALID', dilations=d)\n"
+        "    return acc.jvp(y)\n"
+        "import sys\n"
+        "order = [33] if sys.argv[1] == 'alone' else range(34)\n"
+        "for i in order:\n"
+        "    try:\n"
+        "        jvp(*cases[i])\n"
+        "    except ValueError as e:\n"
+        "        print('raised at', i, str(e).splitlines()[0]); break\n"
+        "else:\n"
+        "    print('no raise')\n")
+    out = {how: subprocess.run([sys.executable, "-c", script, how], capture_output=True, text=True, timeout=600).stdout
+           for how in ("alone", "sequence")}
+    assert "no raise" in out["alone"], out
+    assert "raised at 33 block_shape must have known size" in out["sequence"], out

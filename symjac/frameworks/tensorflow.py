@@ -205,9 +205,10 @@ def known_defect(config: Config, transform: str = "vjp") -> str | None:
                     "and ForwardAccumulator's JVP raises ('Negative dimension size' in the gradient tape), "
                     "under tf.vectorized_map the forward too")
         if transform in ("jvp", "vmap") and config.op == "pool" and max(config.kwargs.get("dilations") or (1,)) > 1:
-            return ("tf.nn.pool with dilations > 1: ForwardAccumulator's JVP raises ('block_shape must have known "
-                    "size': SpaceToBatchND in the gradient tape); under tf.vectorized_map the MAX pool's JVP "
-                    "comes back zero in every window")
+            return ("tf.nn.pool with dilations > 1: each ForwardAccumulator JVP is right alone, but after 33 of "
+                    "them at other shapes in one process the next raises ('block_shape must have known size': the "
+                    "retraced gradient tape's SpaceToBatchND / BatchToSpaceND); under tf.vectorized_map the MAX "
+                    "pool's JVP comes back zero in every window")
         if transform == "vmap" and "adaptive" in config.op.lower() and "max" in config.op.lower():
             return ("Keras adaptive max pooling under tf.vectorized_map: ForwardAccumulator's JVP comes back "
                     "zero in most windows, a different number of them from call to call (per sample it is right)")
