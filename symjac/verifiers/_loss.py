@@ -56,7 +56,6 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-import mpmath
 import numpy as np
 
 from symjac import loss as _loss_package
@@ -71,8 +70,8 @@ from symjac.loss._evaluate import evaluate_checked
 from symjac.loss._spec import DPS, Loss, check_loss
 from symjac.verifiers._impl import implementation
 from symjac.verifiers._loss_fd import MAX_FD_PROBES, _ForwardCheck
-from symjac.verifiers._loss_fast import Fast as FastOutcome
-from symjac.verifiers._loss_fast import fast_check
+from symjac.verifiers._loss_fast_verdict import Fast as FastOutcome
+from symjac.verifiers._loss_fast_verdict import fast_check
 from symjac.verifiers._loss_inputs import _ArgFactory, prepare_inputs
 from symjac.verifiers._loss_values import _check_values, _Expected, _Misfit
 
@@ -222,8 +221,8 @@ def _verify(
     p0, l0, u0, rounded = prepare_inputs(loss, pred, label, upstream, dt)
     if fast:
         got = fast_check(loss, derivative, p0, l0, u0, dt, timeout)
-        if got is not None and (not got.beyond or p0.size > _loss_package.MAX_ELEMENTS):
-            return _fast_outcome(loss, dt, p0, l0, rounded, got)
+        if got is not None:
+            return _fast_outcome(loss, dt, p0, l0, u0, rounded, got)
         _check_budget(loss, pred, False, fast_tried=True)
     # the loss values only for the forward check, the bounds where a verdict needs them (Bounds.fill)
     ev = evaluate_checked(loss, p0, l0, u0, values=forward is not None, derivatives=True)
@@ -262,28 +261,16 @@ def _stats(loss: Loss, dt: np.dtype[Any], p0: np.ndarray, rounded: bool) -> dict
     }
 
 
-def _fast_outcome(loss: Loss, dt: np.dtype[Any], p0: np.ndarray, l0: np.ndarray | None, rounded: bool,
-                  got: FastOutcome) -> _Outcome:
-    """The fast route's report: no finding, or (beyond the exact route's budget, which
-    names a wrong scale) the entries beyond their bound, each found exactly."""
+def _fast_outcome(loss: Loss, dt: np.dtype[Any], p0: np.ndarray, l0: np.ndarray | None, u0: np.ndarray | None,
+                  rounded: bool, got: FastOutcome) -> _Outcome:
+    """The fast route's report: its findings (the exact route's words) and stats."""
     stats = {**_stats(loss, dt, p0, rounded), **got.stats}
-    stats["checksums"] = {name: sha256(a) for name, a in zip(("pred", "label"), (p0, l0)) if a is not None}
-    findings: list[Finding] = []
-    if got.beyond:
-        worst, shape = got.beyond[0], p0.shape
-        findings.append(Finding(
-            "wrong_values",
-            f"{len(got.beyond)} of {p0.size} derivative values are outside the derived bound; worst at "
-            f"pred{_index(shape, worst.entry)}: expected {mpmath.nstr(worst.expected, 10)}, observed "
-            f"{float(got.observed.reshape(-1)[worst.entry])!r}, error {worst.error_ulps:.3g} ulp > bound "
-            f"{worst.bound_ulps:.3g} ulp (found by the fast route: beyond symjac.loss.MAX_ELEMENTS = "
-            f"{_loss_package.MAX_ELEMENTS:,d} entries the exact route, which would name a wrong loss scale, "
-            "does not run)",
-            cells=tuple(tuple(_index(shape, b.entry)) for b in got.beyond),
-            expected=worst.expected, observed=float(got.observed.reshape(-1)[worst.entry])))
+    stats["checksums"] = {name: sha256(a) for name, a in zip(("pred", "label", "upstream"), (p0, l0, u0))
+                          if a is not None}
+    findings = tuple(got.findings)
     none = np.empty(0, dtype=object)
-    return _Outcome(Report(f"{loss!r} in {dt.name}", tuple(findings), stats,
-                           _headline(loss, p0.size, False, stats, findings)), got.observed, none, none)
+    return _Outcome(Report(f"{loss!r} in {dt.name}", findings, stats,
+                           _headline(loss, p0.size, False, stats, list(findings))), got.observed, none, none)
 
 
 def _dtype(dtype: Any, pred: Any, label: Any) -> np.dtype[Any]:
