@@ -89,6 +89,7 @@ class _Setting:
     k: int
     amp: float  # >= A of the bound
     dt: np.dtype[Any]
+    row: int | None  # element-wise with an option per column: the exact route evaluates whole rows this long
 
     @property
     def per(self) -> int:
@@ -144,6 +145,11 @@ def _options_fit(loss: Loss, shape: tuple[int, ...]) -> float | None:
     return amp
 
 
+def _per_column(loss: Loss) -> bool:
+    """Does an option vary along pred's last axis (a tuple of more than one value)?"""
+    return any(isinstance(v := getattr(loss, name, None), tuple) and len(v) > 1 for name in kind_of(loss).options)
+
+
 def setting_of(loss: Loss, p0: np.ndarray, l0: np.ndarray | None, u0: np.ndarray | None,
                dt: np.dtype[Any]) -> _Setting | None:
     """The shared setting, after the exact route's input checks block by block (an input
@@ -158,7 +164,8 @@ def setting_of(loss: Loss, p0: np.ndarray, l0: np.ndarray | None, u0: np.ndarray
     if l0.shape != (element_shape if indices else shape):
         return None
     amp = _options_fit(loss, shape)
-    if amp is None:
+    row = shape[-1] if not kind.class_axis and _per_column(loss) else None
+    if amp is None or (row is not None and row > BLOCK):
         return None
     wide = p0.astype(np.float64, copy=False)
     z = wide.reshape(-1, classes) if kind.class_axis else wide.reshape(-1)
@@ -185,7 +192,7 @@ def setting_of(loss: Loss, p0: np.ndarray, l0: np.ndarray | None, u0: np.ndarray
         del factor, flat
     tpl = kind.template(loss, classes)
     return _Setting(loss, z, y, shape, classes, r, upstream, None if counted.all() else counted, den, ops,
-                    derivative_roundings(tpl, den, ops, dt), amp, dt)
+                    derivative_roundings(tpl, den, ops, dt), amp, dt, row)
 
 
 def _read_labels(loss: Loss, z: np.ndarray, y: np.ndarray, shape: tuple[int, ...],

@@ -24,7 +24,8 @@ from symjac.loss._bounds import Bounds
 from symjac.loss._domain import index as _index
 from symjac.loss._evaluate import evaluate_checked
 from symjac.loss._spec import Loss
-from symjac.verifiers._loss_fast import CELLS, FAST_MIN, WORST, _clean_calls, _InputFault, _Setting, filter_block, setting_of
+from symjac.verifiers import _loss_fast
+from symjac.verifiers._loss_fast import CELLS, WORST, _clean_calls, _InputFault, _Setting, filter_block, setting_of
 from symjac.verifiers._loss_values import (
     _Expected,
     _fits,
@@ -86,7 +87,7 @@ def fast_check(loss: Loss, derivative: Callable[..., Any], p0: np.ndarray, l0: n
                u0: np.ndarray | None, dt: np.dtype[Any], timeout: float | None) -> Any:
     """The fast route: its outcome when the calls were clean and every option has a fast form, else None (the caller
     takes the exact route; nothing is reported)."""
-    if p0.size < FAST_MIN:
+    if p0.size < _loss_fast.FAST_MIN:  # read at call time (tests lower it)
         return None
     try:
         setting = setting_of(loss, p0, l0, u0, dt)
@@ -195,10 +196,11 @@ def _explains(s: _Setting, obs: np.ndarray, m: Fraction) -> bool:
         if open_.size:
             undecided.append(np.unique((start * s.per + open_) // s.per))
     elements = np.unique(np.concatenate(undecided)) if undecided else np.zeros(0, dtype=np.intp)
+    flat = obs.reshape(-1)
     for at in _blocks(s, elements):
-        ex = _expected(s, at)
+        ex, entries = _expected(s, at)
         with _numbers.context():
-            if not _fits(obs[at].astype(s.dt), ex.base_lo, ex.base_hi, ex.bound(), _numbers.number(m),
+            if not _fits(flat[entries].astype(s.dt), ex.base_lo, ex.base_hi, ex.bound(), _numbers.number(m),
                          s.loss.scale):
                 return False
     return True
@@ -208,20 +210,27 @@ def _blocks(s: _Setting, elements: np.ndarray) -> list[np.ndarray]:
     return [elements[i:i + s.step] for i in range(0, elements.size, s.step)]
 
 
-def _expected(s: _Setting, at: np.ndarray) -> _Expected:
-    """The exact route's expected values and bounds at elements ``at``, with the whole
-    input's factors, denominator and rounding count."""
+def _expected(s: _Setting, at: np.ndarray) -> tuple[_Expected, np.ndarray]:
+    """The exact route's expected values and bounds at elements ``at`` (whole rows of
+    pred's last axis where a per-class option varies along it), with the whole input's
+    factors, denominator and rounding count; and the flat pred entries they are of."""
     summed = dataclasses.replace(s.loss, reduction="sum")
-    zb, yb = s.z[at], s.y[at]
+    if s.row is not None:  # element-wise, an option per column: whole rows keep the columns
+        rows = np.unique(at // s.row)
+        elements = (rows[:, None] * s.row + np.arange(s.row)).reshape(-1)
+        zb, yb = s.z[elements].reshape(rows.size, s.row), s.y[elements].reshape(rows.size, s.row)
+    else:
+        elements, zb, yb = at, s.z[at], s.y[at]
+    entries = (elements[:, None] * s.per + np.arange(s.per)).reshape(-1)
     ev = evaluate_checked(summed, zb, yb, None, values=False, derivatives=True)
     factor = np.empty(ev.counted.shape, dtype=object)
-    factor.reshape(-1)[...] = ([Fraction(float(u)) for u in s.upstream[at]] if s.upstream is not None
-                               else [s.r] * at.size)
+    factor.reshape(-1)[...] = ([Fraction(float(u)) for u in s.upstream[elements]] if s.upstream is not None
+                               else [s.r] * elements.size)
     factor[~ev.counted] = Fraction(0)
     ev = dataclasses.replace(ev, loss=s.loss, factor=factor, denominator=s.denominator,
                              denominator_ops=s.denominator_ops)
     with _numbers.context():
-        return _Expected.of(ev, Bounds(ev, s.dt), s.dt, tuple(zb.shape))
+        return _Expected.of(ev, Bounds(ev, s.dt), s.dt, tuple(zb.shape)), entries
 
 
 def _exact(s: _Setting, obs: np.ndarray, elements: np.ndarray) -> _Exact:
@@ -230,15 +239,15 @@ def _exact(s: _Setting, obs: np.ndarray, elements: np.ndarray) -> _Exact:
     bad: list[tuple[int, float, float]] = []
     expected: Any = None
     top = -1.0
-    per = s.per
+    flat = obs.reshape(-1)
     for at in _blocks(s, elements):
-        ex = _expected(s, at)
+        ex, entries = _expected(s, at)
         with _numbers.context():
-            fit = _Misfit.of(obs[at].astype(s.dt), ex, s.dt)
+            fit = _Misfit.of(flat[entries].astype(s.dt), ex, s.dt)
         for j, err, bound in fit.bad:
             if expected is None or err > top:
                 expected, top = ex.value.reshape(-1)[j], err
-            bad.append((int(at[j // per]) * per + j % per, err, bound))
+            bad.append((int(entries[j]), err, bound))
         if fit.worst_error > worst[0]:
             worst = (fit.worst_error, fit.worst_bound)
     return _Exact(worst, sorted(bad, key=lambda b: -b[1]), expected)
