@@ -216,8 +216,9 @@ def _verify(
     if forward is not None and not callable(forward):
         raise InputError(f"forward={forward!r} is not callable")
     dt = _dtype(dtype, pred, label)
-    fast = fast and forward is None
-    _check_budget(loss, pred, fast)
+    with_forward = forward is not None
+    fast = fast and not with_forward
+    _check_budget(loss, pred, fast, forward=with_forward)
     p0, l0, u0, rounded = prepare_inputs(loss, pred, label, upstream, dt)
     if fast:
         got = fast_check(loss, derivative, p0, l0, u0, dt, timeout)
@@ -285,9 +286,11 @@ def _dtype(dtype: Any, pred: Any, label: Any) -> np.dtype[Any]:
     return float_dtype("float64")
 
 
-def _check_budget(loss: Loss, pred: Any, fast: bool, fast_tried: bool = False) -> None:
+def _check_budget(loss: Loss, pred: Any, fast: bool, fast_tried: bool = False, forward: bool = False) -> None:
     """Refuse, before any work, a pred with more entries than ``symjac.loss.MAX_ELEMENTS``
-    (the exact route's budget) or, for the fast route, ``symjac.loss.MAX_FAST_ELEMENTS``."""
+    (the exact route's budget) or, for the fast route, ``symjac.loss.MAX_FAST_ELEMENTS``.
+    A ``forward`` is checked on the exact route alone (the fast route has no enclosure of
+    the loss value), so with one the exact route's budget holds."""
     if pred is None:  # the default inputs are small
         return
     entries = int(np.prod(np.shape(pred), dtype=np.int64))
@@ -302,9 +305,15 @@ def _check_budget(loss: Loss, pred: Any, fast: bool, fast_tried: bool = False) -
         return
     budget = _loss_package.MAX_ELEMENTS
     if entries > budget:
-        why = (" (the fast route, which verifies a correct derivative of mse, sigmoid_ce or softmax_ce with their "
-               "default options and no forward at any size up to symjac.loss.MAX_FAST_ELEMENTS, did not decide "
-               "this one: a finding of the calls, or options it does not cover)") if fast_tried else ""
+        why = ""
+        if forward:
+            why = (" (a forward= is checked on the exact route alone: verify the derivative at this size without "
+                   "forward=, which takes the fast route up to symjac.loss.MAX_FAST_ELEMENTS, and the forward on a "
+                   "slice)")
+        elif fast_tried:
+            why = (" (the fast route, which decides the derivative of mse, sigmoid_ce and softmax_ce, with their "
+                   "options and no forward, at any size up to symjac.loss.MAX_FAST_ELEMENTS, did not take this one: "
+                   "a finding of the calls, or a kind without a fast form)")
         raise InputError(
             f"pred has {entries:,d} entries (shape {tuple(np.shape(pred))}), beyond the budget of {budget:,d} "
             f"entries of one verify_loss of {loss.kind} (the exact evaluation holds about 2 KB of 200-bit MPFR numbers "

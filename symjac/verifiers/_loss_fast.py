@@ -306,7 +306,8 @@ def filter_block(s: _Setting, start: int, stop: int, ob: np.ndarray, m: Fraction
         beyond = np.isfinite(g.e) & (dist_lo > b_hi * rho_hi)
         size_hi = np.minimum(np.maximum(np.abs(ob), np.abs(g.v) + g.e), fmax)
         size_lo = np.minimum(np.maximum(np.abs(ob), np.maximum(np.abs(g.v) - g.e, 0.0)), fmax)
-        size_hi = np.where(np.isfinite(size_hi), size_hi, fmax)
+        size_hi = np.where(np.isfinite(size_hi), size_hi, fmax)  # NaN (an enclosure out of range): unknown
+        size_lo = np.where(np.isfinite(size_lo), size_lo, 0.0)
         dist_hi = np.where(np.isfinite(dist_hi), dist_hi, np.inf)  # NaN (an enclosure out of range): unknown
         dist_lo = np.where(np.isfinite(dist_lo), dist_lo, 0.0)
         mv = float(m) if m != 0 else 1.0

@@ -33,6 +33,7 @@ from symjac.verifiers._loss_values import (
     _nice_scale,
     _scale_hint,
     missing_scale_message,
+    names_another_scale,
     worst_text,
     wrong_scale_message,
     wrong_values_message,
@@ -113,7 +114,9 @@ def decide(s: _Setting, out: np.ndarray) -> Fast | None:
     beyond: list[np.ndarray] = []
     undecided: list[np.ndarray] = []
     top_all, top_beyond = _Top(), _Top()
-    most, within_count, dot_ob, dot_bb = 0.0, 0, [], []
+    most, within_count = 0.0, 0
+    dot_ob: list[tuple[float, int]] = []
+    dot_bb: list[tuple[float, int]] = []
     for start in range(0, n_el, step):
         stop = min(start + step, n_el)
         blk = filter_block(s, start, stop, obs[start:stop])
@@ -122,7 +125,7 @@ def decide(s: _Setting, out: np.ndarray) -> Fast | None:
         at = np.arange(start * per, stop * per)
         with np.errstate(all="ignore"):
             hi, lo = ulps(blk.dist_hi, blk.size_lo, s.dt), ulps(blk.dist_lo, blk.size_hi, s.dt)
-        most = max(most, float(np.max(hi)))
+        most = max(most, float(np.max(np.where(np.isnan(hi), np.inf, hi))))
         within_count += int(blk.within.sum())
         top_all.add(at, hi, lo)
         bad = np.flatnonzero(blk.beyond)
@@ -130,9 +133,8 @@ def decide(s: _Setting, out: np.ndarray) -> Fast | None:
             beyond.append(at[bad])
             top_beyond.add(at[bad], hi[bad], lo[bad])
         undecided.append(at[~blk.within & ~blk.beyond])
-        flat_o = obs[start:stop].reshape(-1)
-        dot_ob.append(float(np.dot(flat_o, blk.base)))
-        dot_bb.append(float(np.dot(blk.base, blk.base)))
+        dot_ob.append(_scaled_dot(obs[start:stop].reshape(-1), blk.base))
+        dot_bb.append(_scaled_dot(blk.base, blk.base))
     proven = np.concatenate(beyond) if beyond else np.zeros(0, dtype=np.intp)
     picked = np.unique(np.concatenate(undecided + [top_all.candidates(), top_beyond.candidates()]))
     exact = _exact(s, obs, np.unique(picked // per))
@@ -147,9 +149,30 @@ def decide(s: _Setting, out: np.ndarray) -> Fast | None:
     if not bad_entries.size:
         return Fast(out, stats, [])
     stats["fast_filter"]["cells_listed"] = min(CELLS, int(bad_entries.size))
-    ratio = math.fsum(dot_ob) / math.fsum(dot_bb) if math.fsum(dot_bb) > 0 else None
+    ratio = _ratio(dot_ob, dot_bb)
     finding = _classify(s, out, obs, bad_entries, exact, ratio)
     return Fast(out, stats, [finding])
+
+
+def _scaled_dot(a: np.ndarray, b: np.ndarray) -> tuple[float, int]:
+    """``Σ a·b`` as ``(v, e)``, ``v·4^e``: both scaled by 2^-e first (no overflow)."""
+    top = float(max(np.max(np.abs(a), initial=0.0), np.max(np.abs(b), initial=0.0)))
+    e = math.frexp(top)[1] if top > 0 and math.isfinite(top) else 0
+    return float(np.dot(np.ldexp(a, -e), np.ldexp(b, -e))), e
+
+
+def _ratio(ob: list[tuple[float, int]], bb: list[tuple[float, int]]) -> float | None:
+    """The least-squares ratio ``Σ o·b / Σ b²`` from the blocks' scaled sums (None if Σ b² = 0)."""
+    if not bb:
+        return None
+    top = max(e for _, e in ob + bb)
+    num = math.fsum(math.ldexp(v, 2 * (e - top)) for v, e in ob)
+    den = math.fsum(math.ldexp(v, 2 * (e - top)) for v, e in bb)
+    if not den > 0:
+        return None
+    with np.errstate(all="ignore"):
+        ratio = num / den
+    return ratio if math.isfinite(ratio) else None
 
 
 def _classify(s: _Setting, out: np.ndarray, obs: np.ndarray, bad_entries: np.ndarray, exact: _Exact,
@@ -172,7 +195,7 @@ def _classify(s: _Setting, out: np.ndarray, obs: np.ndarray, bad_entries: np.nda
     if ratio is not None and math.isfinite(ratio) and ratio != 0:
         nice = _nice_scale(ratio)
         for cand, shown in ((nice, nice), (Fraction(ratio), None)):
-            if cand != scale and _explains(s, obs, cand):
+            if names_another_scale(cand, scale) and _explains(s, obs, cand):
                 name = str(shown) if shown is not None else str(mpmath.nstr(mpmath.mpf(ratio), 10))
                 counted = int(s.z.shape[0] if s.counted is None else s.counted.sum())
                 hint = (_scale_hint(shown, scale, s.denominator, counted, s.loss.reduction, shape)

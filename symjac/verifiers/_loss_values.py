@@ -191,7 +191,7 @@ def _classify(
     if c is not None and c != 0:
         nice = _nice_scale(c)
         for cand, shown in ((_numbers.number(nice), nice), (c, None)):
-            if cand != _numbers.number(s) and _fits(out, blo, bhi, bnd, cand, s):
+            if names_another_scale(cand, s) and _fits(out, blo, bhi, bnd, cand, s):
                 name = str(shown) if shown is not None else _show(c)
                 hint = (_scale_hint(shown, s, ev.denominator, int(ev.counted.sum()), ev.loss.reduction, shape)
                         if shown is not None else "")
@@ -199,6 +199,15 @@ def _classify(
                 return shown if shown is not None else Fraction(float(c))
     report("wrong_values", wrong_values_message(len(bad), out.size, not np.any(out), worst))
     return None
+
+
+def names_another_scale(c: Any, s: Fraction) -> bool:
+    """Is c a scale other than S worth naming: not S, nor within 2^-40 of it relatively
+    (a least-squares c that close to S is S: a few entries off are wrong_values)."""
+    with _numbers.context():
+        if c == _numbers.number(s):
+            return False
+    return bool(abs(float(c) / float(s) - 1) >= 2.0**-40) if s != 0 else True
 
 
 def worst_text(where: Any, expected: Any, observed: float, err_ulp: float, bound_ulp: float) -> str:

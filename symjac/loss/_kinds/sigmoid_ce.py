@@ -64,25 +64,8 @@ class SigmoidCe(ElementwiseKind):
         # A = σ'(1 + σ + 3σ') (SymPy's (1/(1 + e^-z) + (1 + 3e^-z)/(1 + e^-z)²)·e^-z).
         # Every term is >= 0: the lower bounds keep some, the upper ones take all.
         assert y is not None
-        w, p = _per_column(loss, z.shape, column)
-        e = _fast.exp(_fast.Ball.exact(-np.abs(z)))
-        one = _fast.Ball.exact(np.ones_like(z))
-        den = _fast.add(one, e)
-        sigma = _fast.div(_fast.where(z >= 0, one, e), den)
-        other = _fast.div(_fast.where(z >= 0, e, one), den)
-        yb = _fast.Ball.exact(y)
-        neg = _fast.sub(one, yb)
-        h = _fast.mul(w, _fast.sub(_fast.mul(neg, sigma), _fast.mul(_fast.mul(p, yb), other)))
-        sl, sh, ol, oh = sigma.lower_abs(), sigma.upper_abs(), other.lower_abs(), other.upper_abs()
-        wl, wh, pl, ph = w.lower_abs(), w.upper_abs(), p.lower_abs(), p.upper_abs()
-        nh, ay = neg.upper_abs(), np.abs(y)
-        cond_lo = _fast.lower(wl * ay * (pl * ol + sl) + h.lower_abs())
-        a_hi = oh * (1 + sh + 3 * oh)
-        cond_hi = _fast.upper(ph * wh * ay * oh + h.upper_abs() + wh * ay * (ph * oh + sh)
-                              + np.abs(z) * wh * sh * oh * (ph * ay + nh))
-        run_hi = _fast.upper(wh * (a_hi * ph * ay + (1 + ay) * sh + (a_hi + 1 + 4 * oh) * nh + 2 * sh * nh
-                                   + 6 * oh * ph * ay) + h.upper_abs())
-        return _fast.FastDerivative(h, cond_lo, np.zeros_like(z), cond_hi, run_hi)
+        with np.errstate(all="ignore"):  # inf and NaN leave an entry undecided
+            return _fast_form(loss, z, y, column)
 
     def params(self, loss: Loss, z: ExactArray, classes: int) -> list[list[Fraction]]:
         c_last = int(z.shape[-1])
@@ -117,3 +100,26 @@ def _per_column(loss: Loss, shape: tuple[int, ...], column: np.ndarray | None) -
         at = column if ball.v.size > 1 else np.zeros(column.shape, dtype=np.intp)
         out.append(_fast.Ball(ball.v[at].reshape(shape), ball.e[at].reshape(shape)))
     return out[0], out[1]
+
+
+def _fast_form(loss: Loss, z: np.ndarray, y: np.ndarray, column: np.ndarray | None) -> _fast.FastDerivative:
+    """:meth:`SigmoidCe.fast_derivative`'s enclosures (derived there)."""
+    w, p = _per_column(loss, z.shape, column)
+    e = _fast.exp(_fast.Ball.exact(-np.abs(z)))
+    one = _fast.Ball.exact(np.ones_like(z))
+    den = _fast.add(one, e)
+    sigma = _fast.div(_fast.where(z >= 0, one, e), den)
+    other = _fast.div(_fast.where(z >= 0, e, one), den)
+    yb = _fast.Ball.exact(y)
+    neg = _fast.sub(one, yb)
+    h = _fast.mul(w, _fast.sub(_fast.mul(neg, sigma), _fast.mul(_fast.mul(p, yb), other)))
+    sl, sh, ol, oh = sigma.lower_abs(), sigma.upper_abs(), other.lower_abs(), other.upper_abs()
+    wl, wh, pl, ph = w.lower_abs(), w.upper_abs(), p.lower_abs(), p.upper_abs()
+    nh, ay = neg.upper_abs(), np.abs(y)
+    cond_lo = _fast.lower(wl * ay * (pl * ol + sl) + h.lower_abs())
+    a_hi = oh * (1 + sh + 3 * oh)
+    cond_hi = _fast.upper(ph * wh * ay * oh + h.upper_abs() + wh * ay * (ph * oh + sh)
+                          + np.abs(z) * wh * sh * oh * (ph * ay + nh))
+    run_hi = _fast.upper(wh * (a_hi * ph * ay + (1 + ay) * sh + (a_hi + 1 + 4 * oh) * nh + 2 * sh * nh
+                               + 6 * oh * ph * ay) + h.upper_abs())
+    return _fast.FastDerivative(h, cond_lo, np.zeros_like(z), cond_hi, run_hi)

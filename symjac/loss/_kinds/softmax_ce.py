@@ -108,6 +108,10 @@ class SoftmaxCe(LossKind):
         if z.ndim != 2 or not 2 <= z.shape[1] <= 2**10:
             return None
         assert y is not None
+        with np.errstate(all="ignore"):  # inf and NaN leave an entry undecided
+            return self._fast_form(loss, z, y)
+
+    def _fast_form(self, loss: Loss, z: np.ndarray, y: np.ndarray) -> _fast.FastDerivative:
         c = z.shape[1]
         t_val = (y[:, None] == np.arange(c)).astype(np.float64) if self.labels_are_indices(loss) else y
         eps_q = loss.label_smoothing or Fraction(0)
