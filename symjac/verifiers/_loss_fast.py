@@ -58,7 +58,7 @@ from symjac.check._report import Finding
 from symjac.check._rounding import finfo
 from symjac.loss import _fast
 from symjac.loss._bounds import derivative_roundings
-from symjac.loss._inputs import read_labels, read_pred, reduction_factors
+from symjac.loss._inputs import read_labels, read_pred, reduced_factor
 from symjac.loss._spec import Loss, kind_of
 from symjac.verifiers._loss_inputs import _ArgFactory
 
@@ -183,13 +183,9 @@ def setting_of(loss: Loss, p0: np.ndarray, l0: np.ndarray | None, u0: np.ndarray
         if u0 is not None and np.size(u0) != 1:
             return None
         try:
-            factor, den, ops = reduction_factors(loss, u0, element_shape, index, counted.reshape(element_shape),
-                                                 classes)
+            r, den, ops = reduced_factor(loss, u0, element_shape, index, counted, classes)
         except InputError as exc:  # every row ignored, a total weight of 0: the input's fault
             raise _InputFault(exc) from None
-        flat = factor.reshape(-1)
-        r = Fraction(flat[int(np.argmax(counted))])
-        del factor, flat
     tpl = kind.template(loss, classes)
     return _Setting(loss, z, y, shape, classes, r, upstream, None if counted.all() else counted, den, ops,
                     derivative_roundings(tpl, den, ops, dt), amp, dt, row)

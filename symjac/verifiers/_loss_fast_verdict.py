@@ -111,7 +111,8 @@ def decide(s: _Setting, out: np.ndarray) -> Fast | None:
     """Every entry decided, by the filter or exactly; a failing derivative classified."""
     obs = out.astype(np.float64, copy=False).reshape(s.z.shape)
     n_el, per, step = s.z.shape[0], s.per, s.step
-    beyond: list[np.ndarray] = []
+    listed: list[np.ndarray] = []  # the first CELLS entries proven beyond (their count below)
+    proven = listed_count = 0
     undecided: list[np.ndarray] = []
     top_all, top_beyond = _Top(), _Top()
     most, within_count = 0.0, 0
@@ -130,27 +131,33 @@ def decide(s: _Setting, out: np.ndarray) -> Fast | None:
         top_all.add(at, hi, lo)
         bad = np.flatnonzero(blk.beyond)
         if bad.size:
-            beyond.append(at[bad])
+            proven += int(bad.size)
+            if listed_count < CELLS:
+                listed.append(at[bad[:CELLS - listed_count]])
+                listed_count += min(int(bad.size), CELLS - listed_count)
             top_beyond.add(at[bad], hi[bad], lo[bad])
         undecided.append(at[~blk.within & ~blk.beyond])
         dot_ob.append(_scaled_dot(obs[start:stop].reshape(-1), blk.base))
         dot_bb.append(_scaled_dot(blk.base, blk.base))
-    proven = np.concatenate(beyond) if beyond else np.zeros(0, dtype=np.intp)
-    picked = np.unique(np.concatenate(undecided + [top_all.candidates(), top_beyond.candidates()]))
+    open_ = np.concatenate(undecided) if undecided else np.zeros(0, dtype=np.intp)
+    picked = np.unique(np.concatenate([open_, top_all.candidates(), top_beyond.candidates()]))
     exact = _exact(s, obs, np.unique(picked // per))
-    bad_entries = np.union1d(proven, np.array([b[0] for b in exact.bad], dtype=np.intp))
+    # beyond: those proven in float64, and those the exact route found among the undecided
+    # (the other entries it evaluated were decided, and it agrees with every decision)
+    n_bad = proven + int(np.isin(np.array([b[0] for b in exact.bad], dtype=np.intp), open_).sum())
     n = int(out.size)
     stats: dict[str, Any] = {
         "max_error_ulps": exact.worst[0], "bound_ulps_at_worst": exact.worst[1],
-        "values_within_bound": not bad_entries.size,
-        "fast_filter": {"entries": n, "decided_in_float64": within_count + int(proven.size),
-                        "beyond_in_float64": int(proven.size), "elements_exact": int(np.unique(picked // per).size),
+        "values_within_bound": not n_bad,
+        "fast_filter": {"entries": n, "decided_in_float64": within_count + proven,
+                        "beyond_in_float64": proven, "elements_exact": int(np.unique(picked // per).size),
                         "max_error_ulps_at_most": most}}
-    if not bad_entries.size:
+    if not n_bad:
         return Fast(out, stats, [])
-    stats["fast_filter"]["cells_listed"] = min(CELLS, int(bad_entries.size))
+    stats["fast_filter"]["cells_listed"] = min(CELLS, n_bad)
     ratio = _ratio(dot_ob, dot_bb)
-    finding = _classify(s, out, obs, bad_entries, exact, ratio)
+    first = np.concatenate(listed) if listed else np.zeros(0, dtype=np.intp)
+    finding = _classify(s, out, obs, n_bad, first, exact, ratio)
     return Fast(out, stats, [finding])
 
 
@@ -175,17 +182,18 @@ def _ratio(ob: list[tuple[float, int]], bb: list[tuple[float, int]]) -> float | 
     return ratio if math.isfinite(ratio) else None
 
 
-def _classify(s: _Setting, out: np.ndarray, obs: np.ndarray, bad_entries: np.ndarray, exact: _Exact,
+def _classify(s: _Setting, out: np.ndarray, obs: np.ndarray, n_bad: int, first: np.ndarray, exact: _Exact,
               ratio: float | None) -> Finding:
     """missing_scale, wrong_scale (c named) or wrong_values, in the exact route's words
     (:func:`symjac.verifiers._loss_values._classify`)."""
     shape, scale = s.shape, s.loss.scale
+    assert exact.bad, "an entry proven beyond its bound is among the entries evaluated exactly"
     j, err, bound = exact.bad[0]
     worst = worst_text(_index(shape, j), exact.expected_at_worst, float(out.reshape(-1)[j]), err, bound)
     known = [b[0] for b in exact.bad]
-    rest = np.setdiff1d(bad_entries, np.array(known, dtype=np.intp))[:max(0, CELLS - len(known))]
+    rest = np.setdiff1d(first, np.array(known, dtype=np.intp))[:max(0, CELLS - len(known))]
     cells = tuple(tuple(_index(shape, int(e))) for e in (known[:CELLS] + [int(e) for e in rest]))
-    n_bad, n = int(bad_entries.size), int(out.size)
+    n = int(out.size)
 
     def finding(category: str, message: str) -> Finding:
         return Finding(category, message, cells=cells, expected=_numbers.to_mpf(exact.expected_at_worst), observed=out)
