@@ -171,21 +171,30 @@ def _observed_near(g: list[Fraction], b: list[Fraction], dt: np.dtype[np.float64
     return out
 
 
-@pytest.mark.parametrize("kind", ["mse", "sigmoid_ce", "softmax_ce"])
+OPTIONS = [("mse", {}), ("sigmoid_ce", {}), ("softmax_ce", {}),
+           ("sigmoid_ce", {"weight": 0.3, "pos_weight": 3}),
+           ("softmax_ce", {"weight": (0.5, 2, 1, 0.1, 3, 1, 1, 0.25, 4, 1), "label_smoothing": 0.1}),
+           ("softmax_ce", {"labels": "indices", "ignore_index": 3, "weight": (1, 2, 0.5, 1, 1, 1, 3, 1, 1, 0.1)})]
+
+
+@pytest.mark.parametrize("kind,options", OPTIONS, ids=[f"{k}{o or ''}" for k, o in OPTIONS])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_every_entry_the_filter_decides_is_on_the_side_of_its_exact_bound(kind: str, dtype: str) -> None:
+def test_every_entry_the_filter_decides_is_on_the_side_of_its_exact_bound(kind: str, options: dict[str, object],
+                                                                          dtype: str) -> None:
     """Cell by cell, on hard inputs and observed values at g, at g + B (the edge), one
     float beyond, and 2B + |g|/2^20 off: within ⇒ |o - g| <= B exactly, beyond ⇒ |o - g| > B
     exactly (fails on main: the filter proved nothing beyond); the filter decides the
     rounded values, and the far ones, of most entries (it is a filter, not a way round the
     exact route)."""
     dt = np.dtype(dtype)
-    loss = symjac.Loss(kind, scale=Fraction(3, 7) if kind == "sigmoid_ce" else 1024)
+    loss = symjac.Loss(kind, scale=Fraction(3, 7) if kind == "sigmoid_ce" else 1024, **options)  # type: ignore[arg-type]
     z, y = _hard_inputs(kind)
     top = float(np.finfo(dt).max) / 2  # the hard magnitudes, within the dtype
     z, y = np.clip(z, -top, top).astype(dt).astype(np.float64), np.clip(y, -top, top).astype(dt).astype(np.float64)
     if kind == "sigmoid_ce":
         y = np.clip(y, 0, 1)
+    if options.get("labels") == "indices":
+        y = np.argmax(y, axis=1).astype(np.float64)  # one class per row, some at ignore_index = 3
     g, b = _exact_truth(loss, z, y, dt)
     s = _setting(loss, z.astype(dt), y.astype(dt), dt)
     with np.errstate(over="ignore"):
