@@ -44,10 +44,13 @@ Size
 ----
 Without a forward, :func:`verify_loss` first tries the fast route
 (:mod:`symjac.verifiers._loss_fast`): a float64 filter with proven error bounds decides,
-block by block, the entries far inside their bound ``B_j``, and only the others go
-through the exact evaluation above; the verdict is the exact route's, in bounded
-memory. Anything else (a finding, options without a fast form, an entry beyond its
-bound) takes the exact route, within ``symjac.loss.MAX_ELEMENTS``.
+block by block, the entries within their bound ``B_j`` and those beyond it, and only the
+others (and the few that may be the worst) go through the exact evaluation above; a
+failing derivative is classified as here (the same words, the loss scale named). The
+verdict is the exact route's, in bounded memory, for mse, sigmoid_ce and softmax_ce with
+their options. A forward to check (the fast route has no enclosure of the loss value),
+the other kinds, and a misbehaving call take the exact route, within
+``symjac.loss.MAX_ELEMENTS``; beyond it they are refused up front.
 """
 
 from __future__ import annotations
