@@ -224,7 +224,8 @@ def test_every_entry_the_filter_decides_is_on_the_side_of_its_exact_bound(kind: 
 def test_the_fast_routes_verdict_is_the_exact_routes(kind: str, always_fast: None) -> None:
     """Correct (rounded, and at the very edge of the bound) values pass on both routes; one
     entry one float beyond its bound, and a missing loss scale, fail on both, with the same
-    categories, the fast route handing them to the exact route."""
+    categories and messages (the fast route decides them itself: fails on main, where it
+    handed them to the exact route and had no "fast_filter" stats)."""
     dt = np.dtype(np.float64)
     loss = symjac.Loss(kind, scale=8)
     z, y = _hard_inputs(kind)
@@ -241,6 +242,8 @@ def test_the_fast_routes_verdict_is_the_exact_routes(kind: str, always_fast: Non
         exact = _verify(loss, lambda p, t, v=values: v, None, z, y, None, None).report
         assert fast.ok is exact.ok is ok, name
         assert fast.categories() == exact.categories(), name
+        assert [f.message for f in fast.findings] == [f.message for f in exact.findings], name
+        assert "fast_filter" in fast.stats, name
         if ok:
             assert "fast_filter" in fast.stats and "fast_filter" not in exact.stats
             assert fast.stats["max_error_ulps"] <= exact.stats["max_error_ulps"]
