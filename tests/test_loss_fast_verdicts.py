@@ -223,3 +223,16 @@ def test_a_million_entries_of_a_forgotten_scale_and_of_a_few_wrong_entries(kind:
     bad[12345, 6] = -bad[12345, 6] * 1.5 + 1e-3
     r = symjac.verify_loss(symjac.Loss(kind, scale=S), derivative=lambda p, t: bad, pred=z, label=y)
     assert r.categories() == ["wrong_values"] and r.findings[0].cells == ((12345, 6),)
+
+
+def test_a_least_squares_scale_within_2_to_the_minus_40_of_s_is_not_another_scale() -> None:
+    """A few entries just beyond their bound pull the least-squares c a hair off S; naming
+    "c = 8.000000000, expected S = 8" would say nothing (both routes call it wrong_values).
+    New on this branch: on main the exact route named such a c."""
+    from symjac.verifiers._loss_values import names_another_scale
+
+    s = Fraction(8)
+    assert not names_another_scale(Fraction(8), s)
+    assert not names_another_scale(8 * (1 + Fraction(1, 2**45)), s)  # 2^-45 relative: S itself
+    assert names_another_scale(8 * (1 + Fraction(1, 2**30)), s)  # 2^-30 relative: a scale of its own
+    assert names_another_scale(Fraction(4), s) and names_another_scale(Fraction(-8), s)
