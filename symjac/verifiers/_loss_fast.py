@@ -39,8 +39,11 @@ exact value at the worst one.
 ``fast_filter["max_error_ulps_at_most"]`` bounds every entry's error from the
 enclosures. Inputs with fewer than :data:`FAST_MIN` entries take the exact route alone,
 and so does anything the calls get wrong (a finding of the calls: the exact route words
-it) and any option without a fast form. Memory stays the float arrays of the inputs and
-outputs plus one block (and 8 bytes an entry beyond the bound).
+it), a kind without a fast form (:meth:`~symjac.loss._kind.LossKind.fast_derivative`
+None), a per-class option of an element-wise kind along a last axis longer than
+:data:`BLOCK` (the exact evaluations keep whole rows), and a ``forward`` to check (no
+enclosure of the loss value here: the caller's exact route, within its budget). Memory
+stays the float arrays of the inputs and outputs plus one block.
 """
 
 from __future__ import annotations
