@@ -20,8 +20,8 @@ runs against each tree's symjac):
 - the route the report took and its verdict.
 
 Measured 2026-12-02 03:48-04:18 UTC on the shared 2-core VM (loaded by other runs: wall
-time up to 2-4x the CPU time), before = main at 711f567, after = branch lossfast, one
-run each, 10^6 entries::
+time up to 2-4x the CPU time), before = main at d9970d5 (its loss code that of 711f567,
+where this branch started), after = branch lossfast, one run each, 10^6 entries::
 
     case                               before: wall s  CPU s  B/entry cold/warm route       verdict | after: wall s  CPU s  B/entry cold/warm route       verdict
     mse 1,000,000                        2.34   1.11     86    89  fast            ok |   1.60   1.08     86    90  fast            ok
