@@ -236,3 +236,33 @@ def test_a_least_squares_scale_within_2_to_the_minus_40_of_s_is_not_another_scal
     assert not names_another_scale(8 * (1 + Fraction(1, 2**45)), s)  # 2^-45 relative: S itself
     assert names_another_scale(8 * (1 + Fraction(1, 2**30)), s)  # 2^-30 relative: a scale of its own
     assert names_another_scale(Fraction(4), s) and names_another_scale(Fraction(-8), s)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("kind", ["mse", "sigmoid_ce", "softmax_ce"])
+def test_low_precision_verdicts_equal_the_exact_routes(kind: str, dtype: str, always_fast: None) -> None:
+    if dtype == "bfloat16":
+        dt = np.dtype(pytest.importorskip("ml_dtypes").bfloat16)
+    else:
+        dt = np.dtype(dtype)
+    z, y, _ = _case(kind, rows=40, classes=6)
+    zc, yc = z.astype(dt), y.astype(dt)
+    _, _, d = _case_at(kind, zc.astype(np.float64), yc.astype(np.float64))  # the closed form at the rounded inputs
+    good = (8 * d).astype(dt)
+    few = good.copy()
+    few[2, 3] = -few[2, 3]
+    for values, category in ((good, None), ((d).astype(dt), "missing_scale"), ((128 * d).astype(dt), "wrong_scale"),
+                             (few, "wrong_values")):
+        # (in bfloat16 a factor 2 can be within the derived bound of softmax_ce: c = 16·S is not)
+        fast, exact = _both(symjac.Loss(kind, scale=8), values, zc, yc)
+        _same_verdict(fast, exact)
+        assert fast.categories() == ([category] if category else [])
+
+
+def _case_at(kind: str, z: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """dL/dpred of the mean at given inputs (the closed forms of :func:`_case`)."""
+    if kind == "mse":
+        return z, y, 2 * (z - y) / z.size
+    if kind == "sigmoid_ce":
+        return z, y, (_sigmoid(z) - y) / z.size
+    return z, y, (_softmax(z) - y) / z.shape[0]
