@@ -32,7 +32,8 @@ entry (within ``B_j·ρ``), else the least-squares ratio ``c = Σ o·b / Σ b²`
 from the enclosures: a float64 sum) rounded to a nice fraction, then c itself, each
 checked over every entry by the same filter with ``m = c`` (its undecided entries
 exactly): ``wrong_scale`` naming it, else ``wrong_values``. The finding lists the cells
-beyond (at most :data:`CELLS`, worst first; their count in the message), and holds the
+beyond (at most :data:`CELLS`: those evaluated exactly worst first, then in index order;
+their count in the message), and holds the
 exact value at the worst one.
 
 ``max_error_ulps`` (and the bound there) is the worst of the entries evaluated exactly;
