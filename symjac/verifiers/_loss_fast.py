@@ -33,8 +33,7 @@ from the enclosures: a float64 sum) rounded to a nice fraction, then c itself, e
 checked over every entry by the same filter with ``m = c`` (its undecided entries
 exactly): ``wrong_scale`` naming it, else ``wrong_values``. The finding lists the cells
 beyond (at most :data:`CELLS`: those evaluated exactly worst first, then in index order;
-their count in the message), and holds the
-exact value at the worst one.
+their count in the message), and holds the exact value at the worst one.
 
 ``max_error_ulps`` (and the bound there) is the worst of the entries evaluated exactly;
 ``fast_filter["max_error_ulps_at_most"]`` bounds every entry's error from the
