@@ -1,9 +1,13 @@
 """verify_loss at size (issue 24 item 5), before and after in one run: time and peak memory per entry.
 
-For mse, sigmoid_ce and softmax_ce (rows x 10 classes) at 10^5 and 10^6 pred entries,
-verify_loss of a correct derivative (NumPy's closed forms, float64, mean reduction, no
-forward), each case in its own process, on this tree and on ``--base`` (checked out
-into a temporary git worktree; the same child code runs against each tree's symjac):
+Each case of :data:`CASES` at 10^5 and 10^6 pred entries (rows x 10 classes for
+softmax_ce and for a per-class weight), float64, no forward unless the case says so:
+correct derivatives (NumPy's closed forms) of mse, sigmoid_ce and softmax_ce; failing
+ones (the loss scale S = 1024 forgotten; three entries wrong); the options (a class
+weight, pos_weight, class indices with ignore_index, label_smoothing, reduction="none"
+with an upstream); and a forward= to check. Each case runs in its own process, on this
+tree and on ``--base`` (checked out into a temporary git worktree; the same child code
+runs against each tree's symjac):
 
 - seconds (wall) and CPU seconds of the call;
 - B/entry cold: the peak RSS the call adds to a fresh process (ru_maxrss after minus
@@ -11,33 +15,45 @@ into a temporary git worktree; the same child code runs against each tree's symj
   ``symjac.verifiers`` and the SymPy, mpmath and gmpy2 it pulls in adds ~59 MB to a
   process, whatever the size); the call still builds the kind's SymPy template and
   lowers its functions (several MB once per process);
-- B/entry warm: the same after a 2-entry call of the same kind (imports and template
-  done): what the entries themselves cost.
+- B/entry warm: the same after a 2-entry call of the same case (imports and template
+  done): what the entries themselves cost;
+- the route the report took and its verdict.
 
-Measured 2026-12-02 01:00 UTC on the shared 2-core VM (load average ~14: wall time is
-3-8x the CPU time), before = main at 824a427 (the exact route alone), after = the fast
-route (branch lossrep), one run each::
+Measured 2026-12-02 03:48-04:18 UTC on the shared 2-core VM (loaded by other runs: wall
+time up to 2-4x the CPU time), before = main at d9970d5 (its loss code that of 711f567,
+where this branch started), after = branch lossfast, one run each, 10^6 entries::
 
-    case                       before: wall s  CPU s  B/entry cold/warm | after: wall s  CPU s  B/entry cold/warm
-    mse 100,000                    6.60   1.62   1943  1407 |   3.10   0.81    577    64
-    mse 1,000,000                 53.01  13.37   1459  1405 |   8.69   2.16    108    64
-    sigmoid_ce 100,000            11.32   2.95   1953  1427 |   4.85   1.18    588    65
-    sigmoid_ce 1,000,000          67.23  17.20   1469  1422 |   6.59   1.93     95    64
-    softmax_ce x 10 100,000        9.77   2.41   2536  2097 |   3.59   0.91    513    64
-    softmax_ce x 10 1,000,000     74.51  18.39   2137  2100 |   7.15   1.78    100    64
-    softmax_ce x 10 10,000,000      refused (over MAX_ELEMENTS) |  95.79  13.14     53    53
-    mse 10,000,000                  refused (over MAX_ELEMENTS) | 264.18  13.76     61    57
+    case                               before: wall s  CPU s  B/entry cold/warm route       verdict | after: wall s  CPU s  B/entry cold/warm route       verdict
+    mse 1,000,000                        2.34   1.11     86    89  fast            ok |   1.60   1.08     86    90  fast            ok
+    sigmoid_ce 1,000,000                 2.41   1.20     79    81  fast            ok |   4.64   1.50     79    82  fast            ok
+    softmax_ce 1,000,000                 2.96   1.05     61    62  fast            ok |   4.65   2.02     61    62  fast            ok
+    mse forgets S 1,000,000            112.13  50.80   2924  2917 exact missing_scale |   1.84   1.19     86    90  fast missing_scale
+    sigmoid_ce forgets S 1,000,000     148.97  92.15   4635  4630 exact missing_scale |   4.95   1.61     79    82  fast missing_scale
+    softmax_ce forgets S 1,000,000     225.63  95.14   4237  4236 exact missing_scale |   1.53   1.48     53    54  fast missing_scale
+    mse 3 wrong 1,000,000               31.18  18.57   1896  1897 exact  wrong_values |   1.43   1.01     86    90  fast  wrong_values
+    sigmoid_ce 3 wrong 1,000,000        60.85  38.73   3788  3783 exact  wrong_values |   1.57   1.18     79    82  fast  wrong_values
+    softmax_ce 3 wrong 1,000,000        52.59  37.96   3475  3473 exact  wrong_values |   1.24   1.02     53    55  fast  wrong_values
+    sigmoid_ce weight 1,000,000         13.65  13.15   1431  1428 exact            ok |   1.45   1.40     79    81  fast            ok
+    sigmoid_ce pos_weight 1,000,000     13.52  13.34   1431  1420 exact            ok |   1.21   1.20     79    82  fast            ok
+    softmax_ce weight 1,000,000         14.29  13.87   2049  2051 exact            ok |   1.89   1.84     61    62  fast            ok
+    softmax_ce ignore_index 1,000,000   12.86  12.80   1875  1877 exact            ok |   1.85   1.76     43    43  fast            ok
+    softmax_ce smoothing 1,000,000      26.76  15.24   2049  2051 exact            ok |   3.46   2.29     61    62  fast            ok
+    mse none+upstream 1,000,000         18.25  12.93   1661  1647 exact            ok |   1.71   1.09    102   106  fast            ok
+    mse forward= 1,000,000              17.93  11.89   1533  1534 exact            ok |  18.52  12.05   1533  1527 exact            ok
 
-Every "after" row took the fast route and decided every entry in float64 (the exact
-route evaluated the 64 entries of largest estimated error, for ``max_error_ulps``). The
-cold figure at 10^5 is mostly the process's one-time costs (the kind's SymPy template
-and lowered functions, lazily imported modules: ~50 MB, whatever the size); warm, an
-entry costs the float arrays of the three calls (the guarded call's copies of pred and
-label before and for each call, the outputs): ~64 B.
+The "before" failing and option rows took the exact route (1.4-4.6 KB an entry, 12-95 CPU
+s); after, every row but the forward takes the fast route, under 2.5 CPU s and, but for
+the none+upstream row, under 100 B an entry (that row's third input array, the upstream,
+is copied by the guarded calls as pred and label are: ~24 B an entry more). The warm
+figure is mostly the float arrays of the three calls (the guarded call's copies of the
+inputs before and for each call, the outputs); the fast route itself adds one block. A
+forward is checked on the exact route alone (no enclosure of the loss value in the fast
+route): ~12 CPU s and ~1.5 KB an entry at 10^6, and refused up front beyond
+symjac.loss.MAX_ELEMENTS.
 
-Run: python benchmarks/loss_size.py [--base REV] [--sizes 100000,1000000] [--kinds mse,...]
-[--timeout 600] (without --base: this tree alone). A size beyond a tree's budget prints
-"refused" (an InputError up front).
+Run: python benchmarks/loss_size.py [--base REV] [--sizes 100000,1000000] [--cases "mse,mse forgets S",...]
+[--cold-only] [--timeout 600] (without --base: this tree alone). A size beyond a tree's
+budget prints "refused" (an InputError up front).
 """
 
 from __future__ import annotations
@@ -55,50 +71,105 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 TREE = os.path.dirname(HERE)
 KINDS = ("mse", "sigmoid_ce", "softmax_ce")
+#: the rows after the passing ones: (case, kind, Loss options, what the derivative gets wrong)
+CASES = (
+    ("mse", "mse", {}, None), ("sigmoid_ce", "sigmoid_ce", {}, None), ("softmax_ce", "softmax_ce", {}, None),
+    ("mse forgets S", "mse", {"scale": 1024}, "forgets S"),
+    ("sigmoid_ce forgets S", "sigmoid_ce", {"scale": 1024}, "forgets S"),
+    ("softmax_ce forgets S", "softmax_ce", {"scale": 1024}, "forgets S"),
+    ("mse 3 wrong", "mse", {}, "3 wrong"), ("sigmoid_ce 3 wrong", "sigmoid_ce", {}, "3 wrong"),
+    ("softmax_ce 3 wrong", "softmax_ce", {}, "3 wrong"),
+    ("sigmoid_ce weight", "sigmoid_ce", {"weight": tuple(0.25 * (1 + c) for c in range(10))}, None),
+    ("sigmoid_ce pos_weight", "sigmoid_ce", {"pos_weight": 3}, None),
+    ("softmax_ce weight", "softmax_ce", {"weight": tuple(0.25 * (1 + c) for c in range(10))}, None),
+    ("softmax_ce ignore_index", "softmax_ce", {"labels": "indices", "ignore_index": 3}, None),
+    ("softmax_ce smoothing", "softmax_ce", {"label_smoothing": 0.1}, None),
+    ("mse none+upstream", "mse", {"reduction": "none"}, None),
+    ("mse forward=", "mse", {}, "forward"),
+)
 
 
-def _inputs(kind: str, entries: int) -> tuple[Any, Any, Any]:
+def _inputs(case: str, entries: int) -> tuple[Any, Any, Any, Any, Any]:
+    """(Loss, pred, label, upstream, derivative values) of a case; the derivatives are
+    NumPy's closed forms (correct up to rounding), or wrong as the case says."""
     import numpy as np
 
+    import symjac
+
+    name, kind, options, fault = next(c for c in CASES if c[0] == case)
+    loss = symjac.Loss(kind, **options)
     rng = np.random.default_rng(0)
-    classes = 10 if kind == "softmax_ce" else 1
+    classes = 10 if kind == "softmax_ce" or "weight" in options else 1
     pred = rng.standard_normal((entries // classes, classes))
+    upstream = None
     if kind == "softmax_ce":
-        label = np.eye(classes)[rng.integers(0, classes, pred.shape[0])]
+        # h = W·p - a, a = ((1 - ε)t + ε/C)·w, W = Σ a (the mean divides by the rows, or by
+        # the weight of the labelled rows for class indices)
+        index = rng.integers(0, classes, pred.shape[0])
+        label = index if options.get("labels") == "indices" else np.eye(classes)[index]
+        t = np.eye(classes)[index]
+        counted = (index != options["ignore_index"]) if "ignore_index" in options else np.ones(pred.shape[0], bool)
+        eps = options.get("label_smoothing", 0.0)
+        w = np.array(options.get("weight", (1.0,) * classes))
+        a = ((1 - eps) * t + eps / classes) * w * counted[:, None]
         e = np.exp(pred - pred.max(axis=-1, keepdims=True))
-        values = (e / e.sum(axis=-1, keepdims=True) - label) / pred.shape[0]
+        p = e / e.sum(axis=-1, keepdims=True)
+        values = (a.sum(axis=1, keepdims=True) * p - a) / counted.sum()
     elif kind == "sigmoid_ce":
+        # h = w·((1 - y)σ - p·y·(1 - σ)), mean over the entries
         label = rng.random(pred.shape).round(3)
-        values = (1 / (1 + np.exp(-pred)) - label) / pred.size
+        w, pw = np.array(options.get("weight", (1.0,))), float(options.get("pos_weight", 1.0))
+        sig = 1 / (1 + np.exp(-pred))
+        values = w * ((1 - label) * sig - pw * label * (1 - sig)) / pred.size
     else:
         label = rng.standard_normal(pred.shape)
-        values = 2 * (pred - label) / pred.size
-    return pred, label, values
+        if options.get("reduction") == "none":  # the VJP Σ_i u_i·dℓ_i/dz = 2(z - y)·u
+            upstream = rng.standard_normal(pred.shape)
+            values = 2 * (pred - label) * upstream
+        else:
+            values = 2 * (pred - label) / pred.size
+    values = values * loss.scale.numerator / loss.scale.denominator
+    if fault == "forgets S":
+        values = values / 1024
+    elif fault == "3 wrong":
+        values = values.copy()
+        for j in (5, 50_000, entries // classes - 1):
+            values[j % pred.shape[0], 0] = -values[j % pred.shape[0], 0] * 1.5 + 1e-3
+    return loss, pred, label, upstream, values
 
 
-def child(kind: str, entries: int, warm: bool) -> dict[str, Any]:
+def child(case: str, entries: int, warm: bool) -> dict[str, Any]:
+    import numpy as np
+
     import symjac
     import symjac.verifiers  # noqa: F401 - the modules (sympy, mpmath, ...: ~59 MB) are not the entries' cost
 
-    pred, label, values = _inputs(kind, entries)
+    loss, pred, label, upstream, values = _inputs(case, entries)
+    forward = None
+    if next(c for c in CASES if c[0] == case)[3] == "forward":
+        def forward(z: Any, y: Any) -> Any:
+            return np.mean((z - y) ** 2)
     if warm:
-        symjac.verify_loss(symjac.Loss(kind), derivative=lambda z, y: values[:2], pred=pred[:2], label=label[:2])
+        symjac.verify_loss(loss, derivative=lambda z, y, *u: values[:2], forward=forward, pred=pred[:2],
+                           label=label[:2], upstream=None if upstream is None else upstream[:2])
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0, c0 = time.perf_counter(), time.process_time()
     try:
-        report = symjac.verify_loss(symjac.Loss(kind), derivative=lambda z, y: values, pred=pred, label=label)
+        report = symjac.verify_loss(loss, derivative=lambda z, y, *u: values, forward=forward, pred=pred,
+                                    label=label, upstream=upstream)
     except symjac.InputError as exc:  # beyond a budget: refused up front
         return {"refused": str(exc)[:40], "seconds": time.perf_counter() - t0}
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     added = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024
     return {"seconds": seconds, "cpu": cpu, "ok": report.ok, "bytes_per_entry": added / pred.size,
-            "route": "fast" if "fast_filter" in report.stats else "exact"}
+            "route": "fast" if "fast_filter" in report.stats else "exact",
+            "verdict": "ok" if report.ok else ",".join(report.categories())}
 
 
-def _run(tree: str, kind: str, entries: int, warm: bool, timeout: float) -> dict[str, Any] | str:
+def _run(tree: str, case: str, entries: int, warm: bool, timeout: float) -> dict[str, Any] | str:
     env = dict(os.environ)
     env["PYTHONPATH"] = tree + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", kind, str(entries), "warm" if warm else "cold"]
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", case, str(entries), "warm" if warm else "cold"]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
@@ -111,12 +182,11 @@ def _run(tree: str, kind: str, entries: int, warm: bool, timeout: float) -> dict
 
 def _cell(r: dict[str, Any] | str, warm: dict[str, Any] | str) -> str:
     if isinstance(r, str):
-        return f"{r:>34}"
+        return f"{r:>48}"
     if "refused" in r:
-        return f"{'refused in ' + format(r['seconds'], '.3f') + ' s':>34}"
+        return f"{'refused in ' + format(r['seconds'], '.3f') + ' s':>48}"
     w = f"{warm['bytes_per_entry']:5.0f}" if isinstance(warm, dict) else "  ?"
-    ok = "" if r["ok"] else " NOT OK"
-    return f"{r['seconds']:6.2f} {r['cpu']:6.2f} {r['bytes_per_entry']:6.0f} {w} {r['route']:>5}{ok}"
+    return f"{r['seconds']:6.2f} {r['cpu']:6.2f} {r['bytes_per_entry']:6.0f} {w} {r['route']:>5} {r['verdict']:>13}"
 
 
 def main() -> None:
@@ -124,7 +194,9 @@ def main() -> None:
     parser.add_argument("--base", help="the revision to compare against (e.g. main)")
     parser.add_argument("--sizes", default="100000,1000000")
     parser.add_argument("--timeout", type=float, default=600)
-    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--cases", default=",".join(c[0] for c in CASES),
+                        help="the rows, comma-separated (default: every case of CASES)")
+    parser.add_argument("--cold-only", action="store_true", help="skip the warm runs (half the time)")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -139,17 +211,16 @@ def main() -> None:
             subprocess.run(["git", "-C", TREE, "worktree", "add", "--detach", "-q", base, args.base], check=True)
             trees = {"before": base, "after": TREE}
         try:
-            head = "wall s  CPU s  B/entry cold/warm route"
-            print(f"{'case':28} " + " | ".join(f"{side + ': ' + head:>34}" for side in trees), flush=True)
-            for kind in args.kinds.split(","):
+            head = "wall s  CPU s  B/entry cold/warm route       verdict"
+            print(f"{'case':34} " + " | ".join(f"{side + ': ' + head:>48}" for side in trees), flush=True)
+            for case in args.cases.split(","):
                 for n in sizes:
                     cells = []
                     for tree in trees.values():
-                        cold = _run(tree, kind, n, False, args.timeout)
-                        warm = _run(tree, kind, n, True, args.timeout)
+                        cold = _run(tree, case, n, False, args.timeout)
+                        warm = "-" if args.cold_only else _run(tree, case, n, True, args.timeout)
                         cells.append(_cell(cold, warm))
-                    label = f"{kind}{' x 10' if kind == 'softmax_ce' else ''} {n:,d}"
-                    print(f"{label:28} " + " | ".join(cells), flush=True)
+                    print(f"{case + ' ' + format(n, ',d'):34} " + " | ".join(cells), flush=True)
         finally:
             if args.base:
                 subprocess.run(["git", "-C", TREE, "worktree", "remove", "--force", os.path.join(tmp, "base")],

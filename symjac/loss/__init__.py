@@ -6,12 +6,12 @@
 #: 10-30 µs of CPU an entry (benchmarks/cliffs.py), so the default 2^20 is about 2 GB;
 #: ``verify_loss`` refuses larger inputs up front with an InputError instead of running
 #: out of memory. Raise it here for bigger runs (``symjac.loss.MAX_ELEMENTS = ...``).
-#: A correct derivative of mse, sigmoid_ce or softmax_ce (default options, no forward)
-#: is decided by verify_loss's fast route (:mod:`symjac.verifiers._loss_fast`: ~1.5 µs
-#: and ~65 B an entry) at any size up to :data:`MAX_FAST_ELEMENTS`; this budget stays for
-#: the exact route, which every other case and every failing verdict within it take (its
-#: findings hold each expected value exactly and name a wrong scale). Beyond it, the fast
-#: route reports the entries beyond their bound (each found exactly) as wrong_values.
+#: The derivative of mse, sigmoid_ce or softmax_ce (their options, every reduction, no
+#: forward), correct or not, is decided by verify_loss's fast route
+#: (:mod:`symjac.verifiers._loss_fast`: ~1-3 µs and under 100 B an entry with the inputs)
+#: at any size up to :data:`MAX_FAST_ELEMENTS`, in the exact route's words (a wrong loss
+#: scale named); this budget stays for the exact route, which a forward to check, the other
+#: kinds and a misbehaving call take, and beyond which they are refused up front.
 MAX_ELEMENTS = 2**20
 
 #: The size budget of verify_loss's fast route (see above): 2^24 entries, about 1.1 GB

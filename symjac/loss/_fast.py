@@ -19,6 +19,7 @@ than taken from a libm's documentation (see its docstring for the derivation).
 from __future__ import annotations
 
 import dataclasses
+from fractions import Fraction
 
 import mpmath
 import numpy as np
@@ -45,6 +46,19 @@ class Ball:
         """A lower bound on the exact ``|x|`` (0 where the ball contains 0)."""
         with np.errstate(all="ignore"):
             return np.asarray(np.maximum((np.abs(self.v) - self.e) * _DOWN, 0.0))
+
+    def upper_abs(self) -> np.ndarray:
+        """An upper bound on the exact ``|x|`` (inf where unknown)."""
+        with np.errstate(all="ignore"):
+            return np.asarray(np.where(np.isfinite(self.e), (np.abs(self.v) + self.e) * _UP, np.inf))
+
+    @classmethod
+    def of(cls, q: Fraction, shape: tuple[int, ...] = ()) -> Ball:
+        """An exact rational (an option's value, a reduction factor): its nearest float
+        and the exact distance to it, rounded up."""
+        v = float(q)
+        e = float(abs(Fraction(v) - q)) * _UP + ETA if q != Fraction(v) else 0.0
+        return cls(np.full(shape, v), np.full(shape, e))
 
     def __neg__(self) -> Ball:
         return Ball(-self.v, self.e)
@@ -178,11 +192,16 @@ class FastDerivative:
       cond_lo: a lower bound on ``Σ_m |∂h_j/∂x_m|·|x_m|`` (the condition sum of
         :mod:`symjac.loss._bounds`; some of its non-negative terms, rounded down).
       run_lo: a lower bound on the running error ``R(h_j)`` (likewise; 0 is always one).
+      cond_hi, run_hi: upper bounds on the same (every term, rounded up: :func:`upper`;
+        inf where unknown), or None: with them the filter also proves an entry *beyond*
+        its bound, so that a failing derivative is decided without the exact route.
     """
 
     h: Ball
     cond_lo: np.ndarray
     run_lo: np.ndarray
+    cond_hi: np.ndarray | None = None
+    run_hi: np.ndarray | None = None
 
 
 def others(x: np.ndarray, down: bool = True) -> np.ndarray:
@@ -204,6 +223,15 @@ def others_ball(a: Ball) -> Ball:
     with np.errstate(all="ignore"):
         v, e = others(a.v, down=False), others(a.e, down=False)
         return Ball(v, _inflate(e * (1 + g) + g * v))
+
+
+def upper(x: np.ndarray) -> np.ndarray:
+    """A non-negative sum of products of upper bounds computed in float64 (at most ~20
+    roundings), rounded up: inflated by 2^-40 and by 32η (the mirror of :func:`lower`);
+    inf where it is not finite."""
+    with np.errstate(all="ignore"):
+        y = x * (1 + 2.0**-40) + 32 * ETA
+        return np.asarray(np.where(np.isfinite(y), np.maximum(y, 0.0), np.inf))
 
 
 def lower(x: np.ndarray) -> np.ndarray:

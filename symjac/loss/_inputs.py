@@ -108,9 +108,7 @@ def reduction_factors(loss: Loss, upstream: Any, element_shape: tuple[int, ...],
                counted: np.ndarray, classes: int) -> tuple[np.ndarray, Fraction, int]:
     """Per element the exact reduction factor r_i (0 for ignored rows), the denominator
     D and the roundings an implementation needs to form D."""
-    n_el = int(np.prod(element_shape)) if element_shape else 1
     factor = np.empty(element_shape, dtype=object)
-    denominator_ops = 0
     if loss.reduction == "none":
         u = np.full(element_shape, Fraction(1), dtype=object) if upstream is None else \
             read_exact(upstream, "upstream").to_fractions()  # the factors r_i (Fractions: see factor_numbers)
@@ -120,43 +118,54 @@ def reduction_factors(loss: Loss, upstream: Any, element_shape: tuple[int, ...],
                 f"shape {element_shape}"
             )
         factor[...] = u
-        den = Fraction(1)
+        den, denominator_ops = Fraction(1), 0
     else:
-        scalar = Fraction(1)
-        if upstream is not None:
-            ua = read_exact(upstream, "upstream")
-            if ua.num.size != 1:
-                raise InputError(
-                    f"upstream has shape {ua.shape}; reduction={loss.reduction!r} gives one number, so the upstream "
-                    "gradient is one number (or None)"
-                )
-            scalar = value_at(ua, 0)
-        if loss.reduction == "sum":
-            den = Fraction(1)
-        elif loss.reduction == "batch_mean":
-            den = Fraction(element_shape[0] if element_shape else 1)
-        elif (w := kind_of(loss).mean_weights(loss, classes)) is not None:
-            assert indices is not None
-            per_class = np.bincount(indices[counted.reshape(-1)], minlength=classes)  # labelled rows per class
-            den = sum((w[c] * int(per_class[c]) for c in range(classes)), Fraction(0))  # Σ over rows of w[label]
-            n_counted = int(counted.sum())
-            if n_counted == 0:
-                raise InputError(
-                    f"ignore_index={loss.ignore_index} matches every row of label: reduction='mean' would divide by "
-                    "zero (PyTorch returns NaN); use reduction='sum' or keep at least one row"
-                )
-            if den == 0:
-                raise InputError(
-                    f"weight={tuple(map(float, w))} gives the labelled rows a total weight of 0: reduction='mean' "
-                    "would divide by zero"
-                )
-            if loss.weight is not None:
-                denominator_ops = n_counted  # n - 1 additions + the weights' own rounding
-        else:
-            den = Fraction(n_el)
-        factor[...] = scalar / den
+        r, den, denominator_ops = reduced_factor(loss, upstream, element_shape, indices, counted, classes)
+        factor[...] = r
     factor[~counted] = Fraction(0)
     return factor, den, denominator_ops
+
+
+def reduced_factor(loss: Loss, upstream: Any, element_shape: tuple[int, ...], indices: np.ndarray | None,
+                   counted: np.ndarray, classes: int) -> tuple[Fraction, Fraction, int]:
+    """A reduced loss's factor ``r`` of every counted element (the scalar upstream over
+    D), D, and the roundings an implementation needs to form D (:func:`reduction_factors`
+    without the per-element array)."""
+    n_el = int(np.prod(element_shape)) if element_shape else 1
+    denominator_ops = 0
+    scalar = Fraction(1)
+    if upstream is not None:
+        ua = read_exact(upstream, "upstream")
+        if ua.num.size != 1:
+            raise InputError(
+                f"upstream has shape {ua.shape}; reduction={loss.reduction!r} gives one number, so the upstream "
+                "gradient is one number (or None)"
+            )
+        scalar = value_at(ua, 0)
+    if loss.reduction == "sum":
+        den = Fraction(1)
+    elif loss.reduction == "batch_mean":
+        den = Fraction(element_shape[0] if element_shape else 1)
+    elif (w := kind_of(loss).mean_weights(loss, classes)) is not None:
+        assert indices is not None
+        per_class = np.bincount(indices[counted.reshape(-1)], minlength=classes)  # labelled rows per class
+        den = sum((w[c] * int(per_class[c]) for c in range(classes)), Fraction(0))  # Σ over rows of w[label]
+        n_counted = int(counted.sum())
+        if n_counted == 0:
+            raise InputError(
+                f"ignore_index={loss.ignore_index} matches every row of label: reduction='mean' would divide by "
+                "zero (PyTorch returns NaN); use reduction='sum' or keep at least one row"
+            )
+        if den == 0:
+            raise InputError(
+                f"weight={tuple(map(float, w))} gives the labelled rows a total weight of 0: reduction='mean' "
+                "would divide by zero"
+            )
+        if loss.weight is not None:
+            denominator_ops = n_counted  # n - 1 additions + the weights' own rounding
+    else:
+        den = Fraction(n_el)
+    return scalar / den, den, denominator_ops
 
 
 def numbers_of(raw: Any, exact: ExactArray) -> np.ndarray:

@@ -136,12 +136,16 @@ class LossKind:
         (the divisor is the number of elements)."""
         return None
 
-    def fast_derivative(self, loss: Loss, z: np.ndarray, y: np.ndarray | None) -> FastDerivative | None:
+    def fast_derivative(self, loss: Loss, z: np.ndarray, y: np.ndarray | None,
+                        column: np.ndarray | None = None) -> FastDerivative | None:
         """The verifier's fast filter (:mod:`symjac.verifiers._loss_fast`): at float64
-        blocks ``z``, ``y`` of pred and label (elements, or (rows, C) for a class axis),
-        ``dℓ/dz`` enclosed with a proven error bound, and lower bounds on the condition sum
-        and running error the derivative bound is made of; None where this kind (with
-        these options) has no fast form (every cell then takes the exact route)."""
+        blocks ``z``, ``y`` of pred and label (elements, or (rows, C) for a class axis;
+        class indices, one per row, for :meth:`labels_are_indices`), ``dℓ/dz`` enclosed
+        with a proven error bound, and lower (and, where derived, upper) bounds on the
+        condition sum and running error the derivative bound is made of; None where this
+        kind (with these options) has no fast form (every cell then takes the exact route).
+        ``column``: for an element-wise kind, each entry's index along pred's last axis
+        (what a per-class option is indexed by)."""
         return None
 
     def amplitude(self, loss: Loss) -> Any:

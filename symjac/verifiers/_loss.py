@@ -44,10 +44,13 @@ Size
 ----
 Without a forward, :func:`verify_loss` first tries the fast route
 (:mod:`symjac.verifiers._loss_fast`): a float64 filter with proven error bounds decides,
-block by block, the entries far inside their bound ``B_j``, and only the others go
-through the exact evaluation above; the verdict is the exact route's, in bounded
-memory. Anything else (a finding, options without a fast form, an entry beyond its
-bound) takes the exact route, within ``symjac.loss.MAX_ELEMENTS``.
+block by block, the entries within their bound ``B_j`` and those beyond it, and only the
+others (and the few that may be the worst) go through the exact evaluation above; a
+failing derivative is classified as here (the same words, the loss scale named). The
+verdict is the exact route's, in bounded memory, for mse, sigmoid_ce and softmax_ce with
+their options. A forward to check (the fast route has no enclosure of the loss value),
+the other kinds, and a misbehaving call take the exact route, within
+``symjac.loss.MAX_ELEMENTS``; beyond it they are refused up front.
 """
 
 from __future__ import annotations
@@ -56,7 +59,6 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-import mpmath
 import numpy as np
 
 from symjac import loss as _loss_package
@@ -71,8 +73,8 @@ from symjac.loss._evaluate import evaluate_checked
 from symjac.loss._spec import DPS, Loss, check_loss
 from symjac.verifiers._impl import implementation
 from symjac.verifiers._loss_fd import MAX_FD_PROBES, _ForwardCheck
-from symjac.verifiers._loss_fast import Fast as FastOutcome
-from symjac.verifiers._loss_fast import fast_check
+from symjac.verifiers._loss_fast_verdict import Fast as FastOutcome
+from symjac.verifiers._loss_fast_verdict import fast_check
 from symjac.verifiers._loss_inputs import _ArgFactory, prepare_inputs
 from symjac.verifiers._loss_values import _check_values, _Expected, _Misfit
 
@@ -217,13 +219,14 @@ def _verify(
     if forward is not None and not callable(forward):
         raise InputError(f"forward={forward!r} is not callable")
     dt = _dtype(dtype, pred, label)
-    fast = fast and forward is None
-    _check_budget(loss, pred, fast)
+    with_forward = forward is not None
+    fast = fast and not with_forward
+    _check_budget(loss, pred, fast, forward=with_forward)
     p0, l0, u0, rounded = prepare_inputs(loss, pred, label, upstream, dt)
     if fast:
         got = fast_check(loss, derivative, p0, l0, u0, dt, timeout)
-        if got is not None and (not got.beyond or p0.size > _loss_package.MAX_ELEMENTS):
-            return _fast_outcome(loss, dt, p0, l0, rounded, got)
+        if got is not None:
+            return _fast_outcome(loss, dt, p0, l0, u0, rounded, got)
         _check_budget(loss, pred, False, fast_tried=True)
     # the loss values only for the forward check, the bounds where a verdict needs them (Bounds.fill)
     ev = evaluate_checked(loss, p0, l0, u0, values=forward is not None, derivatives=True)
@@ -262,28 +265,16 @@ def _stats(loss: Loss, dt: np.dtype[Any], p0: np.ndarray, rounded: bool) -> dict
     }
 
 
-def _fast_outcome(loss: Loss, dt: np.dtype[Any], p0: np.ndarray, l0: np.ndarray | None, rounded: bool,
-                  got: FastOutcome) -> _Outcome:
-    """The fast route's report: no finding, or (beyond the exact route's budget, which
-    names a wrong scale) the entries beyond their bound, each found exactly."""
+def _fast_outcome(loss: Loss, dt: np.dtype[Any], p0: np.ndarray, l0: np.ndarray | None, u0: np.ndarray | None,
+                  rounded: bool, got: FastOutcome) -> _Outcome:
+    """The fast route's report: its findings (the exact route's words) and stats."""
     stats = {**_stats(loss, dt, p0, rounded), **got.stats}
-    stats["checksums"] = {name: sha256(a) for name, a in zip(("pred", "label"), (p0, l0)) if a is not None}
-    findings: list[Finding] = []
-    if got.beyond:
-        worst, shape = got.beyond[0], p0.shape
-        findings.append(Finding(
-            "wrong_values",
-            f"{len(got.beyond)} of {p0.size} derivative values are outside the derived bound; worst at "
-            f"pred{_index(shape, worst.entry)}: expected {mpmath.nstr(worst.expected, 10)}, observed "
-            f"{float(got.observed.reshape(-1)[worst.entry])!r}, error {worst.error_ulps:.3g} ulp > bound "
-            f"{worst.bound_ulps:.3g} ulp (found by the fast route: beyond symjac.loss.MAX_ELEMENTS = "
-            f"{_loss_package.MAX_ELEMENTS:,d} entries the exact route, which would name a wrong loss scale, "
-            "does not run)",
-            cells=tuple(tuple(_index(shape, b.entry)) for b in got.beyond),
-            expected=worst.expected, observed=float(got.observed.reshape(-1)[worst.entry])))
+    stats["checksums"] = {name: sha256(a) for name, a in zip(("pred", "label", "upstream"), (p0, l0, u0))
+                          if a is not None}
+    findings = tuple(got.findings)
     none = np.empty(0, dtype=object)
-    return _Outcome(Report(f"{loss!r} in {dt.name}", tuple(findings), stats,
-                           _headline(loss, p0.size, False, stats, findings)), got.observed, none, none)
+    return _Outcome(Report(f"{loss!r} in {dt.name}", findings, stats,
+                           _headline(loss, p0.size, False, stats, list(findings))), got.observed, none, none)
 
 
 def _dtype(dtype: Any, pred: Any, label: Any) -> np.dtype[Any]:
@@ -298,9 +289,11 @@ def _dtype(dtype: Any, pred: Any, label: Any) -> np.dtype[Any]:
     return float_dtype("float64")
 
 
-def _check_budget(loss: Loss, pred: Any, fast: bool, fast_tried: bool = False) -> None:
+def _check_budget(loss: Loss, pred: Any, fast: bool, fast_tried: bool = False, forward: bool = False) -> None:
     """Refuse, before any work, a pred with more entries than ``symjac.loss.MAX_ELEMENTS``
-    (the exact route's budget) or, for the fast route, ``symjac.loss.MAX_FAST_ELEMENTS``."""
+    (the exact route's budget) or, for the fast route, ``symjac.loss.MAX_FAST_ELEMENTS``.
+    A ``forward`` is checked on the exact route alone (the fast route has no enclosure of
+    the loss value), so with one the exact route's budget holds."""
     if pred is None:  # the default inputs are small
         return
     entries = int(np.prod(np.shape(pred), dtype=np.int64))
@@ -315,9 +308,15 @@ def _check_budget(loss: Loss, pred: Any, fast: bool, fast_tried: bool = False) -
         return
     budget = _loss_package.MAX_ELEMENTS
     if entries > budget:
-        why = (" (the fast route, which verifies a correct derivative of mse, sigmoid_ce or softmax_ce with their "
-               "default options and no forward at any size up to symjac.loss.MAX_FAST_ELEMENTS, did not decide "
-               "this one: a finding of the calls, or options it does not cover)") if fast_tried else ""
+        why = ""
+        if forward:
+            why = (" (a forward= is checked on the exact route alone: verify the derivative at this size without "
+                   "forward=, which takes the fast route up to symjac.loss.MAX_FAST_ELEMENTS, and the forward on a "
+                   "slice)")
+        elif fast_tried:
+            why = (" (the fast route, which decides the derivative of mse, sigmoid_ce and softmax_ce, with their "
+                   "options and no forward, at any size up to symjac.loss.MAX_FAST_ELEMENTS, did not take this one: "
+                   "a finding of the calls, or a kind without a fast form)")
         raise InputError(
             f"pred has {entries:,d} entries (shape {tuple(np.shape(pred))}), beyond the budget of {budget:,d} "
             f"entries of one verify_loss of {loss.kind} (the exact evaluation holds about 2 KB of 200-bit MPFR numbers "

@@ -2,36 +2,48 @@
 
 The exact route (:mod:`symjac.verifiers._loss`) holds every value of every entry as a
 200-bit MPFR object (1.4-2.1 KB an entry) and spends 10-18 CPU s at 10^6 entries. Most
-entries of a correct derivative are far inside their bound, and deciding that needs no
-60-digit value: this route decides them in float64, block by block, and sends the rest
-to the exact route.
+entries are either far inside their bound (a correct derivative) or far outside it (a
+wrong one), and deciding either needs no 60-digit value: this route decides them in
+float64, block by block, and sends the rest to the exact route.
 
 For each entry j, with the derivative's bound ``B_j`` of :mod:`symjac.loss._bounds`:
 
 - the kind's fast form (:meth:`symjac.loss._kind.LossKind.fast_derivative`) encloses
-  the unscaled ``h_j`` in a :class:`symjac.loss._fast.Ball` (proven radius), times
-  ``c = fl(S·r)`` (``|c - S·r| <= u|c|/(1 - u)``) gives ``ĝ`` within ``E`` of the exact
-  ``g_j = S·r·h_j``;
-- a lower bound ``B_lo <= B_j``: ``B_j`` is ``|S·r|·[u(1+γ)·R(h_j) + γ_k·(|h_j| + cond_j)]
-  + k·η·max(1, |S·r|·A)`` with ``R, cond >= 0``, ``γ_k >= k·u``, ``A >= 1``; the kind
-  gives lower bounds on ``R`` and ``cond`` (some of their non-negative terms), ``|h_j| >=
-  |ĥ| - e``, and the float64 evaluation is deflated by ``1 - 2^-40``;
-- the entry is *decided* (within its bound) when ``(|o_j - ĝ| + E)·(1 + 2^-44) <= B_lo``
-  (then ``|o_j - g_j| <= |o_j - ĝ| + E <= B_lo <= B_j``: the exact route's verdict) and
-  ``|ĝ| + E`` is within the dtype's range.
+  the unscaled ``h_j`` in a :class:`symjac.loss._fast.Ball` (proven radius); times the
+  factor ``m·r_i`` enclosed (``m`` = S, or a candidate scale c; ``r_i`` the exact
+  reduction factor: 1/D, 0 for a row at ``ignore_index``, the upstream ``u_i`` for
+  ``"none"``) it gives ``ĝ`` within ``E`` of the exact ``g_j = m·r_i·h_j``;
+- bounds ``B_lo <= B_j <= B_hi``: ``B_j`` is ``|S·r_i|·[u(1+γ_k)·R(h_j) + γ_k·(|h_j| +
+  cond_j)] + k·η·max(1, |S·r_i|·A)`` with ``R, cond >= 0``, ``γ_k >= k·u``, ``A >= 1``;
+  the kind gives lower bounds on ``R`` and ``cond`` (some of their non-negative terms)
+  and upper ones (all of them, each factor rounded up), ``A <= max(1, |options|)``;
+- the entry is *within* its bound when ``(|o_j - ĝ| + E)·(1 + 2^-44) <= B_lo·ρ`` and
+  ``|ĝ| + E`` is within the dtype's range, and *beyond* it when ``(|o_j - ĝ| -
+  E)·(1 - 2^-44) > B_hi·ρ`` (``ρ = max(1, |m|/S)``, the exact route's allowance for a
+  candidate scale): then the exact route's verdict at that entry is the same.
 
-Every entry not decided, and the :data:`WORST` whose estimated error in ULPs is largest,
-go through the exact route, in blocks, with the whole input's reduction factor,
-denominator and rounding count. ``max_error_ulps`` (and the bound there) is then the
-worst of the entries evaluated exactly; ``fast_filter["max_error_ulps_at_most"]`` bounds
-every entry's error from the enclosures (an enclosure's radius is a few ULPs of float64,
-so where the errors are that small the estimate cannot rank them exactly). Inputs with
-fewer than :data:`FAST_MIN` entries take the exact route alone. When every entry is
-within its bound and the three calls of the implementation were clean, the report is
-that of the exact route (its stats say how many entries each route decided); anything
-else (a finding, an input the fast forms do not cover, an entry beyond its bound) is
-left to the exact route from the start, which gives the findings their usual form.
-Memory stays the float arrays of the inputs and outputs plus one block.
+Every entry neither within nor beyond goes through the exact route, with the whole
+input's reduction factor, denominator and rounding count, and so do the few whose error
+in ULPs may be the largest (:data:`WORST` per block, ranked by the upper estimate, of
+all entries and of the entries beyond: those the exact route names as the worst). A
+failing derivative is then classified as the exact route does
+(:mod:`symjac.verifiers._loss_values`): ``missing_scale`` when ``m = 1`` explains every
+entry (within ``B_j·ρ``), else the least-squares ratio ``c = Σ o·b / Σ b²`` (b = r·h,
+from the enclosures: a float64 sum) rounded to a nice fraction, then c itself, each
+checked over every entry by the same filter with ``m = c`` (its undecided entries
+exactly): ``wrong_scale`` naming it, else ``wrong_values``. The finding lists the cells
+beyond (at most :data:`CELLS`: those evaluated exactly worst first, then in index order;
+their count in the message), and holds the exact value at the worst one.
+
+``max_error_ulps`` (and the bound there) is the worst of the entries evaluated exactly;
+``fast_filter["max_error_ulps_at_most"]`` bounds every entry's error from the
+enclosures. Inputs with fewer than :data:`FAST_MIN` entries take the exact route alone,
+and so does anything the calls get wrong (a finding of the calls: the exact route words
+it), a kind without a fast form (:meth:`~symjac.loss._kind.LossKind.fast_derivative`
+None), a per-class option of an element-wise kind along a last axis longer than
+:data:`BLOCK` (the exact evaluations keep whole rows), and a ``forward`` to check (no
+enclosure of the loss value here: the caller's exact route, within its budget). Memory
+stays the float arrays of the inputs and outputs plus one block.
 """
 
 from __future__ import annotations
@@ -43,84 +55,74 @@ from typing import Any
 
 import numpy as np
 
-from symjac._errors import InputError, SpecError
+from symjac._errors import InputError
 from symjac.check._call import Guard, same
 from symjac.check._report import Finding
-from symjac.check._rounding import finfo, ulps
-from symjac.loss import _fast, _numbers
-from symjac.loss._bounds import Bounds, derivative_roundings
-from symjac.loss._evaluate import evaluate_checked
-from symjac.loss._inputs import read_labels, read_pred, reduction_factors
+from symjac.check._rounding import finfo
+from symjac.loss import _fast
+from symjac.loss._bounds import derivative_roundings
+from symjac.loss._inputs import read_labels, read_pred, reduced_factor
 from symjac.loss._spec import Loss, kind_of
 from symjac.verifiers._loss_inputs import _ArgFactory
-from symjac.verifiers._loss_values import _Expected, _Misfit
 
 #: pred entries per block of the filter and of the exact route (whole rows of a class axis)
 BLOCK = 2**13
-#: entries with the largest estimated error that the exact route evaluates too (for max_error_ulps)
+#: entries per block with the largest estimated error that the exact route evaluates too (for the worst)
 WORST = 64
+#: cells a fast-route finding lists (worst first; the message counts them all)
+CELLS = 1000
 #: pred entries below which verify_loss takes the exact route alone (small inputs cost it little)
 FAST_MIN = 2**14
 
 
 @dataclasses.dataclass(frozen=True)
 class _Setting:
-    """What every block shares: the flat views, the factor ``c = fl(S·r)``, the bound's k."""
+    """What every block shares: the flat views, the reduction factors, the bound's k."""
 
     loss: Loss
     z: np.ndarray  # (elements,) or (rows, C), float64
-    y: np.ndarray
+    y: np.ndarray  # z's shape, or (rows,) class indices
+    shape: tuple[int, ...]  # pred's
     classes: int
-    r: Fraction
+    r: Fraction  # the reduction factor of every counted element (reduced losses), or 1
+    upstream: np.ndarray | None  # "none": r_i = u_i per element (float64, flat)
+    counted: np.ndarray | None  # per element, False at ignore_index (None: all count)
     denominator: Fraction
     denominator_ops: int
-    c: float
     k: int
+    amp: float  # >= A of the bound
     dt: np.dtype[Any]
+    row: int | None  # element-wise with an option per column: the exact route evaluates whole rows this long
 
+    @property
+    def per(self) -> int:
+        """pred entries per element (row)."""
+        return self.classes if self.z.ndim == 2 else 1
 
-@dataclasses.dataclass(frozen=True)
-class Beyond:
-    """An entry beyond its bound, from the exact route: flat pred index, error and bound in ULPs, the exact value."""
+    @property
+    def step(self) -> int:
+        """elements (rows) per block."""
+        return max(1, BLOCK // self.per)
 
-    entry: int
-    error_ulps: float
-    bound_ulps: float
-    expected: Any
+    def factor(self, m: Fraction, start: int, stop: int) -> _fast.Ball:
+        """``m·r_i`` enclosed at elements ``start:stop`` (shaped to broadcast over a block)."""
+        n = stop - start
+        if self.upstream is None:
+            ball = _fast.Ball.of(m * self.r, (n,))
+        else:
+            ball = _fast.mul(_fast.Ball.of(m), _fast.Ball.exact(self.upstream[start:stop]))
+        if self.counted is not None:
+            keep = self.counted[start:stop]
+            ball = _fast.Ball(np.where(keep, ball.v, 0.0), np.where(keep, ball.e, 0.0))
+        if self.z.ndim == 2:
+            ball = _fast.Ball(ball.v[:, None], ball.e[:, None])
+        return ball
 
-
-@dataclasses.dataclass(frozen=True)
-class Fast:
-    """The fast route's outcome after clean calls: the output, the stats, and every entry
-    beyond its bound (exact; empty when the derivative is right)."""
-
-    observed: np.ndarray
-    stats: dict[str, Any]
-    beyond: list[Beyond]
-
-
-def fast_check(loss: Loss, derivative: Callable[..., Any], p0: np.ndarray, l0: np.ndarray | None,
-               u0: np.ndarray | None, dt: np.dtype[Any], timeout: float | None) -> Fast | None:
-    """The fast route: its outcome when the calls were clean and every entry was decided
-    (by the filter, or exactly), else None (the caller takes the exact route; nothing is
-    reported)."""
-    if p0.size < FAST_MIN:
-        return None
-    try:
-        setting = setting_of(loss, p0, l0, u0, dt)
-    except (InputError, SpecError):
-        return None
-    if setting is None:
-        return None
-    out = _clean_calls(loss, derivative, p0, l0, u0, dt, timeout)
-    if out is None:
-        return None
-    try:
-        return _decide(setting, out)
-    except _InputFault as fault:  # the input's own fault: the exact route would raise it too
-        raise fault.error from None
-    except (InputError, SpecError):
-        return None
+    def column(self, start: int, stop: int) -> np.ndarray | None:
+        """Each entry's index along pred's last axis (element-wise kinds)."""
+        if self.z.ndim == 2:
+            return None
+        return np.arange(start, stop) % self.shape[-1]
 
 
 class _InputFault(Exception):
@@ -131,30 +133,101 @@ class _InputFault(Exception):
         self.error = error
 
 
+def _options_fit(loss: Loss, shape: tuple[int, ...]) -> float | None:
+    """``A``'s upper bound from the spec's numeric options (every per-class option one
+    number or one per entry of pred's last axis), or None (the exact route names the fault)."""
+    amp = 1.0
+    for name in kind_of(loss).options:
+        value = getattr(loss, name, None)
+        values = value if isinstance(value, tuple) else (value,)
+        if isinstance(value, tuple) and len(value) not in (1, shape[-1]):
+            return None
+        for v in values:
+            if isinstance(v, (int, Fraction)) and not isinstance(v, bool):
+                amp = max(amp, abs(float(v)) * (1 + 2.0**-50))
+    return amp
+
+
+def _per_column(loss: Loss) -> bool:
+    """Does an option vary along pred's last axis (a tuple of more than one value)?"""
+    return any(isinstance(v := getattr(loss, name, None), tuple) and len(v) > 1 for name in kind_of(loss).options)
+
+
 def setting_of(loss: Loss, p0: np.ndarray, l0: np.ndarray | None, u0: np.ndarray | None,
-             dt: np.dtype[Any]) -> _Setting | None:
+               dt: np.dtype[Any]) -> _Setting | None:
+    """The shared setting, after the exact route's input checks block by block (an input
+    fault raises :class:`_InputFault`); None where the kind or an option has no fast form."""
     kind = kind_of(loss)
-    if loss.reduction == "none" or l0 is None or not kind.takes_label or l0.shape != p0.shape:
-        return None
-    if u0 is not None and np.size(u0) != 1:
-        return None
     shape = tuple(p0.shape)
+    if l0 is None or not kind.takes_label or not shape or kind.amplitude(loss) is not None:
+        return None
     classes = kind.classes(shape)
     element_shape = kind.element_shape(shape)
+    indices = kind.labels_are_indices(loss)
+    if l0.shape != (element_shape if indices else shape):
+        return None
+    amp = _options_fit(loss, shape)
+    row = shape[-1] if not kind.class_axis and _per_column(loss) else None
+    if amp is None or (row is not None and row > BLOCK):
+        return None
     wide = p0.astype(np.float64, copy=False)
     z = wide.reshape(-1, classes) if kind.class_axis else wide.reshape(-1)
-    y = l0.astype(np.float64, copy=False).reshape(z.shape)
-    if kind.fast_derivative(loss, z[:1], y[:1]) is None:
+    y = l0.astype(np.float64, copy=False).reshape(-1 if indices else z.shape)
+    if kind.fast_derivative(loss, z[:1], y[:1], np.zeros(1, dtype=np.intp)) is None:
         return None
-    factor, den, ops = reduction_factors(loss, u0, element_shape, None, np.ones(element_shape, dtype=bool), classes)
-    r = Fraction(factor.reshape(-1)[0])
-    del factor
-    sr = loss.scale * r
-    c = float(sr)
-    if not 2.0**-1000 < abs(c) < 2.0**1000:
-        return None
+    counted, index = _read_labels(loss, z, y, shape, classes)
+    upstream = None
+    if loss.reduction == "none":
+        if u0 is not None and tuple(np.shape(u0)) != element_shape:
+            return None
+        upstream = np.ones(z.shape[0]) if u0 is None else np.asarray(u0, dtype=np.float64).reshape(-1)
+        r, den, ops = Fraction(1), Fraction(1), 0
+    else:
+        if u0 is not None and np.size(u0) != 1:
+            return None
+        try:
+            r, den, ops = reduced_factor(loss, u0, element_shape, index, counted, classes)
+        except InputError as exc:  # every row ignored, a total weight of 0: the input's fault
+            raise _InputFault(exc) from None
     tpl = kind.template(loss, classes)
-    return _Setting(loss, z, y, classes, r, den, ops, c, derivative_roundings(tpl, den, ops, dt), dt)
+    return _Setting(loss, z, y, shape, classes, r, upstream, None if counted.all() else counted, den, ops,
+                    derivative_roundings(tpl, den, ops, dt), amp, dt, row)
+
+
+def _read_labels(loss: Loss, z: np.ndarray, y: np.ndarray, shape: tuple[int, ...],
+                 classes: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """The exact route's input checks, block by block (where one fails, on the whole
+    input, so that the error names the entry as the exact route does): per element
+    whether it counts, and the class indices (flat; None for probability labels)."""
+    kind = kind_of(loss)
+    counted = np.ones(z.shape[0], dtype=bool)
+    index = np.zeros(z.shape[0], dtype=np.intp) if kind.labels_are_indices(loss) else None
+    step = max(1, BLOCK // classes)
+    for start in range(0, z.shape[0], step):
+        zb, yb = z[start:start + step], y[start:start + step]
+        try:
+            _check_block(loss, zb, yb, counted[start:start + step], None if index is None else index[start:start + step])
+        except InputError as exc:
+            full = z.reshape(shape)
+            try:
+                _check_block(loss, full, y.reshape(shape if index is None else shape[:-1]), None, None)
+            except InputError as whole:
+                raise _InputFault(whole) from None
+            raise _InputFault(exc) from None
+    return counted, index
+
+
+def _check_block(loss: Loss, zb: np.ndarray, yb: np.ndarray, counted: np.ndarray | None,
+                 index: np.ndarray | None) -> None:
+    kind = kind_of(loss)
+    z = read_pred(zb)
+    shape = tuple(zb.shape)
+    t, got, idx = read_labels(loss, z, yb, kind.element_shape(shape), kind.classes(shape))
+    kind.check_domain(loss, z, t)
+    if counted is not None:
+        counted[...] = got.reshape(-1)
+    if index is not None and idx is not None:
+        index[...] = np.where(got.reshape(-1), idx, 0)
 
 
 def _clean_calls(loss: Loss, derivative: Callable[..., Any], p0: np.ndarray, l0: np.ndarray | None,
@@ -179,103 +252,64 @@ def _clean_calls(loss: Loss, derivative: Callable[..., Any], p0: np.ndarray, l0:
     return out1
 
 
-def filter_block(s: _Setting, zb: np.ndarray, yb: np.ndarray,
-                 ob: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """The filter at one block (float64 pred, label, observed, in :attr:`_Setting.z`'s
-    layout): ``(decided, dist, size, point)`` per entry (flat): ``dist`` an upper bound
-    on ``|o - g|`` (inf where unknown), ``size`` ~ ``max(|o|, |g|)``, ``point`` = ``|o - ĝ|``;
-    None without a fast form."""
+@dataclasses.dataclass(frozen=True)
+class Block:
+    """The filter at one block, per entry (flat): ``within`` / ``beyond`` its bound
+    (proven), ``dist_hi`` >= ``|o - g|`` >= ``dist_lo`` (inf / 0 where unknown),
+    ``size_lo``, ``size_hi`` around ``max(|o|, |g|)``, ``point`` = ``|o - ĝ|``, and
+    ``base`` = ``ĝ/m`` (the unscaled, reduced derivative's float estimate)."""
+
+    within: np.ndarray
+    beyond: np.ndarray
+    dist_hi: np.ndarray
+    dist_lo: np.ndarray
+    size_lo: np.ndarray
+    size_hi: np.ndarray
+    point: np.ndarray
+    base: np.ndarray
+
+
+def filter_block(s: _Setting, start: int, stop: int, ob: np.ndarray, m: Fraction | None = None) -> Block | None:
+    """The filter at elements ``start:stop`` (``ob``: the observed values there, float64,
+    in :attr:`_Setting.z`'s layout), for the derivative ``m·dL/dpred`` (``m`` = S by
+    default); None without a fast form."""
+    scale = s.loss.scale
+    m = scale if m is None else m
     info = finfo(s.dt)
     u_dt, eta_dt, fmax = 2.0 ** -(int(info.nmant) + 1), float(info.smallest_subnormal), float(info.max)
-    form = kind_of(s.loss).fast_derivative(s.loss, zb, yb)
+    zb, yb = s.z[start:stop], s.y[start:stop]
+    form = kind_of(s.loss).fast_derivative(s.loss, zb, yb, s.column(start, stop))
     if form is None:
         return None
-    g = _fast.mul(_fast.Ball(np.array(s.c), np.array(_fast.U * abs(s.c) * (1 + 2.0**-44))), form.h)
-    sr_lo = abs(s.c) * (1 - 2.0**-50)
+    g = _fast.mul(s.factor(m, start, stop), form.h)
+    sr = s.factor(scale, start, stop)
+    sr_lo, sr_hi = sr.lower_abs(), sr.upper_abs()
+    rho = max(Fraction(1), abs(m) / scale)
+    rho_lo, rho_hi = float(rho) * (1 - 2.0**-50), float(rho) * (1 + 2.0**-50)
+    ku = s.k * u_dt
     with np.errstate(all="ignore"):
-        b_lo = _fast.lower(sr_lo * (u_dt * form.run_lo + s.k * u_dt * (form.h.lower_abs() + form.cond_lo))
-                           + s.k * eta_dt * max(1.0, sr_lo))
-        dist = (np.abs(ob - g.v) + g.e) * (1 + 2.0**-44)
-        decided = (dist <= b_lo) & (np.abs(g.v) + g.e <= fmax)
-        size = np.minimum(np.maximum(np.abs(ob), np.where(np.isfinite(g.v), np.abs(g.v), 0.0)), fmax)
-        dist = np.where(np.isfinite(dist), dist, np.inf)  # NaN (an enclosure out of range): unknown
-    return decided.reshape(-1), dist.reshape(-1), size.reshape(-1), np.abs(ob - g.v).reshape(-1)
-
-
-def _decide(s: _Setting, out: np.ndarray) -> Fast | None:
-    obs = out.astype(np.float64, copy=False).reshape(s.z.shape)
-    eta_dt = float(finfo(s.dt).smallest_subnormal)
-    per = s.classes if s.z.ndim == 2 else 1
-    undecided: list[np.ndarray] = []
-    ranked: list[list[tuple[float, int]]] = [[], []]
-    most, decided_count = 0.0, 0
-    step = max(1, BLOCK // s.classes)
-    for start in range(0, s.z.shape[0], step):
-        zb, yb, ob = s.z[start:start + step], s.y[start:start + step], obs[start:start + step]
-        _check_domain(s, zb, yb, tuple(out.shape))
-        got = filter_block(s, zb, yb, ob)
-        if got is None:
-            return None
-        decided, dist, size, point = got
-        decided_count += int(decided.sum())
-        with np.errstate(all="ignore"):
-            most = max(most, float(np.max(ulps(dist, size, s.dt))))
-            by_point, by_size = ulps(point, size, s.dt), dist / np.maximum(size, eta_dt)
-        bad = np.flatnonzero(~decided)
-        if bad.size:
-            undecided.append(start + bad // per)
-        for rank, by in enumerate((by_point, by_size)):  # the largest by the point estimate, and relative to the size
-            top = np.argsort(by)[-WORST:]
-            ranked[rank].extend((float(by[j]), int(start + j // per)) for j in top)
-    leftover = np.unique(np.concatenate(undecided)) if undecided else np.zeros(0, dtype=np.intp)
-    chosen = [j for got_ranked in ranked for _, j in sorted(got_ranked, reverse=True)[:WORST // 2]]
-    picked = np.unique(np.concatenate([leftover, np.array(chosen, dtype=np.intp)]))
-    worst, beyond = _exact(s, obs, picked)
-    n = int(np.prod(out.shape))
-    stats = {"max_error_ulps": worst[0], "bound_ulps_at_worst": worst[1], "values_within_bound": not beyond,
-             "fast_filter": {"entries": n, "decided_in_float64": decided_count, "elements_exact": int(picked.size),
-                             "max_error_ulps_at_most": most}}
-    return Fast(out, stats, beyond)
-
-
-def _check_domain(s: _Setting, zb: np.ndarray, yb: np.ndarray, shape: tuple[int, ...] | None = None) -> None:
-    """The exact route's input checks on one block; where one fails, on the whole input
-    (in pred's ``shape``), so that the error names the entry as the exact route does."""
-    kind = kind_of(s.loss)
-    try:
-        z = read_pred(zb)
-        t, _counted, _indices = read_labels(s.loss, z, yb, kind.element_shape(tuple(zb.shape)), s.classes)
-        kind.check_domain(s.loss, z, t)
-    except InputError as exc:
-        if shape is None:
-            raise _InputFault(exc) from None
-        _check_domain(s, s.z.reshape(shape), s.y.reshape(shape))  # raises _InputFault with the whole input's index
-        raise _InputFault(exc) from None
-
-
-def _exact(s: _Setting, obs: np.ndarray, elements: np.ndarray) -> tuple[tuple[float, float], list[Beyond]]:
-    """The exact route at the given elements (rows), in blocks, with the whole input's
-    factor, denominator and rounding count: (worst error, bound there) in ULPs, and the
-    entries beyond their bound (flat pred indices), worst first."""
-    summed = dataclasses.replace(s.loss, reduction="sum")
-    worst = (-1.0, 0.0)
-    beyond: list[Beyond] = []
-    per = s.classes if s.z.ndim == 2 else 1
-    step = max(1, BLOCK // s.classes)
-    for start in range(0, elements.size, step):
-        at = elements[start:start + step]
-        zb, yb = s.z[at], s.y[at]
-        ev = evaluate_checked(summed, zb, yb, None, values=False, derivatives=True)
-        factor = np.empty(ev.counted.shape, dtype=object)
-        factor[...] = s.r
-        ev = dataclasses.replace(ev, loss=s.loss, factor=factor, denominator=s.denominator,
-                                 denominator_ops=s.denominator_ops)
-        with _numbers.context():
-            ex = _Expected.of(ev, Bounds(ev, s.dt), s.dt, tuple(zb.shape))
-            fit = _Misfit.of(obs[at].astype(s.dt), ex, s.dt)
-        for j, err, bound in fit.bad:
-            entry = int(at[j // per]) * per + j % per
-            beyond.append(Beyond(entry, err, bound, _numbers.to_mpf(ex.value.reshape(-1)[j])))
-        if fit.worst_error > worst[0]:
-            worst = (fit.worst_error, fit.worst_bound)
-    return worst, sorted(beyond, key=lambda b: -b.error_ulps)
+        b_lo = _fast.lower(sr_lo * (u_dt * form.run_lo + ku * (form.h.lower_abs() + form.cond_lo))
+                           + s.k * eta_dt * np.maximum(1.0, sr_lo))
+        if form.cond_hi is None or form.run_hi is None or ku >= 0.5:
+            b_hi = np.full(np.shape(b_lo), np.inf)
+        else:
+            gamma = ku / (1 - ku) * (1 + 2.0**-50)
+            terms = np.where(sr_hi > 0, sr_hi * (u_dt * (1 + gamma) * form.run_hi
+                                                 + gamma * (form.h.upper_abs() + form.cond_hi)), 0.0)
+            b_hi = _fast.upper(terms + s.k * eta_dt * np.maximum(1.0, sr_hi * s.amp))
+        b_hi = np.broadcast_to(b_hi, g.v.shape)
+        point = np.abs(ob - g.v)
+        dist_hi = (point + g.e) * (1 + 2.0**-44)
+        dist_lo = np.maximum((point - g.e) * (1 - 2.0**-44), 0.0)
+        within = (dist_hi <= b_lo * rho_lo) & (np.abs(g.v) + g.e <= fmax)
+        beyond = np.isfinite(g.e) & (dist_lo > b_hi * rho_hi)
+        size_hi = np.minimum(np.maximum(np.abs(ob), np.abs(g.v) + g.e), fmax)
+        size_lo = np.minimum(np.maximum(np.abs(ob), np.maximum(np.abs(g.v) - g.e, 0.0)), fmax)
+        size_hi = np.where(np.isfinite(size_hi), size_hi, fmax)  # NaN (an enclosure out of range): unknown
+        size_lo = np.where(np.isfinite(size_lo), size_lo, 0.0)
+        dist_hi = np.where(np.isfinite(dist_hi), dist_hi, np.inf)  # NaN (an enclosure out of range): unknown
+        dist_lo = np.where(np.isfinite(dist_lo), dist_lo, 0.0)
+        mv = float(m) if m != 0 else 1.0
+        base = np.where(np.isfinite(g.v), g.v / mv, 0.0)
+    return Block(*(np.asarray(a).reshape(-1) for a in (within, beyond, dist_hi, dist_lo, size_lo, size_hi,
+                                                       np.where(np.isfinite(point), point, np.inf), base)))

@@ -178,35 +178,57 @@ def _classify(
 ) -> Fraction | None:
     """missing_scale, wrong_scale (c named) or wrong_values; returns the c found."""
     j, err_ulp, bound_ulp = bad[0]
-    where = _index(shape, j)
-    worst = (
-        f"worst at pred{where}: expected {_show(expected.reshape(-1)[j])}, observed "
-        f"{float(out.reshape(-1)[j])!r}, error {err_ulp:.3g} ulp > bound {bound_ulp:.3g} ulp"
-    )
+    worst = worst_text(_index(shape, j), expected.reshape(-1)[j], float(out.reshape(-1)[j]), err_ulp, bound_ulp)
     cells = tuple(tuple(_index(shape, b[0])) for b in bad)
 
     def report(category: str, message: str) -> None:
         findings.append(Finding(category, message, cells=cells, expected=_numbers.mpf_array(expected), observed=out))
 
     if s != 1 and _fits(out, blo, bhi, bnd, 1, s):
-        report("missing_scale", f"missing loss scale: the derivative equals the unscaled dL/dpred; expected "
-                                f"S·dL/dpred with S = {s} ({len(bad)} of {out.size} values off; {worst})")
+        report("missing_scale", missing_scale_message(s, len(bad), out.size, worst))
         return Fraction(1)
     c = _least_squares_scale(out, base, blo, bhi)
     if c is not None and c != 0:
         nice = _nice_scale(c)
         for cand, shown in ((_numbers.number(nice), nice), (c, None)):
-            if cand != _numbers.number(s) and _fits(out, blo, bhi, bnd, cand, s):
+            if names_another_scale(cand, s) and _fits(out, blo, bhi, bnd, cand, s):
                 name = str(shown) if shown is not None else _show(c)
                 hint = (_scale_hint(shown, s, ev.denominator, int(ev.counted.sum()), ev.loss.reduction, shape)
                         if shown is not None else "")
-                report("wrong_scale", f"wrong loss scale: the derivative equals c·dL/dpred with c = {name}{hint}; "
-                                      f"expected S·dL/dpred with S = {s} ({worst})")
+                report("wrong_scale", wrong_scale_message(name, hint, s, worst))
                 return shown if shown is not None else Fraction(float(c))
-    zeros = " (all zeros)" if not np.any(out) else ""
-    report("wrong_values", f"{len(bad)} of {out.size} derivative values are outside the derived bound{zeros}; "
-                           f"no single factor c makes them c·dL/dpred; {worst}")
+    report("wrong_values", wrong_values_message(len(bad), out.size, not np.any(out), worst))
     return None
+
+
+def names_another_scale(c: Any, s: Fraction) -> bool:
+    """Is c a scale other than S worth naming: not S, nor within 2^-40 of it relatively
+    (a least-squares c that close to S is S: a few entries off are wrong_values)."""
+    with _numbers.context():
+        if c == _numbers.number(s):
+            return False
+    return bool(abs(float(c) / float(s) - 1) >= 2.0**-40) if s != 0 else True
+
+
+def worst_text(where: Any, expected: Any, observed: float, err_ulp: float, bound_ulp: float) -> str:
+    """The worst entry, as a scale finding's message names it."""
+    return (f"worst at pred{where}: expected {_show(expected)}, observed {observed!r}, error {err_ulp:.3g} ulp "
+            f"> bound {bound_ulp:.3g} ulp")
+
+
+def missing_scale_message(s: Fraction, n_bad: int, n: int, worst: str) -> str:
+    return (f"missing loss scale: the derivative equals the unscaled dL/dpred; expected S·dL/dpred with S = {s} "
+            f"({n_bad} of {n} values off; {worst})")
+
+
+def wrong_scale_message(name: str, hint: str, s: Fraction, worst: str) -> str:
+    return f"wrong loss scale: the derivative equals c·dL/dpred with c = {name}{hint}; expected S·dL/dpred with S = {s} ({worst})"
+
+
+def wrong_values_message(n_bad: int, n: int, all_zero: bool, worst: str) -> str:
+    zeros = " (all zeros)" if all_zero else ""
+    return (f"{n_bad} of {n} derivative values are outside the derived bound{zeros}; no single factor c makes "
+            f"them c·dL/dpred; {worst}")
 
 
 def _least_squares_scale(out: np.ndarray, base: np.ndarray, blo: np.ndarray, bhi: np.ndarray) -> Any:

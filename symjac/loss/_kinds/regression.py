@@ -51,13 +51,15 @@ class Mse(_Regression):
     def loss_of(self, d: sympy.Expr) -> tuple[tuple[sympy.Symbol, ...], sympy.Expr]:
         return (), d**2
 
-    def fast_derivative(self, loss: Loss, z: np.ndarray, y: np.ndarray | None) -> _fast.FastDerivative | None:
+    def fast_derivative(self, loss: Loss, z: np.ndarray, y: np.ndarray | None,
+                        column: np.ndarray | None = None) -> _fast.FastDerivative | None:
         # h = 2(z - y), SymPy's -2y + 2z: its condition sum is 2|z| + 2|y| exactly, and its
         # running error R = R(-2y) + R(2z) + (|2y| + |2z|) = 2|y| + 2|z| (the doublings are exact)
         assert y is not None
         d = _fast.sub(_fast.Ball.exact(z), _fast.Ball.exact(y))
-        both = _fast.lower(2 * np.abs(z) + 2 * np.abs(y))
-        return _fast.FastDerivative(_fast.Ball(2 * d.v, 2 * d.e), both, both)
+        sums = 2 * np.abs(z) + 2 * np.abs(y)
+        both, hi = _fast.lower(sums), _fast.upper(sums)
+        return _fast.FastDerivative(_fast.Ball(2 * d.v, 2 * d.e), both, both, hi, hi)
 
 
 @register

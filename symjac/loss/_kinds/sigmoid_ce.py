@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -50,18 +51,21 @@ class SigmoidCe(ElementwiseKind):
     def check_domain(self, loss: Loss, z: ExactArray, t: ExactArray | None) -> None:
         probability_labels(self.name, t)
 
-    def fast_derivative(self, loss: Loss, z: np.ndarray, y: np.ndarray | None) -> _fast.FastDerivative | None:
-        # w = pos_weight = 1 only: h = σ(z) - y, σ = 1/(1 + e^-z) (z >= 0) or e^z/(1 + e^z).
-        # Its condition sum over (z, y, w, pos_weight) holds |∂h/∂y|·|y| = |y| (∂h/∂y =
-        # -(p(1 - σ) + σ) = -1) and |∂h/∂w|·|w| = |h| (h is linear in w); the rest is >= 0.
-        if loss.weight is not None or loss.pos_weight is not None:
-            return None
+    def fast_derivative(self, loss: Loss, z: np.ndarray, y: np.ndarray | None,
+                        column: np.ndarray | None = None) -> _fast.FastDerivative | None:
+        # h = w·((1 - y)σ - p·y·σ'), σ = σ(z), σ' = 1 - σ, both from e = e^-|z| without a
+        # subtraction (σ = 1/(1 + e) or e/(1 + e)); w = weight, p = pos_weight (>= 0, per
+        # column of pred's last axis), y in [0, 1]. The bound's terms from the SymPy forms
+        # of h (tests/test_loss_fast.py checks them against the exact route's), written in
+        # σ, σ' (e^-z/(1 + e^-z) = σ'): the condition sum over (z, y, w, p) is
+        #   p·w·y·σ' + |h| + w·y·(p·σ' + σ) + |z|·w·σσ'·(p·y + 1 - y),
+        # the running error
+        #   w·[A·p·y + (1 + y)σ + (A + 1 + 4σ')(1 - y) + 2σ(1 - y) + 6σ'·p·y] + |h|,
+        # A = σ'(1 + σ + 3σ') (SymPy's (1/(1 + e^-z) + (1 + 3e^-z)/(1 + e^-z)²)·e^-z).
+        # Every term is >= 0: the lower bounds keep some, the upper ones take all.
         assert y is not None
-        e = _fast.exp(_fast.Ball.exact(-np.abs(z)))
-        one = _fast.Ball.exact(np.ones_like(z))
-        sigma = _fast.div(_fast.where(z >= 0, one, e), _fast.add(one, e))
-        h = _fast.sub(sigma, _fast.Ball.exact(y))
-        return _fast.FastDerivative(h, _fast.lower(np.abs(y) + h.lower_abs()), np.zeros_like(z))
+        with np.errstate(all="ignore"):  # inf and NaN leave an entry undecided
+            return _fast_form(loss, z, y, column)
 
     def params(self, loss: Loss, z: ExactArray, classes: int) -> list[list[Fraction]]:
         c_last = int(z.shape[-1])
@@ -72,3 +76,50 @@ class SigmoidCe(ElementwiseKind):
     def default_inputs(self, loss: Loss) -> tuple[np.ndarray, np.ndarray | None]:
         return (np.array([[0.5, -1.0, 2.0], [-0.25, 1.5, -2.0]]),
                 np.array([[1.0, 0.0, 0.25], [0.0, 1.0, 0.75]]))
+
+
+@functools.lru_cache(maxsize=8)
+def _options(loss: Loss) -> tuple[_fast.Ball, _fast.Ball]:
+    """weight and pos_weight as balls (exact rationals), one per given value (the
+    verifier has checked their lengths against pred's last axis)."""
+    balls = []
+    for values in (loss.weight or (Fraction(1),), loss.pos_weight or (Fraction(1),)):
+        got = [_fast.Ball.of(q) for q in values]
+        balls.append(_fast.Ball(np.array([float(b.v) for b in got]), np.array([float(b.e) for b in got])))
+    return balls[0], balls[1]
+
+
+def _per_column(loss: Loss, shape: tuple[int, ...], column: np.ndarray | None) -> tuple[_fast.Ball, _fast.Ball]:
+    """weight and pos_weight at each entry (``column``: its index along pred's last axis)."""
+    if loss.weight is None and loss.pos_weight is None:
+        one = _fast.Ball.exact(np.ones(shape))
+        return one, one
+    assert column is not None, "a per-class option needs each entry's column"
+    out = []
+    for ball in _options(loss):
+        at = column if ball.v.size > 1 else np.zeros(column.shape, dtype=np.intp)
+        out.append(_fast.Ball(ball.v[at].reshape(shape), ball.e[at].reshape(shape)))
+    return out[0], out[1]
+
+
+def _fast_form(loss: Loss, z: np.ndarray, y: np.ndarray, column: np.ndarray | None) -> _fast.FastDerivative:
+    """:meth:`SigmoidCe.fast_derivative`'s enclosures (derived there)."""
+    w, p = _per_column(loss, z.shape, column)
+    e = _fast.exp(_fast.Ball.exact(-np.abs(z)))
+    one = _fast.Ball.exact(np.ones_like(z))
+    den = _fast.add(one, e)
+    sigma = _fast.div(_fast.where(z >= 0, one, e), den)
+    other = _fast.div(_fast.where(z >= 0, e, one), den)
+    yb = _fast.Ball.exact(y)
+    neg = _fast.sub(one, yb)
+    h = _fast.mul(w, _fast.sub(_fast.mul(neg, sigma), _fast.mul(_fast.mul(p, yb), other)))
+    sl, sh, ol, oh = sigma.lower_abs(), sigma.upper_abs(), other.lower_abs(), other.upper_abs()
+    wl, wh, pl, ph = w.lower_abs(), w.upper_abs(), p.lower_abs(), p.upper_abs()
+    nh, ay = neg.upper_abs(), np.abs(y)
+    cond_lo = _fast.lower(wl * ay * (pl * ol + sl) + h.lower_abs())
+    a_hi = oh * (1 + sh + 3 * oh)
+    cond_hi = _fast.upper(ph * wh * ay * oh + h.upper_abs() + wh * ay * (ph * oh + sh)
+                          + np.abs(z) * wh * sh * oh * (ph * ay + nh))
+    run_hi = _fast.upper(wh * (a_hi * ph * ay + (1 + ay) * sh + (a_hi + 1 + 4 * oh) * nh + 2 * sh * nh
+                               + 6 * oh * ph * ay) + h.upper_abs())
+    return _fast.FastDerivative(h, cond_lo, np.zeros_like(z), cond_hi, run_hi)

@@ -92,31 +92,69 @@ class SoftmaxCe(LossKind):
         if not self.labels_are_indices(loss):  # one-hot rows from indices are in [0, 1] by construction
             probability_labels(self.name, t)
 
-    def fast_derivative(self, loss: Loss, z: np.ndarray, y: np.ndarray | None) -> _fast.FastDerivative | None:
-        # No weight, no smoothing, probability rows, C >= 2: h_j = W·p_j - t_j, W = Σ t
-        # (symjac.loss._softmax: (E_j·W_{-j} - a_j·D_{-j})/D with a = t). Lower bounds on
-        # its bound's terms from symjac.loss._softmax's closed forms, with q_j = 1 - p_j and
-        # T_{-j} = Σ_{k≠j} |t_k|: the condition sum holds by_t + by_w = 2(p_j·T_{-j} +
-        # q_j·|t_j|), the running error ((C + 6)p_j + 1)|t_j| + (C + 1)|t_j|·q_j +
-        # (2C + 6)·p_j·T_{-j} (its R(b)|w| terms >= 0 left out).
-        if (loss.weight is not None or (loss.label_smoothing or 0) != 0 or self.labels_are_indices(loss)
-                or z.ndim != 2 or z.shape[1] < 2):
+    def fast_derivative(self, loss: Loss, z: np.ndarray, y: np.ndarray | None,
+                        column: np.ndarray | None = None) -> _fast.FastDerivative | None:
+        # h_j = W·p_j - a_j, a = ((1 - ε)t + ε/C)·w, W = Σ a (symjac.loss._softmax: (E_j·W_{-j}
+        # - a_j·D_{-j})/D); t the probability rows, or one-hot rows of the class indices (a
+        # row at ignore_index: t = 0, and its reduction factor 0). The bound's terms are
+        # symjac.loss._softmax's closed forms (_derivative_condition,
+        # _derivative_running_error), with q_j = 1 - p_j and X_{-j} = Σ_{k≠j} X_k:
+        #   cond = W·p_j·(q_j|z_j| + (p|z|)_{-j}) + |1 - ε|·(p_j·|wt|_{-j} + q_j·|w_j t_j|)
+        #          + p_j·|a|_{-j} + q_j·|a_j| + |ε|·|p_j·Σ_k o_k - o_j|,  o = w/C - t·w,
+        #   run  = ((C + 6)p_j + 1)|a_j| + (R_j|w_j| + (C + 1)|a_j|)q_j
+        #          + p_j·((R|w|)_{-j} + (2C + 6)|a|_{-j}),  R = ρ·ε/C + |t|(1 + ε + 2|1 - ε|),
+        # ρ = 1 for a power-of-two C, else 3. Every term is >= 0 (t, w >= 0, ε in [0, 1]);
+        # the last condition term is bounded above by |ε|·(p_j·Σ|o| + |o_j|), left out below.
+        if z.ndim != 2 or not 2 <= z.shape[1] <= 2**10:
             return None
         assert y is not None
+        with np.errstate(all="ignore"):  # inf and NaN leave an entry undecided
+            return self._fast_form(loss, z, y)
+
+    def _fast_form(self, loss: Loss, z: np.ndarray, y: np.ndarray) -> _fast.FastDerivative:
         c = z.shape[1]
+        t_val = (y[:, None] == np.arange(c)).astype(np.float64) if self.labels_are_indices(loss) else y
+        eps_q = loss.label_smoothing or Fraction(0)
+        weights = per_class("weight", loss.weight, c, Fraction(1))
+        plain = eps_q == 0 and all(q == 1 for q in weights)
+        t = _fast.Ball.exact(t_val)
+        if plain:
+            w = _fast.Ball.exact(np.ones((1, c)))
+            a = t
+        else:
+            got = [_fast.Ball.of(q) for q in weights]
+            w = _fast.Ball(np.array([[float(b.v) for b in got]]), np.array([[float(b.e) for b in got]]))
+            b = _fast.add(_fast.mul(_fast.Ball.of(1 - eps_q), t), _fast.Ball.of(eps_q / c))
+            a = _fast.mul(b, w)
         top = np.broadcast_to(z.max(axis=1, keepdims=True), z.shape)
         e = _fast.exp(_fast.sub(_fast.Ball.exact(z), _fast.Ball.exact(top)))
         d = _fast.total(e, axis=1)
         p = _fast.div(e, d)
-        rest = _fast.others_ball(e)
-        q = _fast.div(rest, d)
-        t = _fast.Ball.exact(y)
-        h = _fast.sub(_fast.mul(_fast.total(t, axis=1), p), t)
-        p_lo, q_lo, t_abs = p.lower_abs(), q.lower_abs(), np.abs(y)
-        t_rest = _fast.others(t_abs)
-        cond = _fast.lower(2 * (p_lo * t_rest + q_lo * t_abs))
-        run = _fast.lower(t_abs * (1 + (c + 6) * p_lo + (c + 1) * q_lo) + (2 * c + 6) * p_lo * t_rest)
-        return _fast.FastDerivative(h, cond, run)
+        q = _fast.div(_fast.others_ball(e), d)
+        big_w = _fast.total(a, axis=1)
+        h = _fast.sub(_fast.mul(big_w, p), a)
+        pl, ph, ql, qh = p.lower_abs(), p.upper_abs(), q.lower_abs(), q.upper_abs()
+        al, ah, wl, wh = a.lower_abs(), a.upper_abs(), w.lower_abs(), w.upper_abs()
+        tw = np.abs(t_val) * w.v
+        eps, om = float(eps_q), float(1 - eps_q)
+        rho = 1 if c & (c - 1) == 0 else 3
+        ta = np.abs(t_val)
+        r_abs = rho * eps / c + ta * (1 + eps + 2 * om)  # R, computed in float64 (to within ~10u)
+        az = np.abs(z)
+        big_wl, big_wh = big_w.lower_abs(), big_w.upper_abs()
+        cond_lo = _fast.lower(big_wl * pl * (ql * az + _fast.others(pl * az))
+                              + om * (pl * _fast.others(tw * (1 - 2**-50)) + ql * tw * (1 - 2**-50))
+                              + pl * _fast.others(al) + ql * al)
+        run_lo = _fast.lower(((c + 6) * pl + 1) * al + (r_abs * wl + (c + 1) * al) * ql
+                             + pl * (_fast.others(r_abs * wl) + (2 * c + 6) * _fast.others(al)))
+        own = np.abs(w.v / c - t_val * w.v) * (1 + 2.0**-50) + w.e
+        cond_hi = _fast.upper(big_wh * ph * (qh * az + _fast.others(ph * az, down=False))
+                              + om * (ph * _fast.others(ta * wh, down=False) + qh * ta * wh)
+                              + ph * _fast.others(ah, down=False) + qh * ah
+                              + eps * (ph * np.sum(own, axis=1, keepdims=True) + own))
+        run_hi = _fast.upper(((c + 6) * ph + 1) * ah + (r_abs * wh + (c + 1) * ah) * qh
+                             + ph * (_fast.others(r_abs * wh, down=False) + (2 * c + 6) * _fast.others(ah, down=False)))
+        return _fast.FastDerivative(h, cond_lo, run_lo, cond_hi, run_hi)
 
     def template(self, loss: Loss, classes: int) -> Template:
         if not is_int(classes) or classes < 1:
