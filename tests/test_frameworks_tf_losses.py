@@ -10,6 +10,7 @@ import symjac
 
 pytest.importorskip("tensorflow")
 import symjac.frameworks.tensorflow as stf  # noqa: E402
+from symjac.frameworks._tf_losses import OPS as TF_OPS  # noqa: E402
 
 # dyadic inputs, exact in float32 and float64 (the exact engine and TF see the same numbers)
 LOGITS = np.array([[0.5, -1.25, 2.0], [0.75, 0.125, -0.5]])
@@ -37,3 +38,29 @@ def test_keras_mean_squared_error_passes_derivative_and_hvp():
         report = symjac.verify_loss(loss, derivative=impl.derivative, forward=impl.forward, hvp=impl.hvp,
                                     pred=LOGITS, label=LOGITS[::-1] / 2, dtype=dtype)
         assert report.ok, f"{dtype}: {report}"
+
+
+def test_one_configuration_of_every_loss_passes():
+    from framework_checks import check_losses
+
+    configs = list(stf.loss_configurations("small"))[:11]  # one of each op of the cycle
+    assert {c.op for c in configs} == set(TF_OPS)
+    assert check_losses(stf, configs, ("float32",))["float32"] == 11
+
+
+def test_grid_covers_the_options():
+    configs = list(stf.loss_configurations("full"))
+    kwargs = [c.kwargs for c in configs]
+    assert {c.op for c in configs} == set(TF_OPS)
+    for key in ("pos_weight", "label_smoothing", "delta"):
+        assert any(k.get(key) for k in kwargs), key
+    assert {k.get("from_logits") for k in kwargs if "from_logits" in k} == {True, False}
+    assert {k["reduction"] for k in kwargs if "reduction" in k} == {"mean", "sum", "none", None, "sum_over_batch_size"}
+
+
+@pytest.mark.slow
+def test_every_loss_configuration_passes_derivative_and_hvp():
+    from framework_checks import check_losses
+
+    checked = check_losses(stf, stf.loss_configurations("full"))
+    assert min(checked.values()) >= 300, checked
