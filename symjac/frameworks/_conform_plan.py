@@ -114,10 +114,11 @@ def _plan_shapes(adapter: Any, job: dict[str, Any], where: str) -> list[list[int
                          f"{exc}") from None
 
 
-def list_jobs(target: str, grid: str, known_defects: bool = True) -> list[dict[str, Any]]:
+def list_jobs(target: str, grid: str, known_defects: bool = True, losses: bool = True) -> list[dict[str, Any]]:
     """The adapter's configurations as jobs (``op``, ``kwargs``, ``input_shape``, ``label``), in
     this process: shapes from the coverage plan where omitted, duplicates dropped, shared labels
-    told apart.
+    told apart; then, with ``losses``, its loss configurations (``loss: True``;
+    :func:`symjac.frameworks._conform_loss.loss_jobs`).
 
     Raises:
       InputError: one line: the adapter did not load, ``configurations()`` raised (or called
@@ -126,7 +127,10 @@ def list_jobs(target: str, grid: str, known_defects: bool = True) -> list[dict[s
     """
     adapter = load_adapter(target)
     where = f"adapter {target!r}: configurations({grid!r})"
+    from symjac.frameworks._conform_loss import loss_jobs
+
     jobs = []
+    losses_listed: list[dict[str, Any]] = []
     try:
         configs = _call(adapter, grid, known_defects)
         if configs is None or isinstance(configs, (str, bytes, Mapping)) or not hasattr(configs, "__iter__"):
@@ -136,6 +140,8 @@ def list_jobs(target: str, grid: str, known_defects: bool = True) -> list[dict[s
             if i == MAX_CONFIGURATIONS:
                 raise InputError(f"{where} gave more than {MAX_CONFIGURATIONS} configurations (an endless generator?)")
             jobs.append(_job(config, where, i))
+        if losses:
+            losses_listed = loss_jobs(adapter, grid, where)
     except InputError:
         raise
     except SymjacError as exc:  # a built-in adapter's unknown grid
@@ -147,7 +153,7 @@ def list_jobs(target: str, grid: str, known_defects: bool = True) -> list[dict[s
     for job in jobs:
         shapes = [job["input_shape"]] if job["input_shape"] is not None else _plan_shapes(adapter, job, where)
         shaped += [{**job, "input_shape": shape} for shape in shapes]
-    return _distinct(shaped)
+    return _distinct(shaped) + losses_listed
 
 
 def _key(job: dict[str, Any]) -> str:
@@ -174,15 +180,15 @@ def _distinct(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def plan(target: str, grid: str, *, known_defects: bool = True, isolate: bool = True,
-         timeout: float | None = None) -> list[dict[str, Any]]:
+         timeout: float | None = None, losses: bool = True) -> list[dict[str, Any]]:
     """:func:`list_jobs`, for a user adapter with ``isolate`` in a worker process that may take
     ``timeout`` seconds (None: no limit); its crash or hang is an :class:`InputError` too."""
     if builtin(target) or not isolate:
-        return list_jobs(target, grid, known_defects)
+        return list_jobs(target, grid, known_defects, losses)
     where = f"adapter {target!r}: configurations({grid!r})"
     with Worker({"plan": list_jobs}, timeout=timeout, method="exec") as worker:
         try:
-            jobs: list[dict[str, Any]] = worker.call("plan", target, grid, known_defects)
+            jobs: list[dict[str, Any]] = worker.call("plan", target, grid, known_defects, losses)
         except TimedOut:
             raise InputError(f"{where} did not return within {timeout:g} s (--timeout / --budget); its "
                              "process was killed") from None

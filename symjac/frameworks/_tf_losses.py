@@ -183,6 +183,16 @@ def keras_kl_divergence() -> tuple[Loss, LossImpl]:
     return spec, _keras("KLDivergence", spec)
 
 
+def known_loss_defect(config: LossConfig, dtype: Any, transform: str) -> str | None:
+    """A known TensorFlow defect a loss configuration runs into (``transform``: ``"derivative"`` or
+    ``"hvp"``), or None."""
+    if config.op == "weighted_cross_entropy_with_logits" and (np.asarray(config.pred) == 0).any():
+        return ("tf.nn.weighted_cross_entropy_with_logits at logits == 0: the gradient is 1 - y, not "
+                "(1 - y - pos_weight·y)/2, and the second derivative 0, not (pos_weight·y + 1 - y)/4 (the "
+                "subgradients of abs and relu at 0 in its formula; the loss is smooth there)")
+    return None
+
+
 def make_loss(config: LossConfig) -> tuple[Loss, LossImpl]:
     """``(loss, impl)`` of one loss configuration."""
     op: Callable[..., tuple[Loss, LossImpl]] = getattr(sys.modules[__name__], config.op)

@@ -261,6 +261,7 @@ from symjac.frameworks._tf_losses import (  # noqa: E402 - the losses are their 
     keras_mean_absolute_error as keras_mean_absolute_error,
     keras_mean_squared_error as keras_mean_squared_error,
     keras_sparse_categorical_crossentropy as keras_sparse_categorical_crossentropy,
+    known_loss_defect as known_loss_defect,
     loss_configurations as loss_configurations,
     loss_impl as loss_impl,
     make_loss as make_loss,

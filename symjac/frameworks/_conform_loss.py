@@ -1,0 +1,137 @@
+"""The loss cells of a conformance run: an adapter's ``loss_configurations(grid)``, each verified.
+
+An adapter that has ``loss_configurations(grid)`` (an iterable of
+:class:`symjac.frameworks._loss_grid.LossConfig`) and ``make_loss(config) -> (Loss, LossImpl)``
+(the built-in torch, jax and tensorflow adapters; a user adapter may add them) gets one loss
+row per configuration in ``conform``'s table. A loss cell checks one derivative of the
+framework's loss through :func:`symjac.verify_loss`:
+
+========  =====================================================================================
+``vjp``   ``derivative`` and ``forward`` (the gradient ``S·dL/dpred``; the VJP with an upstream
+          for ``reduction="none"``)
+``hvp``   ``hvp``: the Hessian-vector product of the framework's second-order autodiff against
+          the exact Hessian (:func:`symjac.loss_hessian`)
+========  =====================================================================================
+
+``jvp`` and ``vmap`` have no loss cells: a loss is a reduction to one number (or one per
+element), so its forward mode is the same gradient read the other way and the batching rules
+checked are the pools'; the table shows ``n/a`` there.
+
+A loss configuration carries its arrays (pred, label, upstream): a job names it by its index
+in the adapter's (seeded, deterministic) grid, and the worker draws the grid again.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+#: The transforms a loss cell checks, and the word an adapter's ``known_loss_defect`` takes for each.
+LOSS_TRANSFORMS = {"vjp": "derivative", "hvp": "hvp"}
+#: The table's text of a transform a loss has no cell for.
+NOT_APPLICABLE = "n/a"
+
+
+def has_losses(adapter: Any) -> bool:
+    return callable(getattr(adapter, "loss_configurations", None)) and callable(getattr(adapter, "make_loss", None))
+
+
+def loss_jobs(adapter: Any, grid: str, where: str) -> list[dict[str, Any]]:
+    """The adapter's loss configurations as jobs (``loss: True``, ``op``, ``kwargs``, ``label``,
+    ``input_shape`` the prediction's, ``grid`` and ``index``); none without ``loss_configurations``.
+
+    Raises:
+      InputError: a configuration without ``op``, ``kwargs`` or ``pred``.
+    """
+    from symjac._errors import InputError
+
+    if not has_losses(adapter):
+        return []
+    jobs = []
+    for i, config in enumerate(adapter.loss_configurations(grid)):
+        try:
+            op, kwargs, pred = config.op, dict(config.kwargs), np.asarray(config.pred)
+        except (AttributeError, TypeError) as exc:
+            raise InputError(f"{where}: loss_configurations item {i} is a {type(config).__name__}, not a "
+                             f"LossConfig(op, kwargs, pred, target, upstream, label) ({exc})") from None
+        label = getattr(config, "label", "") or f"{op} " + " ".join(f"{k}={v}" for k, v in kwargs.items())
+        jobs.append({"loss": True, "op": str(op), "kwargs": kwargs, "label": label.strip(),
+                     "input_shape": [int(n) for n in pred.shape], "grid": grid, "index": i})
+    return jobs
+
+
+@functools.lru_cache(maxsize=8)
+def _grid(target: str, grid: str) -> tuple[Any, ...]:
+    from symjac.frameworks._conform_plan import load_adapter
+
+    return tuple(load_adapter(target).loss_configurations(grid))
+
+
+def loss_config(target: str, job: dict[str, Any]) -> Any:
+    """The job's configuration, drawn again (the same op and label, or an error: a grid that is not deterministic)."""
+    configs = _grid(target, job["grid"])
+    config = configs[job["index"]] if job["index"] < len(configs) else None
+    if config is None or config.op != job["op"]:
+        raise RuntimeError(f"loss_configurations({job['grid']!r}) gave another configuration at {job['index']} "
+                           "the second time (it must be deterministic)")
+    return config
+
+
+def _unsupported(out: dict[str, Any], reason: str) -> dict[str, Any]:
+    return {**out, "status": "unsupported", "reason": reason}
+
+
+def run_loss_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]:
+    """Verify one loss configuration in one dtype under the job's transform (in this process); a
+    result dict as :func:`symjac.frameworks._conform.run_cell`'s (never raises)."""
+    from symjac._errors import InputError, SymjacError
+    from symjac.frameworks._adapter import FrameworkMissing, Unsupported
+    from symjac.frameworks._conform_plan import PackageMissing, load_adapter, numpy_dtype
+    from symjac.verifiers._loss import verify_loss
+
+    transform = job.get("transform", "vjp")
+    out: dict[str, Any] = {"config": job, "dtype": dtype, "transform": transform}
+    try:
+        adapter = load_adapter(target)
+        config = loss_config(target, job)
+        loss, impl = adapter.make_loss(config)
+    except Unsupported as exc:
+        return _unsupported(out, str(exc))
+    except FrameworkMissing as exc:
+        return {**out, "status": "error", "reason": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - the adapter's failure is a result
+        return {**out, "status": "error", "reason": f"building the loss raised {type(exc).__name__}: {exc}"}
+    out.update(loss=repr(loss), reproducer=getattr(impl, "reproducer", ""))
+    try:
+        dt = numpy_dtype(dtype)
+    except PackageMissing as exc:
+        return {**out, "status": "not_run", "reason": str(exc), "missing": exc.package}
+    known = getattr(adapter, "known_loss_defect", None)
+    defect = known(config, dt, LOSS_TRANSFORMS[transform]) if callable(known) else None
+    if defect:
+        out["known_defect"] = defect
+    fn = impl.hvp if transform == "hvp" else impl.derivative
+    if fn is None:
+        return _unsupported(out, f"the adapter gives no hvp for {job['op']} (hvp transform)")
+    pred = np.asarray(config.pred).astype(dt)
+    try:  # the framework's own word that it lacks the dtype (or the transform)
+        args = (pred, config.target) + ((pred.copy(),) if transform == "hvp" else ())
+        fn(*args, *(() if config.upstream is None else (np.asarray(config.upstream).astype(dt),)))
+    except NotImplementedError as exc:
+        return _unsupported(out, f"{type(exc).__name__}: {exc}")
+    except Exception:  # noqa: BLE001 - verify_loss reports it as a finding
+        pass
+    calls = {"hvp": impl.hvp} if transform == "hvp" else {"derivative": impl.derivative, "forward": impl.forward}
+    try:
+        report = verify_loss(loss, pred=config.pred, label=config.target, upstream=config.upstream, dtype=dt, **calls)
+    except InputError as exc:  # verify_loss does not take this dtype, or these inputs
+        return _unsupported(out, f"symjac verify_loss: {exc}")
+    except SymjacError as exc:  # symjac has no exact answer here (a second derivative at a kink)
+        return {**out, "status": "skipped", "reason": str(exc)}
+    if report.ok:
+        return {**out, "status": "pass", "families": ["given"]}
+    categories = report.categories()
+    return {**out, "status": "finding", "category": categories[0], "categories": categories,
+            "summary": report.summary(), "family": "given", "families": ["given"]}
