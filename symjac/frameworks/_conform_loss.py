@@ -134,4 +134,32 @@ def run_loss_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any
         return {**out, "status": "pass", "families": ["given"]}
     categories = report.categories()
     return {**out, "status": "finding", "category": categories[0], "categories": categories,
-            "summary": report.summary(), "family": "given", "families": ["given"]}
+            "summary": report.summary(), "family": "given", "families": ["given"],
+            "inputs": _inputs(loss, config, dt)}
+
+
+def _inputs(loss: Any, config: Any, dt: np.dtype[Any]) -> dict[str, Any]:
+    """What a failing cell's reproducer needs: the inputs in ``dt`` (the label as given), v (verify_loss's
+    default direction), the loss scale and the exact derivative and H·v (float64; None where symjac has none)."""
+    from symjac.loss._evaluate import loss_derivative
+    from symjac.loss._hessian import loss_hvp
+    from symjac.verifiers._loss_hvp import default_direction
+
+    def exact(f: Any) -> Any:
+        try:
+            return np.array([float(e) for e in np.asarray(f()).reshape(-1)]).reshape(pred.shape).tolist()
+        except Exception:  # noqa: BLE001 - no exact value here (a kink): the script says so
+            return None
+
+    pred = np.asarray(config.pred).astype(dt)
+    label = None if config.target is None else np.asarray(config.target)
+    if label is not None and label.dtype.kind == "f":
+        label = label.astype(dt)
+    upstream = None if config.upstream is None else np.asarray(config.upstream).astype(dt)
+    v = default_direction(pred.shape, dt)
+    return {"pred": pred.astype(np.float64).tolist(), "label": None if label is None else label.tolist(),
+            "label_dtype": None if label is None else str(label.dtype),
+            "upstream": None if upstream is None else upstream.astype(np.float64).tolist(),
+            "v": v.astype(np.float64).tolist(), "scale": float(loss.scale),
+            "derivative": exact(lambda: loss_derivative(loss, pred, label, upstream)),
+            "hvp": exact(lambda: loss_hvp(loss, pred, label, v, upstream))}

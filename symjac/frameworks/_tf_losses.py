@@ -30,6 +30,7 @@ over every element, their one reduction here (``"sum"`` would be ``1/C`` of symj
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -194,9 +195,40 @@ def known_loss_defect(config: LossConfig, dtype: Any, transform: str) -> str | N
 
 
 def make_loss(config: LossConfig) -> tuple[Loss, LossImpl]:
-    """``(loss, impl)`` of one loss configuration."""
+    """``(loss, impl)`` of one loss configuration (its ``reproducer`` snippet set)."""
     op: Callable[..., tuple[Loss, LossImpl]] = getattr(sys.modules[__name__], config.op)
-    return op(**config.kwargs)
+    loss, impl = op(**config.kwargs)
+    return loss, dataclasses.replace(impl, reproducer=_reproducer(config.op, dict(config.kwargs)))
+
+
+_KERAS_NAMES = {"keras_mean_squared_error": "MeanSquaredError", "keras_mean_absolute_error": "MeanAbsoluteError",
+                "keras_huber": "Huber", "keras_binary_crossentropy": "BinaryCrossentropy",
+                "keras_categorical_crossentropy": "CategoricalCrossentropy",
+                "keras_sparse_categorical_crossentropy": "SparseCategoricalCrossentropy",
+                "keras_kl_divergence": "KLDivergence"}
+#: The reproducer's nested tapes around ``loss(p, y)``.
+_NESTED_TAPES = (
+    "p, y = tf.constant(pred), None if label is None else tf.constant(label)\n"
+    "with tf.GradientTape() as outer:\n    outer.watch(p)\n"
+    "    with tf.GradientTape() as inner:\n        inner.watch(p)\n        value = loss(p, y)\n"
+    "    g = inner.gradient(value, p, output_gradients=None if upstream is None else tf.constant(upstream))\n"
+    "h = outer.gradient(g, p, output_gradients=tf.constant(v))\n"
+    "derivative = g.numpy()\nhvp = 0 * pred if h is None else h.numpy()\n")
+
+
+def _reproducer(op: str, kwargs: dict[str, Any]) -> str:
+    if op in _KERAS_NAMES:
+        if op == "keras_categorical_crossentropy":
+            kwargs = {"from_logits": True, **kwargs}
+        if op == "keras_sparse_categorical_crossentropy":
+            kwargs = {"from_logits": True, **kwargs}
+        args = ", ".join(["dtype=p.dtype.name", *(f"{k}={v!r}" for k, v in kwargs.items())])
+        head, body = "import keras\nimport tensorflow as tf\n", f"keras.losses.{_KERAS_NAMES[op]}({args})(y, p)"
+    else:
+        reduce = {"mean": "tf.reduce_mean", "sum": "tf.reduce_sum", "none": ""}[kwargs.pop("reduction", "mean")]
+        extra = "".join(f", {k}=tf.constant({list(v)!r}, p.dtype)" for k, v in kwargs.items())
+        head, body = "import tensorflow as tf\n", f"{reduce}(tf.nn.{op}(labels=y, logits=p{extra}))"
+    return f"{head}\n\ndef loss(p, y):\n    return {body}\n\n\n" + _NESTED_TAPES
 
 
 # ------------------------------------------------------------------ configurations

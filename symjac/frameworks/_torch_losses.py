@@ -24,6 +24,7 @@ PyTorch                                         symjac
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -194,9 +195,35 @@ def known_loss_defect(config: LossConfig, dtype: Any, transform: str) -> str | N
 
 
 def make_loss(config: LossConfig) -> tuple[Loss, LossImpl]:
-    """``(loss, impl)`` of one loss configuration."""
+    """``(loss, impl)`` of one loss configuration (its ``reproducer`` snippet set)."""
     op: Callable[..., tuple[Loss, LossImpl]] = getattr(sys.modules[__name__], config.op)
-    return op(**config.kwargs)
+    loss, impl = op(**config.kwargs)
+    return loss, dataclasses.replace(impl, reproducer=_reproducer(config.op, config.kwargs))
+
+
+#: The reproducer's double backward of ``loss(p, y)`` (``pred``, ``label``, ``upstream``, ``v`` defined before it).
+_DOUBLE_BACKWARD = (
+    "p = torch.tensor(pred, requires_grad=True)\n"
+    "y = None if label is None else torch.tensor(label, dtype=p.dtype) if label.dtype.kind == 'f' "
+    "else torch.tensor(label).long()\n"
+    "value = loss(p, y)\n"
+    "u = torch.ones_like(value) if upstream is None else torch.tensor(upstream)\n"
+    "(g,) = torch.autograd.grad(value, p, u, create_graph=True)\n"
+    "derivative = g.detach().numpy()\n"
+    "hvp = torch.autograd.grad(g, p, torch.tensor(v))[0].numpy() if g.requires_grad else 0 * pred\n")
+
+
+def _reproducer(op: str, kwargs: Any) -> str:
+    args = []
+    for key, value in kwargs.items():
+        if key == "target":  # symjac's: which target form the label is
+            continue
+        if key in ("weight", "pos_weight") and value is not None:
+            args.append(f"{key}=torch.tensor({list(value)!r}, dtype=p.dtype)")
+        else:
+            args.append(f"{key}={value!r}")
+    call = ", ".join(["p", "y", *args])
+    return f"import torch\n\n\ndef loss(p, y):\n    return torch.nn.functional.{op}({call})\n\n\n" + _DOUBLE_BACKWARD
 
 
 # ------------------------------------------------------------------ configurations
