@@ -34,34 +34,6 @@ LOSS_TRANSFORMS = {"vjp": "derivative", "hvp": "hvp"}
 NOT_APPLICABLE = "n/a"
 
 
-def has_losses(adapter: Any) -> bool:
-    return callable(getattr(adapter, "loss_configurations", None)) and callable(getattr(adapter, "make_loss", None))
-
-
-def loss_jobs(adapter: Any, grid: str, where: str) -> list[dict[str, Any]]:
-    """The adapter's loss configurations as jobs (``loss: True``, ``op``, ``kwargs``, ``label``,
-    ``input_shape`` the prediction's, ``grid`` and ``index``); none without ``loss_configurations``.
-
-    Raises:
-      InputError: a configuration without ``op``, ``kwargs`` or ``pred``.
-    """
-    from symjac._errors import InputError
-
-    if not has_losses(adapter):
-        return []
-    jobs = []
-    for i, config in enumerate(adapter.loss_configurations(grid)):
-        try:
-            op, kwargs, pred = config.op, dict(config.kwargs), np.asarray(config.pred)
-        except (AttributeError, TypeError) as exc:
-            raise InputError(f"{where}: loss_configurations item {i} is a {type(config).__name__}, not a "
-                             f"LossConfig(op, kwargs, pred, target, upstream, label) ({exc})") from None
-        label = getattr(config, "label", "") or f"{op} " + " ".join(f"{k}={v}" for k, v in kwargs.items())
-        jobs.append({"loss": True, "op": str(op), "kwargs": kwargs, "label": label.strip(),
-                     "input_shape": [int(n) for n in pred.shape], "grid": grid, "index": i})
-    return jobs
-
-
 @functools.lru_cache(maxsize=8)
 def _grid(target: str, grid: str) -> tuple[Any, ...]:
     from symjac.frameworks._conform_plan import load_adapter

@@ -5,7 +5,8 @@
 ``configurations()`` is code under test like its ``make()``: with isolation on it runs in a
 worker process (:class:`symjac.run._isolate.Worker`) bounded by the run's timeout and budget,
 so raising, returning None, an abort, a hang, an endless generator or ``SystemExit`` is one
-:class:`symjac.InputError` line. Configurations without an input shape get the coverage
+:class:`symjac.InputError` line. An adapter's ``loss_configurations(grid)`` (with ``make_loss``) is
+listed after its pools (:func:`loss_jobs`; run by :mod:`symjac.frameworks._conform_loss`). Configurations without an input shape get the coverage
 plan's (:func:`symjac.cover`); an equal configuration given twice runs once, and two that
 share a label get their differing arguments added to it. :func:`sample_order` is the
 seeded order a ``budget`` runs the grid in, so a budget's cut falls across the whole grid.
@@ -99,6 +100,34 @@ def _job(config: Any, where: str, i: int) -> dict[str, Any]:
             "label": text.strip()}
 
 
+def has_losses(adapter: Any) -> bool:
+    return callable(getattr(adapter, "loss_configurations", None)) and callable(getattr(adapter, "make_loss", None))
+
+
+def loss_jobs(adapter: Any, grid: str, where: str) -> list[dict[str, Any]]:
+    """The adapter's loss configurations as jobs (``loss: True``, ``op``, ``kwargs``, ``label``,
+    ``input_shape`` the prediction's, ``grid`` and ``index``); none without ``loss_configurations``.
+
+    Raises:
+      InputError: a configuration without ``op``, ``kwargs`` or ``pred``.
+    """
+    if not has_losses(adapter):
+        return []
+    jobs = []
+    for i, config in enumerate(adapter.loss_configurations(grid)):
+        if i == MAX_CONFIGURATIONS:
+            raise InputError(f"{where}: loss_configurations gave more than {MAX_CONFIGURATIONS} (an endless generator?)")
+        try:
+            op, kwargs, pred = config.op, dict(config.kwargs), np.asarray(config.pred)
+        except (AttributeError, TypeError) as exc:
+            raise InputError(f"{where}: loss_configurations item {i} is a {type(config).__name__}, not a "
+                             f"LossConfig(op, kwargs, pred, target, upstream, label) ({exc})") from None
+        label = getattr(config, "label", "") or f"{op} " + " ".join(f"{k}={v}" for k, v in kwargs.items())
+        jobs.append({"loss": True, "op": str(op), "kwargs": kwargs, "label": label.strip(),
+                     "input_shape": [int(n) for n in pred.shape], "grid": grid, "index": i})
+    return jobs
+
+
 def _plan_shapes(adapter: Any, job: dict[str, Any], where: str) -> list[list[int]]:
     """The coverage plan's input shapes for a configuration given without one."""
     from symjac.frameworks._adapter import Config, Unsupported
@@ -118,7 +147,7 @@ def list_jobs(target: str, grid: str, known_defects: bool = True, losses: bool =
     """The adapter's configurations as jobs (``op``, ``kwargs``, ``input_shape``, ``label``), in
     this process: shapes from the coverage plan where omitted, duplicates dropped, shared labels
     told apart; then, with ``losses``, its loss configurations (``loss: True``;
-    :func:`symjac.frameworks._conform_loss.loss_jobs`).
+    :func:`loss_jobs`).
 
     Raises:
       InputError: one line: the adapter did not load, ``configurations()`` raised (or called
@@ -127,8 +156,6 @@ def list_jobs(target: str, grid: str, known_defects: bool = True, losses: bool =
     """
     adapter = load_adapter(target)
     where = f"adapter {target!r}: configurations({grid!r})"
-    from symjac.frameworks._conform_loss import loss_jobs
-
     jobs = []
     losses_listed: list[dict[str, Any]] = []
     try:

@@ -21,7 +21,7 @@ def _literal(values: Any, dtype: str) -> str:
     """``np.array([...], dtype=...)`` of recorded values (float64 or integer lists), or ``None``."""
     if values is None:
         return "None"
-    integer = np.dtype(dtype).kind in "iu" if dtype != "bfloat16" else False
+    integer = dtype != "bfloat16" and np.issubdtype(np.dtype(dtype), np.integer)
     lit = np.array2string(np.asarray(values, dtype=np.int64 if integer else np.float64), separator=", ", floatmode="unique",
                           threshold=1 << 30, max_line_width=110)
     return f"np.array({lit}, dtype={'ml_dtypes.bfloat16' if dtype == 'bfloat16' else 'np.' + dtype})"

@@ -98,7 +98,8 @@ def _function(snippet: str) -> tuple[str, dict[str, str]] | None:
 
 def _exact(f: Any) -> np.ndarray | None:
     try:
-        return np.vectorize(lambda e: float(e), otypes=[np.float64])(np.asarray(f()))
+        out: np.ndarray = np.vectorize(lambda e: float(e), otypes=[np.float64])(np.asarray(f()))
+        return out
     except Exception:  # noqa: BLE001 - no exact value (lp at an all-zero window): the script says so
         return None
 

@@ -112,9 +112,14 @@ def weighted_cross_entropy_with_logits(pos_weight: Sequence[float], reduction: s
     """``tf.nn.weighted_cross_entropy_with_logits`` (``pos_weight`` per class, along the last axis)
     reduced, and its spec ``Loss("sigmoid_ce", pos_weight=pos_weight)``."""
     tf, reduce = import_tf(), _reduce(reduction)
-    spec = Loss("sigmoid_ce", reduction=reduction, pos_weight=tuple(pos_weight))
+    spec = _spec("sigmoid_ce", reduction=reduction, pos_weight=tuple(pos_weight))
     return spec, loss_impl(lambda p, y: reduce(tf.nn.weighted_cross_entropy_with_logits(
         labels=y, logits=p, pos_weight=tf.constant(list(pos_weight), p.dtype))), spec)
+
+
+def _spec(kind: str, **options: Any) -> Loss:
+    """The spec from the framework's arguments (floats, tuples; symjac reads them as exact numbers)."""
+    return Loss(kind, **options)
 
 
 _KERAS_REDUCTIONS = {"sum_over_batch_size": "mean", "sum": "sum", None: "none", "none": "none"}
@@ -148,7 +153,7 @@ def keras_mean_absolute_error() -> tuple[Loss, LossImpl]:
 
 def keras_huber(delta: float = 1.0) -> tuple[Loss, LossImpl]:
     """``keras.losses.Huber(delta)`` and its spec ``Loss("huber", delta=delta)``."""
-    spec = Loss("huber", delta=delta)
+    spec = _spec("huber", delta=delta)
     return spec, _keras("Huber", spec, delta=delta)
 
 
@@ -165,7 +170,7 @@ def keras_categorical_crossentropy(from_logits: bool = True, label_smoothing: fl
     Keras normalises and clips, another loss) and its spec ``Loss("softmax_ce", label_smoothing)``."""
     if not from_logits:
         raise Unsupported("keras CategoricalCrossentropy(from_logits=False): symjac's softmax_ce takes logits")
-    spec = Loss("softmax_ce", reduction=_keras_reduction(reduction), label_smoothing=label_smoothing or None)
+    spec = _spec("softmax_ce", reduction=_keras_reduction(reduction), label_smoothing=label_smoothing or None)
     return spec, _keras("CategoricalCrossentropy", spec, from_logits=True, label_smoothing=label_smoothing,
                         reduction=reduction)
 

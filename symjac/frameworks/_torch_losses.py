@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from symjac.frameworks._adapter import require
+from symjac.frameworks._torch_arrays import to_numpy, to_torch
 from symjac.frameworks._loss_grid import LossConfig, dyadic, generate_losses, probabilities, upstream_for
 from symjac.loss._spec import Loss
 from symjac.frameworks._adapter import LossImpl
@@ -44,9 +45,7 @@ def _torch() -> Any:
     return require("torch")
 
 
-def _tensor(a: np.ndarray) -> Any:
-    torch = _torch()
-    return torch.from_numpy(np.array(a, copy=True, order="C"))
+_tensor, _numpy = to_torch, to_numpy  # (bfloat16 through ml_dtypes)
 
 
 def _label(label: Any, dtype: Any) -> Any:
@@ -76,7 +75,7 @@ def loss_impl(fn: Callable[[Any, Any], Any], loss: Loss) -> LossImpl:
 
     def forward(pred: np.ndarray, label: Any) -> np.ndarray:
         with torch.no_grad():
-            return np.array(run(_tensor(pred), label).numpy(), copy=True)
+            return _numpy(run(_tensor(pred), label))
 
     def gradient(p: Any, label: Any, upstream: Any, create_graph: bool) -> Any:
         value = run(p, label)
@@ -88,7 +87,7 @@ def loss_impl(fn: Callable[[Any, Any], Any], loss: Loss) -> LossImpl:
         p = _tensor(pred).requires_grad_(True)
         with torch.enable_grad():
             g = gradient(p, label, upstream, False)
-        return np.array((g * scale).detach().numpy(), copy=True)
+        return _numpy(g * scale)
 
     def hvp(pred: np.ndarray, label: Any, v: np.ndarray, upstream: Any = None) -> np.ndarray:
         p = _tensor(pred).requires_grad_(True)
@@ -97,7 +96,7 @@ def loss_impl(fn: Callable[[Any, Any], Any], loss: Loss) -> LossImpl:
             # a gradient that does not depend on pred (kl_div's -P in log Q) has no graph: H = 0
             h = torch.autograd.grad(g, p, _tensor(v), allow_unused=True)[0] if g.requires_grad else None
         out = torch.zeros_like(p) if h is None else torch.zeros_like(p) + h * scale  # + : a ZeroTensor made dense
-        return np.array(out.detach().numpy(), copy=True)
+        return _numpy(out)
 
     return LossImpl(loss=loss, derivative=derivative, forward=forward, hvp=hvp)
 
