@@ -65,12 +65,13 @@ def test_a_known_defect_is_shown_but_not_a_finding(known):
 def test_cli_exit_codes_with_known_defects(tmp_path):
     # only the known defects: exit 0; with --fail-on-known: 1; the new finding: 1
     r = cli(ADAPTER, "--ops", "max_known,avg_fixed", "--dtype", "float64", "--families", "distinct", "-q",
-            "--json", str(tmp_path / "c.json"))
+            "--json", str(tmp_path / "c.json"), "--no-isolate")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "known:wrong_weights" in r.stdout
     doc = json.loads((tmp_path / "c.json").read_text())
     assert doc["ok"] and doc["counts"]["known_defect"] == 1 and doc["counts"]["pass"] == 1
-    r = cli(ADAPTER, "--ops", "max_known", "--dtype", "float64", "--families", "distinct", "-q", "--fail-on-known")
+    r = cli(ADAPTER, "--ops", "max_known", "--dtype", "float64", "--families", "distinct", "-q", "--fail-on-known",
+            "--no-isolate")
     assert r.returncode == 1 and "reproduce a known defect (--fail-on-known)" in r.stderr
     r = cli(ADAPTER, "--ops", "losses", "--transforms", "hvp", "--dtype", "float64", "-q", "--no-isolate")
     assert r.returncode == 1 and "wrong_scale" in r.stdout
