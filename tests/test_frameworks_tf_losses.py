@@ -98,3 +98,13 @@ def test_tensorflow_weighted_cross_entropy_gradient_at_zero_logits():
     config = next(c for c in stf.loss_configurations("full") if c.op == "weighted_cross_entropy_with_logits"
                   and (c.pred == 0).any())
     assert "logits == 0" in stf.known_loss_defect(config, np.float32, "derivative")
+
+
+def test_a_scalar_bfloat16_loss_comes_back_as_an_array():
+    # np.array() of a 0-d bfloat16 tf.Tensor raises ("__array__ method not producing an array"):
+    # the adapter reads tensors with .numpy(), so bfloat16 cells are checked, not bad_output
+    pytest.importorskip("ml_dtypes")
+    loss, impl = stf.sigmoid_cross_entropy_with_logits("mean")
+    report = symjac.verify_loss(loss, derivative=impl.derivative, forward=impl.forward, hvp=impl.hvp,
+                                pred=LOGITS, label=CASES[0][1], dtype="bfloat16")
+    assert report.ok, str(report)

@@ -47,6 +47,11 @@ from symjac.frameworks._adapter import LossImpl
 _REDUCTIONS = ("mean", "sum", "none")
 
 
+def _numpy(t: Any) -> np.ndarray:
+    """A tensor as a NumPy array (``.numpy()``: ``np.array`` of a 0-d bfloat16 tensor raises)."""
+    return np.array(t.numpy(), copy=True)
+
+
 def loss_impl(fn: Callable[[Any, Any], Any], loss: Loss) -> LossImpl:
     """A TF loss ``fn(pred, label) -> L`` (per element for ``"none"``) as a :class:`symjac.LossImpl`."""
     tf = import_tf()
@@ -62,10 +67,10 @@ def loss_impl(fn: Callable[[Any, Any], Any], loss: Loss) -> LossImpl:
         return tape.gradient(value, p, output_gradients=constant(upstream))
 
     def forward(pred: np.ndarray, label: Any) -> np.ndarray:
-        return np.array(fn(tf.constant(pred), constant(label)))
+        return _numpy(fn(tf.constant(pred), constant(label)))
 
     def derivative(pred: np.ndarray, label: Any, upstream: Any = None) -> np.ndarray:
-        return np.array(gradient(tf.constant(pred), label, upstream) * scale)
+        return _numpy(gradient(tf.constant(pred), label, upstream) * scale)
 
     def hvp(pred: np.ndarray, label: Any, v: np.ndarray, upstream: Any = None) -> np.ndarray:
         p = tf.constant(pred)
@@ -73,7 +78,7 @@ def loss_impl(fn: Callable[[Any, Any], Any], loss: Loss) -> LossImpl:
             outer.watch(p)
             g = gradient(p, label, upstream)
         h = outer.gradient(g, p, output_gradients=tf.constant(v))
-        return np.zeros_like(pred) if h is None else np.array(h * scale)
+        return np.zeros_like(pred) if h is None else _numpy(h * scale)
 
     return LossImpl(loss=loss, derivative=derivative, forward=forward, hvp=hvp)
 
