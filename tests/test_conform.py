@@ -130,9 +130,11 @@ def test_tensorflow_maxpool3d_grad_at_ties():
     pytest.importorskip("tensorflow")
     result = symjac.conform("tensorflow", ops=["max_pool3d"], dtypes=["float32"], families=["ties"])
     # TF 2.21 MaxPool3DGrad sends the whole upstream gradient to every tied maximum, where any
-    # element of the Clarke subdifferential of max sums to 1 over the tied cells.
-    assert [r["category"] for r in result.findings] == ["tie_not_subgradient"]
-    assert "tied windows route gradient outside the convex hull" in result.findings[0]["summary"]
+    # element of the Clarke subdifferential of max sums to 1 over the tied cells: a defect the
+    # adapter documents, so a known_defect cell (shown; not a finding)
+    assert [r["category"] for r in result.known] == ["tie_not_subgradient"] and result.ok
+    assert "tied windows route gradient outside the convex hull" in result.known[0]["summary"]
+    assert "known:tie_not_subgradient" in result.table()
 
 
 def test_tensorflow_keras_adaptive_max_pool_sigfpe_is_a_crashed_cell():
@@ -140,7 +142,7 @@ def test_tensorflow_keras_adaptive_max_pool_sigfpe_is_a_crashed_cell():
     pytest.importorskip("keras")
     result = symjac.conform("tensorflow", ops=["keras_ops_adaptive_max_pool"], dtypes=["float32"],
                             families=["distinct"])
-    crashed = [r for r in result.findings if r["category"] == "crashed"]
+    crashed = [r for r in result.known if r["category"] == "crashed"]  # documented: known_defect cells
     # Keras adaptive max pooling on TF dies with SIGFPE when the last spatial output size is 1
     assert crashed and {r["signal"] for r in crashed} == {"SIGFPE"}
     assert all(r["config"]["kwargs"]["output_size"][-1] == 1 for r in crashed)
@@ -157,9 +159,9 @@ def test_onnxruntime_same_padding_with_dilations():
 
     same_dilated = {id(r) for r in result.results
                     if same_dilated_kernel(r["config"]["kwargs"]) and r["status"] != "unsupported"}
-    assert same_dilated and {id(r) for r in result.findings} == same_dilated
+    assert same_dilated and {id(r) for r in result.known} == same_dilated and not result.findings
     # ONNX: SAME keeps out = ceil(L / s) per axis; ORT 1.32 sizes the padding from the undilated kernel
-    for r in result.findings:
+    for r in result.known:
         shape, kw = r["config"]["input_shape"], r["config"]["kwargs"]
         strides = kw.get("strides") or [1] * (len(shape) - 2)
         want = tuple(shape[:2]) + tuple(-(-n // s) for n, s in zip(shape[2:], strides))

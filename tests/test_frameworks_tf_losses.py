@@ -10,6 +10,7 @@ import symjac
 
 pytest.importorskip("tensorflow")
 import symjac.frameworks.tensorflow as stf  # noqa: E402
+from symjac.frameworks._tf_losses import OPS as TF_OPS  # noqa: E402
 
 # dyadic inputs, exact in float32 and float64 (the exact engine and TF see the same numbers)
 LOGITS = np.array([[0.5, -1.25, 2.0], [0.75, 0.125, -0.5]])
@@ -37,3 +38,73 @@ def test_keras_mean_squared_error_passes_derivative_and_hvp():
         report = symjac.verify_loss(loss, derivative=impl.derivative, forward=impl.forward, hvp=impl.hvp,
                                     pred=LOGITS, label=LOGITS[::-1] / 2, dtype=dtype)
         assert report.ok, f"{dtype}: {report}"
+
+
+def test_one_configuration_of_every_loss_passes():
+    from framework_checks import check_losses
+
+    configs = list(stf.loss_configurations("small"))[:11]  # one of each op of the cycle
+    assert {c.op for c in configs} == set(TF_OPS)
+    assert check_losses(stf, configs, ("float32",))["float32"] == 11
+
+
+def test_grid_covers_the_options():
+    configs = list(stf.loss_configurations("full"))
+    kwargs = [c.kwargs for c in configs]
+    assert {c.op for c in configs} == set(TF_OPS)
+    for key in ("pos_weight", "label_smoothing", "delta"):
+        assert any(k.get(key) for k in kwargs), key
+    assert {k.get("from_logits") for k in kwargs if "from_logits" in k} == {True, False}
+    assert {k["reduction"] for k in kwargs if "reduction" in k} == {"mean", "sum", "none", None, "sum_over_batch_size"}
+
+
+@pytest.mark.slow
+def test_every_loss_configuration_passes_derivative_and_hvp():
+    from framework_checks import check_losses
+
+    checked = check_losses(stf, stf.loss_configurations("full"))
+    assert min(checked.values()) >= 300, checked
+
+
+def test_tensorflow_weighted_cross_entropy_gradient_at_zero_logits():
+    # Found by the full loss grid. The loss -[p·y·log σ(z) + (1-y)·log(1-σ(z))] is smooth at z = 0;
+    # by hand, with σ(0) = 1/2 and σ' = σ(1-σ): dℓ/dz = -p·y·(1-σ) + (1-y)·σ = (1 - y - p·y)/2 and
+    # d²ℓ/dz² = (p·y + 1 - y)·σ(1-σ) = (p·y + 1 - y)/4. TF's formula
+    # (1-y)·z + (1 + (p-1)·y)·(log1p(exp(-|z|)) + relu(-z)) differentiates |z| and relu at 0 as
+    # 0, which gives 1 - y and 0. Either side of 0 (z = ±1e-30) TF agrees with the closed form.
+    tf = pytest.importorskip("tensorflow")
+    p, y = 0.5, np.array([0.0, 0.25, 1.0])
+
+    def grads(z):
+        zt = tf.constant(np.full(3, z))
+        with tf.GradientTape() as outer:
+            outer.watch(zt)
+            with tf.GradientTape() as inner:
+                inner.watch(zt)
+                loss = tf.reduce_sum(tf.nn.weighted_cross_entropy_with_logits(labels=tf.constant(y), logits=zt,
+                                                                              pos_weight=p))
+            g = inner.gradient(loss, zt)
+        return g.numpy(), outer.gradient(g, zt).numpy()
+
+    g, h = grads(0.0)
+    np.testing.assert_array_equal(g, 1 - y)  # the defect
+    np.testing.assert_array_equal(h, np.zeros(3))
+    np.testing.assert_allclose(grads(1e-30)[0], (1 - y - p * y) / 2, rtol=1e-15)  # the closed form
+    np.testing.assert_allclose(grads(-1e-30)[1], (p * y + 1 - y) / 4, rtol=1e-15)
+    loss, impl = stf.weighted_cross_entropy_with_logits((p, p, p), "sum")
+    report = symjac.verify_loss(loss, derivative=impl.derivative, hvp=impl.hvp, pred=np.zeros((1, 3)),
+                                label=y[None], dtype="float64")
+    assert {"wrong_values", "wrong_second_derivative"} <= set(report.categories())
+    config = next(c for c in stf.loss_configurations("full") if c.op == "weighted_cross_entropy_with_logits"
+                  and (c.pred == 0).any())
+    assert "logits == 0" in stf.known_loss_defect(config, np.float32, "derivative")
+
+
+def test_a_scalar_bfloat16_loss_comes_back_as_an_array():
+    # np.array() of a 0-d bfloat16 tf.Tensor raises ("__array__ method not producing an array"):
+    # the adapter reads tensors with .numpy(), so bfloat16 cells are checked, not bad_output
+    pytest.importorskip("ml_dtypes")
+    loss, impl = stf.sigmoid_cross_entropy_with_logits("mean")
+    report = symjac.verify_loss(loss, derivative=impl.derivative, forward=impl.forward, hvp=impl.hvp,
+                                pred=LOGITS, label=CASES[0][1], dtype="bfloat16")
+    assert report.ok, str(report)

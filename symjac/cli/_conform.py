@@ -1,11 +1,12 @@
-"""``symjac conform FRAMEWORK``: a framework's pooling ops over a convention matrix.
+"""``symjac conform FRAMEWORK``: a framework's pooling ops (and losses) over a convention matrix.
 
 Registered as a ``Command`` in :mod:`symjac.cli._main` (``add_arguments``, ``run``).
 
 Exit codes as for every command: 0 no finding, 1 a finding, 2 a usage error
 (an unknown framework, a framework that is not installed, a bad option, a user adapter
 whose ``configurations()`` fails), or no cell verified (every cell not run, unsupported,
-skipped or an error).
+skipped or an error). A defect the adapter documents that still reproduces is shown
+(``known:CATEGORY``) but exits 0, unless ``--fail-on-known``.
 """
 
 from __future__ import annotations
@@ -86,6 +87,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"reproducer: {path}", file=sys.stderr)
     if not result.ok:
         return 1
+    if args.fail_on_known and result.known:
+        print(f"symjac conform: {len(result.known)} cells reproduce a known defect (--fail-on-known)", file=sys.stderr)
+        return 1
     if not result.verified:  # nothing passed and nothing failed: no verdict, not a success
         counts = ", ".join(f"{v} {k}" for k, v in result.counts().items() if v) or "no cells"
         print(f"symjac conform: error: no cell was verified ({counts})", file=sys.stderr)
@@ -99,6 +103,7 @@ EXAMPLES = (
     "symjac conform onnxruntime --budget 60 --json ort.json",
     "symjac conform my_adapter.py:adapter --no-isolate -j 2",
     "symjac conform torch --transforms vjp,jvp,hvp,vmap --dtype float32,float64",
+    "symjac conform torch --ops losses --transforms vjp,hvp --reproducers repro",
 )
 
 # the dtype, family and transform names, here so that building the parser imports nothing heavy
@@ -123,10 +128,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--transforms", default="vjp", metavar="TRANSFORMS",
                    help=f"comma-separated derivatives to check, one column each (default vjp; of {_TRANSFORMS}: "
                         "jvp forward mode, hvp double backward, vmap the batched forward/VJP/JVP)")
-    p.add_argument("--ops", default=None, metavar="OPS", help="comma-separated op names: only their configurations")
+    p.add_argument("--ops", default=None, metavar="OPS",
+                   help="comma-separated op names (max_pool2d, cross_entropy) or the groups pools and losses: "
+                        "only their configurations (default: all; losses have vjp and hvp cells)")
+    p.add_argument("--fail-on-known", action="store_true",
+                   help="exit 1 when a defect the adapter documents still reproduces (default: shown, exit 0)")
     p.add_argument("--json", default=None, metavar="PATH", help="write the results as JSON")
     p.add_argument("--reproducers", default=None, metavar="DIR",
-                   help="write a spec file and a Python script for every distinct failure class")
+                   help="write a spec file and a Python script for every distinct failure class (known defects too)")
     p.add_argument("-j", "--jobs", type=int, default=1, help="worker processes (default 1; at most 64)")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="address of a Dask distributed scheduler (pip install 'symjac[dask]')")

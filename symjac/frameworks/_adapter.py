@@ -179,6 +179,9 @@ class LossImpl:
       hvp: optional ``hvp(pred, label, v) -> H·v`` (``hvp(pred, label, v, upstream)`` for
         ``reduction="none"``), ``H = S·∂²L/∂pred²``, as for :func:`verify_loss`; the framework
         loss adapters fill it with their second-order autodiff.
+      reproducer: a self-contained Python snippet calling the framework's loss on NumPy arrays
+        ``pred``, ``label``, ``upstream`` (None unless ``reduction="none"``) and ``v`` defined before
+        it, that sets ``derivative`` (unscaled) and ``hvp``: ``conform``'s reproducer scripts.
     """
 
     loss: Loss | str
@@ -188,3 +191,4 @@ class LossImpl:
     label: Any = None
     upstream: Any = None
     hvp: Callable[..., Any] | None = None
+    reproducer: str = ""

@@ -6,7 +6,10 @@ ceil, divisor, dilation, layout) times the float dtypes, verifies each against t
 spec the framework documents, on symjac's input families, and returns a
 :class:`Conformance`: the table op × convention × dtype of ``pass``, the root finding
 category, or ``unsupported`` (the framework has no such op/convention/dtype, or no
-VJP: not a finding).
+VJP: not a finding). An adapter with ``loss_configurations(grid)`` and ``make_loss`` (torch,
+jax, tensorflow) adds its losses' rows (:mod:`symjac.frameworks._conform_loss`); a cell of a
+defect the adapter documents is ``known_defect`` (reproduced, not a finding) or a pass that
+says it did not reproduce (:mod:`symjac.frameworks._conform_result`).
 
 Isolation (default on): each configuration runs in a worker process
 (:mod:`symjac.run._isolate`, a fresh interpreter, whatever this process ran before),
@@ -20,13 +23,9 @@ starting new configurations once spent.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
-import re
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,20 +34,20 @@ from symjac._errors import InputError, SpecError
 from symjac.pool._ops import operator_of
 from symjac.frameworks._conform_plan import PackageMissing, adapter_target, check_budget, load_adapter, numpy_dtype
 from symjac.frameworks._conform_plan import plan, sample_order
-from symjac.frameworks._conform_repro import TIE_CATEGORIES as TIE_CATEGORIES, write_reproducer
+from symjac.frameworks._conform_loss import LOSS_TRANSFORMS, run_loss_cell
+from symjac.frameworks._conform_repro import TIE_CATEGORIES as TIE_CATEGORIES
+from symjac.frameworks._conform_result import MISSING_TEXT as MISSING_TEXT, STATUSES as STATUSES, Conformance
 from symjac.run._executor import execute
 from symjac.run._isolate import Crashed, Raised, TimedOut, Worker
 
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 FAMILIES = ("distinct", "ties", "random")
-#: Statuses of a cell; "finding" cells carry the root category.
-STATUSES = ("pass", "finding", "unsupported", "skipped", "error", "not_run")
 #: The most worker processes a run starts (``jobs``).
 MAX_JOBS = 64
 #: Seconds a budget grants a user adapter's configurations() beyond itself: its worker's start.
 WORKER_START = 10.0
-#: The table's text of a cell symjac could not run for want of a package (``not_run`` with ``missing``).
-MISSING_TEXT = "not run: {} missing"
+#: The op groups ``ops`` takes besides op names.
+GROUPS = ("pools", "losses")
 
 
 # ----------------------------------------------------------------------------- one cell
@@ -85,17 +84,27 @@ def _preflight(impl: Any, x: np.ndarray, dy: np.ndarray, transform: str = "vjp")
 
 def describe(job: dict[str, Any], target: str) -> dict[str, Any]:
     """The spec (as a spec-file table) and reproducer snippet of a configuration, without
-    calling the op: what a reproducer of a crash needs."""
+    calling the op: what a reproducer of a crash needs (for a loss: its snippet and known defect)."""
+    from symjac.frameworks._conform_loss import loss_config
+    from symjac.frameworks._transforms import known_defect
     from symjac.io._specwrite import operator_table
 
     adapter = load_adapter(target)
+    transform = job.get("transform", "vjp")
+    if job.get("loss"):
+        config = loss_config(target, job)
+        loss, impl = adapter.make_loss(config)
+        known = getattr(adapter, "known_loss_defect", None)
+        defect = known(config, numpy_dtype(job["dtype"]), LOSS_TRANSFORMS[transform]) if callable(known) else None
+        return {"loss": repr(loss), "reproducer": getattr(impl, "reproducer", ""),
+                **({"known_defect": defect} if defect else {})}
     config = _config(job)
     spec, impl = adapter.make(config)
     out = {"operator": operator_table(spec), "reproducer": getattr(impl, "reproducer", ""),
            "forward_only": impl.backward is None}
-    known = getattr(adapter, "known_defect", None)
-    if callable(known) and known(config):
-        out["known_defect"] = known(config)
+    defect = known_defect(adapter, config, transform)
+    if defect:
+        out["known_defect"] = defect
     return out
 
 
@@ -113,6 +122,8 @@ def run_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]:
     from symjac.frameworks._transforms import known_defect, missing, verify_transform
     from symjac.pool._geometry import resolve
 
+    if job.get("loss"):
+        return run_loss_cell(job, target, dtype)
     transform = job.get("transform", "vjp")
     out: dict[str, Any] = {"config": job, "dtype": dtype, "transform": transform}
     config = _config(job)
@@ -216,6 +227,11 @@ def run_job(config: dict[str, Any], impl_target: str, dtype: str) -> dict[str, A
     result = run_isolated(job, impl_target, job["dtype"]) if job.get("isolate", True) else \
         run_cell(job, impl_target, job["dtype"])
     result["seconds"] = round(time.monotonic() - started, 4)
+    if result.get("known_defect"):  # a documented defect: reproduced (not a new finding), or not seen
+        if result["status"] == "finding":
+            result["status"] = "known_defect"
+        elif result["status"] == "pass":
+            result["known_defect_fixed"] = True
     return {**result, "conform_status": result["status"],
             "status": "fail" if result["status"] == "finding" else result["status"]}
 
@@ -223,124 +239,15 @@ def run_job(config: dict[str, Any], impl_target: str, dtype: str) -> dict[str, A
 # ----------------------------------------------------------------------------- the run
 
 
-@dataclasses.dataclass
-class Conformance:
-    """The outcome of a conformance run.
-
-    Attributes:
-      framework: what was run (``"torch"`` or an adapter target).
-      grid: ``"small"`` or ``"full"``.
-      dtypes: the dtypes, in column order.
-      results: one dict per (configuration, dtype): ``label``, ``op``, ``dtype``,
-        ``status`` (:data:`STATUSES`), ``category`` for findings, ``summary``/``reason``.
-      seconds: wall time.
-      transforms: the derivatives checked (:data:`symjac.frameworks._transforms.TRANSFORMS`), one
-        column each (per dtype); a result's job says its ``transform``.
-    """
-
-    framework: str
-    grid: str
-    dtypes: tuple[str, ...]
-    results: list[dict[str, Any]]
-    seconds: float
-    transforms: tuple[str, ...] = ("vjp",)
-
-    @property
-    def findings(self) -> list[dict[str, Any]]:
-        return [r for r in self.results if r["status"] == "finding"]
-
-    @property
-    def verified(self) -> int:
-        """How many cells were verified (passed or had a finding)."""
-        return sum(r["status"] in ("pass", "finding") for r in self.results)
-
-    @property
-    def ok(self) -> bool:
-        """True when no cell has a finding (unsupported, skipped and not-run cells are no findings)."""
-        return not self.findings
-
-    def counts(self) -> dict[str, int]:
-        return {s: sum(r["status"] == s for r in self.results) for s in STATUSES}
-
-    def cell_text(self, r: dict[str, Any]) -> str:
-        if r["status"] == "finding":
-            text = f"{r['category']}:{r['signal']}" if r.get("signal") else str(r["category"])
-            return text + ("*" if r.get("known_defect") else "")
-        if r["status"] == "not_run":
-            return MISSING_TEXT.format(r["missing"]) if r.get("missing") else "-"
-        return str(r["status"])
-
-    def table(self) -> str:
-        """op × convention rows, one column per dtype."""
-        rows: dict[str, dict[str, str]] = {}
-        for r in self.results:
-            rows.setdefault(_row(r["config"]), {})[self._column(r["dtype"], r["config"].get("transform", "vjp"))] = \
-                self.cell_text(r)
-        heads = [self._column(d, t) for d in self.dtypes for t in self.transforms]
-        width = max([len("configuration")] + [len(k) for k in rows])
-        cols = [max(len(d), *(len(v.get(d, "")) for v in rows.values())) for d in heads] if rows else []
-        lines = [f"{'configuration':{width}}  " + "  ".join(f"{d:{w}}" for d, w in zip(heads, cols))]
-        for label, cells in rows.items():
-            lines.append(f"{label:{width}}  " + "  ".join(f"{cells.get(d, ''):{w}}" for d, w in zip(heads, cols)))
-        known = sorted({r["known_defect"] for r in self.findings if r.get("known_defect")})
-        lines += [f"* a defect the adapter documents: {k}" for k in known]
-        missing = {str(r["missing"]): str(r["reason"]) for r in self.results if r["status"] == "not_run"
-                   and r.get("missing")}
-        lines += [f"{MISSING_TEXT.format(package)}: {reason}" for package, reason in missing.items()]
-        c = self.counts()
-        configs = len(rows)
-        per = "" if self.transforms == ("vjp",) else f" x {len(self.transforms)} transforms"
-        lines.append(f"{self.framework} --grid {self.grid}: {configs} configurations x {len(self.dtypes)} dtypes{per} = "
-                     f"{len(self.results)} cells: " + ", ".join(f"{v} {k}" for k, v in c.items() if v)
-                     + f" in {self.seconds:.1f} s")
-        return "\n".join(lines)
-
-    def _column(self, dtype: str, transform: str) -> str:
-        """A column's head: the dtype (a VJP-only run, as before transforms), else ``transform/dtype``."""
-        return dtype if self.transforms == ("vjp",) else f"{transform}/{dtype}"
-
-    def __str__(self) -> str:
-        return self.table()
-
-    def to_dict(self) -> dict[str, Any]:
-        from symjac.check._report import jsonable
-
-        return {"framework": self.framework, "grid": self.grid, "dtypes": list(self.dtypes),
-                "transforms": list(self.transforms), "ok": self.ok,
-                "seconds": round(self.seconds, 3), "counts": self.counts(),
-                "failure_classes": [list(k) for k in self.failure_classes()],
-                "results": [jsonable({k: v for k, v in r.items() if k != "reproducer"})
-                            for r in self.results]}
-
-    def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
-
-    def failure_classes(self) -> dict[tuple[str, str], dict[str, Any]]:
-        """(op, category) -> the first cell with that finding."""
-        classes: dict[tuple[str, str], dict[str, Any]] = {}
-        for r in self.findings:
-            transform = r["config"].get("transform", "vjp")
-            category = r["category"] if transform == "vjp" else f"{transform}:{r['category']}"
-            classes.setdefault((r["config"]["op"], category), r)
-        return classes
-
-    def write_reproducers(self, directory: str | Path) -> list[Path]:
-        """For every distinct failure class, a spec file (TOML) and a Python script; returns the paths."""
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        written: list[Path] = []
-        for (op, category), r in self.failure_classes().items():
-            stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{_short(self.framework)}-{op}-{category}")
-            written += write_reproducer(out, stem, self.framework, r, numpy_dtype(r["dtype"]))
-        return written
-
-
-def _row(config: dict[str, Any]) -> str:
-    return f"{config['label']} @{'x'.join(map(str, config['input_shape']))}"
-
-
-def _short(framework: str) -> str:
-    return Path(framework.split(":")[0]).stem
+def _select(configs: list[dict[str, Any]], ops: Sequence[str], where: str) -> list[dict[str, Any]]:
+    """The configurations of ``ops``: op names, or the groups ``"pools"`` and ``"losses"``."""
+    names = {c["op"] for c in configs}
+    unknown = set(ops) - names - set(GROUPS)
+    if unknown:
+        raise InputError(f"ops {sorted(unknown)} are not in {where}; give its ops ({', '.join(sorted(names))}) "
+                         f"or the groups {', '.join(GROUPS)}")
+    group = {"pools": False, "losses": True}
+    return [c for c in configs if c["op"] in ops or any(bool(c.get("loss")) == group[g] for g in ops if g in group)]
 
 
 def conform(framework: str, *, grid: str = "small", budget: float | None = None,
@@ -366,13 +273,20 @@ def conform(framework: str, *, grid: str = "small", budget: float | None = None,
         finding (None: no limit); a user adapter's ``configurations()`` runs isolated too, within
         the smaller of ``timeout`` and ``budget`` (plus :data:`WORKER_START` for its worker's start).
       progress: a progress bar on stderr.
-      ops: only the configurations of these ops (the adapter's op names, e.g. ``"max_pool3d"``).
+      ops: only the configurations of these ops: the adapter's op names (``"max_pool3d"``,
+        ``"cross_entropy"``) or the groups ``"pools"`` and ``"losses"`` (default: all; the loss
+        rows come from the adapter's ``loss_configurations(grid)``, see
+        :mod:`symjac.frameworks._conform_loss`).
       transforms: the derivatives to check, one column each (per dtype): ``"vjp"`` (reverse mode,
         the default), ``"jvp"`` (forward mode), ``"hvp"`` (double backward), ``"vmap"`` (the batched
-        forward, VJP and JVP); see :mod:`symjac.frameworks._transforms`.
+        forward, VJP and JVP); see :mod:`symjac.frameworks._transforms`. A loss has ``vjp`` (its
+        derivative) and ``hvp`` (its Hessian-vector product) cells only.
       known_defects: also run the configurations an adapter leaves out of its default grid
-        because they hit a defect it documents (ONNX Runtime SAME with dilations); a cell
-        whose configuration has a documented defect carries it as ``known_defect``.
+        because they hit a defect it documents (ONNX Runtime SAME with dilations). A cell whose
+        configuration has a documented defect (the adapter's ``known_defect(config, transform)``,
+        ``known_loss_defect(config, dtype, transform)``) carries it as ``known_defect``; its status
+        is ``"known_defect"`` where it fails (not a finding: ``.ok`` holds, ``.known`` lists it)
+        and ``"pass"`` with ``known_defect_fixed`` where it does not.
 
     Returns:
       A :class:`Conformance` (``.ok``, ``.table()``, ``.to_json()``, ``.write_reproducers(dir)``).
@@ -405,15 +319,13 @@ def conform(framework: str, *, grid: str = "small", budget: float | None = None,
     # worker's start); its time counts against the budget
     limit = min((t for t in (timeout, None if budget is None else budget + WORKER_START) if t is not None),
                 default=None)
-    configs = plan(target, grid, known_defects=known_defects, isolate=isolate, timeout=limit)
+    configs = plan(target, grid, known_defects=known_defects, isolate=isolate, timeout=limit,
+                   losses=any(t in LOSS_TRANSFORMS for t in chosen))
     if ops is not None:
-        unknown = set(ops) - {c["op"] for c in configs}
-        if unknown:
-            raise InputError(f"ops {sorted(unknown)} are not in the {grid} grid of {framework}; its ops: "
-                             f"{', '.join(sorted({c['op'] for c in configs}))}")
-        configs = [c for c in configs if c["op"] in ops]
+        configs = _select(configs, ops, f"the {grid} grid of {framework}")
     jobs_list = [{**c, "dtype": d, "families": list(families), "isolate": isolate, "timeout": timeout,
-                  **({} if t == "vjp" else {"transform": t})} for c in configs for d in dtypes for t in chosen]
+                  **({} if t == "vjp" else {"transform": t})} for c in configs for d in dtypes for t in chosen
+                 if t in LOSS_TRANSFORMS or not c.get("loss")]
     order = sample_order(len(jobs_list), budget)
     raw_in_order = execute([jobs_list[i] for i in order], target, jobs=jobs, scheduler=scheduler, progress=progress,
                            runner=run_job, deadline=None if budget is None else started + budget)

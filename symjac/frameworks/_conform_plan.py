@@ -5,7 +5,8 @@
 ``configurations()`` is code under test like its ``make()``: with isolation on it runs in a
 worker process (:class:`symjac.run._isolate.Worker`) bounded by the run's timeout and budget,
 so raising, returning None, an abort, a hang, an endless generator or ``SystemExit`` is one
-:class:`symjac.InputError` line. Configurations without an input shape get the coverage
+:class:`symjac.InputError` line. An adapter's ``loss_configurations(grid)`` (with ``make_loss``) is
+listed after its pools (:func:`loss_jobs`; run by :mod:`symjac.frameworks._conform_loss`). Configurations without an input shape get the coverage
 plan's (:func:`symjac.cover`); an equal configuration given twice runs once, and two that
 share a label get their differing arguments added to it. :func:`sample_order` is the
 seeded order a ``budget`` runs the grid in, so a budget's cut falls across the whole grid.
@@ -99,6 +100,34 @@ def _job(config: Any, where: str, i: int) -> dict[str, Any]:
             "label": text.strip()}
 
 
+def has_losses(adapter: Any) -> bool:
+    return callable(getattr(adapter, "loss_configurations", None)) and callable(getattr(adapter, "make_loss", None))
+
+
+def loss_jobs(adapter: Any, grid: str, where: str) -> list[dict[str, Any]]:
+    """The adapter's loss configurations as jobs (``loss: True``, ``op``, ``kwargs``, ``label``,
+    ``input_shape`` the prediction's, ``grid`` and ``index``); none without ``loss_configurations``.
+
+    Raises:
+      InputError: a configuration without ``op``, ``kwargs`` or ``pred``.
+    """
+    if not has_losses(adapter):
+        return []
+    jobs = []
+    for i, config in enumerate(adapter.loss_configurations(grid)):
+        if i == MAX_CONFIGURATIONS:
+            raise InputError(f"{where}: loss_configurations gave more than {MAX_CONFIGURATIONS} (an endless generator?)")
+        try:
+            op, kwargs, pred = config.op, dict(config.kwargs), np.asarray(config.pred)
+        except (AttributeError, TypeError) as exc:
+            raise InputError(f"{where}: loss_configurations item {i} is a {type(config).__name__}, not a "
+                             f"LossConfig(op, kwargs, pred, target, upstream, label) ({exc})") from None
+        label = getattr(config, "label", "") or f"{op} " + " ".join(f"{k}={v}" for k, v in kwargs.items())
+        jobs.append({"loss": True, "op": str(op), "kwargs": kwargs, "label": label.strip(),
+                     "input_shape": [int(n) for n in pred.shape], "grid": grid, "index": i})
+    return jobs
+
+
 def _plan_shapes(adapter: Any, job: dict[str, Any], where: str) -> list[list[int]]:
     """The coverage plan's input shapes for a configuration given without one."""
     from symjac.frameworks._adapter import Config, Unsupported
@@ -114,10 +143,11 @@ def _plan_shapes(adapter: Any, job: dict[str, Any], where: str) -> list[list[int
                          f"{exc}") from None
 
 
-def list_jobs(target: str, grid: str, known_defects: bool = True) -> list[dict[str, Any]]:
+def list_jobs(target: str, grid: str, known_defects: bool = True, losses: bool = True) -> list[dict[str, Any]]:
     """The adapter's configurations as jobs (``op``, ``kwargs``, ``input_shape``, ``label``), in
     this process: shapes from the coverage plan where omitted, duplicates dropped, shared labels
-    told apart.
+    told apart; then, with ``losses``, its loss configurations (``loss: True``;
+    :func:`loss_jobs`).
 
     Raises:
       InputError: one line: the adapter did not load, ``configurations()`` raised (or called
@@ -127,6 +157,7 @@ def list_jobs(target: str, grid: str, known_defects: bool = True) -> list[dict[s
     adapter = load_adapter(target)
     where = f"adapter {target!r}: configurations({grid!r})"
     jobs = []
+    losses_listed: list[dict[str, Any]] = []
     try:
         configs = _call(adapter, grid, known_defects)
         if configs is None or isinstance(configs, (str, bytes, Mapping)) or not hasattr(configs, "__iter__"):
@@ -136,6 +167,8 @@ def list_jobs(target: str, grid: str, known_defects: bool = True) -> list[dict[s
             if i == MAX_CONFIGURATIONS:
                 raise InputError(f"{where} gave more than {MAX_CONFIGURATIONS} configurations (an endless generator?)")
             jobs.append(_job(config, where, i))
+        if losses:
+            losses_listed = loss_jobs(adapter, grid, where)
     except InputError:
         raise
     except SymjacError as exc:  # a built-in adapter's unknown grid
@@ -147,7 +180,7 @@ def list_jobs(target: str, grid: str, known_defects: bool = True) -> list[dict[s
     for job in jobs:
         shapes = [job["input_shape"]] if job["input_shape"] is not None else _plan_shapes(adapter, job, where)
         shaped += [{**job, "input_shape": shape} for shape in shapes]
-    return _distinct(shaped)
+    return _distinct(shaped) + losses_listed
 
 
 def _key(job: dict[str, Any]) -> str:
@@ -174,15 +207,15 @@ def _distinct(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def plan(target: str, grid: str, *, known_defects: bool = True, isolate: bool = True,
-         timeout: float | None = None) -> list[dict[str, Any]]:
+         timeout: float | None = None, losses: bool = True) -> list[dict[str, Any]]:
     """:func:`list_jobs`, for a user adapter with ``isolate`` in a worker process that may take
     ``timeout`` seconds (None: no limit); its crash or hang is an :class:`InputError` too."""
     if builtin(target) or not isolate:
-        return list_jobs(target, grid, known_defects)
+        return list_jobs(target, grid, known_defects, losses)
     where = f"adapter {target!r}: configurations({grid!r})"
     with Worker({"plan": list_jobs}, timeout=timeout, method="exec") as worker:
         try:
-            jobs: list[dict[str, Any]] = worker.call("plan", target, grid, known_defects)
+            jobs: list[dict[str, Any]] = worker.call("plan", target, grid, known_defects, losses)
         except TimedOut:
             raise InputError(f"{where} did not return within {timeout:g} s (--timeout / --budget); its "
                              "process was killed") from None

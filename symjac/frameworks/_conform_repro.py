@@ -37,21 +37,29 @@ def _reproducer_input(r: dict[str, Any], dt: np.dtype[Any]) -> tuple[Any, Any, n
 
 
 def _array_text(a: np.ndarray, dtype: str) -> str:
-    lit = np.array2string(np.asarray(a, dtype=np.float64), separator=", ", threshold=1 << 30, max_line_width=110)
+    lit = np.array2string(np.asarray(a, dtype=np.float64), separator=", ", threshold=1 << 30, max_line_width=110,
+                          floatmode="unique")
     ctor = "ml_dtypes.bfloat16" if dtype == "bfloat16" else f"np.{dtype}"
     return f"np.array({lit}, dtype={ctor})"
 
 
 def write_reproducer(out: Path, stem: str, framework: str, r: dict[str, Any], dt: np.dtype[Any]) -> list[Path]:
-    """A failure class's spec file (TOML) and Python script in ``out`` (a text note when no op was built)."""
+    """A failure class's spec file (TOML) and Python script in ``out`` (a text note when no op was built;
+    a loss cell's script only, :mod:`symjac.frameworks._conform_repro_loss`)."""
     from symjac.io._specwrite import dumps
+
+    if r["config"].get("loss"):
+        from symjac.frameworks._conform_repro_loss import write_loss_reproducer
+
+        return write_loss_reproducer(out, stem, framework, r)
     from symjac.pool._jacobian import forward as exact_forward, vjp as exact_vjp
 
     config, category = r["config"], r["category"]
     kwargs = ", ".join(f"{k}={v!r}" for k, v in config["kwargs"].items())
     transform = config.get("transform", "vjp")
-    title = f"{framework} {config['op']}({kwargs}) in {r['dtype']}: {category}" + \
-        ("" if transform == "vjp" else f" in its {transform} (the values below are the exact forward and VJP)")
+    known = "known defect " if r["status"] == "known_defect" else ""
+    title = f"{framework} {config['op']}({kwargs}) in {r['dtype']}: {known}{category}" + \
+        ("" if transform == "vjp" else f" in its {transform}")
     path = out / f"{stem}.toml"
     try:
         spec, g, x, dy, family = _reproducer_input(r, dt)
@@ -70,7 +78,8 @@ def write_reproducer(out: Path, stem: str, framework: str, r: dict[str, Any], dt
     tie_note = ("# at tied maxima any convex combination of the tied cells is exact (each window's gradient\n"
                 "# sums to dy there); this is the one that routes to the first maximum in row-major order\n"
                 if category in TIE_CATEGORIES else "")
-    lines = [f'"""Reproducer: {title}.', "", f"symjac: {r.get('summary', '')}",
+    note = f"\nKnown defect (the adapter documents it): {r['known_defect']}\n" if r.get("known_defect") else ""
+    lines = [f'"""Reproducer: {title}.', "", f"symjac: {r.get('summary', '')}", note,
              f"Spec: {path.name} (load with symjac.load_spec_file). Exact values below come from symjac.",
              '"""', "import numpy as np"]
     if r["dtype"] == "bfloat16":
@@ -78,6 +87,12 @@ def write_reproducer(out: Path, stem: str, framework: str, r: dict[str, Any], dt
     lines += ["", f"x = {_array_text(x, r['dtype'])}"]
     if not r.get("forward_only"):
         lines.append(f"dy = {_array_text(dy, r['dtype'])}")
+    if transform != "vjp":
+        from symjac.frameworks._conform_repro_transforms import transform_lines
+
+        script = out / f"{stem}.py"
+        write_text(script, "\n".join(lines + transform_lines(r, spec, x, dy, _array_text)) + "\n")
+        return [path, script]
     lines += ["", r.get("reproducer") or "# (the adapter gave no reproducer snippet)", "",
               f"expected_y = {_array_text(y, 'float64')}"]
     if not r.get("forward_only"):

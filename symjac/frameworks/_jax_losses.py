@@ -20,6 +20,7 @@ optax                                               symjac
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -105,9 +106,24 @@ def softmax_cross_entropy_with_integer_labels(reduction: str = "mean") -> tuple[
 
 
 def make_loss(config: LossConfig) -> tuple[Loss, LossImpl]:
-    """``(loss, impl)`` of one loss configuration."""
+    """``(loss, impl)`` of one loss configuration (its ``reproducer`` snippet set)."""
     op: Callable[..., tuple[Loss, LossImpl]] = getattr(sys.modules[__name__], config.op)
-    return op(**config.kwargs)
+    loss, impl = op(**config.kwargs)
+    kwargs = dict(config.kwargs)
+    reduce = {"mean": "jnp.mean", "sum": "jnp.sum", "none": ""}[kwargs.pop("reduction", "mean")]
+    call = ", ".join(["p", "y", *(f"{k}={v!r}" for k, v in kwargs.items())])
+    snippet = ("import jax\nimport jax.numpy as jnp\nimport optax\n"
+               "jax.config.update('jax_enable_x64', pred.dtype == 'float64')\n\n\n"
+               f"def loss(p, y):\n    return {reduce}(optax.{config.op}({call}))\n\n\n" + _GRAD_JVP)
+    return loss, dataclasses.replace(impl, reproducer=snippet)
+
+
+#: The reproducer's ``jax.grad`` and ``jax.jvp(jax.grad)`` of ``loss(p, y)``.
+_GRAD_JVP = ("y = None if label is None else jnp.asarray(label)\n"
+             "total = (lambda p: loss(p, y)) if upstream is None else "
+             "(lambda p: jnp.vdot(jnp.asarray(upstream), loss(p, y)))\n"
+             "derivative = np.asarray(jax.grad(total)(jnp.asarray(pred)))\n"
+             "hvp = np.asarray(jax.jvp(jax.grad(total), (jnp.asarray(pred),), (jnp.asarray(v),))[1])\n")
 
 
 OPS = ("squared_error", "huber_loss", "sigmoid_binary_cross_entropy", "softmax_cross_entropy",

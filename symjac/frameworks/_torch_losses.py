@@ -24,6 +24,7 @@ PyTorch                                         symjac
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -32,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from symjac.frameworks._adapter import require
+from symjac.frameworks._torch_arrays import to_numpy, to_torch
 from symjac.frameworks._loss_grid import LossConfig, dyadic, generate_losses, probabilities, upstream_for
 from symjac.loss._spec import Loss
 from symjac.frameworks._adapter import LossImpl
@@ -43,9 +45,7 @@ def _torch() -> Any:
     return require("torch")
 
 
-def _tensor(a: np.ndarray) -> Any:
-    torch = _torch()
-    return torch.from_numpy(np.array(a, copy=True, order="C"))
+_tensor, _numpy = to_torch, to_numpy  # (bfloat16 through ml_dtypes)
 
 
 def _label(label: Any, dtype: Any) -> Any:
@@ -75,7 +75,7 @@ def loss_impl(fn: Callable[[Any, Any], Any], loss: Loss) -> LossImpl:
 
     def forward(pred: np.ndarray, label: Any) -> np.ndarray:
         with torch.no_grad():
-            return np.array(run(_tensor(pred), label).numpy(), copy=True)
+            return _numpy(run(_tensor(pred), label))
 
     def gradient(p: Any, label: Any, upstream: Any, create_graph: bool) -> Any:
         value = run(p, label)
@@ -87,7 +87,7 @@ def loss_impl(fn: Callable[[Any, Any], Any], loss: Loss) -> LossImpl:
         p = _tensor(pred).requires_grad_(True)
         with torch.enable_grad():
             g = gradient(p, label, upstream, False)
-        return np.array((g * scale).detach().numpy(), copy=True)
+        return _numpy(g * scale)
 
     def hvp(pred: np.ndarray, label: Any, v: np.ndarray, upstream: Any = None) -> np.ndarray:
         p = _tensor(pred).requires_grad_(True)
@@ -96,7 +96,7 @@ def loss_impl(fn: Callable[[Any, Any], Any], loss: Loss) -> LossImpl:
             # a gradient that does not depend on pred (kl_div's -P in log Q) has no graph: H = 0
             h = torch.autograd.grad(g, p, _tensor(v), allow_unused=True)[0] if g.requires_grad else None
         out = torch.zeros_like(p) if h is None else torch.zeros_like(p) + h * scale  # + : a ZeroTensor made dense
-        return np.array(out.detach().numpy(), copy=True)
+        return _numpy(out)
 
     return LossImpl(loss=loss, derivative=derivative, forward=forward, hvp=hvp)
 
@@ -194,9 +194,35 @@ def known_loss_defect(config: LossConfig, dtype: Any, transform: str) -> str | N
 
 
 def make_loss(config: LossConfig) -> tuple[Loss, LossImpl]:
-    """``(loss, impl)`` of one loss configuration."""
+    """``(loss, impl)`` of one loss configuration (its ``reproducer`` snippet set)."""
     op: Callable[..., tuple[Loss, LossImpl]] = getattr(sys.modules[__name__], config.op)
-    return op(**config.kwargs)
+    loss, impl = op(**config.kwargs)
+    return loss, dataclasses.replace(impl, reproducer=_reproducer(config.op, config.kwargs))
+
+
+#: The reproducer's double backward of ``loss(p, y)`` (``pred``, ``label``, ``upstream``, ``v`` defined before it).
+_DOUBLE_BACKWARD = (
+    "p = torch.tensor(pred, requires_grad=True)\n"
+    "y = None if label is None else torch.tensor(label, dtype=p.dtype) if label.dtype.kind == 'f' "
+    "else torch.tensor(label).long()\n"
+    "value = loss(p, y)\n"
+    "u = torch.ones_like(value) if upstream is None else torch.tensor(upstream)\n"
+    "(g,) = torch.autograd.grad(value, p, u, create_graph=True)\n"
+    "derivative = g.detach().numpy()\n"
+    "hvp = torch.autograd.grad(g, p, torch.tensor(v))[0].numpy() if g.requires_grad else 0 * pred\n")
+
+
+def _reproducer(op: str, kwargs: Any) -> str:
+    args = []
+    for key, value in kwargs.items():
+        if key == "target":  # symjac's: which target form the label is
+            continue
+        if key in ("weight", "pos_weight") and value is not None:
+            args.append(f"{key}=torch.tensor({list(value)!r}, dtype=p.dtype)")
+        else:
+            args.append(f"{key}={value!r}")
+    call = ", ".join(["p", "y", *args])
+    return f"import torch\n\n\ndef loss(p, y):\n    return torch.nn.functional.{op}({call})\n\n\n" + _DOUBLE_BACKWARD
 
 
 # ------------------------------------------------------------------ configurations

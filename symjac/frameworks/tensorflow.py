@@ -269,9 +269,19 @@ def configurations(grid: str = "small") -> Iterator[Config]:
 # ------------------------------------------------------------------ losses (tf.nn, keras.losses)
 
 from symjac.frameworks._tf_losses import (  # noqa: E402 - the losses are their own module; re-exported here
+    keras_binary_crossentropy as keras_binary_crossentropy,
+    keras_categorical_crossentropy as keras_categorical_crossentropy,
+    keras_huber as keras_huber,
+    keras_kl_divergence as keras_kl_divergence,
+    keras_mean_absolute_error as keras_mean_absolute_error,
     keras_mean_squared_error as keras_mean_squared_error,
+    keras_sparse_categorical_crossentropy as keras_sparse_categorical_crossentropy,
+    known_loss_defect as known_loss_defect,
+    loss_configurations as loss_configurations,
     loss_impl as loss_impl,
+    make_loss as make_loss,
     sigmoid_cross_entropy_with_logits as sigmoid_cross_entropy_with_logits,
     softmax_cross_entropy_with_logits as softmax_cross_entropy_with_logits,
     sparse_softmax_cross_entropy_with_logits as sparse_softmax_cross_entropy_with_logits,
+    weighted_cross_entropy_with_logits as weighted_cross_entropy_with_logits,
 )

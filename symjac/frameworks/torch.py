@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from symjac.frameworks._check import torch_check as check  # noqa: F401 - symjac.frameworks.torch.check
+from symjac.frameworks._torch_arrays import to_numpy as to_numpy, to_torch as to_torch
 from symjac.frameworks._adapter import Config, Impl, Unsupported, call_text, generate, label, make as _make, require
 from symjac.pool._spec import AdaptivePool, Pool
 
@@ -40,29 +41,6 @@ FRAMEWORK = "torch"
 
 def _torch() -> Any:
     return require("torch")
-
-
-def to_torch(a: Any) -> Any:
-    """A NumPy array as a fresh CPU tensor of the same dtype (bfloat16 through ml_dtypes)."""
-    torch = _torch()
-    a = np.array(a, copy=True, order="C")
-    if a.dtype.name == "bfloat16":
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(a)
-
-
-def to_numpy(t: Any) -> np.ndarray:
-    """A tensor (or the first of a tuple, e.g. ``return_indices=True``) as a NumPy array."""
-    torch = _torch()
-    if isinstance(t, (tuple, list)):
-        t = t[0]
-    t = t.detach().cpu()
-    if t.dtype == torch.bfloat16:
-        import ml_dtypes
-
-        out: np.ndarray = t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-        return out
-    return np.array(t.numpy(), copy=True)
 
 
 def _callable(fn: Any, kwargs: dict[str, Any]) -> Callable[[Any], Any]:
