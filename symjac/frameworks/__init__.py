@@ -9,16 +9,16 @@ One module per framework, imported on demand (each imports its framework only wh
 Modules: :mod:`symjac.frameworks.torch`, :mod:`symjac.frameworks.jax` (``jax.lax`` and
 ``flax.linen``), :mod:`symjac.frameworks.tensorflow` (``tf.nn``, Keras layers and
 ``keras.ops``), :mod:`symjac.frameworks.onnxruntime` (forward only). The protocol they share
-(:class:`Impl`, :class:`Config`, :class:`Unsupported`, :class:`FrameworkMissing`; for losses
+(:class:`Impl`, :class:`Config`, :class:`Unsupported`, :class:`KnownDefect`, :class:`FrameworkMissing`; for losses
 :class:`LossConfig` and :class:`symjac.LossImpl`) is small
 enough to write an adapter for another framework in a few lines: see ``docs/frameworks.md``.
 """
 
 from __future__ import annotations
 
-from symjac.frameworks._adapter import Config, FrameworkMissing, Impl, Unsupported
+from symjac.frameworks._adapter import Config, FrameworkMissing, Impl, KnownDefect, Unsupported
 from symjac.frameworks._loss_grid import LossConfig
 
 FRAMEWORKS = ("torch", "jax", "tensorflow", "onnxruntime")
 
-__all__ = ["FRAMEWORKS", "Config", "FrameworkMissing", "Impl", "LossConfig", "Unsupported"]
+__all__ = ["FRAMEWORKS", "Config", "FrameworkMissing", "Impl", "KnownDefect", "LossConfig", "Unsupported"]

@@ -71,6 +71,46 @@ class Impl:
 
 
 @dataclasses.dataclass(frozen=True)
+class KnownDefect:
+    """A framework defect an adapter documents (what its ``known_defect`` / ``known_loss_defect`` returns).
+
+    A conformance cell of the configuration is ``known:`` (not a finding) only when every category
+    its findings have is in ``categories``; a finding of another category is a failure, with this
+    text beside it. A plain string returned instead documents a defect of any category (the old form).
+
+    Attributes:
+      text: what the defect is, and where it shows.
+      categories: the finding categories it produces (:data:`symjac.check._report.CATEGORIES`;
+        ``"crashed"`` / ``"timeout"`` for a crash or a hang).
+    """
+
+    text: str
+    categories: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        from symjac.check._report import CATEGORIES
+
+        object.__setattr__(self, "categories", tuple(self.categories))
+        unknown = [c for c in self.categories if c not in CATEGORIES]
+        if unknown or not self.categories:
+            raise SymjacError(f"KnownDefect categories {list(self.categories)!r}: give one or more of "
+                              f"{', '.join(CATEGORIES)}")
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def known_fields(defect: Any) -> dict[str, Any]:
+    """A cell's fields for an adapter's documented defect: ``known_defect`` (its text) and
+    ``known_categories`` (a :class:`KnownDefect`'s; absent for a string: any category); none for None."""
+    if not defect:
+        return {}
+    if isinstance(defect, KnownDefect):
+        return {"known_defect": defect.text, "known_categories": list(defect.categories)}
+    return {"known_defect": str(defect)}
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
     """One point of a framework's convention matrix.
 

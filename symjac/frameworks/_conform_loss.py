@@ -59,7 +59,7 @@ def run_loss_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any
     """Verify one loss configuration in one dtype under the job's transform (in this process); a
     result dict as :func:`symjac.frameworks._conform.run_cell`'s (never raises)."""
     from symjac._errors import InputError, SymjacError
-    from symjac.frameworks._adapter import FrameworkMissing, Unsupported
+    from symjac.frameworks._adapter import FrameworkMissing, Unsupported, known_fields
     from symjac.frameworks._conform_plan import PackageMissing, load_adapter, numpy_dtype
     from symjac.verifiers._loss import verify_loss
 
@@ -81,9 +81,7 @@ def run_loss_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any
     except PackageMissing as exc:
         return {**out, "status": "not_run", "reason": str(exc), "missing": exc.package}
     known = getattr(adapter, "known_loss_defect", None)
-    defect = known(config, dt, LOSS_TRANSFORMS[transform]) if callable(known) else None
-    if defect:
-        out["known_defect"] = defect
+    out.update(known_fields(known(config, dt, LOSS_TRANSFORMS[transform]) if callable(known) else None))
     fn = impl.hvp if transform == "hvp" else impl.derivative
     if fn is None:
         return _unsupported(out, f"the adapter gives no hvp for {job['op']} (hvp transform)")

@@ -4,7 +4,8 @@ The table has the pooling configurations' rows (one column per transform and dty
 the adapter has losses, a second block of loss rows (the transforms that apply to a loss:
 ``vjp`` the derivative, ``hvp`` the Hessian-vector product). A cell is ``pass``, the root
 finding category, ``known:CATEGORY`` (a defect the adapter documents, still reproducing: not a
-finding), ``fixed?`` (a documented defect that passed here), ``unsupported``, ``skipped``,
+finding; only when every category of the cell's findings is among those the adapter gives for it,
+:class:`symjac.frameworks.KnownDefect`, else the cell is a finding with the known text beside it), ``fixed?`` (a documented defect that passed here), ``unsupported``, ``skipped``,
 ``error`` or ``-`` (not run).
 """
 
@@ -53,6 +54,8 @@ class Conformance:
       results: one dict per (configuration, dtype, transform): ``config`` (the job; ``loss: True``
         for a loss configuration), ``dtype``, ``status`` (:data:`STATUSES`), ``category`` for
         findings and known defects, ``known_defect`` (the adapter's text) where one is documented,
+        ``known_categories`` (its categories; absent for a string: any), ``known_unexplained`` (a
+        finding's categories the documented defect does not have: the cell is a finding),
         ``known_defect_fixed`` when it did not show, ``summary``/``reason``.
       seconds: wall time.
       transforms: the derivatives checked (:data:`symjac.frameworks._transforms.TRANSFORMS`), one
@@ -139,6 +142,13 @@ class Conformance:
             note = f"known: a defect the adapter documents, reproduced (not a finding): {r['known_defect']}"
             if note not in lines:
                 lines.append(note)
+        for r in self.findings:
+            if r.get("known_defect"):
+                note = (f"not known: {', '.join(r['known_unexplained'])} is not among the categories "
+                        f"({', '.join(r['known_categories'])}) of the defect the adapter documents for "
+                        f"{r['config']['label']}: {r['known_defect']}")
+                if note not in lines:
+                    lines.append(note)
         for r in self.fixed:
             note = (f"{FIXED_TEXT} a documented defect that did not reproduce (fixed, or not reached by these "
                     f"inputs): {r['known_defect']}")

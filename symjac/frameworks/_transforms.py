@@ -56,9 +56,10 @@ def missing(impl: Any, transform: str) -> str | None:
     return None
 
 
-def known_defect(adapter: Any, config: Any, transform: str) -> str | None:
+def known_defect(adapter: Any, config: Any, transform: str) -> Any:
     """The adapter's documented defect of ``config`` under ``transform`` (an adapter's
-    ``known_defect(config)`` that takes no transform documents the VJP's), or None."""
+    ``known_defect(config)`` that takes no transform documents the VJP's): a
+    :class:`~symjac.frameworks.KnownDefect`, a string (any category), or None."""
     known = getattr(adapter, "known_defect", None)
     if not callable(known):
         return None
@@ -66,8 +67,7 @@ def known_defect(adapter: Any, config: Any, transform: str) -> str | None:
         takes = "transform" in inspect.signature(known).parameters
     except (TypeError, ValueError):
         takes = False
-    text: str | None = known(config, transform) if takes else (known(config) if transform == "vjp" else None)
-    return text
+    return known(config, transform) if takes else (known(config) if transform == "vjp" else None)
 
 
 def preflight(impl: Any, transform: str, x: np.ndarray, dy: np.ndarray) -> None:

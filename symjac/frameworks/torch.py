@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import itertools
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -33,7 +34,7 @@ import numpy as np
 
 from symjac.frameworks._check import torch_check as check  # noqa: F401 - symjac.frameworks.torch.check
 from symjac.frameworks._torch_arrays import to_numpy as to_numpy, to_torch as to_torch
-from symjac.frameworks._adapter import Config, Impl, Unsupported, call_text, generate, label, make as _make, require
+from symjac.frameworks._adapter import Config, Impl, Unsupported, call_text, generate, grid_size, label, make as _make, require
 from symjac.pool._spec import AdaptivePool, Pool
 
 FRAMEWORK = "torch"
@@ -251,6 +252,32 @@ def avg_pool3d(kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode
     return _pool("avg", 3, "avg_pool3d", kwargs, _divisor(count_include_pad, divisor_override))
 
 
+def _lp(rank: int, norm_type: Any, kernel_size: Any, stride: Any, ceil_mode: bool) -> tuple[Pool, Impl]:
+    kwargs = dict(norm_type=norm_type, kernel_size=kernel_size, stride=stride, ceil_mode=ceil_mode)
+    if isinstance(norm_type, float) and norm_type.is_integer():
+        norm_type = int(norm_type)
+    if not isinstance(norm_type, int) or isinstance(norm_type, bool) or norm_type < 1:
+        raise Unsupported(f"norm_type={norm_type!r}: symjac's lp pooling takes an integer power >= 1")
+    kernel = _dims(kernel_size, rank, "kernel_size")
+    strides = kernel if stride is None or (isinstance(stride, (tuple, list)) and not stride) else \
+        _dims(stride, rank, "stride")
+    # ceil_mode: the spec's windows are ceil_mode=False's; where a last window overhangs (see
+    # limitation) PyTorch's differs, else ceil_mode changes nothing
+    spec = Pool("lp", kernel, stride=strides, p=norm_type)
+    return _functional(f"lp_pool{rank}d", spec, kwargs)
+
+
+def lp_pool1d(norm_type: Any, kernel_size: Any, stride: Any = None, ceil_mode: bool = False) -> tuple[Pool, Impl]:
+    """``torch.nn.functional.lp_pool1d`` and its spec ``Pool("lp", p=norm_type)`` (PyTorch: the gradient is
+    zero where a window's power sum is, ``zero_window="zero"``)."""
+    return _lp(1, norm_type, kernel_size, stride, ceil_mode)
+
+
+def lp_pool2d(norm_type: Any, kernel_size: Any, stride: Any = None, ceil_mode: bool = False) -> tuple[Pool, Impl]:
+    """``torch.nn.functional.lp_pool2d`` and its spec ``Pool("lp", p=norm_type)``."""
+    return _lp(2, norm_type, kernel_size, stride, ceil_mode)
+
+
 def _adaptive(mode: str, rank: int, output_size: Any, kwargs: dict[str, Any]) -> tuple[AdaptivePool, Impl]:
     if output_size is None or (isinstance(output_size, (tuple, list)) and None in output_size):
         raise Unsupported(f"output_size={output_size!r}: None (keep the input size) depends on the input; "
@@ -289,8 +316,20 @@ def adaptive_max_pool3d(output_size: Any, return_indices: bool = False) -> tuple
     return _adaptive("max", 3, output_size, {"return_indices": return_indices})
 
 
+def _overhangs(config: Config) -> bool:
+    """An lp_pool with ceil_mode whose last window overhangs the input along some axis."""
+    kw = config.kwargs
+    rank = len(config.input_shape) - 2
+    kernel = _dims(kw["kernel_size"], rank, "kernel_size")
+    stride = kernel if kw.get("stride") is None else _dims(kw["stride"], rank, "stride")
+    return any(-(-(n - k) // s) != (n - k) // s for n, k, s in zip(config.input_shape[2:], kernel, stride) if n >= k)
+
+
 def limitation(config: Config, dtype: Any) -> str | None:
-    """Why the framework cannot run ``config`` in ``dtype``: none known for its generated configurations."""
+    """Why symjac cannot check ``config`` as PyTorch computes it: an lp_pool whose ceil_mode window overhangs."""
+    if config.op.startswith("lp_pool") and config.kwargs.get("ceil_mode") and _overhangs(config):
+        return ("lp_pool with ceil_mode: PyTorch's overhanging last window is avg_pool's mean over its valid cells "
+                "times the kernel's size, (k/valid · Σ x^p)^(1/p), which is no lp norm symjac's spec has")
     return None
 
 
@@ -353,13 +392,33 @@ def _adaptive_family(mode: str, rank: int) -> Callable[[np.random.Generator], Co
     return draw
 
 
+def _lp_family(rank: int) -> Callable[[np.random.Generator], Config | None]:
+    def draw(rng: np.random.Generator) -> Config | None:
+        shape = _shape(rng, rank)
+        k, s = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        p = int(rng.choice([1, 2, 2, 3, 4]))
+        ceil = bool(rng.random() < 0.3)
+        op = f"lp_pool{rank}d"
+        kwargs: dict[str, Any] = {"norm_type": p, "kernel_size": k, "stride": None if s == k else s, "ceil_mode": ceil}
+        return Config(op, kwargs, shape, label(op, p=p, k=k, s=s, ceil=ceil))
+
+    return draw
+
+
+#: lp configurations per grid configuration (after the others: their seeded draws stay as they were).
+LP_SHARE = 6
+
+
 def configurations(grid: str = "small") -> Iterator[Config]:
     """PyTorch's pools over 1/2/3-D: max (dilation, ceil), avg (ceil, include/exclude pad, divisor_override),
-    adaptive max/avg. Seeded and deterministic; ``"small"`` a few dozen, ``"full"`` hundreds."""
+    adaptive max/avg, then lp_pool1d/2d (p = 1 to 4, ceil_mode). Seeded and deterministic; ``"small"`` a few
+    dozen, ``"full"`` hundreds."""
     families = [_pool_family(m, r) for m in ("max", "avg") for r in (1, 2, 3)]
     families += [_adaptive_family(m, r) for m in ("max", "avg") for r in (1, 2, 3)]
     families = families[:6] * 2 + families[6:]  # fixed-window pools twice as often as adaptive ones
     yield from generate(grid, families, make)
+    yield from itertools.islice(generate(grid, [_lp_family(1), _lp_family(2)], make, seed=10),
+                                grid_size(grid) // LP_SHARE)
 
 
 # ------------------------------------------------------------------ losses (torch.nn.functional)
