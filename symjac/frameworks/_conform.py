@@ -180,7 +180,10 @@ def run_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any]:
         if not report.ok:
             categories += [c for c in report.categories() if c not in categories]
             if first is None:
-                first = {"category": report.categories()[0], "summary": report.summary(), "family": family}
+                root = report.categories()[0]
+                # the tie pass verify runs on its own (lp's all-zero windows) is the reproducer's input there
+                tied = any(f.category == root and f.family == "ties" for f in report.findings)
+                first = {"category": root, "summary": report.summary(), "family": "ties" if tied else family}
     if first is None:
         return {**out, "status": "pass", "families": families}
     return {**out, "status": "finding", "categories": categories, "families": families, **first}

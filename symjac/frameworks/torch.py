@@ -34,7 +34,7 @@ import numpy as np
 
 from symjac.frameworks._check import torch_check as check  # noqa: F401 - symjac.frameworks.torch.check
 from symjac.frameworks._torch_arrays import to_numpy as to_numpy, to_torch as to_torch
-from symjac.frameworks._adapter import Config, Impl, Unsupported, call_text, generate, grid_size, label, make as _make, require
+from symjac.frameworks._adapter import Config, Impl, KnownDefect, Unsupported, call_text, generate, grid_size, label, make as _make, require
 from symjac.pool._spec import AdaptivePool, Pool
 
 FRAMEWORK = "torch"
@@ -333,8 +333,21 @@ def limitation(config: Config, dtype: Any) -> str | None:
     return None
 
 
-def known_defect(config: Config) -> str | None:
-    """A known framework defect ``config`` runs into: none known for its generated configurations."""
+def known_defect(config: Config, transform: str = "vjp") -> KnownDefect | None:
+    """A known PyTorch defect ``config`` runs into under ``transform``, with the categories its findings have
+    (torch 2.13; ``tests/test_frameworks_torch_lp.py`` reproduces each from a closed form), or None."""
+    if not config.op.startswith("lp_pool"):
+        return None
+    if float(config.kwargs["norm_type"]) == 1:
+        return KnownDefect(
+            "lp_pool with norm_type=1 is the window's sum Σx (linear: every cell's derivative is 1), but where "
+            "that sum is 0 PyTorch's gradient, forward-AD JVP and double backward's J·v are 0: its "
+            "sign(S)·relu(|S|) has derivative 0 at S = 0", ("missing_windows", "not_fd_consistent"))
+    if transform != "vjp":
+        return KnownDefect(
+            "lp_pool (norm_type >= 2) at an all-zero window: the backward's row is 0 (PyTorch's documented "
+            "convention), but the forward-AD JVP and the double backward's ddy = J·v are NaN there "
+            "(0·(1/p)·0^(1/p - 1) = 0·inf in (S)^(1/p)'s derivative)", ("bad_output",))
     return None
 
 

@@ -124,6 +124,9 @@ class Lp(Operator):
                             "leave them at 1 and False")
         object.__setattr__(spec, "p", int(spec.p))  # type: ignore[arg-type]
 
+    def spec_table(self, spec: Pool) -> dict[str, Any]:
+        return {"p": spec.p, "zero_window": spec.zero_window}
+
     def repr_fields(self, spec: Pool) -> list[str]:
         return [f"p={spec.p!r}", f"zero_window={spec.zero_window!r}"]
 
