@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -70,34 +70,41 @@ class Impl:
     vmap: Impl | None = None
 
 
-@dataclasses.dataclass(frozen=True)
-class KnownDefect:
-    """A framework defect an adapter documents (what its ``known_defect`` / ``known_loss_defect`` returns).
+class KnownDefect(str):
+    """A framework defect an adapter documents (what its ``known_defect`` / ``known_loss_defect`` returns):
+    the text (it is a ``str``) and the finding categories it produces.
 
     A conformance cell of the configuration is ``known:`` (not a finding) only when every category
     its findings have is in ``categories``; a finding of another category is a failure, with this
     text beside it. A plain string returned instead documents a defect of any category (the old form).
 
     Attributes:
-      text: what the defect is, and where it shows.
       categories: the finding categories it produces (:data:`symjac.check._report.CATEGORIES`;
         ``"crashed"`` / ``"timeout"`` for a crash or a hang).
+
+    Raises:
+      SymjacError: no categories, or one that is not a finding category.
     """
 
-    text: str
     categories: tuple[str, ...]
 
-    def __post_init__(self) -> None:
+    def __new__(cls, text: str, categories: Sequence[str]) -> KnownDefect:
         from symjac.check._report import CATEGORIES
 
-        object.__setattr__(self, "categories", tuple(self.categories))
-        unknown = [c for c in self.categories if c not in CATEGORIES]
-        if unknown or not self.categories:
-            raise SymjacError(f"KnownDefect categories {list(self.categories)!r}: give one or more of "
+        unknown = [c for c in categories if c not in CATEGORIES]
+        if unknown or not categories:
+            raise SymjacError(f"KnownDefect categories {list(categories)!r}: give one or more of "
                               f"{', '.join(CATEGORIES)}")
+        self = super().__new__(cls, text)
+        self.categories = tuple(categories)
+        return self
 
-    def __str__(self) -> str:
-        return self.text
+    @property
+    def text(self) -> str:
+        return str.__str__(self)
+
+    def __getnewargs__(self) -> tuple[str, tuple[str, ...]]:  # type: ignore[override]
+        return self.text, self.categories
 
 
 def known_fields(defect: Any) -> dict[str, Any]:
