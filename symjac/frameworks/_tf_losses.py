@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from symjac.frameworks._adapter import Unsupported
+from symjac.frameworks._adapter import KnownDefect, Unsupported
 from symjac.frameworks._keras_backend import import_keras
 from symjac.frameworks._loss_grid import LossConfig, dyadic, generate_losses, probabilities, upstream_for
 from symjac.frameworks._tf import import_tf
@@ -194,13 +194,14 @@ def keras_kl_divergence() -> tuple[Loss, LossImpl]:
     return spec, _keras("KLDivergence", spec)
 
 
-def known_loss_defect(config: LossConfig, dtype: Any, transform: str) -> str | None:
+def known_loss_defect(config: LossConfig, dtype: Any, transform: str) -> KnownDefect | None:
     """A known TensorFlow defect a loss configuration runs into (``transform``: ``"derivative"`` or
     ``"hvp"``), or None."""
     if config.op == "weighted_cross_entropy_with_logits" and (np.asarray(config.pred) == 0).any():
-        return ("tf.nn.weighted_cross_entropy_with_logits at logits == 0: the gradient is 1 - y, not "
-                "(1 - y - pos_weight·y)/2, and the second derivative 0, not (pos_weight·y + 1 - y)/4 (the "
-                "subgradients of abs and relu at 0 in its formula; the loss is smooth there)")
+        return KnownDefect("tf.nn.weighted_cross_entropy_with_logits at logits == 0: the gradient is 1 - y, not "
+                           "(1 - y - pos_weight·y)/2, and the second derivative 0, not (pos_weight·y + 1 - y)/4 "
+                           "(the subgradients of abs and relu at 0 in its formula; the loss is smooth there)",
+                           ("wrong_values",) if transform == "derivative" else ("wrong_second_derivative",))
     return None
 
 

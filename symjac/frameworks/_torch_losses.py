@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from symjac.frameworks._adapter import require
+from symjac.frameworks._adapter import KnownDefect, require
 from symjac.frameworks._torch_arrays import to_numpy, to_torch
 from symjac.frameworks._loss_grid import LossConfig, dyadic, generate_losses, probabilities, upstream_for
 from symjac.loss._spec import Loss
@@ -184,12 +184,13 @@ def kl_div(reduction: str = "mean", log_target: bool = False, *, scale: Any = 1)
     return spec, loss_impl(lambda p, y: _F().kl_div(p, y, reduction=reduction, log_target=log_target), spec)
 
 
-def known_loss_defect(config: LossConfig, dtype: Any, transform: str) -> str | None:
+def known_loss_defect(config: LossConfig, dtype: Any, transform: str) -> KnownDefect | None:
     """A known PyTorch defect a loss configuration runs into in ``dtype`` under ``transform``
     (``"derivative"`` or ``"hvp"``), or None."""
     if config.op == "binary_cross_entropy" and transform == "hvp" and np.dtype(dtype) == np.float64:
-        return ("PyTorch's binary_cross_entropy double backward adds eps = 1e-12 to z and to 1 - z "
-                "((z^2 - 2zy + y) / ((z + eps)^2 (1 - z + eps)^2)): relative error about 1e-11 in float64")
+        return KnownDefect("PyTorch's binary_cross_entropy double backward adds eps = 1e-12 to z and to 1 - z "
+                           "((z^2 - 2zy + y) / ((z + eps)^2 (1 - z + eps)^2)): relative error about 1e-11 in "
+                           "float64", ("wrong_second_derivative",))
     return None
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from symjac.frameworks._adapter import Config, Impl, Unsupported, generate, label, make as _make, require
+from symjac.frameworks._adapter import Config, Impl, KnownDefect, Unsupported, generate, label, make as _make, require
 from symjac.pool._spec import GlobalPool, Pool
 
 FRAMEWORK = "onnxruntime"
@@ -192,12 +192,13 @@ def limitation(config: Config, dtype: Any) -> str | None:
     return None
 
 
-def known_defect(config: Config) -> str | None:
-    """A known ONNX Runtime defect ``config`` runs into (symjac reports it), or None."""
+def known_defect(config: Config) -> KnownDefect | None:
+    """A known ONNX Runtime defect ``config`` runs into (symjac reports it: a wrong output shape), or None."""
     kw = config.kwargs
     if str(kw.get("auto_pad", "NOTSET")).startswith("SAME") and max(kw.get("dilations") or [1]) > 1:
-        return ("ONNX Runtime sizes SAME_UPPER/SAME_LOWER padding from the undilated kernel when dilations > 1 "
-                "(the ONNX spec and ORT's own shape inference use the dilated one)")
+        return KnownDefect("ONNX Runtime sizes SAME_UPPER/SAME_LOWER padding from the undilated kernel when "
+                           "dilations > 1 (the ONNX spec and ORT's own shape inference use the dilated one)",
+                           ("bad_output",))
     return None
 
 
