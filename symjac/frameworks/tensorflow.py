@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from symjac.frameworks._check import tensorflow_check as check  # noqa: F401 - symjac.frameworks.tensorflow.check
-from symjac.frameworks._adapter import Config, Impl, Unsupported, call_text, generate, label, make as _make
+from symjac.frameworks._adapter import Config, Impl, KnownDefect, Unsupported, call_text, generate, label, make as _make
 from symjac.frameworks._tf import FRAMEWORK as FRAMEWORK
 from symjac.frameworks._tf import TAPE, draw_ints, draw_shape, import_tf, tape, tf_layout, tf_padding, tf_sizes
 from symjac.frameworks.keras import FAMILIES as _KERAS_FAMILIES
@@ -190,38 +190,53 @@ def limitation(config: Config, dtype: Any) -> str | None:
     return None
 
 
-def known_defect(config: Config, transform: str = "vjp") -> str | None:
-    """A known TensorFlow/Keras defect ``config`` runs into under ``transform`` (``conform --transforms``;
-    symjac reports it), or None."""
+#: The categories of findings uninitialized memory in a gradient gives: any wrong value, run to run.
+_GARBAGE = ("crashed", "bad_output", "nondeterministic", "wrong_cells", "wrong_weights", "partial_windows",
+            "missing_windows", "not_fd_consistent", "tie_not_subgradient", "wrong_second_derivative")
+
+
+def _defects(config: Config, transform: str) -> Iterator[tuple[str, tuple[str, ...]]]:
+    """Each documented defect ``config`` runs into under ``transform``, with the finding categories it
+    gives (as ``conform`` ran them on TF 2.21 / Keras 3.15: ``tests/test_conform*.py``)."""
     if transform != "vjp":
         explicit = not isinstance(config.kwargs.get("padding", "VALID"), str)
         if explicit and config.op == "max_pool2d":
-            return ("tf.nn.max_pool2d with explicit padding has no second derivative: MaxPoolGradGrad rejects "
-                    "padding 'EXPLICIT' (ForwardAccumulator's JVP and nested tapes raise)")
+            yield ("tf.nn.max_pool2d with explicit padding has no second derivative: MaxPoolGradGrad rejects "
+                   "padding 'EXPLICIT' (ForwardAccumulator's JVP and nested tapes raise)", ("bad_output",))
         if transform in ("jvp", "vmap") and "adaptive" in config.op.lower() and "average" in config.op.lower() \
                 and _big_window_exceeds_axis(config):
-            return ("Keras adaptive average pooling on TensorFlow pools every axis with two windows, ceil(L/o) and "
-                    "ceil(L/o) + 1; where the second exceeds the axis (an output size of 1) its AvgPool is empty, "
-                    "and ForwardAccumulator's JVP raises ('Negative dimension size' in the gradient tape), "
-                    "under tf.vectorized_map the forward too")
+            yield ("Keras adaptive average pooling on TensorFlow pools every axis with two windows, ceil(L/o) and "
+                   "ceil(L/o) + 1; where the second exceeds the axis (an output size of 1) its AvgPool is empty, "
+                   "and ForwardAccumulator's JVP raises ('Negative dimension size' in the gradient tape), "
+                   "under tf.vectorized_map the forward too", ("bad_output",))
         if transform in ("jvp", "vmap") and config.op == "pool" and max(config.kwargs.get("dilations") or (1,)) > 1:
-            return ("tf.nn.pool with dilations > 1: each ForwardAccumulator JVP is right alone, but after 33 of "
-                    "them at other shapes in one process the next raises ('block_shape must have known size': the "
-                    "retraced gradient tape's SpaceToBatchND / BatchToSpaceND); under tf.vectorized_map the MAX "
-                    "pool's JVP comes back zero in every window")
+            yield ("tf.nn.pool with dilations > 1: each ForwardAccumulator JVP is right alone, but after 33 of "
+                   "them at other shapes in one process the next raises ('block_shape must have known size': the "
+                   "retraced gradient tape's SpaceToBatchND / BatchToSpaceND); under tf.vectorized_map the MAX "
+                   "pool's JVP comes back zero in every window", ("bad_output", "missing_windows"))
         if transform == "vmap" and "adaptive" in config.op.lower() and "max" in config.op.lower():
-            return ("Keras adaptive max pooling under tf.vectorized_map: ForwardAccumulator's JVP comes back "
-                    "zero in most windows, a different number of them from call to call (per sample it is right)")
+            yield ("Keras adaptive max pooling under tf.vectorized_map: ForwardAccumulator's JVP comes back "
+                   "zero in most windows, a different number of them from call to call (per sample it is right)",
+                   ("missing_windows", "nondeterministic", "wrong_cells", "wrong_weights", "tie_not_subgradient"))
     is_max = "max" in config.op.lower() or config.kwargs.get("pooling_type") == "MAX"
     adaptive = "adaptive" in config.op.lower()
     if adaptive and is_max and 1 in tuple(config.kwargs["output_size"]):
-        return ("Keras adaptive max pooling on TensorFlow with an output size of 1: SIGFPE (kills the process) "
-                "when it is the last spatial axis, else a gradient holding garbage values (uninitialized "
-                "memory: 1e+27, -7e+24, NaN) in cells whose exact derivative is 0")
+        yield ("Keras adaptive max pooling on TensorFlow with an output size of 1: SIGFPE (kills the process) "
+               "when it is the last spatial axis, else a gradient holding garbage values (uninitialized "
+               "memory: 1e+27, -7e+24, NaN) in cells whose exact derivative is 0", _GARBAGE)
     if _windowed_3d(config) and is_max:
-        return ("TensorFlow's MaxPool3DGrad sends the whole upstream gradient to every tied maximum "
-                "(any Clarke subgradient sums to 1)")
-    return None
+        yield ("TensorFlow's MaxPool3DGrad sends the whole upstream gradient to every tied maximum "
+               "(any Clarke subgradient sums to 1)", ("tie_not_subgradient",))
+
+
+def known_defect(config: Config, transform: str = "vjp") -> KnownDefect | None:
+    """The known TensorFlow/Keras defects ``config`` runs into under ``transform`` (``conform --transforms``;
+    symjac reports them): their texts and the union of their categories, or None."""
+    found = list(_defects(config, transform))
+    if not found:
+        return None
+    categories = tuple(dict.fromkeys(c for _, cs in found for c in cs))
+    return KnownDefect("; and: ".join(text for text, _ in found), categories)
 
 
 # ------------------------------------------------------------------ configurations
