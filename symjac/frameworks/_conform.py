@@ -295,8 +295,10 @@ def conform(framework: str, *, grid: str = "small", budget: float | None = None,
         because they hit a defect it documents (ONNX Runtime SAME with dilations). A cell whose
         configuration has a documented defect (the adapter's ``known_defect(config, transform)``,
         ``known_loss_defect(config, dtype, transform)``) carries it as ``known_defect``; its status
-        is ``"known_defect"`` where it fails (not a finding: ``.ok`` holds, ``.known`` lists it)
-        and ``"pass"`` with ``known_defect_fixed`` where it does not.
+        is ``"known_defect"`` where it fails with findings of the categories the defect documents
+        (a :class:`~symjac.frameworks.KnownDefect`; a plain string: any category), not a finding:
+        ``.ok`` holds, ``.known`` lists it; a finding of another category stays a ``"finding"``
+        (with ``known_unexplained``); ``"pass"`` with ``known_defect_fixed`` where it does not fail.
 
     Returns:
       A :class:`Conformance` (``.ok``, ``.table()``, ``.to_json()``, ``.write_reproducers(dir)``).
