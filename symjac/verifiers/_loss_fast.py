@@ -239,14 +239,15 @@ def _clean_calls(loss: Loss, derivative: Callable[..., Any], p0: np.ndarray, l0:
     deriv = Guard(derivative, "derivative", args_of.names, findings, timeout=timeout, restore=False)
     shape = p0.shape
     bufs = args_of.fresh()
-    out1 = deriv.array(*bufs, shape=shape, dtype=dt, index_name="pred")
+    ref = args_of.names_originals()  # the buffers are copies of these: compared with them, not copied again
+    out1 = deriv.array(*bufs, shape=shape, dtype=dt, index_name="pred", reference=ref)
     if out1 is None or findings or deriv.mutated:
         return None
-    out2 = deriv.array(*bufs, shape=shape, dtype=dt, index_name="pred", again=True)
+    out2 = deriv.array(*bufs, shape=shape, dtype=dt, index_name="pred", again=True, reference=ref)
     if out2 is None or findings or deriv.mutated or not same(out1, out2):
         return None
     del out2, bufs
-    out3 = deriv.array(*args_of.fresh(), shape=shape, dtype=dt, index_name="pred")
+    out3 = deriv.array(*args_of.fresh(), shape=shape, dtype=dt, index_name="pred", reference=ref)
     if out3 is None or findings or deriv.mutated or not same(out1, out3):
         return None
     return out1
