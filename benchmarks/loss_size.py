@@ -86,7 +86,29 @@ CASES = (
     ("softmax_ce smoothing", "softmax_ce", {"label_smoothing": 0.1}, None),
     ("mse none+upstream", "mse", {"reduction": "none"}, None),
     ("mse forward=", "mse", {}, "forward"),
+    ("sigmoid_ce forward=", "sigmoid_ce", {}, "forward"), ("softmax_ce forward=", "softmax_ce", {}, "forward"),
+    ("mse forward S·L", "mse", {"scale": 1024}, "forward S·L"),
+    ("mse forward off", "mse", {}, "forward off"),
 )
+
+
+def _forward(kind: str, fault: str) -> Any:
+    """The forward of a case (NumPy's closed forms of the mean loss): right, S·L, or off by 1e-9 relative."""
+    import numpy as np
+
+    factor = {"forward": 1.0, "forward S·L": 1024.0, "forward off": 1 + 1e-9}[fault]
+
+    def forward(z: Any, y: Any) -> Any:
+        if kind == "mse":  # ℓ = (z - y)²
+            ell = (z - y) ** 2
+        elif kind == "sigmoid_ce":  # ℓ = y·sp(-z) + (1 - y)·sp(z) = sp(z) - y·z, sp(z) = log(1 + e^z)
+            ell = np.logaddexp(0, z) - y * z
+        else:  # ℓ = log Σ_k e^z_k - Σ_c t_c z_c (Σ t = 1), one per row
+            top = z.max(axis=-1, keepdims=True)
+            ell = (top + np.log(np.exp(z - top).sum(axis=-1, keepdims=True))) - (y * z).sum(axis=-1, keepdims=True)
+        return np.mean(ell) * factor
+
+    return forward
 
 
 def _inputs(case: str, entries: int) -> tuple[Any, Any, Any, Any, Any]:
@@ -146,9 +168,9 @@ def child(case: str, entries: int, warm: bool) -> dict[str, Any]:
 
     loss, pred, label, upstream, values = _inputs(case, entries)
     forward = None
-    if next(c for c in CASES if c[0] == case)[3] == "forward":
-        def forward(z: Any, y: Any) -> Any:
-            return np.mean((z - y) ** 2)
+    _, kind, _, fault = next(c for c in CASES if c[0] == case)
+    if fault is not None and fault.startswith("forward"):
+        forward = _forward(kind, fault)
     if warm:
         symjac.verify_loss(loss, derivative=lambda z, y, *u: values[:2], forward=forward, pred=pred[:2],
                            label=label[:2], upstream=None if upstream is None else upstream[:2])

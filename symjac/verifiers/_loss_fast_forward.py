@@ -6,8 +6,9 @@ every element counted) is checked here without the exact evaluation of every ele
 
 - *Value.* The kind's fast form (:meth:`symjac.loss._kind.LossKind.fast_value`) encloses
   each ``ℓ_i`` (radius ``e_i``). ``Φ = Σ_i ℓ_i`` is enclosed by ``math.fsum`` of the
-  blocks' ``math.fsum``\\ s of the centres (each correctly rounded: error at most
-  ``u·|block sum|``, and ``u·|Φ̂|`` for the last) plus ``Σ e_i``; ``L = r·Φ`` (``r = 1/D``
+  blocks' ``math.fsum``\\ s of the centres, with each fsum's own rounding measured by one
+  more fsum of its terms less its result (correctly rounded: within ``u`` of itself, plus
+  η), plus ``Σ e_i``; ``L = r·Φ`` (``r = 1/D``
   enclosed) by one more product. The forward bound of :mod:`symjac.loss._bounds`,
   ``r·(Σ e_i + γ_{n-1}·Σ|ℓ_i|) + γ_{k_D}·|L| + (n + k_D)·η``, with ``e_i = u(1+γ)R(ℓ_i) +
   γ_k(|ℓ_i| + cond_i) + max(k, 1)·η·A``, is bounded below by the same sums of the
@@ -15,10 +16,11 @@ every element counted) is checked here without the exact evaluation of every ele
   each sum deflated for its own float64 rounding. The forward's value ``F`` is *within*
   when ``|F - L̂| + E_L <= B_lo``: the exact route's check passes too.
 - *Finite differences*, at the exact route's probes (the same entries, steps and
-  stencils): the forward at ``z±``, against the exact ``ℓ_i(z±)`` and ``h_j`` of the
-  probed element (MPFR, one small evaluation each); the tolerance's forward bounds
-  ``E±`` bounded below by ``r·γ_{n-1}·(Σ|ℓ|_lo - |ℓ_i(z)|)`` and the derivative bound
-  ``B_j`` by 0. A probe within that smaller tolerance is within the exact route's.
+  stencils): the forward at ``z±``, against the exact ``ℓ_i(z±)``, ``e_i(z±)`` and ``h_j``
+  of the probed element (MPFR, one small evaluation each); the forward bounds ``E±`` (at
+  ``z±`` and in the tolerance) bounded below by the blocks' lower sums less element i's
+  exact terms at z plus its exact terms at z±, and the derivative bound ``B_j`` by 0. A
+  probe within these smaller bounds is within the exact route's.
 
 Anything else (a forward value not proven within, a probe not proven consistent, a call
 that misbehaves, ``reduction="none"``, a row at ``ignore_index``, a kind without
@@ -42,6 +44,7 @@ from symjac.check._call import Guard
 from symjac.check._report import Finding
 from symjac.check._rounding import finfo
 from symjac.loss import _fast, _numbers
+from symjac.loss._bounds import Bounds
 from symjac.loss._evaluate import evaluate_checked
 from symjac.loss._spec import kind_of
 from symjac.verifiers._loss_fast import _Setting
@@ -78,9 +81,10 @@ def fast_forward(s: _Setting, forward: Callable[..., Any], derivative_out: np.nd
         v, e = form.ell.v.reshape(-1), form.ell.e.reshape(-1)
         if not (np.isfinite(v).all() and np.isfinite(e).all()):
             return None
-        part = math.fsum(v.tolist())
+        values = v.tolist()
+        part = math.fsum(values)
         centres.append(part)
-        centre_abs += abs(part)
+        centre_abs += abs(math.fsum(values + [-part]))  # the rounding of part, to within its own rounding
         radius += float(np.sum(e))
         low = form.ell.lower_abs().reshape(-1)
         abs_lo += float(np.sum(low))
@@ -89,7 +93,8 @@ def fast_forward(s: _Setting, forward: Callable[..., Any], derivative_out: np.nd
         err_lo += max(k, 1) * eta * (stop - start)
     n = int(s.z.shape[0])
     phi = math.fsum(centres)
-    phi_e = (radius * (1 + 2.0**-30) + u * (centre_abs + abs(phi))) * (1 + 2.0**-44) + 4 * _fast.ETA
+    centre_abs += abs(math.fsum(centres + [-phi]))
+    phi_e = (radius * (1 + 2.0**-30) + centre_abs * (1 + 2.0**-50)) * (1 + 2.0**-44) + (len(centres) + 5) * _fast.ETA
     r = _fast.Ball.of(s.r)
     value = _fast.mul(r, _fast.Ball(np.array(phi), np.array(phi_e)))
     big_l, big_e = float(value.v), float(value.e)
@@ -101,7 +106,8 @@ def fast_forward(s: _Setting, forward: Callable[..., Any], derivative_out: np.nd
     observed = float(np.asarray(got, dtype=np.float64).reshape(-1)[0])
     if not math.isfinite(big_e) or not (abs(observed - big_l) + big_e) * (1 + 2.0**-44) <= bound_lo:
         return None
-    probes = _probes(s, fwd, args_of, derivative_out, big_l, big_e, r_lo * (n - 1) * u, abs_lo, u, findings)
+    probes = _probes(s, fwd, args_of, derivative_out, (big_l, big_e), (r_lo, (n - 1) * u, k_d * u),
+                     (abs_lo, err_lo), u, findings)
     if probes is None or findings:
         return None
     checked, skipped, worst = probes
@@ -110,8 +116,9 @@ def fast_forward(s: _Setting, forward: Callable[..., Any], derivative_out: np.nd
             "forward_filter": {"value": observed, "exact_within": big_e, "bound_at_least": bound_lo}}
 
 
-def _probes(s: _Setting, fwd: Guard, args_of: _ArgFactory, out: np.ndarray, big_l: float, big_e: float,
-            slope: float, abs_lo: float, u: float, findings: list[Finding]) -> tuple[int, int, float] | None:
+def _probes(s: _Setting, fwd: Guard, args_of: _ArgFactory, out: np.ndarray, value: tuple[float, float],
+            factors: tuple[float, float, float], sums: tuple[float, float], u: float,
+            findings: list[Finding]) -> tuple[int, int, float] | None:
     """The exact route's probes (:meth:`symjac.verifiers._loss_fd._ForwardCheck.finite_differences`),
     each proven within its tolerance's lower bound: (checked, skipped, worst |g - fd|/tol_lo), or None."""
     kind = kind_of(s.loss)
@@ -134,12 +141,14 @@ def _probes(s: _Setting, fwd: Guard, args_of: _ArgFactory, out: np.ndarray, big_
         exact = _element(s, summed, i, j % s.per, (z, float(zp), float(zm)))
         if exact is None:
             return None
-        ells, h_j = exact
+        ells, errs, h_j = exact
         obs = []
         for zz in (zp, zm):
             pz = pred.copy()
             pz.reshape(-1)[j] = zz
-            val = fwd.array(*args_of.forward_args(pz), shape=(), dtype=None, index_name="loss")
+            label = args_of.label
+            assert label is not None
+            val = fwd.array(pz.copy(), label.copy(), shape=(), dtype=None, index_name="loss", reference=(pz, label))
             del pz
             if val is None or findings:
                 return None
@@ -148,9 +157,18 @@ def _probes(s: _Setting, fwd: Guard, args_of: _ArgFactory, out: np.ndarray, big_
             num = _numbers.number
             r, sc, dstep = num(s.r), num(s.loss.scale), num(step)
             trunc = r * (ells[1] - ells[2]) / dstep - r * h_j
-            e_pm = [max(num(slope) * (num(abs_lo) - abs(ells[0])), num(0)) * num(1 - 2.0**-40) for _ in range(2)]
-            for o, ell, e in zip(obs, ells[1:], e_pm):  # the forward at z±, against Φ(z±) = L + r·(ℓ_i(z±) - ℓ_i(z))
-                if abs(num(o) - num(big_l) - r * (ell - ells[0])) + num(big_e) > e:
+            # E± >= r·(Σ_{m≠i} e_m + e_i(z±) + γ_{n-1}·(Σ_{m≠i} |ℓ_m| + |ℓ_i(z±)|)) + γ_{k_D}·|Φ(z±)·r|:
+            # the blocks' lower sums less element i's exact terms at z, plus its exact terms at z±
+            big_l, big_e = num(value[0]), num(value[1])
+            r_lo, g_n, g_d = (num(f) for f in factors)
+            abs_lo, err_lo = num(sums[0]) - abs(ells[0]), num(sums[1]) - errs[0]
+            e_pm, phi = [], []
+            for m in (1, 2):
+                phi.append(big_l + r * (ells[m] - ells[0]))  # Φ(z±)·r, within big_e
+                low = r_lo * (err_lo + errs[m] + g_n * (abs_lo + abs(ells[m]))) + g_d * (abs(phi[-1]) - big_e)
+                e_pm.append(max(low, num(0)) * num(1 - 2.0**-40))
+            for o, p_, e in zip(obs, phi, e_pm):  # the forward at z± against the exact value there
+                if abs(num(o) - p_) + big_e > e:
                     return None
             tol = sc * (abs(trunc) + (e_pm[0] + e_pm[1]) / dstep)
             fd = sc * (num(obs[0]) - num(obs[1])) / dstep
@@ -162,9 +180,10 @@ def _probes(s: _Setting, fwd: Guard, args_of: _ArgFactory, out: np.ndarray, big_
     return checked, len(probes) - checked, worst
 
 
-def _element(s: _Setting, summed: Any, i: int, slot: int, zs: tuple[float, float, float]) -> tuple[list[Any], Any] | None:
-    """The exact ``ℓ_i`` at pred entry ``slot`` of element ``i`` set to each of ``zs``, and
-    ``dℓ_i/dz`` there at the first (MPFR)."""
+def _element(s: _Setting, summed: Any, i: int, slot: int,
+             zs: tuple[float, float, float]) -> tuple[list[Any], list[Any], Any] | None:
+    """The exact ``ℓ_i`` and its forward bound ``e_i`` at pred entry ``slot`` of element ``i``
+    set to each of ``zs``, and ``dℓ_i/dz`` there at the first (MPFR)."""
     rows = []
     for zz in zs:
         zb = np.array(s.z[i:i + 1], dtype=np.float64)
@@ -175,8 +194,11 @@ def _element(s: _Setting, summed: Any, i: int, slot: int, zs: tuple[float, float
     if s.z.ndim == 1 and _has_columns(s):
         return None  # a per-column option: the element alone would lose its column (the exact route)
     ev = evaluate_checked(summed, zb, yb, None, values=True, derivatives=True)
+    bounds = Bounds(ev, s.dt)
+    bounds.fill(of="loss")
     ells = list(ev.elements.reshape(-1))
-    return ells, ev.h.reshape(3, -1)[0, slot]
+    errs = list(np.asarray(bounds.element(ev.elements.reshape(-1), bounds.cond, bounds.run), dtype=object).reshape(-1))
+    return ells, errs, ev.h.reshape(3, -1)[0, slot]
 
 
 def _has_columns(s: _Setting) -> bool:
