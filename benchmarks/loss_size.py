@@ -161,7 +161,6 @@ def _inputs(case: str, entries: int) -> tuple[Any, Any, Any, Any, Any]:
 
 
 def child(case: str, entries: int, warm: bool) -> dict[str, Any]:
-    import numpy as np
 
     import symjac
     import symjac.verifiers  # noqa: F401 - the modules (sympy, mpmath, ...: ~59 MB) are not the entries' cost

@@ -42,15 +42,17 @@ Errors are reported in ULPs of the dtype at ``max(|expected|, |observed|)``.
 
 Size
 ----
-Without a forward, :func:`verify_loss` first tries the fast route
+:func:`verify_loss` first tries the fast route
 (:mod:`symjac.verifiers._loss_fast`): a float64 filter with proven error bounds decides,
 block by block, the entries within their bound ``B_j`` and those beyond it, and only the
 others (and the few that may be the worst) go through the exact evaluation above; a
 failing derivative is classified as here (the same words, the loss scale named). The
 verdict is the exact route's, in bounded memory, for mse, sigmoid_ce and softmax_ce with
-their options. A forward to check (the fast route has no enclosure of the loss value),
-the other kinds, and a misbehaving call take the exact route, within
-``symjac.loss.MAX_ELEMENTS``; beyond it they are refused up front.
+their options. With a forward of a reduced loss and a right derivative,
+:mod:`symjac.verifiers._loss_fast_forward` proves the forward's value and the
+finite-difference probes within their bounds in float64 where it can; a forward it
+cannot, ``"none"`` with a forward, the other kinds, and a misbehaving call take the
+exact route, within ``symjac.loss.MAX_ELEMENTS``; beyond it they are refused.
 """
 
 from __future__ import annotations

@@ -41,8 +41,9 @@ enclosures. Inputs with fewer than :data:`FAST_MIN` entries take the exact route
 and so does anything the calls get wrong (a finding of the calls: the exact route words
 it), a kind without a fast form (:meth:`~symjac.loss._kind.LossKind.fast_derivative`
 None), a per-class option of an element-wise kind along a last axis longer than
-:data:`BLOCK` (the exact evaluations keep whole rows), and a ``forward`` to check (no
-enclosure of the loss value here: the caller's exact route, within its budget). Memory
+:data:`BLOCK` (the exact evaluations keep whole rows), and a ``forward`` that
+:mod:`symjac.verifiers._loss_fast_forward` does not prove within (the caller's exact
+route, within its budget). Memory
 stays the float arrays of the inputs and outputs plus one block.
 """
 
