@@ -208,7 +208,7 @@ def test_a_forward_past_the_exact_budget_is_refused_up_front(monkeypatch: pytest
     def never(*args: object) -> object:
         raise AssertionError("not called on a refused input")
 
-    with pytest.raises(symjac.InputError, match=r"budget of 1,000 .*forward= is checked on the exact route alone"):
+    with pytest.raises(symjac.InputError, match=r"budget of 1,000 .*with a forward=, the fast route decides"):
         symjac.verify_loss(symjac.Loss("mse"), derivative=never, forward=never, pred=z, label=y)
 
 

@@ -208,12 +208,22 @@ class Guard:
             self.flagged.add(key)
             self.findings.append(Finding(category, message, **kw))
 
-    def call(self, *args: Any, again: bool = False) -> tuple[bool, Any]:
+    def call(self, *args: Any, again: bool = False, reference: tuple[Any, ...] | None = None) -> tuple[bool, Any]:
         """One call: ``(True, returned value)``, or ``(False, None)`` once the failure is flagged.
 
         ``again`` marks a second call on the same buffers (in mutation messages).
+        ``reference``: arrays the array arguments were copied from (bit for bit) and that
+        nothing else writes to: the arguments are compared with them after the call
+        instead of with copies taken here (the same exact check, without a copy per call).
         """
-        before = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args]
+        if reference is not None:
+            if len(reference) != len(args) or any(
+                    isinstance(a, np.ndarray) and not (isinstance(r, np.ndarray) and same(a, r))
+                    for a, r in zip(args, reference)):
+                raise ValueError("reference= must hold the arrays the arguments were copied from")
+            before: list[Any] = list(reference)
+        else:
+            before = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args]
         if self.here:
             status, value = invoke_here(self._returning, args, self.timeout)
         elif self.isolate is None:
@@ -296,7 +306,8 @@ class Guard:
         return True, value
 
     def array(self, *args: Any, shape: tuple[int, ...] | None, dtype: np.dtype[Any] | None, index_name: str = "",
-              shape_note: str = "", again: bool = False, infinite: Any = None) -> np.ndarray | None:
+              shape_note: str = "", again: bool = False, infinite: Any = None,
+              reference: tuple[Any, ...] | None = None) -> np.ndarray | None:
         """One call whose result must be an array of ``shape`` and ``dtype``, all finite.
 
         ``shape=()`` asks for one number (a scalar or any one-element array); None
@@ -306,8 +317,9 @@ class Guard:
 
         Returns the result (a copy), or None when it is unusable (the reason flagged).
         A wrong float dtype is flagged but the values are still returned for checking.
+        ``reference``: as for :meth:`call`.
         """
-        ok, value = self.call(*args, again=again)
+        ok, value = self.call(*args, again=again, reference=reference)
         return self.check_output(value, shape, dtype, index_name, shape_note, infinite) if ok else None
 
     def arrays(self, calls: Iterable[tuple[Any, ...]], *, shape: tuple[int, ...] | None,

@@ -204,6 +204,50 @@ class FastDerivative:
     run_hi: np.ndarray | None = None
 
 
+#: NumPy's ``log``/``log1p`` (the platform libm: glibc documents at most 1-2 ulp for both on x86-64
+#: and aarch64) are taken to be within :data:`LIBM_ULPS` ulp of the exact value: an assumption, not a
+#: proof (the forward filter's only one; the exact route decides wherever its verdict would depend on it).
+LIBM_ULPS = 4
+
+
+def log1p(a: Ball) -> Ball:
+    """``log(1 + x)`` for every ``x >= 0`` within ``a`` (``a.v - a.e >= 0``, else inf): the
+    derivative is at most 1 there, so ``a.e`` carries over; plus :data:`LIBM_ULPS` ulp of the
+    result (``2u|v|`` an ulp) and η."""
+    with np.errstate(all="ignore"):
+        v = np.log1p(a.v)
+        ok = (a.v - a.e >= 0) & np.isfinite(v)
+        return Ball(v, np.where(ok, _inflate(a.e + 2 * LIBM_ULPS * U * np.abs(v) + ETA), np.inf))
+
+
+def log(a: Ball) -> Ball:
+    """``log x`` for every ``x`` within ``a`` where ``a.v - a.e > 0`` (else inf): the
+    derivative is at most ``1/(a.v - a.e)``; plus :data:`LIBM_ULPS` ulp of the result and η."""
+    with np.errstate(all="ignore"):
+        v = np.log(a.v)
+        room = a.v - a.e
+        ok = (room > 0) & np.isfinite(v)
+        e = a.e / np.where(ok, room, 1.0) + 2 * LIBM_ULPS * U * np.abs(v) + ETA
+        return Ball(v, np.where(ok, _inflate(e), np.inf))
+
+
+@dataclasses.dataclass(frozen=True)
+class FastValue:
+    """A kind's fast form of the loss value at a block of elements (one entry per element:
+    (elements,), or (rows, 1) for a class axis).
+
+    Attributes:
+      ell: the element loss ``ℓ_i`` (unweighted by the reduction) enclosed (:class:`Ball`).
+      cond_lo: a lower bound on ``Σ_m |∂ℓ_i/∂x_m|·|x_m|`` (the forward bound's condition sum
+        of :mod:`symjac.loss._bounds`: some of its non-negative terms, rounded down).
+      run_lo: a lower bound on the running error ``R(ℓ_i)`` (0 is always one).
+    """
+
+    ell: Ball
+    cond_lo: np.ndarray
+    run_lo: np.ndarray
+
+
 def others(x: np.ndarray, down: bool = True) -> np.ndarray:
     """Per row and column j of a non-negative (rows, C) array, ``Σ_{c≠j} x_c``: a prefix
     plus a suffix sum (no subtraction), each a sum of at most C - 1 non-negative terms

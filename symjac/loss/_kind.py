@@ -28,7 +28,8 @@ The rules, by the stage that reads them:
 - *rounding model*: :meth:`~LossKind.amplitude` (what the underflow term's ``A``
   takes beyond the weights), besides the template's depths and running errors;
   :meth:`~LossKind.fast_derivative` (a float64 enclosure of the derivative and lower
-  bounds on its bound's terms: the verifier's fast filter).
+  bounds on its bound's terms: the verifier's fast filter); :meth:`~LossKind.fast_value`
+  (the same for the loss value: the forward's fast filter).
 - *inputs*: :meth:`~LossKind.default_inputs`.
 - *explain*: :attr:`~LossKind.explain_classes` (how many classes to show without a
   prediction).
@@ -45,7 +46,7 @@ import numpy as np
 import sympy
 
 from symjac._exact import ExactArray
-from symjac.loss._fast import FastDerivative
+from symjac.loss._fast import FastDerivative, FastValue
 from symjac.loss._softmax import SoftmaxTemplate
 from symjac.loss._templates import LossTemplate
 
@@ -146,6 +147,14 @@ class LossKind:
         kind (with these options) has no fast form (every cell then takes the exact route).
         ``column``: for an element-wise kind, each entry's index along pred's last axis
         (what a per-class option is indexed by)."""
+        return None
+
+    def fast_value(self, loss: Loss, z: np.ndarray, y: np.ndarray | None,
+                   column: np.ndarray | None = None) -> FastValue | None:
+        """The forward's fast filter (:mod:`symjac.verifiers._loss_fast_forward`): at the
+        blocks :meth:`fast_derivative` reads, each element's loss ``ℓ_i`` enclosed, and lower
+        bounds on the condition sum and running error of the forward bound; None where this
+        kind (with these options) has none (the forward then takes the exact route)."""
         return None
 
     def amplitude(self, loss: Loss) -> Any:

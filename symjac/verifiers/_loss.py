@@ -42,15 +42,17 @@ Errors are reported in ULPs of the dtype at ``max(|expected|, |observed|)``.
 
 Size
 ----
-Without a forward, :func:`verify_loss` first tries the fast route
+:func:`verify_loss` first tries the fast route
 (:mod:`symjac.verifiers._loss_fast`): a float64 filter with proven error bounds decides,
 block by block, the entries within their bound ``B_j`` and those beyond it, and only the
 others (and the few that may be the worst) go through the exact evaluation above; a
 failing derivative is classified as here (the same words, the loss scale named). The
 verdict is the exact route's, in bounded memory, for mse, sigmoid_ce and softmax_ce with
-their options. A forward to check (the fast route has no enclosure of the loss value),
-the other kinds, and a misbehaving call take the exact route, within
-``symjac.loss.MAX_ELEMENTS``; beyond it they are refused up front.
+their options. With a forward of a reduced loss and a right derivative,
+:mod:`symjac.verifiers._loss_fast_forward` proves the forward's value and the
+finite-difference probes within their bounds in float64 where it can; a forward it
+cannot, ``"none"`` with a forward, the other kinds, and a misbehaving call take the
+exact route, within ``symjac.loss.MAX_ELEMENTS``; beyond it they are refused.
 """
 
 from __future__ import annotations
@@ -220,14 +222,13 @@ def _verify(
         raise InputError(f"forward={forward!r} is not callable")
     dt = _dtype(dtype, pred, label)
     with_forward = forward is not None
-    fast = fast and not with_forward
     _check_budget(loss, pred, fast, forward=with_forward)
     p0, l0, u0, rounded = prepare_inputs(loss, pred, label, upstream, dt)
     if fast:
-        got = fast_check(loss, derivative, p0, l0, u0, dt, timeout)
+        got = fast_check(loss, derivative, p0, l0, u0, dt, timeout, forward)
         if got is not None:
-            return _fast_outcome(loss, dt, p0, l0, u0, rounded, got)
-        _check_budget(loss, pred, False, fast_tried=True)
+            return _fast_outcome(loss, dt, p0, l0, u0, rounded, got, with_forward)
+        _check_budget(loss, pred, False, fast_tried=True, forward=with_forward)
     # the loss values only for the forward check, the bounds where a verdict needs them (Bounds.fill)
     ev = evaluate_checked(loss, p0, l0, u0, values=forward is not None, derivatives=True)
     findings: list[Finding] = []
@@ -266,7 +267,7 @@ def _stats(loss: Loss, dt: np.dtype[Any], p0: np.ndarray, rounded: bool) -> dict
 
 
 def _fast_outcome(loss: Loss, dt: np.dtype[Any], p0: np.ndarray, l0: np.ndarray | None, u0: np.ndarray | None,
-                  rounded: bool, got: FastOutcome) -> _Outcome:
+                  rounded: bool, got: FastOutcome, with_forward: bool = False) -> _Outcome:
     """The fast route's report: its findings (the exact route's words) and stats."""
     stats = {**_stats(loss, dt, p0, rounded), **got.stats}
     stats["checksums"] = {name: sha256(a) for name, a in zip(("pred", "label", "upstream"), (p0, l0, u0))
@@ -274,7 +275,7 @@ def _fast_outcome(loss: Loss, dt: np.dtype[Any], p0: np.ndarray, l0: np.ndarray 
     findings = tuple(got.findings)
     none = np.empty(0, dtype=object)
     return _Outcome(Report(f"{loss!r} in {dt.name}", findings, stats,
-                           _headline(loss, p0.size, False, stats, list(findings))), got.observed, none, none)
+                           _headline(loss, p0.size, with_forward, stats, list(findings))), got.observed, none, none)
 
 
 def _dtype(dtype: Any, pred: Any, label: Any) -> np.dtype[Any]:
@@ -292,8 +293,8 @@ def _dtype(dtype: Any, pred: Any, label: Any) -> np.dtype[Any]:
 def _check_budget(loss: Loss, pred: Any, fast: bool, fast_tried: bool = False, forward: bool = False) -> None:
     """Refuse, before any work, a pred with more entries than ``symjac.loss.MAX_ELEMENTS``
     (the exact route's budget) or, for the fast route, ``symjac.loss.MAX_FAST_ELEMENTS``.
-    A ``forward`` is checked on the exact route alone (the fast route has no enclosure of
-    the loss value), so with one the exact route's budget holds."""
+    A ``forward`` the fast route leaves (:mod:`symjac.verifiers._loss_fast_forward`) is
+    checked on the exact route, within its budget."""
     if pred is None:  # the default inputs are small
         return
     entries = int(np.prod(np.shape(pred), dtype=np.int64))
@@ -310,9 +311,11 @@ def _check_budget(loss: Loss, pred: Any, fast: bool, fast_tried: bool = False, f
     if entries > budget:
         why = ""
         if forward:
-            why = (" (a forward= is checked on the exact route alone: verify the derivative at this size without "
-                   "forward=, which takes the fast route up to symjac.loss.MAX_FAST_ELEMENTS, and the forward on a "
-                   "slice)")
+            why = (" (with a forward=, the fast route decides a right derivative of mse, sigmoid_ce or softmax_ce "
+                   "whose reduced forward value and finite-difference probes it proves within their bounds, up to "
+                   "symjac.loss.MAX_FAST_ELEMENTS; this one it did not: a forward beyond or near its bound, a wrong "
+                   "derivative, reduction='none' or ignored rows, a finding of the calls. Verify the derivative at "
+                   "this size without forward=, and the forward on a slice)")
         elif fast_tried:
             why = (" (the fast route, which decides the derivative of mse, sigmoid_ce and softmax_ce, with their "
                    "options and no forward, at any size up to symjac.loss.MAX_FAST_ELEMENTS, did not take this one: "

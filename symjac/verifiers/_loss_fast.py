@@ -41,8 +41,9 @@ enclosures. Inputs with fewer than :data:`FAST_MIN` entries take the exact route
 and so does anything the calls get wrong (a finding of the calls: the exact route words
 it), a kind without a fast form (:meth:`~symjac.loss._kind.LossKind.fast_derivative`
 None), a per-class option of an element-wise kind along a last axis longer than
-:data:`BLOCK` (the exact evaluations keep whole rows), and a ``forward`` to check (no
-enclosure of the loss value here: the caller's exact route, within its budget). Memory
+:data:`BLOCK` (the exact evaluations keep whole rows), and a ``forward`` that
+:mod:`symjac.verifiers._loss_fast_forward` does not prove within (the caller's exact
+route, within its budget). Memory
 stays the float arrays of the inputs and outputs plus one block.
 """
 
@@ -239,14 +240,15 @@ def _clean_calls(loss: Loss, derivative: Callable[..., Any], p0: np.ndarray, l0:
     deriv = Guard(derivative, "derivative", args_of.names, findings, timeout=timeout, restore=False)
     shape = p0.shape
     bufs = args_of.fresh()
-    out1 = deriv.array(*bufs, shape=shape, dtype=dt, index_name="pred")
+    ref = args_of.names_originals()  # the buffers are copies of these: compared with them, not copied again
+    out1 = deriv.array(*bufs, shape=shape, dtype=dt, index_name="pred", reference=ref)
     if out1 is None or findings or deriv.mutated:
         return None
-    out2 = deriv.array(*bufs, shape=shape, dtype=dt, index_name="pred", again=True)
+    out2 = deriv.array(*bufs, shape=shape, dtype=dt, index_name="pred", again=True, reference=ref)
     if out2 is None or findings or deriv.mutated or not same(out1, out2):
         return None
     del out2, bufs
-    out3 = deriv.array(*args_of.fresh(), shape=shape, dtype=dt, index_name="pred")
+    out3 = deriv.array(*args_of.fresh(), shape=shape, dtype=dt, index_name="pred", reference=ref)
     if out3 is None or findings or deriv.mutated or not same(out1, out3):
         return None
     return out1

@@ -25,6 +25,7 @@ from symjac.loss._domain import index as _index
 from symjac.loss._evaluate import evaluate_checked
 from symjac.loss._spec import Loss
 from symjac.verifiers import _loss_fast
+from symjac.verifiers._loss_fast_forward import fast_forward
 from symjac.verifiers._loss_fast import CELLS, WORST, _clean_calls, _InputFault, _Setting, filter_block, setting_of
 from symjac.verifiers._loss_values import (
     _Expected,
@@ -85,9 +86,11 @@ class _Top:
 
 
 def fast_check(loss: Loss, derivative: Callable[..., Any], p0: np.ndarray, l0: np.ndarray | None,
-               u0: np.ndarray | None, dt: np.dtype[Any], timeout: float | None) -> Any:
+               u0: np.ndarray | None, dt: np.dtype[Any], timeout: float | None,
+               forward: Callable[..., Any] | None = None) -> Any:
     """The fast route: its outcome when the calls were clean and every option has a fast form, else None (the caller
-    takes the exact route; nothing is reported)."""
+    takes the exact route; nothing is reported). With a ``forward``: only a right derivative whose forward
+    :mod:`symjac.verifiers._loss_fast_forward` proves within too (else None)."""
     if p0.size < _loss_fast.FAST_MIN:  # read at call time (tests lower it)
         return None
     try:
@@ -102,7 +105,13 @@ def fast_check(loss: Loss, derivative: Callable[..., Any], p0: np.ndarray, l0: n
     if out is None:
         return None
     try:
-        return decide(setting, out)
+        got = decide(setting, out)
+        if forward is None or got is None:
+            return got
+        if got.findings:
+            return None
+        more = fast_forward(setting, forward, out, p0, l0, timeout)
+        return None if more is None else Fast(got.observed, {**got.stats, **more}, [])
     except (InputError, SpecError):
         return None
 

@@ -80,6 +80,10 @@ class _ArgFactory:
     def originals(self) -> tuple[np.ndarray | None, ...]:
         return (self.pred, self.label, self.upstream) if self.with_upstream else (self.pred, self.label)
 
+    def names_originals(self) -> tuple[Any, ...]:
+        """What :meth:`fresh` copies, in the order of :attr:`names` (a guard's ``reference=``)."""
+        return (self.pred, self.label, self.upstream)[:len(self.names)]
+
     def fresh(self, pred: np.ndarray | None = None) -> tuple[Any, ...]:
         p = (self.pred if pred is None else pred).copy()
         lab = None if self.label is None else self.label.copy()

@@ -111,21 +111,40 @@ class SoftmaxCe(LossKind):
         with np.errstate(all="ignore"):  # inf and NaN leave an entry undecided
             return self._fast_form(loss, z, y)
 
-    def _fast_form(self, loss: Loss, z: np.ndarray, y: np.ndarray) -> _fast.FastDerivative:
-        c = z.shape[1]
+    def _coefficients(self, loss: Loss, c: int, y: np.ndarray) -> tuple[np.ndarray, Fraction, _fast.Ball, _fast.Ball]:
+        """(t, ε, w, a): the label rows, label smoothing, the class weights and ``a = ((1 - ε)t + ε/C)·w`` enclosed."""
         t_val = (y[:, None] == np.arange(c)).astype(np.float64) if self.labels_are_indices(loss) else y
         eps_q = loss.label_smoothing or Fraction(0)
         weights = per_class("weight", loss.weight, c, Fraction(1))
         plain = eps_q == 0 and all(q == 1 for q in weights)
         t = _fast.Ball.exact(t_val)
         if plain:
-            w = _fast.Ball.exact(np.ones((1, c)))
-            a = t
-        else:
-            got = [_fast.Ball.of(q) for q in weights]
-            w = _fast.Ball(np.array([[float(b.v) for b in got]]), np.array([[float(b.e) for b in got]]))
-            b = _fast.add(_fast.mul(_fast.Ball.of(1 - eps_q), t), _fast.Ball.of(eps_q / c))
-            a = _fast.mul(b, w)
+            return t_val, eps_q, _fast.Ball.exact(np.ones((1, c))), t
+        got = [_fast.Ball.of(q) for q in weights]
+        w = _fast.Ball(np.array([[float(b.v) for b in got]]), np.array([[float(b.e) for b in got]]))
+        b = _fast.add(_fast.mul(_fast.Ball.of(1 - eps_q), t), _fast.Ball.of(eps_q / c))
+        return t_val, eps_q, w, _fast.mul(b, w)
+
+    def fast_value(self, loss: Loss, z: np.ndarray, y: np.ndarray | None,
+                   column: np.ndarray | None = None) -> _fast.FastValue | None:
+        # ℓ = Σ_c a_c·(m - z_c + log Σ_k e^(z_k - m)), m = max z (every term >= 0: no
+        # cancellation). The condition sum's terms of the weights, Σ_c |∂ℓ/∂w_c|·|w_c| = ℓ
+        # (a_c is linear in w_c), are its lower bound.
+        if z.ndim != 2 or not 2 <= z.shape[1] <= 2**10:
+            return None
+        assert y is not None
+        with np.errstate(all="ignore"):
+            _, _, _, a = self._coefficients(loss, z.shape[1], y)
+            top = np.broadcast_to(z.max(axis=1, keepdims=True), z.shape)
+            e = _fast.exp(_fast.sub(_fast.Ball.exact(z), _fast.Ball.exact(top)))
+            lse = _fast.log(_fast.total(e, axis=1))
+            gap = _fast.add(_fast.sub(_fast.Ball.exact(top), _fast.Ball.exact(z)), lse)
+            ell = _fast.total(_fast.mul(a, gap), axis=1)
+            return _fast.FastValue(ell, _fast.lower(ell.lower_abs()), np.zeros(ell.v.shape))
+
+    def _fast_form(self, loss: Loss, z: np.ndarray, y: np.ndarray) -> _fast.FastDerivative:
+        c = z.shape[1]
+        t_val, eps_q, w, a = self._coefficients(loss, c, y)
         top = np.broadcast_to(z.max(axis=1, keepdims=True), z.shape)
         e = _fast.exp(_fast.sub(_fast.Ball.exact(z), _fast.Ball.exact(top)))
         d = _fast.total(e, axis=1)
