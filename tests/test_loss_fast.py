@@ -362,3 +362,35 @@ def test_a_bad_label_in_a_later_block_is_named_by_its_index_in_the_whole_input(
     y[20000] = 1.5  # sigmoid_ce takes labels in [0, 1]
     with pytest.raises(symjac.InputError, match=r"label\[20000\]"):
         symjac.verify_loss(symjac.Loss("sigmoid_ce"), derivative=lambda p, t: p, pred=z, label=y)
+
+
+@pytest.mark.parametrize("libm_error", [0.0, 1e-9])
+def test_log_enclosures_hold_whatever_numpys_log_returns(monkeypatch, libm_error):
+    # The fast forms' log and log1p take NumPy's values only as centres: each radius is proven
+    # (symjac's own exp, or series bounds), so a libm off by 1e-9 relative still gets balls that
+    # hold the true value (mpmath, 120 bits), just wider ones (or inf: then the exact route decides).
+    import mpmath
+
+    from symjac.loss import _fast
+
+    rng = np.random.default_rng(0)
+    x = np.concatenate([np.exp(rng.uniform(-690, 690, 300)), 1 + rng.uniform(-0.4, 0.4, 100),
+                        1 + np.exp(-rng.uniform(5, 40, 100))])
+    y = np.concatenate([np.exp(-rng.uniform(0, 700, 300)), rng.uniform(0, 1, 100), [0.0, 5e-324, 1e-20]])
+    real_log, real_log1p = np.log, np.log1p
+    fake = type("np_with_a_bad_libm", (), {})()
+    for name in dir(np):
+        if not name.startswith("__"):
+            setattr(fake, name, getattr(np, name))
+    fake.log = lambda a: real_log(a) * (1 + libm_error)
+    fake.log1p = lambda a: real_log1p(a) * (1 + libm_error)
+    monkeypatch.setattr(_fast, "np", fake)
+    lx = _fast.log(_fast.Ball(x, np.zeros_like(x)))
+    ly = _fast.log1p(_fast.Ball(y, np.zeros_like(y)))
+    with mpmath.workprec(120):
+        for xi, v, e in zip(x, lx.v, lx.e):
+            assert abs(mpmath.log(mpmath.mpf(float(xi))) - mpmath.mpf(float(v))) <= e
+        for yi, v, e in zip(y, ly.v, ly.e):
+            assert abs(mpmath.log1p(mpmath.mpf(float(yi))) - mpmath.mpf(float(v))) <= e
+    if libm_error == 0.0:  # with a good libm the balls stay tight (the filter can decide with them)
+        assert np.all(lx.e <= 1e-10 * np.abs(lx.v) + 1e-300) and np.all(ly.e <= 1e-10 * np.abs(ly.v) + 1e-300)

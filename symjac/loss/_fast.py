@@ -204,30 +204,84 @@ class FastDerivative:
     run_hi: np.ndarray | None = None
 
 
-#: NumPy's ``log``/``log1p`` (the platform libm: glibc documents at most 1-2 ulp for both on x86-64
-#: and aarch64) are taken to be within :data:`LIBM_ULPS` ulp of the exact value: an assumption, not a
-#: proof (the forward filter's only one; the exact route decides wherever its verdict would depend on it).
+#: The radius, in ulp of the result, tried first about NumPy's ``log``/``log1p`` (the platform
+#: libm: glibc documents at most 1-2 ulp on x86-64 and aarch64). It is no assumption: each
+#: enclosure is proven with this module's own :func:`exp` (``e^(v-r) <= x <= e^(v+r)``), and
+#: where that check fails a series bound (log1p) or an infinite radius (log) takes its place.
 LIBM_ULPS = 4
+
+
+def _exp_bracket(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(t1, t2, up, dn)``: the floats ``t1 = v - r``, ``t2 = v + r`` (``r`` = :data:`LIBM_ULPS`
+    ulp of ``v``), ``up >= e^t1`` and ``dn <= e^t2`` from :func:`exp` (directed by one ulp)."""
+    zero = np.zeros_like(v)
+    r = 2 * LIBM_ULPS * U * np.abs(v) + 8 * U + ETA  # 8u: well above exp's own radius (about 1.1u relative)
+    t1, t2 = v - r, v + r
+    lo, hi = exp(Ball(t1, zero)), exp(Ball(t2, zero))
+    return t1, t2, np.nextafter(lo.v + lo.e, np.inf), np.nextafter(hi.v - hi.e, -np.inf)
+
+
+def _radius(v: np.ndarray, t1: np.ndarray, t2: np.ndarray) -> np.ndarray:
+    """``max(v - t1, t2 - v)`` rounded up: a ball about ``v`` that holds ``[t1, t2]``."""
+    return np.asarray(np.maximum(np.nextafter(v - t1, np.inf), np.nextafter(t2 - v, np.inf)))
+
+
+def _log_radius(x: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """A proven radius of ``log x`` about ``v`` (``x > 0``): ``log x`` is in ``[t1, t2]`` when
+    ``e^t1 <= x <= e^t2`` (log increases); for ``1/2 <= x <= 2``, where ``v`` is small and the
+    ulps of ``v`` fall below exp's accuracy, it is :func:`_log1p_radius` of ``x - 1`` (exact by
+    Sterbenz); inf where neither is shown."""
+    t1, t2, up, dn = _exp_bracket(v)
+    near_one = (x >= 0.5) & (x <= 2.0)
+    by_exp = np.where((up <= x) & (dn >= x), _radius(v, t1, t2), np.inf)
+    return np.asarray(np.where(near_one, _log1p_radius(np.where(near_one, x - 1.0, 0.0), v), by_exp))
+
+
+def _log1p_radius(y: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """A proven radius of ``log(1 + y)`` about ``v`` (``y > -1``). ``1 + y = s + t`` exactly
+    (TwoSum); with :func:`_exp_bracket`'s floats, ``up - s <= t <= dn - s`` shows
+    ``e^t1 <= 1 + y <= e^t2`` (both differences exact by Sterbenz wherever the check can
+    hold: then ``up`` and ``dn`` are within a factor 2 of ``s``). The series bounds hold
+    too: ``y - y²/2 <= log(1 + y) <= y - y²/2 + y³/3`` for ``y >= 0`` (alternating), and
+    ``y/(1 + y) <= log(1 + y) <= y`` for ``y < 0`` (``fl(y/fl(1 + y))`` is within 3u of
+    ``y/(1 + y)``: moved down by 4u and an ulp); the smaller of the two radii is taken (the
+    series wins for small ``|y|``, where 8u is no small part of ``v``)."""
+    s = 1.0 + y
+    b = s - 1.0
+    t = (1.0 - (s - b)) + (y - b)
+    t1, t2, up, dn = _exp_bracket(v)
+    shown = (up - s <= t) & (dn - s >= t)
+    square = 0.5 * y * y
+    half_up, half_dn = np.nextafter(square, np.inf) + ETA, np.maximum(np.nextafter(square, -np.inf) - ETA, 0.0)
+    cube_up = np.nextafter(y * y * y / 3 * (1 + 4 * U), np.inf) + ETA  # >= y³/3 for y >= 0
+    below = np.where(y >= 0, np.nextafter(y - half_up, -np.inf),
+                     np.nextafter(y / np.where(y > -1, s, 1.0) * (1 + 4 * U), -np.inf))
+    above = np.where(y >= 0, np.nextafter(np.nextafter(y - half_dn, np.inf) + cube_up, np.inf), y)
+    series = _radius(v, below, above)
+    return np.asarray(np.minimum(np.where(shown, _radius(v, t1, t2), np.inf), series))
 
 
 def log1p(a: Ball) -> Ball:
     """``log(1 + x)`` for every ``x >= 0`` within ``a`` (``a.v - a.e >= 0``, else inf): the
-    derivative is at most 1 there, so ``a.e`` carries over; plus :data:`LIBM_ULPS` ulp of the
-    result (``2u|v|`` an ulp) and η."""
+    derivative is at most 1 there, so ``a.e`` carries over; plus the proven radius of the
+    point value (:func:`_log1p_radius`) and η."""
     with np.errstate(all="ignore"):
         v = np.log1p(a.v)
         ok = (a.v - a.e >= 0) & np.isfinite(v)
-        return Ball(v, np.where(ok, _inflate(a.e + 2 * LIBM_ULPS * U * np.abs(v) + ETA), np.inf))
+        safe = np.where(ok, a.v, 0.0)
+        return Ball(v, np.where(ok, _inflate(a.e + _log1p_radius(safe, np.where(ok, v, 0.0)) + ETA), np.inf))
 
 
 def log(a: Ball) -> Ball:
     """``log x`` for every ``x`` within ``a`` where ``a.v - a.e > 0`` (else inf): the
-    derivative is at most ``1/(a.v - a.e)``; plus :data:`LIBM_ULPS` ulp of the result and η."""
+    derivative is at most ``1/(a.v - a.e)``; plus the proven radius of the point value
+    (:func:`_log_radius`) and η."""
     with np.errstate(all="ignore"):
         v = np.log(a.v)
         room = a.v - a.e
         ok = (room > 0) & np.isfinite(v)
-        e = a.e / np.where(ok, room, 1.0) + 2 * LIBM_ULPS * U * np.abs(v) + ETA
+        point = _log_radius(np.where(ok, a.v, 1.0), np.where(ok, v, 0.0))
+        e = a.e / np.where(ok, room, 1.0) + point + ETA
         return Ball(v, np.where(ok, _inflate(e), np.inf))
 
 

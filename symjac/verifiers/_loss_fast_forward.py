@@ -26,8 +26,9 @@ Anything else (a forward value not proven within, a probe not proven consistent,
 that misbehaves, ``reduction="none"``, a row at ``ignore_index``, a kind without
 ``fast_value``) returns None: the caller takes the exact route (within
 ``symjac.loss.MAX_ELEMENTS``, else refused up front), whose words every finding keeps.
-The one assumption beyond the standard model is :data:`symjac.loss._fast.LIBM_ULPS`
-(NumPy's ``log``/``log1p`` accuracy), as the enclosures of sigmoid_ce and softmax_ce use them.
+NumPy's ``log``/``log1p`` (which the enclosures of sigmoid_ce and softmax_ce use) are not
+trusted: each value's radius is proven with symjac's own enclosure of ``exp``
+(:data:`symjac.loss._fast.LIBM_ULPS`).
 """
 
 from __future__ import annotations
