@@ -167,60 +167,46 @@ _OPTIONS = """
 """
 
 
-def torch_check(fn: Any, op: str | None = None, /, *, input_shape: Any = None, dtype: Any = None, tie: Any = "any",
-                seed: int = 0, timeout: float | None = DEFAULT_TIMEOUT, isolate: bool = False,
-                **arguments: Any) -> Any:
-    return _run("torch", fn, op, arguments, dict(input_shape=input_shape, dtype=dtype, tie=tie, seed=seed,
-                                                 timeout=timeout, isolate=isolate))
+def _checker(framework: str, doc: str) -> Callable[..., Any]:
+    """The adapter module's ``check``: one signature for every framework, its own summary in ``doc``."""
+    def framework_check(fn: Any, op: str | None = None, /, *, input_shape: Any = None, dtype: Any = None,
+                        tie: Any = "any", seed: int = 0, timeout: float | None = DEFAULT_TIMEOUT,
+                        isolate: bool = False, **arguments: Any) -> Any:
+        return _run(framework, fn, op, arguments, dict(input_shape=input_shape, dtype=dtype, tie=tie, seed=seed,
+                                                       timeout=timeout, isolate=isolate))
+
+    framework_check.__name__ = framework_check.__qualname__ = f"{framework}_check"
+    framework_check.__doc__ = doc + _OPTIONS
+    return framework_check
 
 
-def jax_check(fn: Any, op: str | None = None, /, *, input_shape: Any = None, dtype: Any = None, tie: Any = "any",
-              seed: int = 0, timeout: float | None = DEFAULT_TIMEOUT, isolate: bool = False,
-              **arguments: Any) -> Any:
-    return _run("jax", fn, op, arguments, dict(input_shape=input_shape, dtype=dtype, tie=tie, seed=seed,
-                                               timeout=timeout, isolate=isolate))
-
-
-def tensorflow_check(fn: Any, op: str | None = None, /, *, input_shape: Any = None, dtype: Any = None,
-                     tie: Any = "any", seed: int = 0, timeout: float | None = DEFAULT_TIMEOUT, isolate: bool = False,
-                     **arguments: Any) -> Any:
-    return _run("tensorflow", fn, op, arguments, dict(input_shape=input_shape, dtype=dtype, tie=tie, seed=seed,
-                                                      timeout=timeout, isolate=isolate))
-
-
-def keras_check(fn: Any, op: str | None = None, /, *, input_shape: Any = None, dtype: Any = None, tie: Any = "any",
-                seed: int = 0, timeout: float | None = DEFAULT_TIMEOUT, isolate: bool = False,
-                **arguments: Any) -> Any:
-    return _run("keras", fn, op, arguments, dict(input_shape=input_shape, dtype=dtype, tie=tie, seed=seed,
-                                                 timeout=timeout, isolate=isolate))
-
-
-torch_check.__doc__ = ("""Verify a torch function with PyTorch's own pooling arguments, as ``gradcheck(fn, inputs)``.
+torch_check = _checker("torch", """Verify a torch function with PyTorch's own pooling arguments, as ``gradcheck(fn, inputs)``.
 
     ``check(fn, kernel_size=3, stride=2, padding=1)``: the arguments map onto a spec as
     :mod:`symjac.frameworks.torch`'s op of that name maps them (``max_pool2d``, ``avg_pool1d``,
     ``adaptive_max_pool2d``, ...), ``fn`` is wrapped by :func:`symjac.frameworks.torch.wrap`
     (its backward is ``torch.autograd``'s) and :func:`symjac.verify` runs.
-""" + _OPTIONS)
-jax_check.__doc__ = ("""Verify a JAX function with Flax's or ``jax.lax``'s own pooling arguments.
+""")
+jax_check = _checker("jax", """Verify a JAX function with Flax's or ``jax.lax``'s own pooling arguments.
 
     ``check(fn, "max_pool", window_shape=(3, 3), strides=(2, 2), padding="SAME")``: the arguments
     map onto a spec as :mod:`symjac.frameworks.jax`'s op of that name maps them (``max_pool``,
     ``avg_pool``, ``reduce_window_max``, ``reduce_window_sum``), ``fn`` is wrapped by
     :func:`symjac.frameworks.jax.wrap` (its backward is ``jax.vjp``'s) and :func:`symjac.verify` runs.
-""" + _OPTIONS)
-tensorflow_check.__doc__ = ("""Verify a TensorFlow function with TensorFlow's or Keras' own pooling arguments.
+""")
+tensorflow_check = _checker("tensorflow", """Verify a TensorFlow function with TensorFlow's or Keras' own pooling arguments.
 
     ``check(fn, "max_pool2d", ksize=3, strides=2, padding="SAME")``: the arguments map onto a spec
     as :mod:`symjac.frameworks.tensorflow`'s op of that name maps them (``tf.nn``'s ``max_pool2d``,
     ``avg_pool1d``, ``pool``; Keras' ``MaxPooling2D``, ...), ``fn`` is wrapped by
     :func:`symjac.frameworks.tensorflow.wrap` (its backward is ``tf.GradientTape``'s) and
     :func:`symjac.verify` runs.
-""" + _OPTIONS)
-keras_check.__doc__ = ("""Verify a Keras layer or function with Keras' own pooling arguments, on any Keras backend.
+""")
+keras_check = _checker("keras", """Verify a Keras layer or function with Keras' own pooling arguments, on any Keras backend.
 
     ``check(keras.layers.MaxPooling2D(3, 2, dtype="float64"))``: the layer's own ``pool_size``,
     ``strides``, ``padding``, ``data_format`` map onto a spec as :mod:`symjac.frameworks.keras`'s op of
     that name maps them, the layer is wrapped by :func:`symjac.frameworks.keras.wrap` (its backward is
     the backend's autodiff) and :func:`symjac.verify` runs.
-""" + _OPTIONS)
+""")
+
