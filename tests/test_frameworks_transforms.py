@@ -333,8 +333,10 @@ def test_tensorflow_defects_the_transforms_found():
     spec, impl = stf.make(config)
     assert verify_transform(spec, impl, "jvp", np.dtype("float32"), input_shape=config.input_shape).ok
     report = verify_transform(spec, impl, "vmap", np.dtype("float32"), input_shape=config.input_shape)
-    assert "missing_windows" in report.categories()
-    assert "vectorized_map" in stf.known_defect(config, "vmap")
+    known = stf.known_defect(config, "vmap")
+    # zero windows in (almost) every run; when two calls disagree the finding may lead as nondeterministic
+    assert not report.ok and {"missing_windows", "nondeterministic"} & set(report.categories())
+    assert set(report.categories()) <= set(known.categories) and "vectorized_map" in known
 
 
 def test_tensorflow_forward_mode_defects_of_the_full_grid():
