@@ -102,6 +102,8 @@ def run_loss_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any
         return {**out, "status": "skipped", "reason": str(exc)}
     if report.ok:
         return {**out, "status": "pass", "families": ["given"]}
+    if report.unsupported and not report.findings:  # the op rejects the dtype: a limitation, not a finding
+        return _unsupported(out, report.unsupported)
     categories = report.categories()
     return {**out, "status": "finding", "category": categories[0], "categories": categories,
             "summary": report.summary(), "family": "given", "families": ["given"],

@@ -68,6 +68,7 @@ from symjac._errors import InputError
 from symjac.check._call import DEFAULT_TIMEOUT, Guard, same, sha256
 from symjac.check._report import Finding, Report
 from symjac.check._rounding import finfo, float_dtype, is_float
+from symjac.check._unsupported import cast_floats, unsupported
 from symjac.loss import _numbers
 from symjac.loss._bounds import Bounds
 from symjac.loss._domain import index as _index
@@ -160,7 +161,11 @@ def verify_loss(
         bitwise difference between equal calls is a ``nondeterministic`` finding.
 
     Returns:
-      The :class:`symjac.report.Report`; ``report.ok`` when there is no finding.
+      The :class:`symjac.report.Report`; ``report.ok`` when there is no finding. A dtype
+      the derivative, forward or hvp rejects (every call raises, all one exception type,
+      and it returns in another float dtype, or the type is ``NotImplementedError``), as
+      :func:`symjac.verify` decides it, is ``unsupported``: ``report.unsupported`` gives the
+      reason, ``report.verdict`` is ``"UNSUPPORTED"``, and its raises are no findings.
 
     Raises:
       SpecError: ``loss`` is not a valid spec for these inputs.
@@ -194,8 +199,9 @@ def verify_loss(
         return second
     first = _verify(loss, derivative, forward, pred, label, upstream, dtype, timeout, fast=True,
                     deterministic=deterministic).report
+    rejected = "; ".join(r for r in (first.unsupported, second.unsupported) if r) or None
     return Report(first.subject, first.findings + second.findings, {**first.stats, **second.stats},
-                  f"{first.headline}; {second.headline}", first.notes + second.notes)
+                  f"{first.headline}; {second.headline}", first.notes + second.notes, rejected)
 
 
 
@@ -241,15 +247,18 @@ def _verify(
         notes: list[str] = []
         out1 = _purity_calls(deriv, args_of, ex, dt, findings, stats, notes, bool(deterministic))
         scale_found = _check_values(out1, ex, ev, dt, stats, findings)
-        if forward is not None:
-            fwd = Guard(forward, "forward", args_of.names[:2], findings, timeout=timeout)
+        fwd = None if forward is None else Guard(forward, "forward", args_of.names[:2], findings, timeout=timeout)
+        if fwd is not None:
             _ForwardCheck(fwd, ev, bounds, args_of, dt, stats, findings).run(out1, ex, scale_found)
     stats["checksums"] = {
         name: sha256(a) for name, a in zip(("pred", "label", "upstream"), args_of.originals()) if a is not None
     }
-    return _Outcome(Report(f"{loss!r} in {dt.name}", tuple(findings), stats,
-                           _headline(loss, p0.size, forward is not None, stats, findings), tuple(notes)),
-                    out1, ex.value, ex.base)
+    report = Report(f"{loss!r} in {dt.name}", tuple(findings), stats,
+                    _headline(loss, p0.size, forward is not None, stats, findings), tuple(notes))
+    if findings:  # a dtype the derivative or forward rejects on every call: unsupported, not a defect
+        report = unsupported(report, dt, [(deriv, lambda other: cast_floats(args_of.fresh(), other)),
+                                          (fwd, lambda other: cast_floats(args_of.forward_args(), other))])
+    return _Outcome(report, out1, ex.value, ex.base)
 
 
 def _stats(loss: Loss, dt: np.dtype[Any], p0: np.ndarray, rounded: bool) -> dict[str, Any]:

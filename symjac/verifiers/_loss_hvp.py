@@ -24,6 +24,7 @@ from symjac._errors import InputError
 from symjac.check._call import Guard
 from symjac.check._report import MAX_LISTED, Finding, Report
 from symjac.check._rounding import precision
+from symjac.check._unsupported import cast_floats, unsupported
 from symjac.loss._domain import index as _index
 from symjac.loss._hessian import HessianEvaluation
 from symjac.loss._evaluate import evaluate_checked
@@ -101,7 +102,9 @@ def check_hvp(loss: Loss, hvp: Callable[..., Any], pred: Any, label: Any, upstre
     else:
         cats = list(dict.fromkeys(f.category for f in findings))
         headline = f"{loss.kind}: hvp: {len(findings)} finding(s) [{', '.join(cats)}]: {findings[0].message}"
-    return Report(f"{loss!r} in {dt.name}", tuple(findings), {"hvp": {**stats, "ok": ok}}, headline)
+    report = Report(f"{loss!r} in {dt.name}", tuple(findings), {"hvp": {**stats, "ok": ok}}, headline)
+    # a dtype the hvp rejects on every call: unsupported, not a defect
+    return unsupported(report, dt, [(guard, lambda other: cast_floats(args(), other))]) if findings else report
 
 
 def _values(loss: Loss, out: np.ndarray, want: np.ndarray, bound: np.ndarray, shape: tuple[int, ...],

@@ -21,6 +21,7 @@ from symjac.check._inputs import distinct_dy, distinct_input, family_size, tie_i
 from symjac.check._inputs import families as default_families
 from symjac.check._report import CATEGORIES, Finding, Report
 from symjac.check._rounding import float_dtype
+from symjac.check._unsupported import unsupported
 from symjac.pool._beta import Beta, parse_tie
 from symjac.pool._cover import cover
 from symjac.pool._geometry import Geometry, resolve
@@ -131,25 +132,12 @@ def run(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forward: 
 
 
 def _rejected(report: Report, verifier: _Verifier, g: Geometry, x: np.ndarray, seed: int) -> Report:
-    """The report as ``unsupported`` when a callable rejects the dtype (:meth:`Guard.rejects`):
-    its raises are then no findings; any other finding stays."""
+    """The report as ``unsupported`` when a callable rejects the dtype (:func:`unsupported`)."""
     def arguments(n: int) -> Callable[[np.dtype[Any]], tuple[Any, ...]]:
         return lambda dt: (x.astype(dt), distinct_dy(g, dt, seed))[:n]  # (x,) or (x, dy) in dtype dt
 
-    reasons, dropped = [], []
-    for guard in (verifier.bwd, verifier.fwd):
-        if guard is None:
-            continue
-        reason = guard.rejects(verifier.dtype, arguments(len(guard.names)))
-        if reason:
-            reasons.append(reason)
-            dropped += guard.raise_findings()
-    if not reasons:
-        return report
-    kept = tuple(f for f in report.findings if not any(f is d for d in dropped))
-    reason = "; ".join(reasons)
-    headline = f"unsupported in {verifier.dtype}: {reason}" if not kept else report.headline
-    return dataclasses.replace(report, findings=kept, headline=headline, unsupported=reason)
+    return unsupported(report, verifier.dtype, [(guard, arguments(len(guard.names)))
+                                                for guard in (verifier.bwd, verifier.fwd) if guard is not None])
 
 
 
