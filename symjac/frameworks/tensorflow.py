@@ -216,8 +216,9 @@ def _defects(config: Config, transform: str) -> Iterator[tuple[str, tuple[str, .
                    "pool's JVP comes back zero in every window", ("bad_output", "missing_windows"))
         if transform == "vmap" and "adaptive" in config.op.lower() and "max" in config.op.lower():
             yield ("Keras adaptive max pooling under tf.vectorized_map: ForwardAccumulator's JVP comes back "
-                   "zero in most windows, a different number of them from call to call, in float32 (per sample it is "
-                   "right, and float64 is right: a float64 cell shows fixed?)",
+                   "zero in most windows, a different number of them from call to call (per sample it is right); in "
+                   "float32 from the first call, in float64 after a few in one process (a fresh float64 cell may "
+                   "pass: fixed?)",
                    ("missing_windows", "nondeterministic", "wrong_cells", "wrong_weights", "tie_not_subgradient"))
     is_max = "max" in config.op.lower() or config.kwargs.get("pooling_type") == "MAX"
     adaptive = "adaptive" in config.op.lower()
