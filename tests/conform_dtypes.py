@@ -35,7 +35,15 @@ def make(config):
         dx = symjac.lower(spec, x.shape).vjp(x, dy)
         return dx.astype(np.float32) if config.op == "returns_float32" else dx
 
-    return spec, Impl(forward, backward, "numpy", config.op, {})
+    def jvp(x, t):  # avg pooling is linear: J·t is the pool of t
+        check(x)
+        return symjac.lower(spec, x.shape).forward(t)
+
+    def double_backward(x, dy, v):  # linear: ddx = 0, ddy = J·v
+        check(x)
+        return np.zeros_like(x), symjac.lower(spec, x.shape).forward(v)
+
+    return spec, Impl(forward, backward, "numpy", config.op, {}, jvp=jvp, double_backward=double_backward)
 
 
 def configurations(grid="small"):

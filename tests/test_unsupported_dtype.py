@@ -125,6 +125,79 @@ def test_isolated_the_rejected_dtype_is_unsupported_too():
     assert rep.verdict == "UNSUPPORTED" and "backward raised KernelMissing on every call" in rep.unsupported
 
 
+def float32_only_transforms(error, spec=SPEC):
+    """jvp and double_backward of the avg pool that raise ``error`` for every dtype but float32
+    (avg pooling is linear: J·t is the pool of t, ddx = 0 and ddy = J·v)."""
+
+    def check(x):
+        if x.dtype != np.float32:
+            raise error(f"avg_pool2d has no {x.dtype} kernel")
+
+    def jvp(x, t):
+        check(x)
+        return symjac.lower(spec, x.shape).forward(t)
+
+    def double_backward(x, dy, v):
+        check(x)
+        return np.zeros_like(x), symjac.lower(spec, x.shape).forward(v)
+
+    return jvp, double_backward
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 4, 4), None])
+@pytest.mark.parametrize("error", [TypeError, KernelMissing])
+def test_a_float32_only_jvp_and_double_backward_are_unsupported_in_float64(error, shape):
+    jvp, double_backward = float32_only_transforms(error)
+    for given in ({"jvp": jvp}, {"double_backward": double_backward}, {"jvp": jvp, "double_backward": double_backward}):
+        rep = symjac.verify(SPEC, input_shape=shape, **given)
+        assert rep.verdict == "UNSUPPORTED" and rep.findings == ()
+        for role in given:
+            assert f"{role} raised {error.__name__} on every call in float64: avg_pool2d has no float64 kernel" \
+                in rep.unsupported
+        assert symjac.verify(SPEC, input_shape=shape, dtype="float32", **given).ok
+    # beside a backward that passes, the transform's rejection still says unsupported
+    forward, backward = float32_only(error)
+    rep = symjac.verify(SPEC, forward=lambda x: symjac.lower(SPEC, x.shape).forward(x),
+                        backward=lambda x, dy: symjac.lower(SPEC, x.shape).vjp(x, dy), jvp=jvp, input_shape=shape)
+    assert rep.verdict == "UNSUPPORTED" and rep.findings == () and rep.unsupported.startswith("jvp raised")
+
+
+def test_a_jvp_rejecting_the_dtype_at_some_plan_shapes_only_is_a_defect():
+    def jvp(x, t):  # float64 fails at width 9 only; float32 everywhere is fine
+        if x.dtype == np.float64 and x.shape[-1] == 9:
+            raise RuntimeError("no float64 kernel for odd widths")
+        return symjac.lower(SPEC, x.shape).forward(t)
+
+    widths = {shape[-1] for shape in symjac.cover(SPEC)}
+    assert 9 in widths and len(widths) > 1  # the plan has width 9 and another width
+    rep = symjac.verify(SPEC, jvp=jvp)
+    assert rep.verdict == "FAIL" and rep.unsupported is None and rep.categories() == ["bad_output"]
+    assert "though it returns in this dtype at other shapes of the coverage plan" in rep.summary()
+
+
+def test_a_double_backward_raising_in_every_dtype_is_a_defect():
+    def double_backward(x, dy, v):
+        raise RuntimeError("broken")
+
+    rep = symjac.verify(SPEC, double_backward=double_backward, input_shape=(1, 2, 4, 4))
+    assert rep.verdict == "FAIL" and rep.unsupported is None and rep.categories() == ["bad_output"]
+
+
+def test_conform_calls_a_transform_that_rejects_the_dtype_unsupported():
+    result = symjac.conform(ADAPTER, dtypes=("float32", "float64"), families=("distinct",), isolate=False,
+                            transforms=("jvp", "hvp"), ops=["typeerror", "custom"])
+    cells = {(r["config"]["op"], r["config"]["transform"], r["dtype"]): r for r in result.results}
+    for op, name in (("typeerror", "TypeError"), ("custom", "KernelMissing")):
+        for transform, roles in (("jvp", ("forward", "jvp")), ("hvp", ("double_backward",))):
+            assert cells[op, transform, "float32"]["status"] == "pass"
+            cell = cells[op, transform, "float64"]
+            assert cell["status"] == "unsupported", cell
+            for role in roles:
+                assert f"{role} raised {name} on every call in float64: no float64 kernel for avg_pool2d" \
+                    in cell["reason"]
+    assert result.ok and not result.findings
+
+
 @pytest.mark.parametrize("isolate", [False, True])
 def test_conform_with_a_user_adapter_calls_a_rejected_dtype_unsupported(isolate):
     result = symjac.conform(ADAPTER, dtypes=("float32", "float64", "float16"), families=("distinct",),

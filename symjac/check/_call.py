@@ -362,8 +362,9 @@ class Guard:
 
     def raise_findings(self) -> list[Finding]:
         """The findings of this callable's raises (what a dtype it rejects turns into ``unsupported``)."""
+        said = f"{self.role} raised "  # at the start, or after a transform's tag ("jvp: jvp raised ...")
         return [f for f in self.findings if f.category == "bad_output" and f.detail and "exception" in f.detail
-                and f.message.startswith(f"{self.role} raised ")]
+                and (f.message.startswith(said) or f.message.split(": ", 1)[-1].startswith(said))]
 
     def check_output(self, value: Any, shape: tuple[int, ...] | None, dtype: np.dtype[Any] | None, index_name: str = "",
                      shape_note: str = "", infinite: Any = None) -> np.ndarray | None:

@@ -189,4 +189,4 @@ def _merge(base: Report, extra: Report) -> Report:
     under ``stats["transforms"]`` beside ``"vjp"``."""
     stats = {**base.stats, "transforms": {"vjp": {"ok": base.ok}, **extra.stats["transforms"]}}
     return Report(base.subject, base.findings + extra.findings, stats, f"{base.headline}; {extra.headline}",
-                  base.notes + extra.notes, base.unsupported)
+                  base.notes + extra.notes, "; ".join(r for r in (base.unsupported, extra.unsupported) if r) or None)

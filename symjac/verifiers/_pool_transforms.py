@@ -25,6 +25,7 @@ from symjac.check._call import Guard
 from symjac.check._inputs import FAMILY_NAMES, distinct_dy, tie_input
 from symjac.check._report import Finding, Report
 from symjac.check._rounding import unit_roundoff
+from symjac.check._unsupported import unsupported
 from symjac.pool._cover import cover
 from symjac.pool._geometry import Geometry
 from symjac.pool._spec import PoolSpec, check_pool_spec
@@ -118,7 +119,12 @@ def check_jvp(g: Geometry, x: np.ndarray, dt: np.dtype[Any], jvp: Callable[..., 
                                 detail={"transform": "jvp"}, family="ties"))
     stats.update(jvp_calls=guard.calls, one_hot_calls=p.prober.one_hot_calls, max_ulp_error=p.diagnosis.max_ulp,
                  tie_policy=policy)
-    return _report(g, "jvp", findings, stats)
+    report = _report(g, "jvp", findings, stats)
+    # a dtype the JVP rejects on every call: unsupported, not a defect (as verify decides it for the backward)
+    def arguments_in(other: np.dtype[Any]) -> tuple[Any, ...]:
+        return x.astype(other), g.from_canonical(distinct_tangent(g, other, seed).astype(other), g.in_spatial)
+
+    return unsupported(report, dt, [(guard, arguments_in)]) if findings else report
 
 
 def _vjp_element(g: Geometry, tx: np.ndarray, dt: np.dtype[Any], backward: Callable[..., Any], tied: Any,
@@ -156,7 +162,13 @@ def check_double_backward(g: Geometry, x: np.ndarray, dt: np.dtype[Any], double_
         _tag(findings, start, "double_backward", "ties")
     stats = {"dtype": str(dt), "double_backward_calls": guard.calls, "max_ulp_error": p.diagnosis.max_ulp,
              "ddx_max_abs": second.ddx_max_abs}
-    return _report(g, "double_backward", findings, stats)
+    report = _report(g, "double_backward", findings, stats)
+
+    def arguments_in(other: np.dtype[Any]) -> tuple[Any, ...]:
+        return (x.astype(other), distinct_dy(g, other, seed),
+                g.from_canonical(distinct_tangent(g, other, seed).astype(other), g.in_spatial))
+
+    return unsupported(report, dt, [(guard, arguments_in)]) if findings else report
 
 
 def _report(g: Geometry, transform: str, findings: list[Finding], stats: dict[str, Any]) -> Report:
@@ -220,20 +232,37 @@ def _at_shape(r: Report, shape: tuple[int, ...], many: bool) -> Report:
 
 def combine(subject: str, reports: list[Report]) -> Report:
     """One report of the transforms' reports (per transform and shape): findings in order, the
-    figures under ``stats["transforms"]`` (per transform: ``ok`` and one entry per shape)."""
-    findings: list[Finding] = []
-    per: dict[str, list[dict[str, Any]]] = {}
+    figures under ``stats["transforms"]`` (per transform: ``ok`` and one entry per shape). A
+    transform that rejects the dtype at every shape makes the report ``unsupported``; at some
+    shapes only, a ``bad_output`` finding at each of them (as :func:`symjac.verify`'s plan)."""
+    per: dict[str, list[Report]] = {}
     for r in reports:
-        findings += r.findings
+        for name in r.stats:
+            per.setdefault(name, []).append(r)
+    everywhere = {name for name, rs in per.items() if all(q.unsupported for q in rs)}
+    findings: list[Finding] = []
+    partly: dict[str, list[Finding]] = {}  # per transform: the shapes where it rejects a dtype it runs at others
+    for r in reports:
         for name, s in r.stats.items():
-            per.setdefault(name, []).append(s)
-    summary = {name: {"ok": all(s["ok"] for s in ss), "shapes": ss} for name, ss in per.items()}
+            if r.unsupported and name not in everywhere:
+                shape = s.get("input_shape")
+                partly.setdefault(name, []).append(Finding(
+                    "bad_output", f"{name}: at input shape {tuple(shape or ())}: {r.unsupported}, though it returns "
+                    "in this dtype at other shapes of the coverage plan", detail={"transform": name, "input_shape": shape}))
+                findings.append(partly[name][-1])
+        findings += r.findings
+    summary = {name: {"ok": all(q.stats[name]["ok"] for q in rs), "shapes": [q.stats[name] for q in rs]}
+               for name, rs in per.items()}
     parts = []
-    for name in per:
-        failing = [r for r in reports if name in r.stats and not r.ok]
-        if failing:
+    for name, rs in per.items():
+        failing = [r for r in rs if not r.ok]
+        if name in partly:  # that is the finding to lead with
+            parts.append(f"{name}: {len(partly[name])} finding(s) [bad_output]: {partly[name][0].message}")
+        elif failing:
             parts.append(failing[0].headline)
         else:
-            last = [r for r in reports if name in r.stats][-1].headline
-            parts.append(last if len(per[name]) == 1 else f"{last} (at all {len(per[name])} shapes)")
-    return Report(subject, tuple(findings), {"transforms": summary}, "; ".join(parts))
+            last = rs[-1].headline
+            parts.append(last if len(rs) == 1 else f"{last} (at all {len(rs)} shapes)")
+    reasons = [str(per[name][0].unsupported) for name in per if name in everywhere]
+    return Report(subject, tuple(findings), {"transforms": summary}, "; ".join(parts),
+                  unsupported="; ".join(reasons) or None)
