@@ -44,7 +44,7 @@ from symjac.verifiers._loss_values import (
 @dataclasses.dataclass(frozen=True)
 class Fast:
     """The fast route's outcome after clean calls: the output, the stats, the findings
-    (none when the derivative is right)."""
+    (with a right derivative: only a forward's)."""
 
     observed: np.ndarray
     stats: dict[str, Any]
@@ -90,7 +90,8 @@ def fast_check(loss: Loss, derivative: Callable[..., Any], p0: np.ndarray, l0: n
                forward: Callable[..., Any] | None = None) -> Any:
     """The fast route: its outcome when the calls were clean and every option has a fast form, else None (the caller
     takes the exact route; nothing is reported). With a ``forward``: only a right derivative whose forward
-    :mod:`symjac.verifiers._loss_fast_forward` proves within too (else None)."""
+    :mod:`symjac.verifiers._loss_fast_forward` proves within, or beyond with the exact route's findings
+    (:mod:`symjac.verifiers._loss_fast_forward_fail`), too (else None)."""
     if p0.size < _loss_fast.FAST_MIN:  # read at call time (tests lower it)
         return None
     try:
@@ -111,7 +112,7 @@ def fast_check(loss: Loss, derivative: Callable[..., Any], p0: np.ndarray, l0: n
         if got.findings:
             return None
         more = fast_forward(setting, forward, out, p0, l0, timeout)
-        return None if more is None else Fast(got.observed, {**got.stats, **more}, [])
+        return None if more is None else Fast(got.observed, {**got.stats, **more[0]}, more[1])
     except (InputError, SpecError):
         return None
 
