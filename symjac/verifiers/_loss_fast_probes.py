@@ -65,9 +65,9 @@ class Probe:
 def probes(s: _Setting, fwd: Guard, args_of: _ArgFactory, out: np.ndarray, enc: Enclosure, u: float,
            findings: list[Finding], forward_ok: bool) -> tuple[list[Probe], int] | None:
     """The exact route's probes (:meth:`symjac.verifiers._loss_fd._ForwardCheck.finite_differences`):
-    (the checked probes, the number probed), or None (a call misbehaved, an element has no
-    exact evaluation here, or -- ``forward_ok`` -- the forward at a stencil point is not
-    proven within its bound there, which the exact route would report).
+    (the checked probes, the number probed), or None (a call misbehaved, or -- ``forward_ok``
+    -- the forward at a stencil point is not proven within its bound there, which the exact
+    route would report).
 
     ``forward_ok`` (a forward proven within): ``tol_lo`` takes the derivative bound as 0 and
     ``tol_hi`` is None. Else (a forward proven beyond: the exact route checks no stencil
@@ -91,8 +91,6 @@ def probes(s: _Setting, fwd: Guard, args_of: _ArgFactory, out: np.ndarray, enc: 
             continue
         i = j // s.per
         exact = _element(s, summed, i, j % s.per, (z, float(zp), float(zm)), not forward_ok)
-        if exact is None:
-            return None
         ells, errs, h_j, b_j = exact
         obs = []
         for zz in (zp, zm):
@@ -150,34 +148,40 @@ def _forward_bound(enc: Enclosure, side: int, ells: list[Any], errs: list[Any], 
 
 
 def _element(s: _Setting, summed: Any, i: int, slot: int, zs: tuple[float, float, float],
-             derivative_bound: bool) -> tuple[list[Any], list[Any], Any, Any] | None:
+             derivative_bound: bool) -> tuple[list[Any], list[Any], Any, Any]:
     """The exact ``ℓ_i`` and its forward bound ``e_i`` at pred entry ``slot`` of element ``i``
     set to each of ``zs``, ``dℓ_i/dz`` there at the first (MPFR), and (``derivative_bound``)
     the derivative bound ``B_j`` of that entry at the first, else 0.
 
-    ``B_j`` is :meth:`symjac.loss._bounds.Bounds.derivative` of this one-element "sum"
-    evaluation with the loss's own ``k`` (its reduction's roundings) and ``S·r`` as the scale
+    The element is evaluated alone (for an element-wise kind with an option per column: its
+    whole row, which keeps the columns) under "sum". ``B_j`` is
+    :meth:`symjac.loss._bounds.Bounds.derivative` of that evaluation with the loss's own ``k`` (its reduction's roundings) and ``S·r`` as the scale
     (the evaluation's factor is 1): the exact route's formula at the same numbers."""
+    lo, at = i, slot  # the evaluated stretch of elements starts at lo; the entry is at ``at`` in its first row
+    stop = i + 1
+    if s.z.ndim == 1 and s.row is not None:  # a per-column option: the element's whole row keeps its columns
+        lo = i - i % s.row
+        stop, at = lo + s.row, i - lo
     rows = []
     for zz in zs:
-        zb = np.array(s.z[i:i + 1], dtype=np.float64)
-        zb.reshape(-1)[slot] = zz
+        zb = np.array(s.z[lo:stop], dtype=np.float64).reshape(1, -1) if s.z.ndim == 1 else \
+            np.array(s.z[lo:stop], dtype=np.float64)
+        zb.reshape(-1)[at] = zz
         rows.append(zb)
     zb = np.concatenate(rows)
-    yb = np.concatenate([s.y[i:i + 1]] * 3)
-    if s.z.ndim == 1 and _has_columns(s):
-        return None  # a per-column option: the element alone would lose its column (the exact route)
+    y_row = s.y[lo:stop].reshape(1, -1) if s.z.ndim == 1 else s.y[lo:stop]
+    yb = np.concatenate([y_row] * 3)
     ev = evaluate_checked(summed, zb, yb, None, values=True, derivatives=True)
     bounds = Bounds(ev, s.dt)
-    bounds.fill(of="loss")
-    ells = list(ev.elements.reshape(-1))
-    errs = list(np.asarray(bounds.element(ev.elements.reshape(-1), bounds.cond, bounds.run), dtype=object).reshape(-1))
+    element = at // s.per
+    picked = np.arange(3) * (stop - lo) + element  # the element at z, z+, z-
+    bounds.fill(picked, of="loss")
+    cells = ev.elements.reshape(-1)[picked]
+    ells = list(cells)
+    errs = list(np.asarray(bounds.element(cells, bounds.cond[picked], bounds.run[picked]), dtype=object).reshape(-1))
     b_j: Any = _numbers.number(0)
     if derivative_bound:
         bounds.k_deriv = s.k
-        b_j = bounds.derivative(s.loss.scale * s.r, np.array([slot], dtype=np.intp))[0]
-    return ells, errs, ev.h.reshape(3, -1)[0, slot], b_j
+        b_j = bounds.derivative(s.loss.scale * s.r, np.array([at], dtype=np.intp))[0]
+    return ells, errs, ev.h.reshape(-1)[at], b_j
 
-
-def _has_columns(s: _Setting) -> bool:
-    return any(isinstance(getattr(s.loss, name, None), tuple) for name in kind_of(s.loss).options)

@@ -134,8 +134,7 @@ class SoftmaxCe(LossKind):
         #   run  = Σ_c (R(b_c)·w_c·g_c + ((C + 1) + 3|L| + |z_c|)·a_c + (C + 1)·a_c·g_c),
         # R(b_c) = ρ·ε/C + t_c(1 + ε + 2(1 - ε)) (ρ = 1 for a power-of-two C, else 3), h_c =
         # W·p_c - a_c. Every term is >= 0 and increases with the balls' |.|: at their lower
-        # |.| the sums bound below (the ε term, >= 0, left out), at their upper |.| above
-        # (the ε term by |ε|·Σ_c |w_c|·|1/C - t_c|·g_c; lower/upper cover the float64
+        # |.| the sums bound below, at their upper |.| above (lower/upper cover the float64
         # roundings, a row sum of C <= 2^10 terms within 2^10·u < 2^-42 included).
         if z.ndim != 2 or not 2 <= z.shape[1] <= 2**10:
             return None
@@ -162,9 +161,11 @@ class SoftmaxCe(LossKind):
                 run = np.sum(r_b * wa * g + ((c + 1) + 3 * la + az) * aa + (c + 1) * aa * g, axis=1, keepdims=True)
                 sides.append((cond, run))
             (cond_lo, run_lo), (cond_hi, run_hi) = sides
-            # |1/C - t_c| <= fl(|fl(1/C) - t_c|)·(1 + 2^-50) + 2^-53: fl(1/C) within u/C, the difference one rounding
-            own = w.upper_abs() * (np.abs(1.0 / c - t_val) * (1 + 2.0**-50) + 2.0**-53)
-            cond_hi = cond_hi + eps * (1 + 2.0**-50) * np.sum(own * gap.upper_abs(), axis=1, keepdims=True)
+            # the ε term: Σ_c (w_c/C - t_c·w_c)·g_c enclosed, times float(ε) (within u of ε) moved by 2^-50
+            own = _fast.mul(w, _fast.sub(_fast.Ball.of(Fraction(1, c), t_val.shape), _fast.Ball.exact(t_val)))
+            d_eps = _fast.total(_fast.mul(own, gap), axis=1)
+            cond_lo = cond_lo + eps * (1 - 2.0**-50) * d_eps.lower_abs()
+            cond_hi = cond_hi + eps * (1 + 2.0**-50) * d_eps.upper_abs()
             return _fast.FastValue(ell, _fast.lower(cond_lo), _fast.lower(run_lo), _fast.upper(cond_hi),
                                    _fast.upper(run_hi))
 
