@@ -104,7 +104,11 @@ CASES = (
     ("mse forward=", "mse", {}, "forward"),
     ("sigmoid_ce forward=", "sigmoid_ce", {}, "forward"), ("softmax_ce forward=", "softmax_ce", {}, "forward"),
     ("mse forward S·L", "mse", {"scale": 1024}, "forward S·L"),
+    ("sigmoid_ce forward S·L", "sigmoid_ce", {"scale": 1024}, "forward S·L"),
+    ("softmax_ce forward S·L", "softmax_ce", {"scale": 1024}, "forward S·L"),
     ("mse forward off", "mse", {}, "forward off"),
+    ("sigmoid_ce forward off", "sigmoid_ce", {}, "forward off"),
+    ("softmax_ce forward off", "softmax_ce", {}, "forward off"),
 )
 
 

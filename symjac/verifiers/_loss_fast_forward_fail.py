@@ -32,8 +32,8 @@ must print the same at both (the printing is monotone), else the exact route dec
   derivative is right (the fast route takes a forward only then), so no scale was found
   in it and the finding is never skipped for one.
 
-A forward call that gives no usable value (a NaN, a raise, a wrong shape) is reported in
-the Guard's words, as on the exact route, once ``L`` is proven to round to a finite value
+A forward call that returns no usable value (a NaN, a wrong shape) is reported in the
+Guard's words, as on the exact route, once ``L`` is proven to round to a finite value
 in the dtype (then an infinity is no right answer there either).
 """
 
@@ -59,9 +59,12 @@ _WIDEN = Fraction(1, 2**100)  # relative: the exact route's L is MPFR (200 bits)
 
 
 def unusable(s: _Setting, enc: Enclosure, findings: list[Finding]) -> tuple[dict[str, Any], list[Finding]] | None:
-    """The exact route's outcome for a forward that gave no usable value (its Guard's
-    bad_output findings), or None where that outcome may differ."""
-    if not findings or any(f.category != "bad_output" for f in findings):
+    """The exact route's outcome for a forward that returned no usable value (its Guard's
+    one bad_output finding about what came back: NaN/Inf, no array, a wrong shape), or
+    None where that outcome may differ (a raise, which the exact route may find a dtype the
+    forward rejects; a timeout; anything else)."""
+    if len(findings) != 1 or findings[0].category != "bad_output" or \
+            not findings[0].message.startswith("forward returned "):
         return None
     if not abs(enc.big_l) + enc.big_e < float(finfo(s.dt).max):
         return None  # L may round to inf in the dtype: the exact route may accept an infinity
