@@ -203,3 +203,25 @@ def test_a_wrong_float32_forward_is_decided_with_the_exact_routes_words(always_f
                     fast=False).report
     _same(fast, exact)
     assert _took_fast_beyond(fast) and finfo(np.float32).nmant == 23
+
+
+def test_a_raising_forward_keeps_the_exact_routes_outcome(always_fast: None) -> None:
+    # a raise may be a dtype the forward rejects (the exact route decides that): not the fast route's to report
+    z, y, d, _ = _case("mse", "mean")
+
+    def raises(a: np.ndarray, b: np.ndarray) -> Any:
+        raise ValueError("no forward here")
+
+    fast, exact = _both(symjac.Loss("mse"), d, raises, z, y)
+    _same(fast, exact)
+    assert "forward_filter" not in fast.stats and "fast_filter" not in fast.stats
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["mse", "sigmoid_ce", "softmax_ce"])
+def test_a_forward_returning_s_times_l_at_a_million_entries_takes_the_fast_route(kind: str) -> None:
+    z, y, d, forward = _case(kind, "mean", rows=100_000, classes=10)
+    r = symjac.verify_loss(symjac.Loss(kind, scale=S), derivative=lambda *a: d * S,
+                           forward=FAULTS["S·L"](forward), pred=z, label=y)
+    assert _took_fast_beyond(r) and r.categories() == ["forward_values", "not_fd_consistent"]
+    assert "your forward equals S·L (S = 1024, the loss scale)" in r.findings[0].message
