@@ -20,11 +20,16 @@ every element counted) is checked here without the exact evaluation of every ele
   of the probed element (MPFR, one small evaluation each); the forward bounds ``E±`` (at
   ``z±`` and in the tolerance) bounded below by the blocks' lower sums less element i's
   exact terms at z plus its exact terms at z±, and the derivative bound ``B_j`` by 0. A
-  probe within these smaller bounds is within the exact route's.
+  probe within these smaller bounds is within the exact route's (the evaluation of the
+  probed element: :mod:`symjac.verifiers._loss_fast_probes`).
+- *Beyond.* A value with ``|F - L̂| - E_L > B_hi`` (the same sums of the kinds' upper
+  bounds) is beyond its bound, and a forward that returns no usable value is reported as
+  the exact route reports it: :mod:`symjac.verifiers._loss_fast_forward_fail`, which
+  also proves the exact route's printed numbers, hint and probe verdicts.
 
-Anything else (a forward value not proven within, a probe not proven consistent, a call
-that misbehaves, ``reduction="none"``, a row at ``ignore_index``, a kind without
-``fast_value``) returns None: the caller takes the exact route (within
+Anything else (a forward value proven neither within nor beyond, a probe or printed
+number not decided, a call that raises or misbehaves otherwise, ``reduction="none"``, a
+row at ``ignore_index``, a kind without ``fast_value``) returns None: the caller takes the exact route (within
 ``symjac.loss.MAX_ELEMENTS``, else refused up front), whose words every finding keeps.
 NumPy's ``log``/``log1p`` (which the enclosures of sigmoid_ce and softmax_ce use) are not
 trusted: each value's radius is proven with symjac's own enclosure of ``exp``
