@@ -5,8 +5,9 @@ Each report is compared with the exact route's (``_verify(..., fast=False)``) on
 inputs: the same verdict, categories and messages (the printed exact L, the ULP ratios,
 the S·L / c·L hint, the finite-difference finding). The forwards are NumPy's closed forms
 of the reduced loss (each derived beside it) with planted faults. On main a forward beyond
-its bound always took the exact route (no ``forward_filter`` with ``beyond`` in the
-stats, no fast route for a NaN forward), so the route assertions fail there.
+its bound, a NaN forward, and any forward with a wrong derivative took the exact route
+(no ``forward_filter`` with ``beyond`` in the stats, no ``fast_filter``), so the route
+assertions fail there.
 """
 
 from __future__ import annotations
@@ -109,6 +110,35 @@ def test_a_wrong_forward_takes_the_fast_route_with_the_exact_routes_words(
         assert "your forward equals 2·L (exactly 2 times the exact loss" in fast.findings[0].message
     elif fault == "1e-3 absolute":  # a constant offset: its central differences are right
         assert fast.categories() == ["forward_values"] and fast.stats["fd_consistent"]
+
+
+def _two_wrong(d: np.ndarray) -> np.ndarray:
+    out = d.copy()
+    out.reshape(-1)[[1, 7]] = -1.5 * out.reshape(-1)[[1, 7]] + 1e-3  # entries no probe reads (n = 600: 0, 19, ...)
+    return out
+
+
+DERIVATIVE_FAULTS = {  # (the derivative given the right S·dL, the forward's fault, the expected categories)
+    "forgets S, forward S·L": (lambda d: d / S, "S·L", ["missing_scale", "forward_values"]),
+    "forgets S, forward right": (lambda d: d / S, None, ["missing_scale"]),
+    "3·S, forward 2·L": (lambda d: 3 * d, "2·L", ["wrong_scale", "forward_values"]),
+    "two wrong, forward 2·L": (_two_wrong, "2·L", ["wrong_values", "forward_values", "not_fd_consistent"]),
+}
+
+
+@pytest.mark.parametrize("case", list(DERIVATIVE_FAULTS))
+@pytest.mark.parametrize("kind", ["mse", "sigmoid_ce", "softmax_ce"])
+def test_a_wrong_derivative_with_a_forward_takes_the_fast_route_with_the_exact_routes_findings(
+        kind: str, case: str, always_fast: None) -> None:
+    # after a derivative finding naming a scale (missing_scale, wrong_scale) the exact route
+    # reports no finite-difference probe; after wrong_values it does
+    z, y, d, forward = _case(kind, "mean")
+    wrong, fault, categories = DERIVATIVE_FAULTS[case]
+    f = forward if fault is None else FAULTS[fault](forward)
+    fast, exact = _both(symjac.Loss(kind, scale=S), wrong(d * S), f, z, y)
+    _same(fast, exact)
+    assert fast.categories() == categories
+    assert "fast_filter" in fast.stats and "forward_filter" in fast.stats
 
 
 @pytest.mark.parametrize("kind", ["mse", "sigmoid_ce", "softmax_ce"])

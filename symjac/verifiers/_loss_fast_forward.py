@@ -60,10 +60,13 @@ _UP = 1 + 2.0**-30  # the same sums rounded up (at most 2^24 terms: within 2^25Â
 
 
 def fast_forward(s: _Setting, forward: Callable[..., Any], derivative_out: np.ndarray, p0: np.ndarray,
-                 l0: np.ndarray | None, timeout: float | None) -> tuple[dict[str, Any], list[Finding]] | None:
+                 l0: np.ndarray | None, timeout: float | None,
+                 scale_found: bool = False) -> tuple[dict[str, Any], list[Finding]] | None:
     """The forward's stats and findings when its value is proven within its bound and every
     probe consistent (no findings), or proven beyond
-    (:func:`symjac.verifiers._loss_fast_forward_fail.beyond`), else None."""
+    (:func:`symjac.verifiers._loss_fast_forward_fail.beyond`), else None. ``scale_found``:
+    the derivative's finding names a scale, so the exact route reports no probe (its
+    stencil points are still checked and called): a probe need not be decided."""
     if s.loss.reduction == "none" or s.counted is not None or l0 is None:
         return None
     findings: list[Finding] = []
@@ -83,18 +86,22 @@ def fast_forward(s: _Setting, forward: Callable[..., Any], derivative_out: np.nd
     observed = float(np.asarray(got, dtype=np.float64).reshape(-1)[0])
     big_l, big_e, bound_lo = enc.big_l, enc.big_e, enc.bound_lo
     if not (abs(observed - big_l) + big_e) * (1 + 2.0**-44) <= bound_lo:
-        return beyond(s, fwd, args_of, derivative_out, observed, enc, u, findings)
+        return beyond(s, fwd, args_of, derivative_out, observed, enc, u, findings, scale_found)
     checked = probes(s, fwd, args_of, derivative_out, enc, u, findings, forward_ok=True)
     if checked is None or findings:
         return None
-    worst = 0.0
+    worst, decided = 0.0, True
     with _numbers.context():
         for p in checked[0]:
             if not p.miss <= p.tol_lo:
-                return None
+                if not scale_found:
+                    return None
+                decided = False  # not decided here, and not reported (see above)
+                break
             worst = max(worst, float(p.miss / p.tol_lo) if p.tol_lo > 0 else 0.0)
-    return {"fd_checked": len(checked[0]), "fd_skipped": checked[1] - len(checked[0]), "fd_consistent": True,
-            "fd_worst_error_over_tolerance_at_most": worst,
+    return {"fd_checked": len(checked[0]), "fd_skipped": checked[1] - len(checked[0]),
+            "fd_consistent": True if decided else None,
+            "fd_worst_error_over_tolerance_at_most": worst if decided else None,
             "forward_filter": {"value": observed, "exact_within": big_e, "bound_at_least": bound_lo}}, []
 
 

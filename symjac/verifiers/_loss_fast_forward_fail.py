@@ -28,9 +28,9 @@ must print the same at both (the printing is monotone), else the exact route dec
   ``E±`` between the lower and the upper sums. A probe is inconsistent when ``|g - fd| >
   tol_hi``, consistent when ``<= tol_lo``, else undecided (the exact route). The
   ``not_fd_consistent`` finding names the worst probe (its ratio's lower end above every
-  other's upper end) and its tolerance (3 digits, the same at both ends). Here the
-  derivative is right (the fast route takes a forward only then), so no scale was found
-  in it and the finding is never skipped for one.
+  other's upper end) and its tolerance (3 digits, the same at both ends). As on the
+  exact route, no such finding follows a derivative finding that names a scale
+  (missing_scale, wrong_scale): the probes are still called, and need not be decided.
 
 A forward call that returns no usable value (a NaN, a wrong shape) is reported in the
 Guard's words, as on the exact route, once ``L`` is proven to round to a finite value
@@ -72,8 +72,9 @@ def unusable(s: _Setting, enc: Enclosure, findings: list[Finding]) -> tuple[dict
 
 
 def beyond(s: _Setting, fwd: Guard, args_of: _ArgFactory, out: np.ndarray, observed: float, enc: Enclosure,
-           u: float, findings: list[Finding]) -> tuple[dict[str, Any], list[Finding]] | None:
-    """The exact route's findings for a forward value proven beyond its bound, or None."""
+           u: float, findings: list[Finding], scale_found: bool = False) -> tuple[dict[str, Any], list[Finding]] | None:
+    """The exact route's findings for a forward value proven beyond its bound, or None
+    (``scale_found``: the derivative's finding names a scale; no probe is reported)."""
     if enc.bound_hi is None:
         return None
     f, big_l = Fraction(observed), Fraction(enc.big_l)
@@ -107,15 +108,15 @@ def beyond(s: _Setting, fwd: Guard, args_of: _ArgFactory, out: np.ndarray, obser
         return None
     checked, probed = got
     judged = _judge(checked)
-    if judged is None:
+    if judged is None and not scale_found:
         return None
-    bad, worst = judged
+    bad, worst = judged if judged is not None else ([], None)
     stats: dict[str, Any] = {
-        "fd_checked": len(checked), "fd_skipped": probed - len(checked), "fd_consistent": not bad,
-        "fd_worst_error_over_tolerance_at_most": worst,
+        "fd_checked": len(checked), "fd_skipped": probed - len(checked),
+        "fd_consistent": None if judged is None else not bad, "fd_worst_error_over_tolerance_at_most": worst,
         "forward_filter": {"value": observed, "exact_within": enc.big_e, "bound_at_most": enc.bound_hi,
                            "beyond": True}}
-    if not bad:
+    if not bad or scale_found:
         return stats, [value]
     fd = _fd(args_of.pred.shape, bad, len(checked))
     return None if fd is None else (stats, [value, fd])
