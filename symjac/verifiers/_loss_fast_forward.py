@@ -29,8 +29,9 @@ every element counted) is checked here without the exact evaluation of every ele
 
 Anything else (a forward value proven neither within nor beyond, a probe or printed
 number not decided, a call that raises or misbehaves otherwise, ``reduction="none"``, a
-row at ``ignore_index``, a kind without ``fast_value``) returns None: the caller takes the exact route (within
-``symjac.loss.MAX_ELEMENTS``, else refused up front), whose words every finding keeps.
+row at ``ignore_index``, a kind without ``fast_value``) returns None: the caller takes
+the exact route (within ``symjac.loss.MAX_ELEMENTS``, else refused up front), whose words
+every finding keeps.
 NumPy's ``log``/``log1p`` (which the enclosures of sigmoid_ce and softmax_ce use) are not
 trusted: each value's radius is proven with symjac's own enclosure of ``exp``
 (:data:`symjac.loss._fast.LIBM_ULPS`).
