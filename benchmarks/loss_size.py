@@ -67,6 +67,27 @@ A right forward now takes the fast route (was 18 s, ~1.5 KB an entry); a failing
 (S·L, or 1e-9 relative off) still takes the exact route whole (its message needs the exact
 bound over every element), within symjac.loss.MAX_ELEMENTS.
 
+Branch fwdfail (a forward proven *beyond* its bound through the fast route too,
+:mod:`symjac.verifiers._loss_fast_forward_fail`: the exact route's findings, every printed
+number proven from the float64 enclosures), measured 2026-12-02 06:33-06:43 UTC on the same
+loaded VM, before = main at b1843d4, the forward rows, one run each, 10^6 entries::
+
+    case                               before: wall s  CPU s  B/entry cold/warm route       verdict | after: wall s  CPU s  B/entry cold/warm route       verdict
+    mse forward= 1,000,000               1.98   1.98     98    79  fast            ok |   1.95   1.94     98    79  fast            ok
+    sigmoid_ce forward= 1,000,000        4.36   4.35     82    69  fast            ok |   4.71   4.70     82    69  fast            ok
+    softmax_ce forward= 1,000,000        3.69   3.68     66    60  fast            ok |   3.83   3.82     66    60  fast            ok
+    mse forward S·L 1,000,000           17.36  17.29   2225  2218 exact forward_values,not_fd_consistent |   1.90   1.87     98    79  fast forward_values,not_fd_consistent
+    sigmoid_ce forward S·L 1,000,000    49.02  48.74   3990  3984 exact forward_values,not_fd_consistent |   4.66   4.55     82    69  fast forward_values,not_fd_consistent
+    softmax_ce forward S·L 1,000,000    29.40  29.10   2925  2924 exact forward_values,not_fd_consistent |   3.38   3.33     66    60  fast forward_values,not_fd_consistent
+    mse forward off 1,000,000           17.51  17.36   2225  2218 exact forward_values |   1.72   1.70     98    79  fast forward_values
+    sigmoid_ce forward off 1,000,000    48.97  48.00   3990  3985 exact forward_values |   4.11   3.95     82    69  fast forward_values
+    softmax_ce forward off 1,000,000    28.27  27.26   2925  2924 exact forward_values |   3.71   3.55     66    60  fast forward_values
+
+A wrong forward (S·L, or 1e-9 relative off) now takes the fast route as a right one does:
+1.7-4.7 s and 66-98 B an entry cold at 10^6 (was 17-49 s and 2.2-4.0 KB an entry on the
+exact route, which refuses it beyond symjac.loss.MAX_ELEMENTS); the right forwards' rows
+are unchanged. At 10^5 the wrong forwards take 0.4-0.9 s (were 1.8-4.7 s).
+
 Run: python benchmarks/loss_size.py [--base REV] [--sizes 100000,1000000] [--cases "mse,mse forgets S",...]
 [--cold-only] [--timeout 600] (without --base: this tree alone). A size beyond a tree's
 budget prints "refused" (an InputError up front).
@@ -104,7 +125,11 @@ CASES = (
     ("mse forward=", "mse", {}, "forward"),
     ("sigmoid_ce forward=", "sigmoid_ce", {}, "forward"), ("softmax_ce forward=", "softmax_ce", {}, "forward"),
     ("mse forward S·L", "mse", {"scale": 1024}, "forward S·L"),
+    ("sigmoid_ce forward S·L", "sigmoid_ce", {"scale": 1024}, "forward S·L"),
+    ("softmax_ce forward S·L", "softmax_ce", {"scale": 1024}, "forward S·L"),
     ("mse forward off", "mse", {}, "forward off"),
+    ("sigmoid_ce forward off", "sigmoid_ce", {}, "forward off"),
+    ("softmax_ce forward off", "softmax_ce", {}, "forward off"),
 )
 
 

@@ -90,9 +90,11 @@ def test_a_forward_a_few_ulps_off_passes_within_its_bound_and_is_caught_beyond(
     # (-y + z)**2: R = 2|d|(|y| + |z|) + d² = 5 (running_error's sum and power rules),
     # cond = 2|d|(|z| + |y|) = 4, depth 2; then L's bound (1/8)(Σe + γ_7·Σℓ) + γ_1·L + 9η
     # = 15u + 7u + u (+ O(u²)) = 23u. One ulp above 1 is 2u: 11 ulp (22u) is within, 12
-    # (24u) beyond. The float64 filter's lower bound drops R (it has no lower bound on it
-    # but 0): 2u·(1 + 4) + 7u + u = 18u, so 6 ulp (12u, and as much at the
-    # finite-difference points) is decided there, 11 is left to the exact route.
+    # (24u) beyond. The float64 filter bounds B by nearly 23u below and above, but its
+    # enclosure of L has a radius of about 4u (each ℓ_i = (z - y)² charged 3u: the
+    # subtraction's u, doubled by the square, and the square's own u; the product by 1/8 u): 6 ulp (12u, and as much at the finite-difference
+    # points) is decided there; 11 (22u + 4u > 23u) and 12 (24u - 4u < 23u) are left to the
+    # exact route.
     z, y = np.full((2, 4), 1.5), np.full((2, 4), 0.5)
     d = 2 * (z - y) / z.size
 

@@ -295,11 +295,16 @@ class FastValue:
       cond_lo: a lower bound on ``Σ_m |∂ℓ_i/∂x_m|·|x_m|`` (the forward bound's condition sum
         of :mod:`symjac.loss._bounds`: some of its non-negative terms, rounded down).
       run_lo: a lower bound on the running error ``R(ℓ_i)`` (0 is always one).
+      cond_hi, run_hi: upper bounds on the same (every term, rounded up: :func:`upper`; inf
+        where unknown), or None: with them the forward's fast route also proves a forward
+        value *beyond* its bound (:mod:`symjac.verifiers._loss_fast_forward_fail`).
     """
 
     ell: Ball
     cond_lo: np.ndarray
     run_lo: np.ndarray
+    cond_hi: np.ndarray | None = None
+    run_hi: np.ndarray | None = None
 
 
 def others(x: np.ndarray, down: bool = True) -> np.ndarray:

@@ -48,11 +48,13 @@ block by block, the entries within their bound ``B_j`` and those beyond it, and 
 others (and the few that may be the worst) go through the exact evaluation above; a
 failing derivative is classified as here (the same words, the loss scale named). The
 verdict is the exact route's, in bounded memory, for mse, sigmoid_ce and softmax_ce with
-their options. With a forward of a reduced loss and a right derivative,
+their options. With a forward of a reduced loss and a derivative decided there,
 :mod:`symjac.verifiers._loss_fast_forward` proves the forward's value and the
-finite-difference probes within their bounds in float64 where it can; a forward it
-cannot, ``"none"`` with a forward, the other kinds, and a misbehaving call take the
-exact route, within ``symjac.loss.MAX_ELEMENTS``; beyond it they are refused.
+finite-difference probes within their bounds in float64 where it can, and
+:mod:`symjac.verifiers._loss_fast_forward_fail` a value beyond its bound (with the exact
+route's findings, every printed number proven); a forward it decides neither way,
+``"none"`` with a forward, the other kinds, and a misbehaving call take the exact route,
+within ``symjac.loss.MAX_ELEMENTS``; beyond it they are refused.
 """
 
 from __future__ import annotations
@@ -320,11 +322,12 @@ def _check_budget(loss: Loss, pred: Any, fast: bool, fast_tried: bool = False, f
     if entries > budget:
         why = ""
         if forward:
-            why = (" (with a forward=, the fast route decides a right derivative of mse, sigmoid_ce or softmax_ce "
-                   "whose reduced forward value and finite-difference probes it proves within their bounds, up to "
-                   "symjac.loss.MAX_FAST_ELEMENTS; this one it did not: a forward beyond or near its bound, a wrong "
-                   "derivative, reduction='none' or ignored rows, a finding of the calls. Verify the derivative at "
-                   "this size without forward=, and the forward on a slice)")
+            why = (" (with a forward=, the fast route decides a derivative of mse, sigmoid_ce or softmax_ce "
+                   "whose reduced forward value it proves within its bound (and the finite-difference probes "
+                   "consistent) or beyond it, up to symjac.loss.MAX_FAST_ELEMENTS; this one it did not: a forward "
+                   "near its bound, a finding whose numbers it cannot print to the exact route's digits, "
+                   "reduction='none' or ignored rows, a finding of the calls. Verify the derivative at this size "
+                   "without forward=, and the forward on a slice)")
         elif fast_tried:
             why = (" (the fast route, which decides the derivative of mse, sigmoid_ce and softmax_ce, with their "
                    "options and no forward, at any size up to symjac.loss.MAX_FAST_ELEMENTS, did not take this one: "

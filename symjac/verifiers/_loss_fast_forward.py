@@ -20,12 +20,18 @@ every element counted) is checked here without the exact evaluation of every ele
   of the probed element (MPFR, one small evaluation each); the forward bounds ``E±`` (at
   ``z±`` and in the tolerance) bounded below by the blocks' lower sums less element i's
   exact terms at z plus its exact terms at z±, and the derivative bound ``B_j`` by 0. A
-  probe within these smaller bounds is within the exact route's.
+  probe within these smaller bounds is within the exact route's (the evaluation of the
+  probed element: :mod:`symjac.verifiers._loss_fast_probes`).
+- *Beyond.* A value with ``|F - L̂| - E_L > B_hi`` (the same sums of the kinds' upper
+  bounds) is beyond its bound, and a forward that returns no usable value is reported as
+  the exact route reports it: :mod:`symjac.verifiers._loss_fast_forward_fail`, which
+  also proves the exact route's printed numbers, hint and probe verdicts.
 
-Anything else (a forward value not proven within, a probe not proven consistent, a call
-that misbehaves, ``reduction="none"``, a row at ``ignore_index``, a kind without
-``fast_value``) returns None: the caller takes the exact route (within
-``symjac.loss.MAX_ELEMENTS``, else refused up front), whose words every finding keeps.
+Anything else (a forward value proven neither within nor beyond, a probe or printed
+number not decided, a call that raises or misbehaves otherwise, ``reduction="none"``, a
+row at ``ignore_index``, a kind without ``fast_value``) returns None: the caller takes
+the exact route (within ``symjac.loss.MAX_ELEMENTS``, else refused up front), whose words
+every finding keeps.
 NumPy's ``log``/``log1p`` (which the enclosures of sigmoid_ce and softmax_ce use) are not
 trusted: each value's radius is proven with symjac's own enclosure of ``exp``
 (:data:`symjac.loss._fast.LIBM_ULPS`).
@@ -33,7 +39,6 @@ trusted: each value's radius is proven with symjac's own enclosure of ``exp``
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
 from fractions import Fraction
@@ -45,20 +50,24 @@ from symjac.check._call import Guard
 from symjac.check._report import Finding
 from symjac.check._rounding import finfo
 from symjac.loss import _fast, _numbers
-from symjac.loss._bounds import Bounds
-from symjac.loss._evaluate import evaluate_checked
 from symjac.loss._spec import kind_of
 from symjac.verifiers._loss_fast import _Setting
-from symjac.verifiers._loss_fd import MAX_FD_PROBES
+from symjac.verifiers._loss_fast_forward_fail import beyond, unusable
+from symjac.verifiers._loss_fast_probes import Enclosure, probes
 from symjac.verifiers._loss_inputs import _ArgFactory
 
 _DOWN = 1 - 2.0**-30  # a float64 sum of non-negative terms (blocks of BLOCK, then math.fsum): rounded down
+_UP = 1 + 2.0**-30  # the same sums rounded up (at most 2^24 terms: within 2^25·u < 2^-30 relative)
 
 
 def fast_forward(s: _Setting, forward: Callable[..., Any], derivative_out: np.ndarray, p0: np.ndarray,
-                 l0: np.ndarray | None, timeout: float | None) -> dict[str, Any] | None:
-    """The forward's stats when its value and every probe are proven within, else None."""
-    kind = kind_of(s.loss)
+                 l0: np.ndarray | None, timeout: float | None,
+                 scale_found: bool = False) -> tuple[dict[str, Any], list[Finding]] | None:
+    """The forward's stats and findings when its value is proven within its bound and every
+    probe consistent (no findings), or proven beyond
+    (:func:`symjac.verifiers._loss_fast_forward_fail.beyond`), else None. ``scale_found``:
+    the derivative's finding names a scale, so the exact route reports no probe (its
+    stencil points are still checked and called): a probe need not be decided."""
     if s.loss.reduction == "none" or s.counted is not None or l0 is None:
         return None
     findings: list[Finding] = []
@@ -66,14 +75,48 @@ def fast_forward(s: _Setting, forward: Callable[..., Any], derivative_out: np.nd
     fwd = Guard(forward, "forward", args_of.names[:2], findings, timeout=timeout)
     ref = (p0, l0)
     got = fwd.array(*args_of.forward_args(), shape=(), dtype=None, index_name="loss", reference=ref)
-    if got is None or findings or fwd.mutated:
+    if fwd.mutated or (got is not None and findings):
         return None
     info = finfo(s.dt)
-    u, eta = 2.0 ** -(int(info.nmant) + 1), float(info.smallest_subnormal)
+    u = 2.0 ** -(int(info.nmant) + 1)
+    enc = enclose(s, u, float(info.smallest_subnormal))
+    if enc is None:
+        return None
+    if got is None:
+        return unusable(s, enc, findings)
+    observed = float(np.asarray(got, dtype=np.float64).reshape(-1)[0])
+    big_l, big_e, bound_lo = enc.big_l, enc.big_e, enc.bound_lo
+    if not (abs(observed - big_l) + big_e) * (1 + 2.0**-44) <= bound_lo:
+        return beyond(s, fwd, args_of, derivative_out, observed, enc, u, findings, scale_found)
+    checked = probes(s, fwd, args_of, derivative_out, enc, u, findings, forward_ok=True)
+    if checked is None or findings:
+        return None
+    worst, decided = 0.0, True
+    with _numbers.context():
+        for p in checked[0]:
+            if not p.miss <= p.tol_lo:
+                if not scale_found:
+                    return None
+                decided = False  # not decided here, and not reported (see above)
+                break
+            worst = max(worst, float(p.miss / p.tol_lo) if p.tol_lo > 0 else 0.0)
+    return {"fd_checked": len(checked[0]), "fd_skipped": checked[1] - len(checked[0]),
+            "fd_consistent": True if decided else None,
+            "fd_worst_error_over_tolerance_at_most": worst if decided else None,
+            "forward_filter": {"value": observed, "exact_within": big_e, "bound_at_least": bound_lo}}, []
+
+
+def enclose(s: _Setting, u: float, eta: float) -> Enclosure | None:
+    """``L`` and its forward bound enclosed from the kind's :meth:`fast_value` blocks (see the
+    module docstring; the upper bounds in :mod:`symjac.verifiers._loss_fast_forward_fail`'s),
+    or None where a block has no finite enclosure."""
+    kind = kind_of(s.loss)
     k = int(kind.template(s.loss, s.classes).loss_depth)
     g_lo = k * u
+    g_hi, run_u = _up(_gamma(k, u)), _up((1 + _gamma(k, u)) * Fraction(u))  # γ_k and u·(1 + γ_k), rounded up
     centres: list[float] = []
-    centre_abs = radius = abs_lo = err_lo = 0.0
+    centre_abs = radius = abs_lo = err_lo = abs_hi = err_hi = 0.0
+    upper = True
     for start in range(0, s.z.shape[0], s.step):
         stop = min(start + s.step, s.z.shape[0])
         form = kind.fast_value(s.loss, s.z[start:stop], s.y[start:stop], s.column(start, stop))
@@ -91,116 +134,46 @@ def fast_forward(s: _Setting, forward: Callable[..., Any], derivative_out: np.nd
         abs_lo += float(np.sum(low))
         with np.errstate(all="ignore"):
             err_lo += float(np.sum(u * form.run_lo.reshape(-1) + g_lo * (low + form.cond_lo.reshape(-1))))
+            if form.cond_hi is None or form.run_hi is None:
+                upper = False
+            else:
+                high = form.ell.upper_abs().reshape(-1)
+                abs_hi += float(np.sum(high))
+                err_hi += float(np.sum(run_u * form.run_hi.reshape(-1) + g_hi * (high + form.cond_hi.reshape(-1))))
         err_lo += max(k, 1) * eta * (stop - start)
+        # the exact underflow term, and 8 float64 η per element for what the float64 products above may lose
+        err_hi += (max(k, 1) * eta * s.amp + 8 * _fast.ETA) * (stop - start)
     n = int(s.z.shape[0])
     phi = math.fsum(centres)
     centre_abs += abs(math.fsum(centres + [-phi]))
     phi_e = (radius * (1 + 2.0**-30) + centre_abs * (1 + 2.0**-50)) * (1 + 2.0**-44) + (len(centres) + 5) * _fast.ETA
-    r = _fast.Ball.of(s.r)
-    value = _fast.mul(r, _fast.Ball(np.array(phi), np.array(phi_e)))
+    value = _fast.mul(_fast.Ball.of(s.r), _fast.Ball(np.array(phi), np.array(phi_e)))
     big_l, big_e = float(value.v), float(value.e)
-    r_lo = float(s.r) * (1 - 2.0**-50)
+    if not math.isfinite(big_e):
+        return None
+    r_lo, r_hi = float(s.r) * (1 - 2.0**-50), float(s.r) * (1 + 2.0**-50)  # float(r): within u of r
     k_d = s.denominator_ops + 1
+    gn_hi, gd_hi = _up(_gamma(n - 1, u)), _up(_gamma(k_d, u))
     abs_lo, err_lo = abs_lo * _DOWN, err_lo * _DOWN
-    sums = abs_lo * (n - 1) * u
-    bound_lo = (r_lo * (err_lo + sums) + k_d * u * max(abs(big_l) - big_e, 0.0)) * _DOWN
-    observed = float(np.asarray(got, dtype=np.float64).reshape(-1)[0])
-    if not math.isfinite(big_e) or not (abs(observed - big_l) + big_e) * (1 + 2.0**-44) <= bound_lo:
-        return None
-    probes = _probes(s, fwd, args_of, derivative_out, (big_l, big_e), (r_lo, (n - 1) * u, k_d * u),
-                     (abs_lo, err_lo), u, findings)
-    if probes is None or findings:
-        return None
-    checked, skipped, worst = probes
-    return {"fd_checked": checked, "fd_skipped": skipped, "fd_consistent": True,
-            "fd_worst_error_over_tolerance_at_most": worst,
-            "forward_filter": {"value": observed, "exact_within": big_e, "bound_at_least": bound_lo}}
+    bound_lo = (r_lo * (err_lo + abs_lo * (n - 1) * u) + k_d * u * max(abs(big_l) - big_e, 0.0)) * _DOWN
+    tail = (n + k_d) * eta * 2  # (n + k_D)·η, doubled: a product of small integers and η, rounded up
+    bound_hi = None
+    if upper:
+        abs_hi, err_hi = abs_hi * _UP, err_hi * _UP
+        bound_hi = (r_hi * (err_hi + gn_hi * abs_hi) + gd_hi * (abs(big_l) + big_e) + tail) * _UP
+        if not math.isfinite(bound_hi):
+            bound_hi = None
+    return Enclosure(big_l, big_e, n, (r_lo, r_hi), ((n - 1) * u, gn_hi), (k_d * u, gd_hi), tail,
+                     (abs_lo, abs_hi if bound_hi is not None else None),
+                     (err_lo, err_hi if bound_hi is not None else None), bound_lo, bound_hi)
 
 
-def _probes(s: _Setting, fwd: Guard, args_of: _ArgFactory, out: np.ndarray, value: tuple[float, float],
-            factors: tuple[float, float, float], sums: tuple[float, float], u: float,
-            findings: list[Finding]) -> tuple[int, int, float] | None:
-    """The exact route's probes (:meth:`symjac.verifiers._loss_fd._ForwardCheck.finite_differences`),
-    each proven within its tolerance's lower bound: (checked, skipped, worst |g - fd|/tol_lo), or None."""
-    kind = kind_of(s.loss)
-    pred = args_of.pred
-    size = int(pred.size)
-    probes = sorted(set(np.linspace(0, size - 1, min(size, MAX_FD_PROBES)).round().astype(int).tolist()))
-    flat_out = out.reshape(-1)
-    checked, worst = 0, 0.0
-    summed = dataclasses.replace(s.loss, reduction="sum")
-    for j in probes:
-        z = float(pred.reshape(-1)[j])
-        h = kind.fd_step(s.loss, z, 2.0 ** round(math.log2(u ** (1 / 3) * max(1.0, abs(z)))))
-        if h is None:
-            continue
-        zp, zm = s.dt.type(z + h), s.dt.type(z - h)
-        step = Fraction(float(zp)) - Fraction(float(zm))
-        if step <= 0 or not kind.stencil_inside(s.loss, zm, zp):
-            continue
-        i = j // s.per
-        exact = _element(s, summed, i, j % s.per, (z, float(zp), float(zm)))
-        if exact is None:
-            return None
-        ells, errs, h_j = exact
-        obs = []
-        for zz in (zp, zm):
-            pz = pred.copy()
-            pz.reshape(-1)[j] = zz
-            label = args_of.label
-            assert label is not None
-            val = fwd.array(pz.copy(), label.copy(), shape=(), dtype=None, index_name="loss", reference=(pz, label))
-            del pz
-            if val is None or findings:
-                return None
-            obs.append(float(np.asarray(val, dtype=np.float64).reshape(-1)[0]))
-        with _numbers.context():
-            num = _numbers.number
-            r, sc, dstep = num(s.r), num(s.loss.scale), num(step)
-            trunc = r * (ells[1] - ells[2]) / dstep - r * h_j
-            # E± >= r·(Σ_{m≠i} e_m + e_i(z±) + γ_{n-1}·(Σ_{m≠i} |ℓ_m| + |ℓ_i(z±)|)) + γ_{k_D}·|Φ(z±)·r|:
-            # the blocks' lower sums less element i's exact terms at z, plus its exact terms at z±
-            big_l, big_e = num(value[0]), num(value[1])
-            r_lo, g_n, g_d = (num(f) for f in factors)
-            abs_lo, err_lo = num(sums[0]) - abs(ells[0]), num(sums[1]) - errs[0]
-            e_pm, phi = [], []
-            for m in (1, 2):
-                phi.append(big_l + r * (ells[m] - ells[0]))  # Φ(z±)·r, within big_e
-                low = r_lo * (err_lo + errs[m] + g_n * (abs_lo + abs(ells[m]))) + g_d * (abs(phi[-1]) - big_e)
-                e_pm.append(max(low, num(0)) * num(1 - 2.0**-40))
-            for o, p_, e in zip(obs, phi, e_pm):  # the forward at z± against the exact value there
-                if abs(num(o) - p_) + big_e > e:
-                    return None
-            tol = sc * (abs(trunc) + (e_pm[0] + e_pm[1]) / dstep)
-            fd = sc * (num(obs[0]) - num(obs[1])) / dstep
-            miss = abs(num(float(flat_out[j])) - fd)
-            if not miss <= tol:
-                return None
-            worst = max(worst, float(miss / tol) if tol > 0 else 0.0)
-        checked += 1
-    return checked, len(probes) - checked, worst
+def _gamma(k: int, u: float) -> Fraction:
+    """γ_k = k·u/(1 - k·u) exactly (inf-like: a huge number once k·u >= 1, which no bound then proves)."""
+    ku = k * Fraction(u)
+    return ku / (1 - ku) if ku < 1 else Fraction(2) ** 1000
 
 
-def _element(s: _Setting, summed: Any, i: int, slot: int,
-             zs: tuple[float, float, float]) -> tuple[list[Any], list[Any], Any] | None:
-    """The exact ``ℓ_i`` and its forward bound ``e_i`` at pred entry ``slot`` of element ``i``
-    set to each of ``zs``, and ``dℓ_i/dz`` there at the first (MPFR)."""
-    rows = []
-    for zz in zs:
-        zb = np.array(s.z[i:i + 1], dtype=np.float64)
-        zb.reshape(-1)[slot] = zz
-        rows.append(zb)
-    zb = np.concatenate(rows)
-    yb = np.concatenate([s.y[i:i + 1]] * 3)
-    if s.z.ndim == 1 and _has_columns(s):
-        return None  # a per-column option: the element alone would lose its column (the exact route)
-    ev = evaluate_checked(summed, zb, yb, None, values=True, derivatives=True)
-    bounds = Bounds(ev, s.dt)
-    bounds.fill(of="loss")
-    ells = list(ev.elements.reshape(-1))
-    errs = list(np.asarray(bounds.element(ev.elements.reshape(-1), bounds.cond, bounds.run), dtype=object).reshape(-1))
-    return ells, errs, ev.h.reshape(3, -1)[0, slot]
-
-
-def _has_columns(s: _Setting) -> bool:
-    return any(isinstance(getattr(s.loss, name, None), tuple) for name in kind_of(s.loss).options)
+def _up(q: Fraction) -> float:
+    """A float >= q >= 0 (float() rounds to nearest: within u relative, or η below 2^-1022)."""
+    return float(q) * (1 + 2.0**-50) + _fast.ETA

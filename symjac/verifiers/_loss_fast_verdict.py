@@ -44,7 +44,7 @@ from symjac.verifiers._loss_values import (
 @dataclasses.dataclass(frozen=True)
 class Fast:
     """The fast route's outcome after clean calls: the output, the stats, the findings
-    (none when the derivative is right)."""
+    (the derivative's, then a forward's)."""
 
     observed: np.ndarray
     stats: dict[str, Any]
@@ -85,12 +85,17 @@ class _Top:
         return np.asarray(at[hi >= self.floor], dtype=np.intp)
 
 
+#: The derivative findings :func:`decide` gives, those naming a scale (c found) first.
+_DERIVATIVE_VERDICTS = ("missing_scale", "wrong_scale", "wrong_values")
+
+
 def fast_check(loss: Loss, derivative: Callable[..., Any], p0: np.ndarray, l0: np.ndarray | None,
                u0: np.ndarray | None, dt: np.dtype[Any], timeout: float | None,
                forward: Callable[..., Any] | None = None) -> Any:
     """The fast route: its outcome when the calls were clean and every option has a fast form, else None (the caller
-    takes the exact route; nothing is reported). With a ``forward``: only a right derivative whose forward
-    :mod:`symjac.verifiers._loss_fast_forward` proves within too (else None)."""
+    takes the exact route; nothing is reported). With a ``forward``: only a derivative decided here (right, or one
+    finding of :data:`_DERIVATIVE_VERDICTS`) whose forward :mod:`symjac.verifiers._loss_fast_forward` proves within,
+    or beyond with the exact route's findings (:mod:`symjac.verifiers._loss_fast_forward_fail`), too (else None)."""
     if p0.size < _loss_fast.FAST_MIN:  # read at call time (tests lower it)
         return None
     try:
@@ -108,10 +113,13 @@ def fast_check(loss: Loss, derivative: Callable[..., Any], p0: np.ndarray, l0: n
         got = decide(setting, out)
         if forward is None or got is None:
             return got
-        if got.findings:
+        found = {f.category for f in got.findings}
+        if not found <= set(_DERIVATIVE_VERDICTS):
             return None
-        more = fast_forward(setting, forward, out, p0, l0, timeout)
-        return None if more is None else Fast(got.observed, {**got.stats, **more}, [])
+        # the exact route's forward check skips its finite-difference finding once the derivative's names a scale
+        scale_found = bool(found & set(_DERIVATIVE_VERDICTS[:2]))
+        more = fast_forward(setting, forward, out, p0, l0, timeout, scale_found)
+        return None if more is None else Fast(got.observed, {**got.stats, **more[0]}, got.findings + more[1])
     except (InputError, SpecError):
         return None
 

@@ -32,6 +32,56 @@ def _frac(x: Any) -> Fraction:
 
 
 
+def ulps_text(x: Any) -> str:
+    """A ratio to the ulp as messages print it (3 significant digits)."""
+    return f"{float(x):.3g}"
+
+
+def value_detail(shown: str, error_ulps: str, bound_ulps: str) -> str:
+    """The exact value, the error and the bound of a forward value beyond its bound."""
+    return f"{shown}, error {error_ulps} ulp > bound {bound_ulps} ulp"
+
+
+def reduced_message(v: float, detail: str) -> str:
+    """forward_values' words for a reduced loss's forward ``v`` beyond its bound."""
+    return f"forward returned {v!r}; exact L = {detail}"
+
+
+def scale_candidates(s: Fraction, ratio: Any) -> list[Fraction]:
+    """The factors c that :meth:`_ForwardCheck._scaled_hint` tries for a forward ``ratio``
+    times the exact loss (finite, nonzero): the loss scale S (if not 1), the ratio's nearest
+    power of two (if not 1) and its nearest integer (if at least 2 in size)."""
+    candidates: list[Fraction] = [s] if s != 1 else []
+    k = int(gmpy2.floor(gmpy2.log2(abs(ratio)) + gmpy2.mpfr(0.5)))
+    if k:
+        candidates.append(Fraction(2) ** k * (1 if ratio > 0 else -1))
+    n = int(gmpy2.rint(ratio))
+    if abs(n) >= 2:
+        candidates.append(Fraction(n))
+    return candidates
+
+
+def scaled_words(c: Fraction, s: Fraction) -> str:
+    """The hint for a forward that equals c times the exact loss (S: the loss scale)."""
+    if c == s:
+        return f"; your forward equals S·L (S = {s}, the loss scale): the forward must return the unscaled L"
+    return f"; your forward equals {c}·L (exactly {c} times the exact loss, within its bound)"
+
+
+def fd_finding(shape: tuple[int, ...], bad: list[int], checked: int, forward_ok: bool, worst: int, fd: Any,
+               observed: float, tol_text: str) -> Finding:
+    """not_fd_consistent: ``bad`` the flat pred entries whose probe missed, ``worst`` the
+    one that missed most (its central difference ``fd``, derivative, tolerance)."""
+    why = "" if forward_ok else " (the forward itself disagrees with the exact loss: see forward_values)"
+    return Finding(
+        "not_fd_consistent",
+        f"the derivative is not S times the derivative of the implementation's own forward at {len(bad)} of "
+        f"{checked} probed elements{why}; worst at pred{_index(shape, worst)}: S·(F(z+h) - F(z-h))/2h = "
+        f"{_show(fd)}, derivative {observed!r}, tolerance {tol_text} (truncation + forward rounding + derivative "
+        "bound)",
+        cells=tuple(tuple(_index(shape, j)) for j in bad), expected=_numbers.to_mpf(fd), observed=observed)
+
+
 def _fd_step(loss: Loss, ev: LossEvaluation, z: float, u: Any) -> float | None:
     """A power of two near ``u^(1/3)·max(1, |z|)``, narrowed by the kind to its domain (None: no stencil fits)."""
     h = 2.0 ** round(math.log2(float(u) ** (1 / 3) * max(1.0, abs(z))))
@@ -118,12 +168,12 @@ class _ForwardCheck:
             i = int(wrong[0])
             e, b, v = exact[i], bound[i], float(got[i])
             ulp = ulp_mp(dt, abs(e))
-            detail = f"{_show(e)}, error {float(error[i] / ulp):.3g} ulp > bound {float(b / ulp):.3g} ulp"
+            detail = value_detail(_show(e), ulps_text(error[i] / ulp), ulps_text(b / ulp))
         if ev.loss.reduction == "none":
             where = tuple(_index(ev.element_shape, i))
             message = f"forward element {list(where)} = {v!r}; exact {detail}"
         else:
-            where, message = None, f"forward returned {v!r}; exact L = {detail}"
+            where, message = None, reduced_message(v, detail)
         message += self._scaled_hint(got, exact, bound, right_inf)
         self.findings.append(Finding("forward_values", message, window=where, expected=_numbers.to_mpf(e), observed=v))
         return False
@@ -143,21 +193,11 @@ class _ForwardCheck:
             ratio = obs[0] / e[0]
             if not gmpy2.is_finite(ratio) or ratio == 0:
                 return ""
-            candidates: list[Fraction] = [s] if s != 1 else []
-            k = int(gmpy2.floor(gmpy2.log2(abs(ratio)) + gmpy2.mpfr(0.5)))
-            if k:
-                candidates.append(Fraction(2) ** k * (1 if ratio > 0 else -1))
-            n = int(gmpy2.rint(ratio))
-            if abs(n) >= 2:
-                candidates.append(Fraction(n))
-            for c in candidates:
+            for c in scale_candidates(s, ratio):
                 cm = _numbers.number(c)
                 slack = abs(cm) * b + abs(cm * e) * _numbers.number(u)
                 if np.all(np.asarray(abs(obs - cm * e) <= slack, dtype=bool)):
-                    if c == s:
-                        return (f"; your forward equals S·L (S = {s}, the loss scale): the forward must return the "
-                                "unscaled L")
-                    return f"; your forward equals {c}·L (exactly {c} times the exact loss, within its bound)"
+                    return scaled_words(c, s)
         return ""
 
     def finite_differences(self, out1: np.ndarray, ex: _Expected, scale_found: Fraction | None) -> None:
@@ -185,15 +225,8 @@ class _ForwardCheck:
             return
         with _numbers.context():
             p = max(fd_bad, key=lambda t: abs(t.observed - t.fd) / t.tol)
-        why = "" if self.forward_ok else " (the forward itself disagrees with the exact loss: see forward_values)"
-        self.findings.append(Finding(
-            "not_fd_consistent",
-            f"the derivative is not S times the derivative of the implementation's own forward at {len(fd_bad)} of "
-            f"{len(checked)} probed elements{why}; worst at pred{_index(pred.shape, p.j)}: S·(F(z+h) - F(z-h))/2h = "
-            f"{_show(p.fd)}, derivative {float(p.observed)!r}, tolerance {_show(p.tol, 3)} "
-            "(truncation + forward rounding + derivative bound)",
-            cells=tuple(tuple(_index(pred.shape, b.j)) for b in fd_bad), expected=_numbers.to_mpf(p.fd),
-            observed=float(p.observed)))
+        self.findings.append(fd_finding(pred.shape, [b.j for b in fd_bad], len(checked), self.forward_ok, p.j,
+                                        p.fd, float(p.observed), _show(p.tol, 3)))
 
     def _point(self, j: int) -> tuple[int, int, float] | None:
         """(element, slot in the template's arguments, z) of pred entry j, or None if it does not count."""

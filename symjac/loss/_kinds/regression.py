@@ -63,12 +63,19 @@ class Mse(_Regression):
 
     def fast_value(self, loss: Loss, z: np.ndarray, y: np.ndarray | None,
                    column: np.ndarray | None = None) -> _fast.FastValue | None:
-        # ℓ = d², d = z - y: its condition sum over (z, y) is 2|d|·(|z| + |y|) exactly
+        # ℓ = d², d = z - y (SymPy's (-y + z)**2): its condition sum over (z, y) is
+        # 2|d|·(|z| + |y|) exactly, its running error R = d² + 2|d|·(|y| + |z|) (the square
+        # rounds once; R(-y + z) = |y| + |z|, times |2d|). Both increase with |d| >= 0: at
+        # d's lower and upper |.| they bound below and above (lower/upper cover the float64
+        # roundings of these few products, |z| + |y| included).
         assert y is not None
         d = _fast.sub(_fast.Ball.exact(z), _fast.Ball.exact(y))
         with np.errstate(all="ignore"):
-            cond = _fast.lower(2 * d.lower_abs() * (np.abs(z) + np.abs(y)))
-        return _fast.FastValue(_fast.mul(d, d), cond, np.zeros_like(cond))
+            size = np.abs(z) + np.abs(y)
+            lo, hi = d.lower_abs(), d.upper_abs()
+            cond_lo, cond_hi = _fast.lower(2 * lo * size), _fast.upper(2 * hi * size)
+            run_lo, run_hi = _fast.lower(lo * lo + 2 * lo * size), _fast.upper(hi * hi + 2 * hi * size)
+        return _fast.FastValue(_fast.mul(d, d), cond_lo, run_lo, cond_hi, run_hi)
 
 
 @register

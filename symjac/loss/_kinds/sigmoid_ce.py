@@ -70,19 +70,37 @@ class SigmoidCe(ElementwiseKind):
     def fast_value(self, loss: Loss, z: np.ndarray, y: np.ndarray | None,
                    column: np.ndarray | None = None) -> _fast.FastValue | None:
         # ℓ = w·(p·y·sp(-z) + (1 - y)·sp(z)), sp(±z) = max(±z, 0) + log1p(e^-|z|) (no
-        # cancellation: every term >= 0). The condition sum's term of w, |∂ℓ/∂w|·|w| = ℓ,
-        # is its lower bound (every other term is >= 0 too).
+        # cancellation: every term >= 0). The bound's terms from SymPy's form
+        # w·(p·y·sp + (1 - y)·(z + sp)), sp = log(1 + e^-z) = sp(-z), written in σ = σ(z),
+        # σ' = 1 - σ ((1 + 3e^-z)/(1 + e^-z) = σ + 3σ'):
+        #   cond = |h|·|z| + |w·(p·sp(-z) - sp(z))|·|y| + |ℓ| + w·p·y·sp(-z)
+        #   (∂ℓ/∂z = h, ∂ℓ/∂y, ∂ℓ/∂w·w = ℓ, ∂ℓ/∂p·p), and the running error
+        #   R = w·[(2sp(-z) + σ + 3σ')·p·y + (1 + y)·sp(z) + (3sp(-z) + |z| + σ + 3σ')(1 - y)
+        #        + 3sp(-z)·p·y + 2(1 - y)·sp(z)] + |ℓ|.
+        # Every factor is >= 0 (w, p >= 0, y in [0, 1]) and each sum increases with them:
+        # at the balls' lower |.| it bounds below, at their upper |.| above (lower/upper cover
+        # the float64 roundings of these products).
         assert y is not None
         with np.errstate(all="ignore"):
-            w, p = _per_column(loss, z.shape, column)
+            w, p, sigma, other, yb, neg = _pieces(loss, z, y, column)
             soft = _fast.log1p(_fast.exp(_fast.Ball.exact(-np.abs(z))))
-            neg = _fast.add(_fast.Ball.exact(np.maximum(-z, 0.0)), soft)
-            pos = _fast.add(_fast.Ball.exact(np.maximum(z, 0.0)), soft)
-            yb = _fast.Ball.exact(y)
-            inner = _fast.add(_fast.mul(_fast.mul(p, yb), neg), _fast.mul(_fast.sub(_fast.Ball.exact(np.ones_like(z)),
-                                                                                    yb), pos))
+            sp_neg = _fast.add(_fast.Ball.exact(np.maximum(-z, 0.0)), soft)
+            sp_pos = _fast.add(_fast.Ball.exact(np.maximum(z, 0.0)), soft)
+            inner = _fast.add(_fast.mul(_fast.mul(p, yb), sp_neg), _fast.mul(neg, sp_pos))
             ell = _fast.mul(w, inner)
-            return _fast.FastValue(ell, _fast.lower(ell.lower_abs()), np.zeros_like(z))
+            h = _fast.mul(w, _fast.sub(_fast.mul(neg, sigma), _fast.mul(_fast.mul(p, yb), other)))
+            dy = _fast.mul(w, _fast.sub(_fast.mul(p, sp_neg), sp_pos))
+            az, ay = np.abs(z), np.abs(y)
+            sides = []
+            for at in (_fast.Ball.lower_abs, _fast.Ball.upper_abs):
+                wa, pa, sn, spo, sg, ot, na = (at(b) for b in (w, p, sp_neg, sp_pos, sigma, other, neg))
+                cond = at(h) * az + at(dy) * ay + at(ell) + wa * pa * ay * sn
+                run = wa * ((2 * sn + sg + 3 * ot) * pa * ay + (1 + ay) * spo + (3 * sn + az + sg + 3 * ot) * na
+                            + 3 * sn * pa * ay + 2 * na * spo) + at(ell)
+                sides.append((cond, run))
+            (cond_lo, run_lo), (cond_hi, run_hi) = sides
+            return _fast.FastValue(ell, _fast.lower(cond_lo), _fast.lower(run_lo), _fast.upper(cond_hi),
+                                   _fast.upper(run_hi))
 
     def params(self, loss: Loss, z: ExactArray, classes: int) -> list[list[Fraction]]:
         c_last = int(z.shape[-1])
@@ -119,8 +137,9 @@ def _per_column(loss: Loss, shape: tuple[int, ...], column: np.ndarray | None) -
     return out[0], out[1]
 
 
-def _fast_form(loss: Loss, z: np.ndarray, y: np.ndarray, column: np.ndarray | None) -> _fast.FastDerivative:
-    """:meth:`SigmoidCe.fast_derivative`'s enclosures (derived there)."""
+def _pieces(loss: Loss, z: np.ndarray, y: np.ndarray,
+            column: np.ndarray | None) -> tuple[_fast.Ball, _fast.Ball, _fast.Ball, _fast.Ball, _fast.Ball, _fast.Ball]:
+    """(w, p, σ, σ', y, 1 - y) enclosed: σ = 1/(1 + e) or e/(1 + e), e = e^-|z| (no subtraction)."""
     w, p = _per_column(loss, z.shape, column)
     e = _fast.exp(_fast.Ball.exact(-np.abs(z)))
     one = _fast.Ball.exact(np.ones_like(z))
@@ -128,7 +147,12 @@ def _fast_form(loss: Loss, z: np.ndarray, y: np.ndarray, column: np.ndarray | No
     sigma = _fast.div(_fast.where(z >= 0, one, e), den)
     other = _fast.div(_fast.where(z >= 0, e, one), den)
     yb = _fast.Ball.exact(y)
-    neg = _fast.sub(one, yb)
+    return w, p, sigma, other, yb, _fast.sub(one, yb)
+
+
+def _fast_form(loss: Loss, z: np.ndarray, y: np.ndarray, column: np.ndarray | None) -> _fast.FastDerivative:
+    """:meth:`SigmoidCe.fast_derivative`'s enclosures (derived there)."""
+    w, p, sigma, other, yb, neg = _pieces(loss, z, y, column)
     h = _fast.mul(w, _fast.sub(_fast.mul(neg, sigma), _fast.mul(_fast.mul(p, yb), other)))
     sl, sh, ol, oh = sigma.lower_abs(), sigma.upper_abs(), other.lower_abs(), other.upper_abs()
     wl, wh, pl, ph = w.lower_abs(), w.upper_abs(), p.lower_abs(), p.upper_abs()

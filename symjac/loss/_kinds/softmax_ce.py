@@ -128,19 +128,46 @@ class SoftmaxCe(LossKind):
     def fast_value(self, loss: Loss, z: np.ndarray, y: np.ndarray | None,
                    column: np.ndarray | None = None) -> _fast.FastValue | None:
         # ℓ = Σ_c a_c·(m - z_c + log Σ_k e^(z_k - m)), m = max z (every term >= 0: no
-        # cancellation). The condition sum's terms of the weights, Σ_c |∂ℓ/∂w_c|·|w_c| = ℓ
-        # (a_c is linear in w_c), are its lower bound.
+        # cancellation). The bound's terms are symjac.loss._softmax's closed forms
+        # (_loss_condition, _loss_running_error), with g_c = L - z_c >= 0, L = log Σ_k e^(z_k):
+        #   cond = Σ_c (|h_c|·|z_c| + (1 - ε)·w_c·t_c·g_c + a_c·g_c) + |ε|·|Σ_c (w_c/C - t_c·w_c)·g_c|,
+        #   run  = Σ_c (R(b_c)·w_c·g_c + ((C + 1) + 3|L| + |z_c|)·a_c + (C + 1)·a_c·g_c),
+        # R(b_c) = ρ·ε/C + t_c(1 + ε + 2(1 - ε)) (ρ = 1 for a power-of-two C, else 3), h_c =
+        # W·p_c - a_c. Every term is >= 0 and increases with the balls' |.|: at their lower
+        # |.| the sums bound below, at their upper |.| above (lower/upper cover the float64
+        # roundings, a row sum of C <= 2^10 terms within 2^10·u < 2^-42 included).
         if z.ndim != 2 or not 2 <= z.shape[1] <= 2**10:
             return None
         assert y is not None
+        c = z.shape[1]
         with np.errstate(all="ignore"):
-            _, _, _, a = self._coefficients(loss, z.shape[1], y)
+            t_val, eps_q, w, a = self._coefficients(loss, c, y)
             top = np.broadcast_to(z.max(axis=1, keepdims=True), z.shape)
             e = _fast.exp(_fast.sub(_fast.Ball.exact(z), _fast.Ball.exact(top)))
-            lse = _fast.log(_fast.total(e, axis=1))
+            d = _fast.total(e, axis=1)
+            lse = _fast.log(d)
             gap = _fast.add(_fast.sub(_fast.Ball.exact(top), _fast.Ball.exact(z)), lse)
             ell = _fast.total(_fast.mul(a, gap), axis=1)
-            return _fast.FastValue(ell, _fast.lower(ell.lower_abs()), np.zeros(ell.v.shape))
+            h = _fast.sub(_fast.mul(_fast.total(a, axis=1), _fast.div(e, d)), a)
+            big_l = _fast.add(_fast.Ball.exact(top[:, :1]), lse)
+            eps, om = float(eps_q), float(1 - eps_q)
+            rho = 1 if c & (c - 1) == 0 else 3
+            ta, az = np.abs(t_val), np.abs(z)
+            r_b = rho * eps / c + ta * (1 + eps + 2 * om)  # R(b_c) in float64 (to within ~10u)
+            sides = []
+            for at in (_fast.Ball.lower_abs, _fast.Ball.upper_abs):
+                g, aa, wa, la = at(gap), at(a), at(w), at(big_l)
+                cond = np.sum(at(h) * az + om * wa * ta * g + aa * g, axis=1, keepdims=True)
+                run = np.sum(r_b * wa * g + ((c + 1) + 3 * la + az) * aa + (c + 1) * aa * g, axis=1, keepdims=True)
+                sides.append((cond, run))
+            (cond_lo, run_lo), (cond_hi, run_hi) = sides
+            # the ε term: Σ_c (w_c/C - t_c·w_c)·g_c enclosed, times float(ε) (within u of ε) moved by 2^-50
+            own = _fast.mul(w, _fast.sub(_fast.Ball.of(Fraction(1, c), t_val.shape), _fast.Ball.exact(t_val)))
+            d_eps = _fast.total(_fast.mul(own, gap), axis=1)
+            cond_lo = cond_lo + eps * (1 - 2.0**-50) * d_eps.lower_abs()
+            cond_hi = cond_hi + eps * (1 + 2.0**-50) * d_eps.upper_abs()
+            return _fast.FastValue(ell, _fast.lower(cond_lo), _fast.lower(run_lo), _fast.upper(cond_hi),
+                                   _fast.upper(run_hi))
 
     def _fast_form(self, loss: Loss, z: np.ndarray, y: np.ndarray) -> _fast.FastDerivative:
         c = z.shape[1]
