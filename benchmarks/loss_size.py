@@ -88,6 +88,19 @@ A wrong forward (S·L, or 1e-9 relative off) now takes the fast route as a right
 exact route, which refuses it beyond symjac.loss.MAX_ELEMENTS); the right forwards' rows
 are unchanged. At 10^5 the wrong forwards take 0.4-0.9 s (were 1.8-4.7 s).
 
+Every row, rerun 2026-12-02 07:58-08:05 UTC on an otherwise idle machine (``--base 4d6d101
+--sizes 100000,1000000 --cold-only``, one run each; main at 92b3c36): every row takes the
+fast route after, 0.2-4.1 s and 38-98 B an entry cold at 10^6 (at 10^5 the process's fixed
+~10-25 MB makes it 110-265 B an entry), verdicts unchanged; the wrong forwards at 10^6:
+
+    case                               before: wall s  B/entry cold route | after: wall s  B/entry cold route
+    mse forward S·L 1,000,000           18.67   2225  exact |   1.75     98  fast
+    sigmoid_ce forward S·L 1,000,000    49.35   3989  exact |   3.91     69  fast
+    softmax_ce forward S·L 1,000,000    28.10   2925  exact |   3.35     66  fast
+    mse forward off 1,000,000           16.41   2225  exact |   1.67     98  fast
+    sigmoid_ce forward off 1,000,000    47.36   3989  exact |   3.97     69  fast
+    softmax_ce forward off 1,000,000    26.46   2925  exact |   3.26     66  fast
+
 Run: python benchmarks/loss_size.py [--base REV] [--sizes 100000,1000000] [--cases "mse,mse forgets S",...]
 [--cold-only] [--timeout 600] (without --base: this tree alone). A size beyond a tree's
 budget prints "refused" (an InputError up front).
