@@ -90,7 +90,7 @@ are unchanged. At 10^5 the wrong forwards take 0.4-0.9 s (were 1.8-4.7 s).
 
 Every row, rerun 2026-12-02 07:58-08:05 UTC on an otherwise idle machine (``--base 4d6d101
 --sizes 100000,1000000 --cold-only``, one run each; main at 92b3c36): every row takes the
-fast route after, 0.2-4.1 s and 38-98 B an entry cold at 10^6 (at 10^5 the process's fixed
+fast route after, 0.84-4.1 s and 38-98 B an entry cold at 10^6 (at 10^5 the process's fixed
 ~10-25 MB makes it 110-265 B an entry), verdicts unchanged; the wrong forwards at 10^6:
 
     case                               before: wall s  B/entry cold route | after: wall s  B/entry cold route
