@@ -10,8 +10,6 @@ exact route's ``tol`` (:meth:`symjac.verifiers._loss_fd._ForwardCheck.judge`).
 from __future__ import annotations
 
 import dataclasses
-import math
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -23,7 +21,7 @@ from symjac.loss._bounds import Bounds
 from symjac.loss._evaluate import evaluate_checked
 from symjac.loss._spec import kind_of
 from symjac.verifiers._loss_fast import _Setting
-from symjac.verifiers._loss_fd import MAX_FD_PROBES
+from symjac.verifiers._loss_fd import probe_entries, stencil
 from symjac.verifiers._loss_inputs import _ArgFactory
 
 _MARGIN = 2.0**-40  # relative: well above the MPFR roundings (2^-200) in which the exact route forms the same numbers
@@ -76,19 +74,16 @@ def probes(s: _Setting, fwd: Guard, args_of: _ArgFactory, out: np.ndarray, enc: 
     kind = kind_of(s.loss)
     pred = args_of.pred
     size = int(pred.size)
-    probed = sorted(set(np.linspace(0, size - 1, min(size, MAX_FD_PROBES)).round().astype(int).tolist()))
+    probed = probe_entries(size)
     flat_out = out.reshape(-1)
     got: list[Probe] = []
     summed = dataclasses.replace(s.loss, reduction="sum")
     for j in probed:
         z = float(pred.reshape(-1)[j])
-        h = kind.fd_step(s.loss, z, 2.0 ** round(math.log2(u ** (1 / 3) * max(1.0, abs(z)))))
-        if h is None:
+        around = stencil(kind, s.loss, z, s.dt, u)
+        if around is None:
             continue
-        zp, zm = s.dt.type(z + h), s.dt.type(z - h)
-        step = Fraction(float(zp)) - Fraction(float(zm))
-        if step <= 0 or not kind.stencil_inside(s.loss, zm, zp):
-            continue
+        zp, zm, step = around
         i = j // s.per
         exact = _element(s, summed, i, j % s.per, (z, float(zp), float(zm)), not forward_ok)
         ells, errs, h_j, b_j = exact

@@ -82,10 +82,22 @@ def fd_finding(shape: tuple[int, ...], bad: list[int], checked: int, forward_ok:
         cells=tuple(tuple(_index(shape, j)) for j in bad), expected=_numbers.to_mpf(fd), observed=observed)
 
 
-def _fd_step(loss: Loss, ev: LossEvaluation, z: float, u: Any) -> float | None:
-    """A power of two near ``u^(1/3)·max(1, |z|)``, narrowed by the kind to its domain (None: no stencil fits)."""
-    h = 2.0 ** round(math.log2(float(u) ** (1 / 3) * max(1.0, abs(z))))
-    return ev.kind.fd_step(loss, z, h)
+def probe_entries(size: int) -> list[int]:
+    """The flat pred entries the finite differences probe: up to :data:`MAX_FD_PROBES`, evenly spread."""
+    return sorted(set(np.linspace(0, size - 1, min(size, MAX_FD_PROBES)).round().astype(int).tolist()))
+
+
+def stencil(kind: Any, loss: Loss, z: float, dt: np.dtype[Any], u: Any) -> tuple[Any, Any, Fraction] | None:
+    """The centred stencil about ``z``: ``(z+, z-, z+ - z-)`` in ``dt``, its step a power of two near
+    ``u^(1/3)·max(1, |z|)`` narrowed by the kind to its domain; None where no stencil fits."""
+    h = kind.fd_step(loss, z, 2.0 ** round(math.log2(float(u) ** (1 / 3) * max(1.0, abs(z)))))
+    if h is None:
+        return None
+    zp, zm = dt.type(z + h), dt.type(z - h)
+    step = _frac(zp) - _frac(zm)
+    if step <= 0 or not kind.stencil_inside(loss, zm, zp):
+        return None
+    return zp, zm, step
 
 
 @dataclasses.dataclass
@@ -204,7 +216,7 @@ class _ForwardCheck:
         """Probe up to :data:`MAX_FD_PROBES` elements, evenly spread; report the worst misfit."""
         pred = self.args_of.pred
         n = pred.size
-        probes = sorted(set(np.linspace(0, n - 1, min(n, MAX_FD_PROBES)).round().astype(int).tolist()))
+        probes = probe_entries(n)
         stencils = [st for st in self.stencils(probes) if self.observe(st)]
         bound = ex.bound(np.array([st.j for st in stencils], dtype=np.intp))
         checked = self.judge(stencils, out1, bound)
@@ -247,15 +259,10 @@ class _ForwardCheck:
         kept: list[_Stencil] = []
         for j in probes:
             point = self._point(j)
-            h = None if point is None else _fd_step(ev.loss, ev, point[2], self.bounds.u)
-            if point is None or h is None:
+            around = None if point is None else stencil(ev.kind, ev.loss, point[2], dt, self.bounds.u)
+            if point is None or around is None:
                 continue
-            i_flat, slot, z = point
-            zp, zm = dt.type(z + h), dt.type(z - h)
-            step = _frac(zp) - _frac(zm)
-            if step <= 0 or not ev.kind.stencil_inside(ev.loss, zm, zp):
-                continue
-            kept.append(_Stencil(j, i_flat, slot, zp, zm, step))
+            kept.append(_Stencil(j, point[0], point[1], *around))
         if not kept:
             return []
         cols = [np.array([c[st.i_flat] for st in kept for _ in range(3)], dtype=object) for c in ev.columns]
