@@ -41,14 +41,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from symjac.check._call import Guard
 from symjac.check._report import Finding
-from symjac.check._rounding import finfo
+from symjac.check._rounding import finfo, gamma_mp
 from symjac.loss import _fast, _numbers
 from symjac.loss._spec import kind_of
 from symjac.verifiers._loss_fast import _Setting
@@ -113,7 +112,8 @@ def enclose(s: _Setting, u: float, eta: float) -> Enclosure | None:
     kind = kind_of(s.loss)
     k = int(kind.template(s.loss, s.classes).loss_depth)
     g_lo = k * u
-    g_hi, run_u = _up(_gamma(k, u)), _up((1 + _gamma(k, u)) * Fraction(u))  # γ_k and u·(1 + γ_k), rounded up
+    g_hi = _up(gamma_mp(k, u))  # γ_k, rounded up
+    run_u = u * (1 + g_hi) * (1 + 2.0**-50)  # u·(1 + γ_k), rounded up (u a power of two: only 1 + g_hi rounds)
     centres: list[float] = []
     centre_abs = radius = abs_lo = err_lo = abs_hi = err_hi = 0.0
     upper = True
@@ -153,7 +153,7 @@ def enclose(s: _Setting, u: float, eta: float) -> Enclosure | None:
         return None
     r_lo, r_hi = float(s.r) * (1 - 2.0**-50), float(s.r) * (1 + 2.0**-50)  # float(r): within u of r
     k_d = s.denominator_ops + 1
-    gn_hi, gd_hi = _up(_gamma(n - 1, u)), _up(_gamma(k_d, u))
+    gn_hi, gd_hi = _up(gamma_mp(max(n - 1, 0), u)), _up(gamma_mp(k_d, u))
     abs_lo, err_lo = abs_lo * _DOWN, err_lo * _DOWN
     bound_lo = (r_lo * (err_lo + abs_lo * (n - 1) * u) + k_d * u * max(abs(big_l) - big_e, 0.0)) * _DOWN
     tail = (n + k_d) * eta * 2  # (n + k_D)·η, doubled: a product of small integers and η, rounded up
@@ -168,12 +168,7 @@ def enclose(s: _Setting, u: float, eta: float) -> Enclosure | None:
                      (err_lo, err_hi if bound_hi is not None else None), bound_lo, bound_hi)
 
 
-def _gamma(k: int, u: float) -> Fraction:
-    """γ_k = k·u/(1 - k·u) exactly (inf-like: a huge number once k·u >= 1, which no bound then proves)."""
-    ku = k * Fraction(u)
-    return ku / (1 - ku) if ku < 1 else Fraction(2) ** 1000
-
-
-def _up(q: Fraction) -> float:
-    """A float >= q >= 0 (float() rounds to nearest: within u relative, or η below 2^-1022)."""
+def _up(q: Any) -> float:
+    """A float >= q >= 0, for q the exact route's own γ (:func:`symjac.check._rounding.gamma_mp`, 200
+    bits; float() rounds to nearest: within u relative, or η below 2^-1022)."""
     return float(q) * (1 + 2.0**-50) + _fast.ETA
