@@ -123,7 +123,7 @@ instead of 7.3 GB and > 300 s; softmax_ce at 10^6 rows x 10 classes: refused ins
 GNU MP aborting at 7.8 GB). Where the bytes went: every exact value is a 200-bit MPFR
 object (96 bytes, ``sys.getsizeof``) plus its 8-byte pointer in an object array, and
 about a dozen are alive per entry at the peak. Since then verify_loss without a forward
-first takes the fast route (symjac/verifiers/_loss_fast.py: a float64 filter with proven
+first takes the fast route (symjac/verifiers/loss/fast/_filter.py: a float64 filter with proven
 error bounds decides the entries far inside their bound, block by block, and the exact
 route evaluates only the rest): benchmarks/loss_size.py prints both sides in one run
 (10^6 entries: 13-18 -> 1.8-2.2 CPU s, 1405-2137 -> 64 B an entry).
@@ -410,7 +410,7 @@ def case_golden(fmt: str, size: int) -> dict[str, Any]:
     import tempfile
     from pathlib import Path
 
-    from symjac.io._golden import write_golden
+    from symjac.io.golden._write import write_golden
     from symjac.io._specfile import load
 
     spec = (f'name = "avg"\n[operator]\nkind = "pool"\nmode = "avg"\nkernel = 3\nstride = 1\npadding = 1\n'

@@ -39,7 +39,7 @@ def bench(name: str, grid: str) -> None:
         for dtype in dtypes:
             pairs += 1
             if impl.backward is None:
-                from symjac.check._inputs import distinct_input
+                from symjac.verifiers.pool._inputs import distinct_input
 
                 x = distinct_input(symjac.resolve(spec, config.input_shape), np.dtype(dtype), 0)
                 findings += forward_matches(spec, impl.forward, x) is not None

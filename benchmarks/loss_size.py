@@ -51,7 +51,7 @@ forward is checked on the exact route alone (no enclosure of the loss value in t
 route): ~12 CPU s and ~1.5 KB an entry at 10^6, and refused up front beyond
 symjac.loss.MAX_ELEMENTS.
 
-Branch lossfwd (forward= through the fast route, :mod:`symjac.verifiers._loss_fast_forward`;
+Branch lossfwd (forward= through the fast route, :mod:`symjac.verifiers.loss.fast._forward`;
 the guarded calls compare their arguments with the inputs instead of copying them), measured
 2026-12-02 04:40-05:04 UTC on the same loaded VM, these rows alone, this tree alone::
 
@@ -68,7 +68,7 @@ A right forward now takes the fast route (was 18 s, ~1.5 KB an entry); a failing
 bound over every element), within symjac.loss.MAX_ELEMENTS.
 
 Branch fwdfail (a forward proven *beyond* its bound through the fast route too,
-:mod:`symjac.verifiers._loss_fast_forward_fail`: the exact route's findings, every printed
+:mod:`symjac.verifiers.loss.fast._forward_fail`: the exact route's findings, every printed
 number proven from the float64 enclosures), measured 2026-12-02 06:33-06:43 UTC on the same
 loaded VM, before = main at b1843d4, the forward rows, one run each, 10^6 entries::
 

@@ -50,17 +50,17 @@ _EXPORTS = {
     # verification
     "Finding": "check._report",
     "Report": "check._report",
-    "verify": "verifiers._pool",
-    "verify_loss": "verifiers._loss",
-    "check_loss_family": "verifiers._family",
-    "LossImpl": "verifiers._family",
-    "FamilyTable": "verifiers._family",
-    "infer": "verifiers._infer",
-    "conform": "frameworks._conform",
-    "Conformance": "frameworks._conform",
+    "verify": "verifiers.pool._verify",
+    "verify_loss": "verifiers.loss._verify",
+    "check_loss_family": "verifiers.loss._family",
+    "LossImpl": "verifiers._impl",
+    "FamilyTable": "verifiers.loss._family",
+    "infer": "verifiers.pool._infer",
+    "conform": "frameworks.conform._run",
+    "Conformance": "frameworks.conform._run",
     # files
     "load_spec_file": "io._specfile",
-    "check_expect": "io._golden",
+    "check_expect": "io.golden._write",
 }
 _ALIASES = {"load_spec_file": "load", "default_loss_inputs": "default_inputs"}
 _SUBMODULES = ("testing", "frameworks")

@@ -39,7 +39,7 @@ def assert_backward_matches(spec: PoolSpec, backward: Callable[..., Any], forwar
       VerificationError: an ``AssertionError`` whose message is the report and
         whose ``.report`` holds it.
     """
-    from symjac.verifiers._pool import verify
+    from symjac.verifiers.pool._verify import verify
 
     if not callable(backward) or isinstance(backward, type):  # an Impl, a dict, a torch.autograd.Function
         return _passing(verify(spec, backward, forward=forward, **kw))
@@ -61,7 +61,7 @@ def assert_loss_matches(loss: Any, derivative: Callable[..., Any], forward: Call
       VerificationError: an ``AssertionError`` whose message is the report and
         whose ``.report`` holds it.
     """
-    from symjac.verifiers._loss import verify_loss
+    from symjac.verifiers.loss._verify import verify_loss
 
     if not callable(derivative):  # a LossImpl, a dict
         return _passing(verify_loss(loss, derivative, forward=forward, **kw))
@@ -104,6 +104,6 @@ class SpecCase:
           VerificationError: a finding; the message starts with the one-line summary.
           InputError: ``impl`` lacks the callable this case needs.
         """
-        from symjac.verifiers._case import verify_case
+        from symjac.io._case import verify_case
 
         return _passing(verify_case(self.case, impl, dtype or self.dtype))

@@ -46,7 +46,7 @@ def check_configurations(module: ModuleType, grid: str, transform: str = "vjp",
     """Verify every runnable configuration (of ``configs``, default the grid's) under ``transform``
     (``conform --transforms``: vjp, jvp, hvp, vmap) at ``verify``'s default inputs; return how many
     were checked per dtype."""
-    from symjac.frameworks._transforms import verify_transform
+    from symjac.frameworks.conform._transforms import verify_transform
 
     checked: collections.Counter[str] = collections.Counter()
     failures = []

@@ -284,7 +284,7 @@ def test_geometry_gather_fills_padding_slots() -> None:
 
 
 def test_cell_counts_are_the_windows_reading_each_cell() -> None:
-    from symjac.verifiers._pool_rows import cell_counts
+    from symjac.pool._rows import cell_counts
 
     # 3x3 same on 4x4: a corner cell is read by the 2x2 windows centred next to it,
     # an edge cell by 2x3, an interior cell by 3x3.
@@ -294,7 +294,7 @@ def test_cell_counts_are_the_windows_reading_each_cell() -> None:
 
 @pytest.mark.parametrize(("divisor", "held"), [(9, False), (4, True)])
 def test_exact_rows_held_per_window(divisor: int, held: bool) -> None:
-    from symjac.verifiers._pool_rows import exact_rows
+    from symjac.pool._rows import exact_rows
 
     # 3x3 avg valid on 3x3 with a fixed divisor: one window, 9 entries of 1/divisor;
     # 1/9 is not dyadic (float64 cannot hold it), 1/4 is.
@@ -453,7 +453,7 @@ def test_verifier_forms_full_bounds_only_where_needed(monkeypatch: pytest.Monkey
     # computed for the worst entry, the probed entries (the derivative bound in each FD
     # tolerance) and their two stencil points (the forward bound) only, not per element.
     from symjac.loss._evaluate import to_numpy
-    from symjac.verifiers import _loss_fd as _loss  # the stencils' evaluations
+    from symjac.verifiers.loss import _fd as _loss  # the stencils' evaluations
 
     rng = np.random.default_rng(2)
     pred, label = rng.standard_normal((500, 10)), rng.random((500, 10)).round(3)
@@ -638,7 +638,7 @@ def test_softmax_derivative_from_parts_matches_mpmath(classes: int, options: dic
 
 def test_near_tie_inputs_convert_to_int64_numerators() -> None:
     from symjac._exact import ExactArray
-    from symjac.check._inputs import near_tie_input
+    from symjac.verifiers.pool._inputs import near_tie_input
 
     # near-tie values are 1 + q*2^-e: numerators below 2^53 over 2^e, far from int64's
     # limit, so no Python-int object array (which no tie-set cache keys and which is ~50x slower).
@@ -652,7 +652,7 @@ def test_near_tie_inputs_convert_to_int64_numerators() -> None:
 
 
 def test_verify_finds_tie_sets_once_per_input_and_rows_only_for_probed_passes(monkeypatch: pytest.MonkeyPatch) -> None:
-    import symjac.verifiers._pool_verifier as pool_verifier
+    import symjac.verifiers.pool._verifier as pool_verifier
 
     # max 3x3 same: four inputs (distinct, tied, all-negative, near-tie). The policy-"first"
     # route (forward, J^T dy) once each; the full tie sets and the (B, W, K) exact rows only
@@ -856,7 +856,7 @@ def test_main_pass_rows_are_released_before_the_tied_pass(monkeypatch: pytest.Mo
     import gc
     import weakref
 
-    from symjac.verifiers._pool_verifier import _Verifier
+    from symjac.verifiers.pool._verifier import _Verifier
 
     # Each probed pass holds (B, W, K) observed and exact rows; the tied pass must not
     # add its own on top of the main pass's (k15 256^2: ~240 MB more at the peak).

@@ -18,7 +18,7 @@ Fence info strings: the language, then optional tags.
   (default 0).
 - ``toml``: parsed with tomllib. A spec file (``[operator]`` or ``[[case]]``) is
   loaded with ``symjac.load_spec_file`` and its ``[expect]`` tables are checked
-  against the exact values; tag ``sweep`` loads it with ``symjac.verifiers._sweep.load_grid``
+  against the exact values; tag ``sweep`` loads it with ``symjac.io._sweep.load_grid``
   instead. A comment ``# error: TEXT`` means loading must raise ``SpecError``
   with TEXT in its message.
 - ``c``: compiled with ``gcc -std=c99 -Wall -Wextra -pedantic -Werror -I contrib``
@@ -235,7 +235,7 @@ def run_toml(block: Block, workdir: Path) -> str:
 
         try:
             if "sweep" in block.tags:
-                from symjac.verifiers._sweep import load_grid
+                from symjac.io._sweep import load_grid
 
                 grid = load_grid(path)
                 result = f"sweep file: {len(grid)} configurations"
@@ -245,7 +245,7 @@ def run_toml(block: Block, workdir: Path) -> str:
                 spec = load(path)
                 problems = []
                 try:
-                    from symjac.io._golden import check_expect
+                    from symjac.io.golden._write import check_expect
                 except ImportError:  # pragma: no cover - older symjac
                     check_expect = None
                 for case in spec.cases:

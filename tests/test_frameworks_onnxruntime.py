@@ -20,7 +20,7 @@ pytest.importorskip("onnxruntime")
 import symjac  # noqa: E402
 import symjac.frameworks.onnxruntime as sor  # noqa: E402
 from framework_checks import forward_matches, runnable  # noqa: E402
-from symjac.check._inputs import distinct_input  # noqa: E402
+from symjac.verifiers.pool._inputs import distinct_input  # noqa: E402
 from symjac.frameworks import Unsupported  # noqa: E402
 
 # The mapping, from the ONNX operator specification (MaxPool-22, AveragePool-22).

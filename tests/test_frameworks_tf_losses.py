@@ -10,7 +10,7 @@ import symjac
 
 pytest.importorskip("tensorflow")
 import symjac.frameworks.tensorflow as stf  # noqa: E402
-from symjac.frameworks._tf_losses import OPS as TF_OPS  # noqa: E402
+from symjac.frameworks.tensorflow._losses import OPS as TF_OPS  # noqa: E402
 
 # dyadic inputs, exact in float32 and float64 (the exact engine and TF see the same numbers)
 LOGITS = np.array([[0.5, -1.25, 2.0], [0.75, 0.125, -0.5]])

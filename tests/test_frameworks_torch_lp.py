@@ -135,8 +135,8 @@ def test_the_lp_configurations_verify(transform):
 def test_lp_transforms_are_right_away_from_the_all_zero_windows(transform):
     """The p >= 2 configurations the NaN defect keeps out of the grid, at x with no all-zero window:
     every finding is the tie pass's bad_output (verify's own all-zero windows), none at x."""
-    from symjac.check._inputs import distinct_input
-    from symjac.frameworks._transforms import verify_transform
+    from symjac.verifiers.pool._inputs import distinct_input
+    from symjac.frameworks.conform._transforms import verify_transform
 
     checked = 0
     for config in sjt.configurations("full"):

@@ -15,8 +15,8 @@ import pytest
 import symjac
 from framework_checks import FULL, assert_counts, check_configurations
 from symjac.frameworks import Impl
-from symjac.frameworks._transforms import verify_transform
-from symjac.frameworks._vmap import per_sample
+from symjac.frameworks.conform._transforms import verify_transform
+from symjac.frameworks.conform._vmap import per_sample
 
 TRANSFORMS = ("jvp", "hvp", "vmap")
 
@@ -344,7 +344,7 @@ def test_tensorflow_forward_mode_defects_of_the_full_grid():
     pytest.importorskip("tensorflow")
     import symjac.frameworks.tensorflow as stf
     from symjac.frameworks import Config
-    from symjac.frameworks._vmap import per_sample
+    from symjac.frameworks.conform._vmap import per_sample
 
     # tf.nn.pool with window 1 and dilation 2 is the identity (each output cell reads one input cell),
     # so J·t = t. Per sample ForwardAccumulator gives t; under tf.vectorized_map it gives zeros.

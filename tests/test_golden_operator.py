@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from symjac.frameworks._wire import settings
+from symjac.frameworks.native._wire import settings
 from symjac.io._operator import operator_json
 from symjac.loss._spec import Loss
 from symjac.pool._spec import AdaptivePool, GlobalPool, Pool

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from symjac.io._golden import write_golden
+from symjac.io.golden._write import write_golden
 from symjac.io._specfile import load
 
 SPECS = Path(__file__).resolve().parents[1] / "specs" / "seeds"

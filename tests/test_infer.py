@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 import symjac
-from symjac.verifiers._infer import distinct_values, hint, neighbours
+from symjac.verifiers.pool._infer import distinct_values, hint, neighbours
 
 
 def _torch_impl(op, **kwargs):

@@ -5,7 +5,7 @@ import pytest
 
 import symjac
 from symjac import Pool
-from symjac.check._inputs import (all_negative_input, distinct_input, families, near_tie_dy, near_tie_input)
+from symjac.verifiers.pool._inputs import (all_negative_input, distinct_input, families, near_tie_dy, near_tie_input)
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 DTYPES = [np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)]

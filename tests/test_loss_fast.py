@@ -1,4 +1,4 @@
-"""verify_loss's fast route (symjac/verifiers/_loss_fast.py, symjac/loss/_fast.py; issue 24 item 5).
+"""verify_loss's fast route (symjac/verifiers/loss/fast/_filter.py, symjac/loss/_fast.py; issue 24 item 5).
 
 The float64 enclosures are checked against mpmath (an independent library, 200 bits);
 the filter against the exact route cell by cell: on inputs built to be hard, every entry
@@ -19,8 +19,8 @@ import symjac
 from symjac.loss import _fast, _numbers
 from symjac.loss._bounds import Bounds
 from symjac.loss._evaluate import evaluate
-from symjac.verifiers import _loss_fast
-from symjac.verifiers._loss import _verify
+from symjac.verifiers.loss.fast import _filter as _loss_fast
+from symjac.verifiers.loss._verify import _verify
 
 U = 2.0**-53
 

@@ -17,8 +17,8 @@ import pytest
 
 import symjac
 from symjac.check._call import Guard
-from symjac.verifiers import _loss_fast
-from symjac.verifiers._loss import _verify
+from symjac.verifiers.loss.fast import _filter as _loss_fast
+from symjac.verifiers.loss._verify import _verify
 
 S = 1024
 

@@ -1,4 +1,4 @@
-"""symjac.frameworks.ctypes: the contrib C examples built as shared libraries and verified in process.
+"""symjac.frameworks.native.ctypes: the contrib C examples built as shared libraries and verified in process.
 
 The same sources serve the process route (tests/test_native_process.py); here both routes
 and the Python twin must give the same report. Expected numbers: seed 000's audit
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import symjac
-import symjac.frameworks.ctypes as sjc
-import symjac.frameworks.process as sjp
+import symjac.frameworks.native.ctypes as sjc
+import symjac.frameworks.native.process as sjp
 from native_kernels import ROOT, build, deadline, needs_cc  # noqa: F401 - deadline: a fixture
 
 sys.path.insert(0, str(ROOT / "examples"))

@@ -1,4 +1,4 @@
-"""symjac.frameworks.process: C kernels (contrib/examples, built here) and faulty children verified
+"""symjac.frameworks.native.process: C kernels (contrib/examples, built here) and faulty children verified
 through the native protocol, never a hang.
 
 Expected reports come from the Python twins run in the same test (examples/nntrainer_pool.py,
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import symjac
-import symjac.frameworks.process as sjp
+import symjac.frameworks.native.process as sjp
 from native_kernels import ROOT, build, deadline, needs_cc  # noqa: F401 - deadline: a fixture
 
 sys.path.insert(0, str(ROOT / "examples"))

@@ -15,8 +15,8 @@ import pytest
 from symjac.check._call import Guard
 from symjac.check._invoke import Unanswered
 from symjac.cli._select import select_cases
-from symjac.frameworks._offline import answer, read_request, run_offline
-from symjac.verifiers._case import verify_case
+from symjac.frameworks.native._offline import answer, read_request, run_offline
+from symjac.io._case import verify_case
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
@@ -140,7 +140,7 @@ def test_cli_rounds_and_exit_codes(tmp_path):
         if r.returncode != 3:
             break
         assert "more request(s) to run" in r.stdout and len(r.stdout.splitlines()) == 1
-        subprocess.run([sys.executable, "-m", "symjac.frameworks._offline", d, "--impl",
+        subprocess.run([sys.executable, "-m", "symjac.frameworks.native._offline", d, "--impl",
                         "examples/nntrainer_pool.py:buggy"], check=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT)},
                        capture_output=True, timeout=300)
     assert codes[0] == 3 and codes[-1] == 1
@@ -155,7 +155,7 @@ def test_cli_rounds_and_exit_codes(tmp_path):
 # [[1/4, 3/4], [3/4, 9/4]]; the buggy backward's, window (0,0) alone, is 1/4 everywhere.
 
 def _observe(dx):
-    from symjac.verifiers._observed import diagnose_observed
+    from symjac.io._observed import diagnose_observed
 
     return diagnose_observed(select_cases([SEED000], (), None)[0], np.asarray(dx))
 
@@ -198,7 +198,7 @@ def test_cli_observed_reads_npy_npz_and_golden_bin(tmp_path, suffix):
 def test_exec_responder_gives_the_process_routes_report(tmp_path, defines):
     """The remote side as a C kernel program: the offline report is the process route's."""
     sys.path.insert(0, str(ROOT / "tests"))
-    import symjac.frameworks.process as sjp
+    import symjac.frameworks.native.process as sjp
     from native_kernels import build
 
     program = str(build(tmp_path, "pool.c", *defines))
@@ -218,7 +218,7 @@ def test_exec_responder_gives_the_process_routes_report(tmp_path, defines):
 def test_loss_cases_offline_give_the_process_routes_report(tmp_path, name):
     """Seed 003's C loss kernel (missing scale in sigmoid_ce; mse right) answered offline."""
     sys.path.insert(0, str(ROOT / "tests"))
-    import symjac.frameworks.process as sjp
+    import symjac.frameworks.native.process as sjp
     from native_kernels import build
 
     program = str(build(tmp_path, "loss.c", "-DSEED003_BUG"))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import symjac
-from symjac.check._inputs import order_count, order_input
+from symjac.verifiers.pool._inputs import order_count, order_input
 
 
 def _verify_with(good, bad, shape, **kw):

@@ -1,4 +1,4 @@
-"""Tests for ``symjac.verifiers._pool_fd``: the finite-difference rows, grid at once and line by line.
+"""Tests for ``symjac.verifiers.pool._fd``: the finite-difference rows, grid at once and line by line.
 
 Expected values by definition: with a forward written here from the window table,
 entry (b, w, k) is ``(f(x + h·e_c)[b, w] - f(x)[b, w]) / h`` for the cell c the slot
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import symjac
-from symjac.check._inputs import random_dyadic
+from symjac.verifiers.pool._inputs import random_dyadic
 from symjac.check._rounding import unit_roundoff
 from symjac.pool._geometry import resolve
-from symjac.verifiers import _pool_fd
+from symjac.verifiers.pool import _fd as _pool_fd
 
 
 def _forward(g, mode):

@@ -18,7 +18,7 @@ import pytest
 import sympy
 
 import symjac
-from symjac.check._inputs import distinct_input, tie_input
+from symjac.verifiers.pool._inputs import distinct_input, tie_input
 from symjac.check._rounding import unit_roundoff
 from symjac.pool._ops import OPERATORS, Operator, operator_of
 

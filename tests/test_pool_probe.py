@@ -1,4 +1,4 @@
-"""Tests for ``symjac.verifiers._pool_probe``: the colour plan the probes follow.
+"""Tests for ``symjac.verifiers.pool._probe``: the colour plan the probes follow.
 
 Expected values come from the definition, checked window by window here: a colour's
 windows are those the window colouring gives that colour, and the cells none of
@@ -11,7 +11,7 @@ from __future__ import annotations
 from symjac import Pool
 from symjac.pool._geometry import resolve
 from symjac.pool._graph import window_colouring
-from symjac.verifiers._pool_probe import colour_plan
+from symjac.verifiers.pool._probe import colour_plan
 
 
 def _by_definition(g):

@@ -1,4 +1,4 @@
-"""Tests for ``symjac.verifiers._pool_rows``: scattering Jacobian rows into cells.
+"""Tests for ``symjac.pool._rows``: scattering Jacobian rows into cells.
 
 Expected values come from the definition, a Python loop over every (slice, window,
 slot) here; the values are small dyadic numbers, so every sum is exact in any order.
@@ -11,7 +11,7 @@ import pytest
 
 from symjac import Pool
 from symjac.pool._geometry import resolve
-from symjac.verifiers import _pool_rows
+from symjac.pool import _rows as _pool_rows
 
 
 def _by_definition(g, per_window, rows):

@@ -38,5 +38,5 @@ def test_run_imports_only_the_errors_and_itself(path):
 
 def test_the_import_reader_sees_a_stage():
     # the reader itself: a verifier imported inside a function is an import
-    source = "import numpy\nfrom . import _load\ndef f():\n    from symjac.verifiers._pool import verify\n"
-    assert _symjac_imports(source) == {"symjac.run", "symjac.verifiers._pool"}
+    source = "import numpy\nfrom . import _load\ndef f():\n    from symjac.verifiers.pool._verify import verify\n"
+    assert _symjac_imports(source) == {"symjac.run", "symjac.verifiers.pool._verify"}

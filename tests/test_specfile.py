@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 import symjac
-from symjac.io._golden import check_expect
+from symjac.io.golden._write import check_expect
 from symjac.io._specfile import load
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,7 +7,7 @@ import pytest
 
 import symjac
 from symjac.cli._sweep import run_sweep
-from symjac.verifiers._sweep import load_grid, verify_grid
+from symjac.io._sweep import load_grid, verify_grid
 
 ROOT = Path(__file__).resolve().parent.parent
 LOWERED = "tests/sweep_impl.py:make"

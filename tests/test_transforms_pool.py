@@ -257,7 +257,7 @@ def test_a_coverage_plan_runs_every_shape() -> None:
 @pytest.mark.parametrize("p", [1, 2, 3])
 def test_the_vectorised_lp_hvp_is_the_exact_engines(p: int) -> None:
     from symjac.pool._jacobian import hvp
-    from symjac.verifiers._pool_second import _lp_hvp_mpfr
+    from symjac.verifiers.pool._second import _lp_hvp_mpfr
 
     spec = symjac.Pool("lp", kernel=(2, 2), stride=(1, 1), p=p)
     g = symjac.resolve(spec, X_POS.shape)

@@ -923,9 +923,9 @@ def test_verifier_conversions_made_once_answer_for_their_own_input():
     """The verifier converts an x to exact numbers once and makes a family's dy once per
     seed; the expected values are the generators' and ExactArray's own, made afresh here."""
     from symjac._exact import ExactArray
-    from symjac.check._inputs import distinct_dy, near_tie_dy
+    from symjac.verifiers.pool._inputs import distinct_dy, near_tie_dy
     from symjac.pool._geometry import resolve
-    from symjac.verifiers._pool_verifier import _Verifier
+    from symjac.verifiers.pool._verifier import _Verifier
 
     spec = Pool("max", 3, stride=1, padding=1)
     g = resolve(spec, (1, 1, 5, 5))

@@ -453,7 +453,7 @@ def test_module_doctests():
     import doctest
     import importlib
 
-    failures, tried = doctest.testmod(importlib.import_module("symjac.verifiers._loss"))[:2]
+    failures, tried = doctest.testmod(importlib.import_module("symjac.verifiers.loss._verify"))[:2]
     assert tried >= 3 and failures == 0
 
 
@@ -560,7 +560,7 @@ def test_one_verify_loss_call_checks_its_loss_once(monkeypatch: pytest.MonkeyPat
     # check_loss is called where a public entry point takes a Loss; verify_loss is one
     # entry point, so the evaluation, inputs and template inside it do not check again.
     from symjac.loss import _elements, _evaluate, _inputs, _spec
-    from symjac.verifiers import _loss
+    from symjac.verifiers.loss import _verify as _loss
 
     calls: list[object] = []
     real = _spec.check_loss

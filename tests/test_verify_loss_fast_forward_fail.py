@@ -25,8 +25,8 @@ from symjac.loss import _numbers
 from symjac.loss._bounds import Bounds
 from symjac.loss._evaluate import evaluate_checked
 from symjac.loss._spec import kind_of
-from symjac.verifiers import _loss_fast
-from symjac.verifiers._loss import _verify
+from symjac.verifiers.loss.fast import _filter as _loss_fast
+from symjac.verifiers.loss._verify import _verify
 
 S = 1024
 U = 2.0**-53

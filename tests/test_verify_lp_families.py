@@ -81,7 +81,7 @@ def test_an_odd_p_computed_as_the_p_norm_is_found() -> None:
 
 def test_signed_default_inputs_keep_odd_powers_defined() -> None:
     # the generated x has negative cells, and every window of p = 3 a power sum >= Σ|x|^3 / 4 > 0
-    from symjac.check._inputs import distinct_input
+    from symjac.verifiers.pool._inputs import distinct_input
 
     for p in (3, 5):
         spec = Pool("lp", (3, 3), stride=1, p=p)
@@ -108,7 +108,7 @@ def test_a_backward_wrong_only_at_all_zero_windows_is_found(p: int) -> None:
 
 
 def test_the_tie_pass_has_all_zero_windows_at_every_shape() -> None:
-    from symjac.check._inputs import tie_input
+    from symjac.verifiers.pool._inputs import tie_input
 
     for spec, shape in ((Pool("lp", (3,), p=2), (1, 1, 3)), (Pool("lp", (2, 2), p=3), (2, 3, 4, 5)),
                         (Pool("lp", (3, 3), stride=1, p=4), (1, 2, 6, 6))):

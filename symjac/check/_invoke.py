@@ -44,7 +44,7 @@ from symjac.run._isolate import Crashed, Raised, TimedOut, Worker
 class Unanswered(BaseException):
     """A call the implementation cannot make yet (an offline answer not yet run): not the
     implementation's failure, so the guard lets it through, as it lets ``KeyboardInterrupt``,
-    and the verification stops (:mod:`symjac.frameworks._offline`)."""
+    and the verification stops (:mod:`symjac.frameworks.native._offline`)."""
 
 
 #: What a call may raise that is no finding: the guard re-raises it.

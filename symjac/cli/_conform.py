@@ -60,8 +60,8 @@ def _folder_to_write(option: str, path: str) -> None:
 def run(args: argparse.Namespace) -> int:
     """The subcommand: the table on stdout, the progress bar and reproducer paths on stderr."""
     from symjac._atomic import write_text
-    from symjac.check._inputs import GENERATORS
-    from symjac.frameworks._conform import DTYPES, MAX_JOBS, conform
+    from symjac.verifiers.pool._inputs import GENERATORS
+    from symjac.frameworks.conform._run import DTYPES, MAX_JOBS, conform
 
     if args.budget is not None:
         _positive("--budget", args.budget, "give a positive number of seconds")

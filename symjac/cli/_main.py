@@ -33,7 +33,7 @@ DEFAULT_DTYPE = "float64"
 def _callables(impl: Any, case: Any, target: str) -> dict[str, Any]:
     """:func:`case_callables`, its error said in the command line's words."""
     from symjac._errors import InputError
-    from symjac.verifiers._case import case_callables
+    from symjac.io._case import case_callables
 
     try:
         return case_callables(impl, case)
@@ -54,7 +54,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     after the case) and is reported on its own line; a case whose kind the
     implementation does not provide (a loss case for a pooling implementation) is
     skipped with a line saying so, unless that leaves nothing to verify."""
-    from symjac.verifiers._case import verify_case
+    from symjac.io._case import verify_case
 
     if args.timeout < 0:
         raise UsageError(f"--timeout {args.timeout:g}: give seconds > 0, or 0 for no limit")
@@ -62,7 +62,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise UsageError("give --impl MODULE_OR_PATH[:ATTR] or --exec CMD (one of them)")
     cases = _selected(args)
     if args.exec is not None:  # one kernel program serves every case (docs/native.md)
-        import symjac.frameworks.process as sjp
+        import symjac.frameworks.native.process as sjp
 
         child = sjp.Child(args.exec, timeout=sjp.deadline_below(args.timeout))
     impl = load_impl(args.impl) if args.exec is None else None
@@ -115,7 +115,7 @@ def _comma_list(option: str, value: str, valid: tuple[str, ...]) -> list[str]:
 
 
 def cmd_golden(args: argparse.Namespace) -> int:
-    from symjac.io._golden import FORMATS, write_golden
+    from symjac.io.golden._write import FORMATS, write_golden
 
     formats = _comma_list("--format", args.format, FORMATS)
     dtypes = _comma_list("--dtype", args.dtype, DTYPES)
@@ -123,7 +123,7 @@ def cmd_golden(args: argparse.Namespace) -> int:
         warnings.simplefilter("always")
         cases = _selected(args)
         if args.cover:
-            from symjac.io._golden_cover import cover_cases
+            from symjac.io.golden._cover import cover_cases
 
             cases = cover_cases(cases)
         with Progress("symjac golden", len(cases), enabled=not args.quiet) as progress:  # after 2 s, on a terminal

@@ -1,10 +1,10 @@
 """``symjac probes SPEC --out DIR`` and ``symjac check SPEC --responses DIR``: verify a kernel
-that runs elsewhere, by rounds of recorded requests (:mod:`symjac.frameworks._offline`;
+that runs elsewhere, by rounds of recorded requests (:mod:`symjac.frameworks.native._offline`;
 docs/native.md#offline-kernels-that-run-elsewhere).
 
 ``check`` exits 0 or 1 as ``verify`` does once every request is answered, and
 :data:`EXIT_PENDING` (3) with one line saying how many requests the next round needs.
-``check SPEC --observed FILE`` diagnoses one observed dx (:mod:`symjac.verifiers._observed`).
+``check SPEC --observed FILE`` diagnoses one observed dx (:mod:`symjac.io._observed`).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _dtype(p: argparse.ArgumentParser) -> None:
 
 def _rounds(args: argparse.Namespace, folder: str) -> tuple[list[tuple[Any, Any]], int]:
     from symjac.cli._select import select_cases
-    from symjac.frameworks._offline import run_offline
+    from symjac.frameworks.native._offline import run_offline
 
     reports, pending = [], 0
     for case in select_cases(args.spec, args.case or (), args.keyword):
@@ -92,7 +92,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 def _observed(args: argparse.Namespace) -> int:
     from symjac.cli._select import select_cases
-    from symjac.verifiers._observed import diagnose_observed, load_observed
+    from symjac.io._observed import diagnose_observed, load_observed
 
     cases = select_cases(args.spec, args.case or (), args.keyword)
     if len(cases) != 1:

@@ -2,7 +2,7 @@
 (and JSON lines).
 
 The grid, the runner and the scheduling are the library's
-(:mod:`symjac.verifiers._sweep`, :mod:`symjac.run._executor`); this prints them.
+(:mod:`symjac.io._sweep`, :mod:`symjac.run._executor`); this prints them.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from symjac._atomic import write_text
-from symjac.verifiers._sweep import load_grid, verify_grid
+from symjac.io._sweep import load_grid, verify_grid
 
 
 def table(results: list[dict[str, Any]]) -> str:

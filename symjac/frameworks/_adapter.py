@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from symjac._errors import SymjacError
+from symjac.verifiers._impl import Impl as Impl, LossImpl as LossImpl
 
 if TYPE_CHECKING:
     from symjac.loss._spec import Loss
@@ -36,38 +37,6 @@ class FrameworkMissing(SymjacError, ImportError):
 
 class Unsupported(SymjacError, NotImplementedError):
     """The framework has no such op or convention (a documented limitation), or no VJP for it."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Impl:
-    """An implementation under test, NumPy in / NumPy out.
-
-    Attributes:
-      forward: ``forward(x) -> y``.
-      backward: ``backward(x, dy) -> dx`` through the framework's autodiff; ``None`` for a
-        forward-only runtime (ONNX Runtime).
-      framework: ``"torch"``, ``"jax"``, ``"tensorflow"``, ``"keras"``, ``"onnxruntime"`` or a user's name.
-      op: the op's name (``"max_pool2d"``, ``"AveragePool"``, ...).
-      kwargs: the framework-side arguments, as the user passed them.
-      reproducer: a self-contained Python snippet that calls the framework op directly on NumPy
-        arrays ``x`` (and ``dy``, for its autodiff) defined before it: for an upstream bug report.
-      jvp: ``jvp(x, t) -> J(x)·t`` through the framework's forward mode (``None``: it has none).
-      double_backward: ``double_backward(x, dy, v) -> (ddx, ddy)``, the gradient of ``<v, J(x)^T dy>``
-        with respect to ``x`` and ``dy`` through the framework's own second-order autodiff.
-      vmap: the framework's batched (vmapped) forward, backward and jvp as an :class:`Impl` whose
-        arrays carry one more leading axis, the vmapped one (``None``: no batching transform);
-        :func:`symjac.frameworks._vmap.per_sample` turns it back into a per-sample ``Impl``.
-    """
-
-    forward: Callable[[np.ndarray], np.ndarray]
-    backward: Callable[[np.ndarray, np.ndarray], np.ndarray] | None
-    framework: str
-    op: str
-    kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    reproducer: str = ""
-    jvp: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
-    double_backward: Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
-    vmap: Impl | None = None
 
 
 class KnownDefect(str):
@@ -212,30 +181,3 @@ def label(op: str, **parts: Any) -> str:
             text = "x".join(map(str, value)) if isinstance(value, tuple) else str(value)
             words.append(f"{key}{text}")
     return " ".join(words)
-
-
-@dataclasses.dataclass(frozen=True)
-class LossImpl:
-    """One sibling implementation for :func:`check_loss_family`.
-
-    Attributes:
-      loss: a :class:`Loss` or a kind name (its scale is replaced by the family's S).
-      derivative: as for :func:`verify_loss`.
-      forward: optional, as for :func:`verify_loss`.
-      pred, label, upstream: inputs (default :func:`symjac.losses.default_inputs`).
-      hvp: optional ``hvp(pred, label, v) -> H·v`` (``hvp(pred, label, v, upstream)`` for
-        ``reduction="none"``), ``H = S·∂²L/∂pred²``, as for :func:`verify_loss`; the framework
-        loss adapters fill it with their second-order autodiff.
-      reproducer: a self-contained Python snippet calling the framework's loss on NumPy arrays
-        ``pred``, ``label``, ``upstream`` (None unless ``reduction="none"``) and ``v`` defined before
-        it, that sets ``derivative`` (unscaled) and ``hvp``: ``conform``'s reproducer scripts.
-    """
-
-    loss: Loss | str
-    derivative: Callable[..., Any]
-    forward: Callable[..., Any] | None = None
-    pred: Any = None
-    label: Any = None
-    upstream: Any = None
-    hvp: Callable[..., Any] | None = None
-    reproducer: str = ""

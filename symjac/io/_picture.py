@@ -118,7 +118,7 @@ def _write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str,
                  slice_nc: tuple[int, int] | None) -> tuple[list[str], Any]:
     from symjac.io._specfile import has_input, pool_input
     from symjac.pool._graph import window_graph
-    from symjac.verifiers._pool import verify
+    from symjac.verifiers.pool._verify import verify
 
     g, x, _ = pool_input(case, plan=True)
     b, slice_label = slice_batch(g, slice_nc)

@@ -165,7 +165,7 @@ class OperatorTable:
       build: ``build(args, where) -> spec``, ``args`` the table without ``kind`` and ``tie``
         (TOML arrays as tuples), ``where`` the table's place for messages.
       pooling: the spec is a pooling operator (what a sweep grid runs, through
-        :func:`symjac.verifiers._pool.verify`).
+        :func:`symjac.verifiers.pool._verify.verify`).
     """
 
     keys: tuple[str, ...]
@@ -243,7 +243,7 @@ def _case(table: dict[str, Any], source: str, default_name: str) -> Case:
     if "generator" in inputs and "x" in inputs:
         raise SpecError(f"{source} [input]: give x or a generator, not both")
     if "generator" in inputs:
-        from symjac.check._inputs import GENERATORS
+        from symjac.verifiers.pool._inputs import GENERATORS
 
         if inputs["generator"] not in GENERATORS:
             raise SpecError(f"{source} [input].generator: {inputs['generator']!r} is not valid; "
@@ -363,7 +363,7 @@ def pool_input(case: Case, plan: bool = False) -> tuple[Any, np.ndarray, np.ndar
 def _pool_input(case: Case) -> tuple[Any, np.ndarray, np.ndarray]:
     from symjac._exact import ExactArray
     from symjac.pool._geometry import resolve
-    from symjac.check._inputs import generate_input, random_dyadic
+    from symjac.verifiers.pool._inputs import generate_input, random_dyadic
 
     inputs = case.inputs
     seed = int(inputs.get("seed", 0))

@@ -8,7 +8,7 @@
 #: out of memory. Raise it here for bigger runs (``symjac.loss.MAX_ELEMENTS = ...``).
 #: The derivative of mse, sigmoid_ce or softmax_ce (their options, every reduction, no
 #: forward), correct or not, is decided by verify_loss's fast route
-#: (:mod:`symjac.verifiers._loss_fast`: ~1-3 µs and under 100 B an entry with the inputs)
+#: (:mod:`symjac.verifiers.loss.fast._filter`: ~1-3 µs and under 100 B an entry with the inputs)
 #: at any size up to :data:`MAX_FAST_ELEMENTS`, in the exact route's words (a wrong loss
 #: scale named); this budget stays for the exact route, which a forward to check, the other
 #: kinds and a misbehaving call take, and beyond which they are refused up front.

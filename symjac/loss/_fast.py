@@ -297,7 +297,7 @@ class FastValue:
       run_lo: a lower bound on the running error ``R(ℓ_i)`` (0 is always one).
       cond_hi, run_hi: upper bounds on the same (every term, rounded up: :func:`upper`; inf
         where unknown), or None: with them the forward's fast route also proves a forward
-        value *beyond* its bound (:mod:`symjac.verifiers._loss_fast_forward_fail`).
+        value *beyond* its bound (:mod:`symjac.verifiers.loss.fast._forward_fail`).
     """
 
     ell: Ball

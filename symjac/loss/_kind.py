@@ -139,7 +139,7 @@ class LossKind:
 
     def fast_derivative(self, loss: Loss, z: np.ndarray, y: np.ndarray | None,
                         column: np.ndarray | None = None) -> FastDerivative | None:
-        """The verifier's fast filter (:mod:`symjac.verifiers._loss_fast`): at float64
+        """The verifier's fast filter (:mod:`symjac.verifiers.loss.fast._filter`): at float64
         blocks ``z``, ``y`` of pred and label (elements, or (rows, C) for a class axis;
         class indices, one per row, for :meth:`labels_are_indices`), ``dℓ/dz`` enclosed
         with a proven error bound, and lower (and, where derived, upper) bounds on the
@@ -151,7 +151,7 @@ class LossKind:
 
     def fast_value(self, loss: Loss, z: np.ndarray, y: np.ndarray | None,
                    column: np.ndarray | None = None) -> FastValue | None:
-        """The forward's fast filter (:mod:`symjac.verifiers._loss_fast_forward`): at the
+        """The forward's fast filter (:mod:`symjac.verifiers.loss.fast._forward`): at the
         blocks :meth:`fast_derivative` reads, each element's loss ``ℓ_i`` enclosed, and lower
         bounds on the condition sum and running error of the forward bound; None where this
         kind (with these options) has none (the forward then takes the exact route)."""

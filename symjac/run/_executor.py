@@ -1,7 +1,7 @@
 """Running configurations: in this process, in local worker processes or on a Dask cluster.
 
-:func:`execute` is the one scheduler ``symjac sweep`` (:mod:`symjac.verifiers._sweep`'s
-runner) and ``conform`` (:mod:`symjac.frameworks._conform`'s) share. A runner is a
+:func:`execute` is the one scheduler ``symjac sweep`` (:mod:`symjac.io._sweep`'s
+runner) and ``conform`` (:mod:`symjac.frameworks.conform._run`'s) share. A runner is a
 module-level function ``runner(config, impl_target, dtype) -> result dict``, so worker
 processes and Dask workers can import it; results come back in grid order whichever way
 they ran.
@@ -40,7 +40,7 @@ def execute(grid: list[dict[str, Any]], impl_target: str, *, runner: Runner, job
       runner: ``runner(config, impl_target, dtype) -> result`` (a module-level function, so
         worker processes and Dask can import it); its result's ``status`` counts as a failure
         when it is ``"fail"`` or ``"error"``. ``symjac sweep`` passes
-        :func:`symjac.verifiers._sweep.run_one`, ``conform`` its own.
+        :func:`symjac.io._sweep.run_one`, ``conform`` its own.
       jobs: local worker processes (1: in this process); ``scheduler``: a Dask scheduler address.
       progress: a progress bar on stderr.
       deadline: a ``time.monotonic()`` instant after which no configuration is started; those

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from symjac.pool._spec import Pool
     from symjac.pool._stamp import SparseJacobian, Stamp
     from symjac.pool._symbolic import Template, WindowClass
-    from symjac.verifiers._pool_rows import ExactRows, Rows
+    from symjac.pool._rows import ExactRows, Rows
 
 #: (exact forward rounded to float64, its tolerance, the exact values for a finding), canonical (B, W).
 ForwardBound = tuple[np.ndarray, np.ndarray, Callable[[], np.ndarray]]
@@ -70,7 +70,7 @@ class Operator:
       ties: the derivative is set-valued where the window's maximum is attained twice:
         tie sets, a Clarke set, tie policies (``first``/``last``/``split``, :class:`symjac.Beta`).
       tie_family: the verifier runs a probed pass at the tie input
-        (:func:`symjac.check._inputs.tie_input`): max pooling's ties, lp's all-zero windows.
+        (:func:`symjac.verifiers.pool._inputs.tie_input`): max pooling's ties, lp's all-zero windows.
       rational: exact values are rationals (golden data and ``[expect]`` hold them).
       finite_differences: the verifier's finite-difference oracle applies.
       extra_families: the extra input families (``all_negative``, ``near_ties``) can be
@@ -80,7 +80,7 @@ class Operator:
       graph_needs_x: the window graph's weights depend on x (pictures pass x).
       second_derivative_zero: the second derivative is zero off ties (piecewise linear).
       fd_directions: above ``MAX_COLOURS`` input colours the finite differences check random
-        directions (:func:`symjac.verifiers._pool_fd.directional_fd`); False: only coordinate
+        directions (:func:`symjac.verifiers.pool._fd.directional_fd`); False: only coordinate
         steps are covered by the error model (lp), so none are taken there.
       samples: keyword arguments of :class:`symjac.Pool` (beyond mode and kernel) the
         generic tests over every operator build specs from (``tests/test_pool_ops.py``,
@@ -221,7 +221,7 @@ class Operator:
 
     def tie_input(self, g: Geometry, x: np.ndarray) -> np.ndarray:
         """The tie pass's x (:attr:`tie_family`; zeros and ones from
-        :func:`symjac.check._inputs.tie_input`), made to reach the operator's nonsmooth points."""
+        :func:`symjac.verifiers.pool._inputs.tie_input`), made to reach the operator's nonsmooth points."""
         return x
 
     def fd_step(self, dtype: np.dtype[Any]) -> float:

@@ -26,7 +26,7 @@ from symjac.check._rounding import finfo, gamma
 from symjac.pool._ops._stamped import StampedOperator
 from symjac.pool._stamp import Stamp, apply
 from symjac.pool._symbolic import PAIR, Template, lines, window_weights
-from symjac.verifiers._pool_rows import ExactRows, stamp_rows
+from symjac.pool._rows import ExactRows, stamp_rows
 
 if TYPE_CHECKING:
     from symjac._exact import ExactArray

@@ -3,7 +3,7 @@
 Defined as the recipe in CONTRIBUTING.md ("Add a pooling operator") says: this
 module holds every rule the stages read; its machinery sits below the registry:
 :mod:`symjac.pool._lp` (exact power sums and algebraic rows, the NumPy lowering and
-the rounding bounds derived there) and :mod:`symjac.verifiers._pool_lp` (rows
+the rounding bounds derived there) and :mod:`symjac.pool._lp_rows` (rows
 rounded to float64 with their bounds, the zero-window checks).
 
 - **spec**: ``Pool`` only (PyTorch's lp_pool geometry: no padding, dilation or
@@ -57,8 +57,8 @@ from symjac.pool._lp import (
 )
 from symjac.pool._ops._protocol import ForwardBound, Operator
 from symjac.pool._symbolic import PAIR, Template
-from symjac.verifiers._pool_lp import clarke_ok, exact_rows, forward_tolerance, zero_window_policy
-from symjac.verifiers._pool_rows import ExactRows, Rows
+from symjac.pool._lp_rows import clarke_ok, exact_rows, forward_tolerance, zero_window_policy
+from symjac.pool._rows import ExactRows, Rows
 
 if TYPE_CHECKING:
     from symjac.pool._beta import Tie

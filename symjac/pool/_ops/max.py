@@ -40,9 +40,9 @@ from symjac.pool._ties import (
     max_template,
     pad_cells,
 )
-from symjac.verifiers._pool_beta import beta_name
-from symjac.verifiers._pool_beta import outside_clarke as beta_outside_clarke
-from symjac.verifiers._pool_rows import ExactRows, Rows, stamp_rows
+from symjac.pool._beta_fit import beta_name
+from symjac.pool._beta_fit import outside_clarke as beta_outside_clarke
+from symjac.pool._rows import ExactRows, Rows, stamp_rows
 
 if TYPE_CHECKING:
     from symjac.check._report import Finding

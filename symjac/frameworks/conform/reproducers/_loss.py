@@ -1,0 +1,65 @@
+"""The reproducer script of a failing loss cell of a conformance run.
+
+The worker that ran the cell recorded its inputs, the direction v and symjac's exact derivative
+and H·v (:func:`symjac.frameworks.conform._loss.run_loss_cell`); the script defines them as NumPy
+arrays, runs the adapter's snippet (``LossImpl.reproducer``: the framework's loss, its gradient
+and its second-order autodiff along v, nothing of symjac) and prints the framework's values
+beside the exact ones.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from symjac._atomic import write_text
+
+
+def _literal(values: Any, dtype: str) -> str:
+    """``np.array([...], dtype=...)`` of recorded values (float64 or integer lists), or ``None``."""
+    if values is None:
+        return "None"
+    integer = dtype != "bfloat16" and np.issubdtype(np.dtype(dtype), np.integer)
+    lit = np.array2string(np.asarray(values, dtype=np.int64 if integer else np.float64), separator=", ", floatmode="unique",
+                          threshold=1 << 30, max_line_width=110)
+    return f"np.array({lit}, dtype={'ml_dtypes.bfloat16' if dtype == 'bfloat16' else 'np.' + dtype})"
+
+
+def write_loss_reproducer(out: Path, stem: str, framework: str, r: dict[str, Any]) -> list[Path]:
+    """The script ``out/stem.py`` of a failing loss cell (a text note when the cell recorded no inputs)."""
+    config, transform = r["config"], r["config"].get("transform", "vjp")
+    status = "known defect " if r["status"] == "known_defect" else ""
+    what = "second derivative (hvp)" if transform == "hvp" else "derivative"
+    title = f"{framework} {config['label']} in {r['dtype']}: {status}{r['category']} in its {what}"
+    inputs = r.get("inputs")
+    if not inputs or not r.get("reproducer"):
+        note = out / f"{stem}.txt"
+        write_text(note, f"{title}\n{r.get('summary', '')}\nno reproducer: the cell recorded no inputs or the "
+                         "adapter gave no snippet\n")
+        return [note]
+    dt, name = r["dtype"], "hvp" if transform == "hvp" else "derivative"
+    known = f"\nKnown defect (the adapter documents it): {r['known_defect']}\n" if r.get("known_defect") else ""
+    lines = [f'"""Reproducer: {title}.', "", f"Loss spec: symjac.{r.get('loss', '?')}", "",
+             f"symjac: {r.get('summary', '')}", known,
+             "Expected values: symjac's exact derivative and Hessian-vector product, rounded to float64.", '"""',
+             "import numpy as np"]
+    if dt == "bfloat16":
+        lines.append("import ml_dtypes")
+    lines += ["", f"pred = {_literal(inputs['pred'], dt)}",
+              f"label = {_literal(inputs['label'], inputs['label_dtype'] or 'float64')}",
+              f"upstream = {_literal(inputs['upstream'], dt)}", f"v = {_literal(inputs['v'], dt)}",
+              f"scale = {inputs['scale']!r}  # the loss scale S: the derivative checked is S times the framework's",
+              "", r["reproducer"], f"got = np.asarray({name}, dtype=np.float64) * scale",
+              f"expected = {_literal(inputs[name], 'float64')}",
+              f"print('{name} (framework) =', got.tolist())",
+              f"print('{name} (exact)     =', None if expected is None else expected.tolist())",
+              "if expected is not None:",
+              "    diff = np.abs(got - expected)",
+              "    worst = tuple(int(i) for i in np.unravel_index(np.argmax(diff), diff.shape))",
+              f"    print(f'{name}: max |difference| {{diff.max():g}} at {{worst}}: {{float(got[worst])!r}}, expected "
+              "{float(expected[worst])!r}')"]
+    script = out / f"{stem}.py"
+    write_text(script, "\n".join(lines) + "\n")
+    return [script]

@@ -1,0 +1,74 @@
+"""What both native routes send for an operator: forward/backward of a pool, loss/derivative of a loss.
+
+:class:`PoolCalls` and :class:`LossCalls` turn NumPy calls into requests (op, settings,
+inputs, the output symjac expects) for a transport: the process route
+(:mod:`symjac.frameworks.native.process`) or the shared-library route
+(:mod:`symjac.frameworks.native.ctypes`). A transport is ``send(op, lines, inputs, output) -> array``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from symjac.frameworks.native._wire import settings, wire_dtype
+from symjac.loss._spec import Loss
+from symjac.pool._geometry import resolve
+from symjac.pool._spec import PoolSpec
+
+#: ``send(op, settings lines, [(name, array or None)], (output name, dtype, shape)) -> result``
+Send = Callable[[str, list[str], list[tuple[str, Any]], tuple[str, str, tuple[int, ...]]], np.ndarray]
+
+
+class PoolCalls:
+    """forward/backward of one pooling spec; the settings are written once per input shape."""
+
+    def __init__(self, send: Send, spec: PoolSpec):
+        self.send, self.spec = send, spec
+        self._shapes: dict[tuple[int, ...], tuple[list[str], tuple[int, ...]]] = {}
+
+    def _setup(self, shape: tuple[int, ...]) -> tuple[list[str], tuple[int, ...]]:
+        got = self._shapes.get(shape)
+        if got is None:
+            geometry = resolve(self.spec, shape)
+            got = self._shapes[shape] = (settings(self.spec, geometry.pads), geometry.output_shape)
+        return got
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x)
+        lines, out_shape = self._setup(x.shape)
+        return self.send("forward", lines, [("x", x)], ("y", wire_dtype(x), out_shape))
+
+    def backward(self, x: np.ndarray, dy: np.ndarray) -> np.ndarray:
+        x, dy = np.asarray(x), np.asarray(dy)
+        lines, _ = self._setup(x.shape)
+        return self.send("backward", lines, [("x", x), ("dy", dy)], ("dx", wire_dtype(x), x.shape))
+
+
+class LossCalls:
+    """derivative/forward of one loss spec."""
+
+    def __init__(self, send: Send, loss: Loss):
+        self.send, self.loss = send, loss
+        self.lines = settings(loss)
+        self.per_element = loss.reduction == "none"
+
+    def derivative(self, pred: np.ndarray, label: np.ndarray | None = None,
+                   upstream: np.ndarray | None = None) -> np.ndarray:
+        pred = np.asarray(pred)
+        inputs = [("pred", pred), ("label", _array(label)), ("upstream", _array(upstream))]
+        return self.send("derivative", self.lines, inputs, ("dpred", wire_dtype(pred), pred.shape))
+
+    def forward(self, pred: np.ndarray, label: np.ndarray | None = None) -> np.ndarray:
+        pred = np.asarray(pred)
+        # one number, or one per element for reduction "none" (a kernel whose elements are
+        # rows, softmax_ce, answers with its own shape)
+        shape = pred.shape if self.per_element else ()
+        return self.send("loss", self.lines, [("pred", pred), ("label", _array(label))],
+                         ("value", wire_dtype(pred), shape))
+
+
+def _array(a: Any) -> np.ndarray | None:
+    return None if a is None else np.asarray(a)

@@ -1,0 +1,325 @@
+"""A native kernel's process: start it once, exchange one request and response at a time.
+
+Every exchange runs in one ``selectors`` loop with a deadline: the request is written
+(non-blocking) while the response is read and the child's stderr drained, so neither
+a child that stops reading, nor one that answers before reading everything, nor one
+that fills its stderr can block symjac. Any failure (a refusal aside) kills the child;
+the next call starts a fresh one. Nothing here waits without a deadline.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import os
+import selectors
+import shlex
+import signal
+import subprocess
+import threading
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from symjac.frameworks.native._wire import (
+    MAX_HEADER,
+    RESPONSE,
+    ChildCrashed,
+    ChildError,
+    ChildTimeout,
+    KernelRefused,
+    ProtocolError,
+    Request,
+    Response,
+    parse_response,
+)
+
+#: Seconds one request may take (writing it, the kernel's work, reading the answer).
+DEFAULT_TIMEOUT = 30.0
+#: Bytes of the child's stderr kept for messages (the latest).
+STDERR_TAIL = 4096
+_CHUNK = 1 << 16
+_FIRST_LINE = RESPONSE.encode() + b"\n"
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """End a child: close its stdin (a driver then exits 0), kill it if it does not."""
+    if proc.poll() is None:
+        try:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            proc.wait(timeout=1.0)
+        except (OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait()
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name} ({signal.strsignal(-code) or 'unknown signal'})"
+    return f"exited with code {code}"
+
+
+class Child:
+    """A kernel program speaking the symjac native protocol on its stdin/stdout.
+
+    Args:
+      cmd: the command: a string (split as a shell would, with :func:`shlex.split`; not
+        run through a shell) or an argument list.
+      timeout: seconds each request may take; a request that takes longer kills the child
+        (:class:`ChildTimeout`) and the next request starts a fresh one.
+      env, cwd: as for :class:`subprocess.Popen`.
+
+    The child is started at the first request and ended by :meth:`close` (also when the
+    object is collected, and at exit). Requests from several threads are served one at a
+    time; a request that finds the previous one still waiting for the child (symjac's
+    guard gave up on it) kills the child, so the earlier call fails at once instead of
+    holding this one.
+    """
+
+    def __init__(self, cmd: str | Sequence[str], *, timeout: float = DEFAULT_TIMEOUT,
+                 env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None):
+        self.argv = shlex.split(cmd) if isinstance(cmd, str) else [str(c) for c in cmd]
+        if not self.argv:
+            raise ChildError("the kernel command is empty")
+        if not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise ChildError(f"timeout={timeout!r} is not valid: give seconds > 0")
+        self.timeout = float(timeout)
+        self.env, self.cwd = (dict(env) if env is not None else None), cwd
+        self.starts = 0  # processes started so far (restarts show here)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._finalizer: Any = None
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._killed: subprocess.Popen[bytes] | None = None  # the process symjac killed itself, if any
+        self._last = "none yet"  # the last request answered, for messages
+        self._stderr: collections.deque[bytes] = collections.deque()
+        self._stderr_size = 0
+
+    @property
+    def command(self) -> str:
+        """The command line, quoted as a shell would read it."""
+        return shlex.join(self.argv)
+
+    @property
+    def _name(self) -> str:
+        return f"kernel `{self.command}`"
+
+    def __enter__(self) -> Child:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End the child (stdin closed; killed after 1 s if it does not exit)."""
+        if self._finalizer is not None:
+            self._finalizer()
+        self._proc = self._finalizer = None
+
+    def next_id(self) -> int:
+        return next(self._ids)  # atomic: callers in several threads get distinct ids
+
+    def stderr_tail(self) -> str:
+        return b"".join(self._stderr).decode("utf-8", "replace")[-STDERR_TAIL:]
+
+    # ------------------------------------------------------------------ one request
+
+    def exchange(self, req: Request) -> tuple[Response, memoryview]:
+        """Send ``req`` and return the response header and payload.
+
+        Raises:
+          KernelRefused: the kernel answered ``status error`` (the child keeps running).
+          ChildTimeout, ChildCrashed, ProtocolError: the child is killed; the next call restarts it.
+        """
+        if not self._lock.acquire(timeout=0.05):
+            # an abandoned call (symjac's guard timed out) holds the child: kill it, so that call fails now
+            proc = self._proc
+            if proc is not None and proc.poll() is None:
+                self._killed = proc
+                proc.kill()
+            if not self._lock.acquire(timeout=self.timeout):
+                raise ChildTimeout(f"{self._name}: an earlier request still holds the child")
+        try:
+            resp, payload = self._exchange(req)
+        except BaseException as exc:  # the stream is out of step (or interrupted): a fresh child next time
+            abandoned = self._killed is not None and self._killed is self._proc
+            self._kill()
+            if abandoned and isinstance(exc, ChildCrashed):
+                raise ChildTimeout(f"{self._name} was still busy with request {req.id} ({req.op}) when "
+                                   "symjac gave up on it (its guard's timeout) and a later call killed it") from None
+            raise
+        finally:
+            self._lock.release()
+        if resp.status == "error":
+            raise KernelRefused(f"{self._name} refused {req.op} (request {req.id}): {resp.message}")
+        return resp, payload
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        try:
+            proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, env=self.env, cwd=self.cwd, bufsize=0)
+        except OSError as exc:
+            raise ChildCrashed(f"cannot start {self._name}: {exc}") from None
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            assert stream is not None
+            os.set_blocking(stream.fileno(), False)
+        self.starts += 1
+        self._proc = proc
+        self._finalizer = weakref.finalize(self, _stop, proc)
+        return proc
+
+    def _kill(self) -> None:
+        """Kill the child and reap it; the next request starts a fresh one."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            try:
+                proc.kill()
+            except OSError:
+                pass
+        self.close()
+        self._killed = None
+
+    def _keep_stderr(self, data: bytes) -> None:
+        self._stderr.append(data)
+        self._stderr_size += len(data)
+        while self._stderr_size > STDERR_TAIL and len(self._stderr) > 1:
+            self._stderr_size -= len(self._stderr.popleft())
+
+    def _where(self, req: Request, got: int, total: int | None) -> str:
+        of = f" of {total}" if total is not None else ""
+        err = self.stderr_tail().strip()
+        return (f"(request {req.id}, {req.op}: {got}{of} response bytes received)"
+                + (f"; its stderr ends: {err[-600:]!r}" if err else ""))
+
+    def _reap(self, proc: subprocess.Popen[bytes]) -> str:
+        try:
+            return describe_exit(proc.wait(timeout=2.0))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return "closed its stdout but kept running (killed)"
+
+    def _exchange(self, req: Request) -> tuple[Response, memoryview]:
+        proc = self._proc
+        if proc is not None and proc.poll() is not None:
+            code, ours = proc.returncode, self._killed is proc
+            self.close()
+            self._killed = None
+            # exit code 0 after an answer (a program serving one request per run) or our own kill: restart;
+            # a crash between requests is the kernel's
+            if code and not ours:
+                raise ChildCrashed(f"{self._name} {describe_exit(code)} between requests, after answering "
+                                   f"{self._last}; its stderr ends: {self.stderr_tail().strip()[-600:]!r}")
+            proc = None
+        if proc is None or self._finalizer is None or not self._finalizer.alive:
+            proc = self._start()
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        stray = self._read_now(proc)
+        if stray:
+            raise ProtocolError(f"{self._name} wrote {len(stray)} bytes out of turn, before request {req.id} "
+                                f"(after answering {self._last}): {stray[:48]!r}")
+        deadline = time.monotonic() + self.timeout
+        sel = selectors.DefaultSelector()
+        out = bytearray()
+        pending = [memoryview(req.header), *(memoryview(p) for p in req.payload if p)]
+        try:
+            sel.register(proc.stdout, selectors.EVENT_READ, "out")
+            sel.register(proc.stderr, selectors.EVENT_READ, "err")
+            if pending:
+                sel.register(proc.stdin, selectors.EVENT_WRITE, "in")
+            header_end, resp, total = -1, None, None
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ChildTimeout(f"{self._name} did not answer within {self.timeout:g} s "
+                                       f"{self._where(req, len(out), total)}; it was killed")
+                for key, _ in sel.select(min(left, 1.0)):
+                    if key.data == "in":
+                        pending = self._write(proc, pending, sel)
+                        continue
+                    try:
+                        data = os.read(key.fileobj.fileno(), _CHUNK)  # type: ignore[union-attr]
+                    except BlockingIOError:
+                        continue
+                    if key.data == "err":
+                        if data:
+                            self._keep_stderr(data)
+                        else:
+                            sel.unregister(proc.stderr)
+                        continue
+                    if not data:  # stdout closed: the child ended (or closed it)
+                        how = self._reap(proc)
+                        raise ChildCrashed(f"{self._name} {how} before answering "
+                                           f"{self._where(req, len(out), total)}")
+                    out += data
+                if resp is None:
+                    header_end = out.find(b"\n\n")
+                    if header_end < 0 and len(out) > MAX_HEADER:
+                        raise ProtocolError(f"{self._name} wrote {len(out)} bytes with no end of a response "
+                                            f"header: it begins {bytes(out[:48])!r}")
+                    if header_end >= 0:
+                        if pending:
+                            raise ProtocolError(f"{self._name} answered request {req.id} before reading "
+                                                "all of it (out of turn)")
+                        resp = parse_response(bytes(out[:header_end]), req)
+                        total = header_end + 2 + resp.nbytes
+                    elif not _FIRST_LINE.startswith(bytes(out[:len(_FIRST_LINE)])):
+                        raise ProtocolError(f"{self._name}'s answer does not begin with {RESPONSE!r}: "
+                                            f"it begins {bytes(out[:48])!r}")
+                if total is not None and len(out) >= total:
+                    break
+            sel.unregister(proc.stdout)
+        finally:
+            sel.close()
+        assert resp is not None and total is not None
+        extra = len(out) - total + len(self._read_now(proc))
+        if extra:
+            raise ProtocolError(f"{self._name} wrote {extra} bytes more than its response to request {req.id} "
+                                f"({req.op}) announces ({resp.nbytes} payload bytes)")
+        self._last = f"request {req.id} ({req.op})"
+        return resp, memoryview(out)[header_end + 2:total]
+
+    def _write(self, proc: subprocess.Popen[bytes], pending: list[memoryview],
+               sel: selectors.BaseSelector) -> list[memoryview]:
+        assert proc.stdin is not None
+        try:
+            while pending:
+                n = os.write(proc.stdin.fileno(), pending[0])
+                pending[0] = pending[0][n:]
+                if len(pending[0]):
+                    break
+                pending.pop(0)
+        except BlockingIOError:
+            return pending
+        except (BrokenPipeError, ConnectionResetError):
+            pending = []  # it stopped reading; its exit shows on stdout
+        if not pending:
+            sel.unregister(proc.stdin)
+        return pending
+
+    def _read_now(self, proc: subprocess.Popen[bytes]) -> bytes:
+        """Whatever the child has written to stdout and not yet been read (stderr kept)."""
+        assert proc.stdout is not None and proc.stderr is not None
+        got = bytearray()
+        for stream in (proc.stderr, proc.stdout):
+            while True:
+                try:
+                    data = os.read(stream.fileno(), _CHUNK)
+                except (BlockingIOError, OSError):
+                    break
+                if not data:
+                    break
+                if stream is proc.stderr:
+                    self._keep_stderr(data)
+                else:
+                    got += data
+        return bytes(got)

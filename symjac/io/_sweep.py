@@ -1,0 +1,114 @@
+"""Sweeps: verify one implementation over a grid of configurations.
+
+A sweep file is a spec file whose ``[operator]`` and ``[input]`` values are *lists
+of candidates*; the grid is their product::
+
+    [operator]
+    kind = "pool"
+    mode = ["avg", "max"]
+    kernel = [2, 3, [2, 3]]
+    stride = [1, 2]
+    padding = ["valid", "same", 1]
+    [input]
+    shape = [[1, 1, 5, 5], [2, 3, 6, 7]]
+
+Combinations that are not a valid operator at a shape (a ``SpecError``) are skipped
+and counted. The implementation is a *factory*: ``--impl mod:make`` where
+``make(spec)`` returns an object with ``forward``/``backward`` for that spec (or
+raises ``NotImplementedError`` for a configuration it does not cover: skipped).
+
+Work runs in local worker processes or on a Dask distributed cluster
+(:func:`symjac.run._executor.execute`); results are the same either way, in grid order.
+``symjac sweep`` (:mod:`symjac.cli._sweep`) prints them and writes one JSON line each.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+from symjac._errors import SpecError, SymjacError, UsageError
+from symjac.io._specfile import OPERATOR_TABLES, _check_keys, _operator, read_toml
+from symjac.pool._geometry import resolve
+from symjac.run._executor import execute
+from symjac.run._load import load_impl
+from symjac.verifiers.pool._verify import verify
+
+
+def load_grid(path: str | Path) -> list[dict[str, Any]]:
+    """Expand a sweep file into configurations ``{"operator": {...}, "input": {...}}``.
+
+    Raises:
+      SpecError: the file is missing or not TOML, a key is unknown, a value is no
+        non-empty list, or a kind is no pooling operator.
+    """
+    p, data = read_toml(path, "sweep file")
+    _check_keys(str(p), data, ("name", "description", "operator", "input"))
+    kinds = data.get("operator", {}).get("kind", ["pool"])
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    pooling = tuple(k for k, table in OPERATOR_TABLES.items() if table.pooling)
+    tables = []
+    for kind in kinds:
+        table = OPERATOR_TABLES.get(kind) if isinstance(kind, str) else None
+        if table is None or not table.pooling:
+            raise SpecError(f"{p} [operator].kind: {kind!r} is not valid in a sweep; sweeps run pooling specs "
+                            f"({', '.join(map(repr, pooling))})")
+        tables.append(table)
+    valid_keys = tuple(dict.fromkeys(k for table in tables for k in table.keys))
+    input_keys = tuple(dict.fromkeys(k for table in tables for k in table.inputs))
+    axes: list[tuple[str, str, list[Any]]] = []
+    for section, keys in (("operator", valid_keys), ("input", input_keys)):
+        for key, values in _check_keys(f"{p} [{section}]", data.get(section, {}), keys).items():
+            if not isinstance(values, list) or not values:
+                raise SpecError(f"{p} [{section}].{key}: give a non-empty list of candidate values, e.g. [{values!r}]")
+            axes.append((section, key, values))
+    if not any(k == "shape" for s, k, _ in axes if s == "input"):
+        raise SpecError(f"{p} [input]: give shape = [[...], ...], the input shapes to sweep")
+    grid = []
+    for combo in itertools.product(*(values for _, _, values in axes)):
+        config: dict[str, Any] = {"operator": {}, "input": {}}
+        for (section, key, _), value in zip(axes, combo):
+            config[section][key] = value
+        grid.append(config)
+    return grid
+
+
+_IMPL_CACHE: dict[str, Any] = {}
+
+
+def run_one(config: dict[str, Any], impl_target: str, dtype: str = "float64") -> dict[str, Any]:
+    """Verify one configuration; never raises (errors become the result).
+
+    The runner of :func:`verify_grid` (module level: worker processes and Dask import it);
+    ``status`` is ``"pass"``, ``"fail"``, ``"error"`` (the factory failed) or ``"skipped"``
+    (no valid operator at the shape, or the factory raised ``NotImplementedError``).
+    """
+    result: dict[str, Any] = {"config": config}
+    try:
+        spec = _operator(dict(config["operator"]), "sweep")
+        shape = tuple(config["input"]["shape"])
+        resolve(spec, shape)
+    except SymjacError as exc:
+        return {**result, "status": "skipped", "reason": str(exc)}
+    try:
+        if impl_target not in _IMPL_CACHE:
+            _IMPL_CACHE[impl_target] = load_impl(impl_target)
+        factory = _IMPL_CACHE[impl_target]
+        impl = factory(spec) if callable(factory) and not hasattr(factory, "backward") else factory
+    except NotImplementedError as exc:  # the implementation does not cover this configuration
+        return {**result, "status": "skipped", "reason": f"not supported by the implementation: {exc}"}
+    except (UsageError, Exception) as exc:  # noqa: BLE001 - the factory's failure is a result
+        return {**result, "status": "error", "reason": f"{type(exc).__name__}: {exc}"}
+    report = verify(spec, backward=impl.backward, forward=getattr(impl, "forward", None), input_shape=shape,
+                    dtype=dtype, seed=int(config["input"].get("seed", 0)))
+    return {**result, "status": "pass" if report.ok else "fail", "summary": report.summary(),
+            "categories": report.categories(), "backward_calls": report.stats["backward_calls"]}
+
+
+def verify_grid(grid: list[dict[str, Any]], impl_target: str, *, jobs: int = 1, scheduler: str | None = None,
+                dtype: str = "float64", progress: bool = False) -> list[dict[str, Any]]:
+    """:func:`run_one` for every configuration of ``grid`` (:func:`load_grid`), in this
+    process (``jobs=1``), ``jobs`` worker processes or on the Dask ``scheduler``; results in
+    grid order."""
+    return execute(grid, impl_target, runner=run_one, jobs=jobs, scheduler=scheduler, dtype=dtype, progress=progress)

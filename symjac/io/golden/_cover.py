@@ -1,0 +1,41 @@
+"""``symjac golden --cover``: a pooling case expanded into one case per coverage-plan shape
+(:func:`symjac.cover`) and input family, the families ``symjac verify`` runs at that shape:
+``distinct``, ``ties`` where the tie input has tied windows, and the geometry's extra
+families (:func:`symjac.verifiers.pool._inputs.families`: ``all_negative``, ``near_ties``).
+
+Each is named ``<case>__<shape>__<family>`` (``avg__2x3x5x5__near_ties``), its inputs
+generated from the family at the case's seed. A loss case is kept as it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+from symjac.verifiers.pool._inputs import families
+from symjac.io.golden._write import case_quantities
+from symjac.io.golden._ties import tie_quantities
+from symjac.pool._cover import cover
+from symjac.pool._geometry import resolve
+
+
+def _at(case: Any, shape: tuple[int, ...], family: str) -> Any:
+    name = f"{case.name}__{'x'.join(map(str, shape))}__{family}"
+    inputs = {"shape": list(shape), "generator": family, "seed": int(case.inputs.get("seed", 0))}
+    return dataclasses.replace(case, name=name, inputs=inputs, expect={})
+
+
+def cover_cases(cases: Iterable[Any]) -> list[Any]:
+    """Every case of ``cases`` at every coverage-plan shape and input family, in plan order."""
+    out = []
+    for case in cases:
+        if case.is_loss:
+            out.append(case)
+            continue
+        for shape in cover(case.operator):
+            ties = _at(case, shape, "ties")
+            tied = bool(tie_quantities(ties, case_quantities(ties)[0], case_quantities))
+            named = ("distinct",) + (("ties",) if tied else ()) + families(resolve(case.operator, shape))
+            out += [ties if family == "ties" else _at(case, shape, family) for family in named]
+    return out

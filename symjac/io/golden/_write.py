@@ -1,0 +1,500 @@
+"""Golden data: exact expected values, written for other test suites (C/C++ too).
+
+For each case: inputs, outputs, the sparse Jacobian and the input gradient for
+the given upstream gradient (pooling), or value and derivative (losses). Every
+float quantity carries, per element, its exact value, its correctly rounded value
+in each requested dtype, and the rounding bound a correct implementation in that
+dtype stays within (``max_abs_error``, and the same in ULPs, ``max_ulp``), so a
+consumer compares ``|got - golden| <= max_abs_error`` with no threshold of its own.
+
+Formats:
+
+- ``json``: exact values as strings ("3/4", or decimal digits for a loss value
+  that is no exact binary fraction) beside the rounded value per dtype;
+- ``npz``: one array per quantity and dtype (``x.float32``, ``jac_rows``, ...) and
+  its bound (``dx.float32.max_abs_error``); ``*.bfloat16`` arrays hold bfloat16 bit
+  patterns as ``<u2`` (``"bits_of": "bfloat16"`` in ``index.json``);
+- ``onnx``: ONNX backend tests (:mod:`symjac.io.golden._onnx`; with onnx alone, lp pooling too);
+- ``bin``: raw little-endian arrays, one file each, with an ``index.json`` naming
+  every file's dtype, shape and order, so a C test reads them without Python
+  (``contrib/symjac_golden.h``).
+
+Every file carries provenance (symjac version, spec hash, generator, seed) and no
+timestamp: regenerating gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import decimal
+import hashlib
+import io
+import json
+import math
+import re
+import zipfile
+from collections.abc import Callable, Iterable
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from symjac._atomic import atomic_folder, atomic_open
+from symjac._errors import SpecError
+from symjac._exact import round_fraction
+from symjac.io.golden._ties import NOTE as TIES_NOTE, tie_magnitudes, tie_quantities
+from symjac.io.golden._second import NOTE as SECOND_NOTE, hvp_bounds, jvp_magnitudes, second_quantities
+from symjac.io._operator import golden_operator
+from symjac.pool._geometry import resolve
+from symjac.check._rounding import float_dtype, gamma, ulps, unit_roundoff
+
+FORMATS = ("json", "npz", "bin", "onnx")
+_FIXED_DATE = (1980, 1, 1, 0, 0, 0)
+#: Significant digits of a loss value that is no exact binary fraction (evaluated at >= 60).
+DECIMAL_DIGITS = 40
+#: Largest denominator written as an exact fraction; beyond it a loss value is shown in decimal.
+_DYADIC_DENOMINATOR = 2**64
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "case"
+
+
+def _fraction(v: Any) -> Fraction:
+    if isinstance(v, Fraction):
+        return Fraction(v)
+    if hasattr(v, "_mpf_"):  # mpmath mpf: (sign, mantissa, exponent, bits), an exact binary fraction
+        sign, man, exp, _ = v._mpf_
+        return Fraction((-1) ** sign * int(man)) * Fraction(2) ** int(exp)
+    return Fraction(int(v.p), int(v.q)) if hasattr(v, "q") else Fraction(v)
+
+
+def _fractions(values: Any) -> np.ndarray:
+    arr = np.asarray(values, dtype=object)
+    out = np.empty(arr.size, dtype=object)
+    for i, v in enumerate(arr.reshape(-1)):
+        out[i] = _fraction(v)
+    return out.reshape(arr.shape)
+
+
+def _per_object(values: Any, fn: Any, otype: Any = object) -> np.ndarray:
+    """``fn`` of each element, computed once per distinct object: a quantity made of few
+    values shares their objects (a Jacobian's entries index its table of distinct
+    values; ``ExactArray.to_fractions`` makes one Fraction per distinct value), so its
+    conversions cost O(distinct) Python work and an O(n) NumPy gather."""
+    arr = np.asarray(values, dtype=object)
+    flat = arr.reshape(-1)
+    ids = np.fromiter(map(id, flat), dtype=np.uint64, count=flat.size)  # the objects live in ``arr`` meanwhile
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    distinct = np.empty(first.size, dtype=object)
+    distinct[:] = [fn(v) for v in flat[first]]
+    return np.asarray(distinct.astype(otype)[inverse.reshape(-1)]).reshape(arr.shape)
+
+
+def _exact_text(v: Any) -> str:
+    """A rational as ``p/q``; an mpmath value that is no short binary fraction as
+    its leading decimal digits (it is transcendental, or rational but not dyadic)."""
+    f = _fraction(v)
+    if not hasattr(v, "_mpf_") or f.denominator <= _DYADIC_DENOMINATOR:
+        return str(f)
+    import mpmath
+
+    return str(mpmath.nstr(v, DECIMAL_DIGITS, strip_zeros=False))
+
+
+def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Exact quantities and metadata of one case.
+
+    Values are object arrays of Fractions, except a loss's ``value`` and
+    ``derivative``: mpmath numbers (>= 60 digits), exact only where they are
+    binary fractions.
+    """
+    if case.is_loss:
+        from symjac.loss._evaluate import complete_inputs, loss_derivative, loss_value
+
+        pred, label, upstream = complete_inputs(case.operator, case.inputs.get("pred"), case.inputs.get("label"),
+                                                case.inputs.get("upstream"))
+        qs: dict[str, np.ndarray] = {"pred": _fractions(pred)}
+        if label is not None:
+            qs["label"] = label = _fractions(label)
+        if upstream is not None:
+            qs["upstream"] = upstream = _fractions(upstream)
+        pred = qs["pred"]
+        qs["value"] = np.asarray(loss_value(case.operator, pred, label), dtype=object)
+        qs["derivative"] = np.asarray(loss_derivative(case.operator, pred, label, upstream), dtype=object)
+        loss_meta: dict[str, Any] = {
+            "operator": repr(case.operator),
+            "note": f"value and derivative are mpmath evaluations at >= 60 significant digits; 'exact' gives p/q "
+                    f"where the result is a binary fraction, else its first {DECIMAL_DIGITS} significant digits",
+            "bounds": "max_abs_error[dtype] bounds |implementation - golden[dtype]| for a correct implementation "
+                      "computing in dtype: symjac.verify_loss's bound (rounding depth and conditioning of the "
+                      "expression) plus half an ULP of golden[dtype]; absent when an input is not exact in dtype; "
+                      "max_ulp is max_abs_error in ULPs of golden[dtype] (null where golden[dtype] is 0 and the bound is not)"}
+        return qs, loss_meta
+    from symjac._exact import ExactArray
+    from symjac.io._specfile import pool_input
+
+    g, x, dy = pool_input(case)
+    op = g.operator
+    if not op.rational:
+        raise SpecError(f"{case.source}: golden data and [expect] values are rational; lp pooling's are "
+                        "algebraic (use symjac.forward/jacobian/vjp)")
+    tie = case.tie or "first"
+    ex, edy = ExactArray.from_any(x), ExactArray.from_any(dy)
+    jac = op.jacobian(g, ex, tie)
+    qs = {
+        "x": x,
+        "dy": dy,
+        "y": op.exact_forward(g, ex).to_fractions(),
+        "dx": op.exact_vjp(g, ex, edy, tie).to_fractions(),
+        "jac_rows": jac.rows.astype(np.int64),
+        "jac_cols": jac.cols.astype(np.int64),
+        "jac_values": _fractions(jac.table)[jac.value_ids] if jac.table else np.empty(0, dtype=object),
+    }
+    meta: dict[str, Any] = {"operator": repr(case.operator), "input_shape": list(g.input_shape),
+                            "output_shape": list(g.output_shape),
+                            "jacobian": "COO over flattened (C-order) output rows and input columns in the spec's "
+                                        "layout; " + ("max pooling at ties routes to the first maximum" if tie == "first"
+                                                      else f"max pooling at ties routes by tie policy {tie}"),
+                            "bounds": BOUND_NOTE}
+    return qs, meta
+
+
+BOUND_NOTE = ("max_abs_error[dtype] bounds |implementation - golden[dtype]| for a correct implementation computing in "
+              "dtype from the golden inputs: gamma(k) * M (Higham), gamma(k) = k*u/(1 - k*u), u the unit roundoff, "
+              "M the sum of |terms| of the entry and k = (number of terms) + 3 (input rounding, weight and product, "
+              "the golden value's own rounding), and where k*u >= 1 (gamma(k) undefined) (1 - u)^-k - 1, the bound "
+              "gamma(k) stands for; inputs (x, dy) have none; max_ulp is max_abs_error in ULPs of golden[dtype] "
+              "(null where golden[dtype] is 0 and the bound is not: terms that cancel)")
+
+
+def _pool_magnitudes(qs: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per computed quantity of a pooling case: (M, k), the sum of |terms| of each entry
+    and its number of rounded operations (see :data:`BOUND_NOTE`). Inputs (x, dy)
+    have no bound: they are given, not computed."""
+    rows, cols = qs["jac_rows"], qs["jac_cols"]
+    weights = np.abs(_per_object(qs["jac_values"], float, np.float64))
+    x, dy = (np.abs(qs[k].astype(np.float64)).reshape(-1) for k in ("x", "dy"))
+
+    def gather(n: int, at: np.ndarray, terms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return np.bincount(at, weights=terms, minlength=n), np.bincount(at, minlength=n) + 3.0
+
+    out = {}
+    out["y"] = gather(qs["y"].size, rows, weights * x[cols])
+    out["dx"] = gather(qs["dx"].size, cols, weights * dy[rows])
+    out["jac_values"] = (weights, np.full(weights.size, 3.0))
+    out.update({**tie_magnitudes(qs), **jvp_magnitudes(qs)})
+    return out
+
+
+def _bounds(case: Any, qs: dict[str, np.ndarray], dtypes: list[str]) -> dict[str, dict[str, np.ndarray]]:
+    """Per dtype, ``max_abs_error`` per element of each float quantity (float64 arrays)."""
+    if case.is_loss:
+        return {dt: _loss_bounds(case, qs, dt) for dt in dtypes}
+    magnitudes = _pool_magnitudes(qs)  # the same terms for every dtype
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for dt in dtypes:
+        u = unit_roundoff(dt)
+        # float64 evaluation of an exact bound: the factor covers its own rounding errors.
+        out[dt] = {name: (gamma(k, u) * mass * (1 + 2.0**-30)).reshape(qs[name].shape)
+                   for name, (mass, k) in magnitudes.items()}
+    return out
+
+
+def _loss_bounds(case: Any, qs: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
+    """The loss verifier's own bounds (value and derivative, from the expression's
+    rounding depth and condition) plus half an ULP for the golden value's rounding.
+
+    Empty when an input is not exact in ``dtype``: the implementation would then see
+    other inputs than the golden values were computed at.
+    """
+    from symjac.check._rounding import float_dtype, ulp_mp
+    from symjac.loss import _numbers
+    from symjac.loss._evaluate import evaluate
+    from symjac.loss._bounds import Bounds, ForwardSums
+    from symjac.verifiers.loss._inputs import prepare_inputs
+
+    dt = float_dtype(dtype)
+    pred, label, upstream, rounded = prepare_inputs(case.operator, qs["pred"], qs.get("label"), qs.get("upstream"), dt)
+    if rounded:
+        return {}
+    ev = evaluate(case.operator, pred, label, upstream, values=True, derivatives=True, bounds=True)
+    bounds = Bounds(ev, dt)
+    sums = ForwardSums(bounds)
+    value = list(sums.errs) if case.operator.reduction == "none" else [sums.at()[1]]
+    derivative = list(bounds.derivative(case.operator.scale).reshape(-1))
+
+    def total(bs: list[Any], exact: np.ndarray) -> np.ndarray:
+        with _numbers.context():
+            return np.array([float((b + ulp_mp(dt, v) / 2) * (1 + _numbers.number(2.0**-30)))
+                             for b, v in zip(bs, exact.reshape(-1))]).reshape(exact.shape)
+
+    return {"value": total(value, qs["value"]), "derivative": total(derivative, qs["derivative"]),
+            **hvp_bounds(case.operator, qs, pred, label, upstream, dt)}
+
+
+def _ulp_bound(bound: np.ndarray, rounded: np.ndarray) -> np.ndarray:
+    """``bound`` in ULPs of the golden value; NaN where that value is 0 but the bound is
+    not (terms that cancel exactly): a ULP of 0 is the smallest subnormal, so the count
+    would be astronomical (float32) or overflow (float64) and say nothing."""
+    golden = rounded.astype(np.float64)
+    with np.errstate(over="ignore"):
+        out = ulps(bound, golden, rounded.dtype)
+    return np.asarray(np.where((golden == 0) & (bound > 0), np.nan, out))
+
+
+def _ulp_list(bound: np.ndarray, rounded: np.ndarray) -> list[float | None]:
+    """:func:`_ulp_bound` as JSON: null where it is NaN (JSON has no NaN or Infinity)."""
+    return [None if math.isnan(v) else v for v in _ulp_bound(bound, rounded).reshape(-1).tolist()]
+
+
+def provenance(case: Any, qs: dict[str, np.ndarray]) -> dict[str, Any]:
+    from symjac import __version__
+
+    h = hashlib.sha256()
+    h.update(repr(case.operator).encode())
+    for key in sorted(k for k in ("x", "dy", "pred", "label", "upstream") if k in qs):
+        h.update(key.encode() + json.dumps([str(v) for v in np.asarray(qs[key]).reshape(-1)]).encode())
+        h.update(str(np.asarray(qs[key]).shape).encode())
+    explicit = "x" in case.inputs or "pred" in case.inputs
+    return {"symjac_version": __version__, "spec_hash": h.hexdigest(), "case": case.name,
+            "generator": case.inputs.get("generator", "explicit" if explicit else "default"),
+            "seed": int(case.inputs.get("seed", 0))}
+
+
+def _is_int_array(a: np.ndarray) -> bool:
+    return np.asarray(a).dtype.kind in "iu"
+
+
+def _rounded(a: np.ndarray, dtype: str) -> np.ndarray:
+    dt = float_dtype(dtype)
+    return _per_object(a, lambda v: round_fraction(_fraction(v), dt), dt)
+
+
+def _stored(rounded: np.ndarray) -> np.ndarray:
+    """Little-endian, as files hold it. bfloat16 has no NumPy type code a reader knows:
+    its bit patterns go as ``<u2`` (the top half of the float32 with the same value)."""
+    if rounded.dtype.name == "bfloat16":
+        return rounded.view("<u2")
+    return rounded.astype(rounded.dtype.newbyteorder("<"))
+
+
+def _shaped(values: list[Any], shape: tuple[int, ...]) -> Any:
+    """A flat list as JSON: a scalar for shape (), else the flat list (C order)."""
+    return values[0] if shape == () else values
+
+
+def _json(case: Any, qs: dict[str, np.ndarray], meta: dict[str, Any], prov: dict[str, Any], dtypes: list[str],
+          path: Path) -> None:
+    arrays: dict[str, Any] = {}
+    bounds = _bounds(case, qs, dtypes)
+    for name, a in qs.items():
+        arr = np.asarray(a)
+        if _is_int_array(arr):
+            arrays[name] = {"shape": list(arr.shape), "values": arr.reshape(-1).tolist()}
+            continue
+        entry: dict[str, Any] = {"shape": list(arr.shape),
+                                 "exact": _shaped(_per_object(arr, _exact_text).reshape(-1).tolist(), arr.shape)}
+        for dt in dtypes:
+            rounded = _rounded(arr, dt)
+            entry[dt] = _shaped([float(v) for v in rounded.reshape(-1)], arr.shape)
+            if name in bounds[dt]:
+                b = bounds[dt][name]
+                entry.setdefault("max_abs_error", {})[dt] = _shaped(b.reshape(-1).tolist(), arr.shape)
+                entry.setdefault("max_ulp", {})[dt] = _shaped(_ulp_list(b, rounded), arr.shape)
+        arrays[name] = entry
+    doc = {"provenance": prov, **meta, "dtypes": dtypes, "arrays": arrays}
+    # json.dumps(doc, indent=1, sort_keys=True), written as it is encoded: the same bytes
+    # without the whole text (and its millions of pieces) in memory at once
+    with atomic_open(path, "w", encoding="ascii", newline="\n") as f:
+        for chunk in json.JSONEncoder(indent=1, sort_keys=True).iterencode(doc):
+            f.write(chunk)
+        f.write("\n")
+
+
+def _npy(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.require(arr, requirements="C"), allow_pickle=False)  # keeps 0-d shapes
+    return buf.getvalue()
+
+
+def _typed(case: Any, qs: dict[str, np.ndarray], dtypes: list[str]) -> dict[str, np.ndarray]:
+    """Every array of the ``npz``/``bin`` formats, by name: ``NAME.DTYPE`` (little-endian),
+    ``NAME.DTYPE.max_abs_error`` (float64) and ``NAME`` for integer arrays."""
+    out = {}
+    bounds = _bounds(case, qs, dtypes)
+    for name, a in qs.items():
+        arr = np.asarray(a)
+        if _is_int_array(arr):
+            out[name] = arr.astype("<i8")
+            continue
+        for dt in dtypes:
+            out[f"{name}.{dt}"] = _stored(_rounded(arr, dt))
+            if name in bounds[dt]:
+                out[f"{name}.{dt}.max_abs_error"] = bounds[dt][name].astype("<f8")
+    return out
+
+
+def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: list[str],
+                 divisors: bool = False, on_case: Callable[[str], Any] = str) -> list[Path]:
+    """Write golden files for ``cases`` (spec-file cases); return the paths written. ``divisors``: the
+    ``operator`` object lists every output window's divisor; ``on_case(name)``: as each case starts."""
+    cases = list(cases)
+    stems = _stems(cases)
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    for case, stem in zip(cases, stems):
+        on_case(case.name)  # the command line's progress line
+        if set(formats) == {"onnx"} and not case.is_loss:  # lp pooling: onnx alone (symjac.io.golden._onnx)
+            from symjac.io.golden._onnx import write_onnx_algebraic  # imports onnx: only for this format
+            if (algebraic := write_onnx_algebraic(case, dtypes, out, stem)) is not None:
+                written += algebraic
+                continue
+        qs, meta = case_quantities(case)
+        geometry = None if case.is_loss else resolve(case.operator, tuple(meta["input_shape"]))
+        meta = {**meta, "operator": golden_operator(case, geometry, divisors), "operator_repr": meta["operator"]}
+        ties, second = tie_quantities(case, qs, case_quantities), second_quantities(case, qs)
+        qs, meta = {**qs, **ties, **second}, {**meta, **({"ties": TIES_NOTE} if ties else {}), "second": SECOND_NOTE}
+        _refuse_overflow(case, qs, dtypes)
+        prov = provenance(case, qs)
+        if "json" in formats:
+            p = out / f"{stem}.json"
+            _json(case, qs, meta, prov, dtypes, p)
+            written.append(p)
+        typed = _typed(case, qs, dtypes) if ("npz" in formats or "bin" in formats) else {}
+        if "npz" in formats:
+            p = out / f"{stem}.npz"
+            with atomic_open(p, "wb") as f, zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED) as z:
+                for name in sorted(typed):
+                    z.writestr(zipfile.ZipInfo(f"{name}.npy", date_time=_FIXED_DATE), _npy(typed[name]))
+                for key, value in (("operator", meta["operator"]), ("provenance", prov)):
+                    z.writestr(zipfile.ZipInfo(f"{key}.json.npy", date_time=_FIXED_DATE),
+                               _npy(np.array(json.dumps(value, sort_keys=True))))
+            written.append(p)
+        if "bin" in formats:
+            written += _write_bin(out / stem, typed, meta, prov)
+        if "onnx" in formats:
+            from symjac.io.golden._onnx import write_onnx  # imports onnx: only for this format
+
+            written += write_onnx(case, geometry, qs, _bounds(case, qs, dtypes), dtypes, out, stem, _rounded)
+    return written
+
+
+def _refuse_overflow(case: Any, qs: dict[str, np.ndarray], dtypes: list[str]) -> None:
+    """A SpecError naming the case, the quantity and its value when a finite exact value
+    rounds to infinity in a requested dtype: its golden value and bound would be
+    infinite (and the rounding of an input raises OverflowError)."""
+    for name, a in qs.items():
+        arr = np.asarray(a)
+        if _is_int_array(arr) or arr.size == 0:
+            continue
+        flat = arr.reshape(-1)
+        _, first = np.unique(np.fromiter(map(id, flat), dtype=np.uint64, count=flat.size), return_index=True)
+        largest = max((abs(_fraction(v)) for v in flat[first]), default=Fraction(0))
+        for dt in dtypes:
+            if math.isinf(float(round_fraction(largest, float_dtype(dt)))):
+                with decimal.localcontext() as ctx:
+                    ctx.prec = 7
+                    value = f"{decimal.Decimal(largest.numerator) / decimal.Decimal(largest.denominator):.6e}"
+                raise SpecError(f"{case.source}: case {case.name!r}: {name} reaches {value} in magnitude, past the largest finite "
+                                f"{dt}; give --dtype without {dt}, or smaller values")
+
+
+def _stems(cases: list[Any]) -> list[str]:
+    """Each case's file stem; two cases whose names slug alike (``"a b"``, ``"a/b"``, ``"a_b"``;
+    names with no ASCII letter or digit, which all become ``case``) would overwrite each other's
+    files, so they are refused before anything is written."""
+    seen: dict[str, Any] = {}
+    stems = []
+    for case in cases:
+        stem = _slug(case.name)
+        if stem in seen:
+            first = seen[stem]
+            raise SpecError(
+                f"cases {first.name!r} ({getattr(first, 'source', '?')}) and {case.name!r} "
+                f"({getattr(case, 'source', '?')}) would both be written as {stem!r}: give them names that differ "
+                "in ASCII letters, digits, '.', '-' or '_' (or select one with --case)")
+        seen[stem] = case
+        stems.append(stem)
+    return stems
+
+
+def _write_bin(folder: Path, typed: dict[str, np.ndarray], meta: dict[str, Any], prov: dict[str, Any]) -> list[Path]:
+    """The case's folder of raw arrays and its index.json, replaced whole (:func:`atomic_folder`):
+    an interrupted rewrite leaves the previous folder, never a mix of two runs' files."""
+    with atomic_folder(folder) as tmp:
+        names = _write_bin_files(tmp, typed, meta, prov)
+    return [folder / name for name in names]
+
+
+def _write_bin_files(folder: Path, typed: dict[str, np.ndarray], meta: dict[str, Any], prov: dict[str, Any]) -> list[str]:
+    written = []
+    sidecar: dict[str, Any] = {"provenance": prov, **meta, "byte_order": "little", "order": "C", "arrays": {}}
+    for name in sorted(typed):
+        arr = typed[name]
+        fname = f"{name}.bin"
+        (folder / fname).write_bytes(arr.tobytes(order="C"))  # inside the folder that replaces the old one whole
+        entry: dict[str, Any] = {"file": fname, "dtype": arr.dtype.str, "shape": list(arr.shape), "count": int(arr.size)}
+        if name.endswith(".bfloat16"):
+            entry["bits_of"] = "bfloat16"
+            arr = arr.view(float_dtype("bfloat16"))
+        if f"{name}.max_abs_error" in typed:
+            entry["max_abs_error_file"] = f"{name}.max_abs_error.bin"
+            worst = _ulp_bound(typed[f"{name}.max_abs_error"], arr)
+            entry["max_ulp"] = float(worst[~np.isnan(worst)].max(initial=0.0))  # over golden values that are not 0
+        sidecar["arrays"][name] = entry
+        written.append(fname)
+    (folder / "index.json").write_text(json.dumps(sidecar, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    written.append("index.json")
+    return written
+
+
+def check_expect(case: Any) -> list[str]:
+    """Compare a case's ``[expect]`` values with the exact ones; return mismatches.
+
+    Pooling: ``forward``, ``gradient``, ``output_shape``, ``pads``, ``nnz`` exactly.
+    Losses: ``value``, ``derivative`` (S·dL/dpred) and ``base_derivative`` (dL/dpred)
+    to within 1e-40 relative (the mpmath values carry >= 50 digits).
+    """
+    from symjac.io._specfile import exact_array
+
+    qs, meta = case_quantities(case)
+    qs = {k: v if _is_int_array(v) else _fractions(v) for k, v in qs.items()}
+    problems = []
+    exp = case.expect
+
+    def same(name: str, got: np.ndarray, want: Any) -> None:
+        want_arr = exact_array(want, f"{case.source} [expect].{name}")
+        if want_arr.shape != np.asarray(got).shape:
+            problems.append(f"{name}: shape {want_arr.shape} expected, {np.asarray(got).shape} computed")
+            return
+        tol = Fraction(1, 10**40) if case.is_loss else Fraction(0)
+        for w, g in zip(want_arr.reshape(-1), np.asarray(got).reshape(-1)):
+            want_value = Fraction(w)
+            if abs(want_value - Fraction(g)) > tol * max(Fraction(1), abs(want_value)):
+                problems.append(f"{name}: expected {want_arr.tolist()}, computed {[str(v) for v in np.asarray(got).reshape(-1)]}")
+                return
+
+    if case.is_loss:
+        for key, name in (("value", "value"), ("derivative", "derivative")):
+            if key in exp:
+                same(key, qs[name], exp[key])
+        if "base_derivative" in exp:
+            scale = Fraction(case.operator.scale)
+            same("base_derivative", np.vectorize(lambda v: v / scale, otypes=[object])(qs["derivative"]), exp["base_derivative"])
+        return problems
+    if "forward" in exp:
+        same("forward", qs["y"], exp["forward"])
+    if "gradient" in exp:
+        same("gradient", qs["dx"], exp["gradient"])
+    if "output_shape" in exp and list(exp["output_shape"]) != meta["output_shape"]:
+        problems.append(f"output_shape: expected {exp['output_shape']}, computed {meta['output_shape']}")
+    if "nnz" in exp and int(exp["nnz"]) != qs["jac_rows"].size:
+        problems.append(f"nnz: expected {exp['nnz']}, computed {qs['jac_rows'].size}")
+    if "pads" in exp:
+        from symjac.io._specfile import pool_input
+
+        pads = [list(p) for p in pool_input(case)[0].pads]
+        if [list(p) for p in exp["pads"]] != pads:
+            problems.append(f"pads: expected {exp['pads']}, computed {pads}")
+    return problems
