@@ -15,7 +15,7 @@ from typing import Any
 
 from ._errors import InputError as InputError, SpecError as SpecError, SymjacError as SymjacError, VerificationError as VerificationError
 
-__version__ = "0.1.0"
+from ._version import __version__ as __version__
 
 _EXPORTS = {
     # pooling: specs and the exact engine

@@ -306,7 +306,7 @@ def _epilog(command: Command) -> str:
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The top-level parser and each subcommand's parser (for its own usage line)."""
-    from symjac import __version__
+    from symjac._version import __version__
 
     parser = argparse.ArgumentParser(
         prog="symjac", description="Prove a layer's backward is the exact derivative of its forward.",

@@ -24,7 +24,7 @@ from symjac._errors import SymjacError
 from symjac.verifiers._impl import Impl as Impl, LossImpl as LossImpl
 
 if TYPE_CHECKING:
-    from symjac.loss._spec import Loss
+    pass
 
 #: The pip extra that installs each framework module's dependencies.
 EXTRAS = {"torch": "torch", "jax": "jax", "flax": "jax", "tensorflow": "tensorflow", "keras": "tensorflow",

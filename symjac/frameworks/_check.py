@@ -126,7 +126,7 @@ def check(module: ModuleType, fn: Any, op: str | None, arguments: dict[str, Any]
       SpecError: no op named or inferable, an argument the op does not take, or a value it refuses.
       FrameworkMissing: the framework is not installed.
     """
-    import symjac  # the public verify: the verifiers read the adapters (Impl, autograd.Function)
+    from symjac.verifiers.pool._verify import verify  # deferred: importing an adapter stays light
 
     op = op_of(module, fn, op)
     if _is_layer(fn):  # its arguments are its own: called as fn(x)
@@ -134,8 +134,8 @@ def check(module: ModuleType, fn: Any, op: str | None, arguments: dict[str, Any]
     else:
         spec = _spec_of(module, op, arguments)
         impl = module.wrap(fn, **arguments) if _takes(fn, arguments, op) else module.wrap(fn)
-    return symjac.verify(spec, impl, input_shape=input_shape, dtype=dtype, tie=tie, seed=seed, timeout=timeout,
-                         isolate=isolate)
+    return verify(spec, impl, input_shape=input_shape, dtype=dtype, tie=tie, seed=seed, timeout=timeout,
+                  isolate=isolate)
 
 
 def _run(framework: str, fn: Any, op: str | None, arguments: dict[str, Any], options: dict[str, Any]) -> Any:

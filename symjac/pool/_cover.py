@@ -158,8 +158,7 @@ def _long_length(spec: PoolSpec, axis: int, least: int) -> int:
 def large_shapes(spec: PoolSpec) -> list[tuple[int, ...]]:
     """Index-width shapes, batch 1 and 1 channel: per axis, that axis past
     :data:`LARGE_CELLS` cells and the others at their smallest length with windows; for rank >= 2
-    also a plane past :data:`LARGE_CELLS` cells with every axis well below 2^15."""
-    spec = check_pool_spec(spec)
+    also a plane past :data:`LARGE_CELLS` cells with every axis well below 2^15 (``spec`` checked)."""
     small = [_long_length(spec, axis, 1) for axis in range(spec.rank)]
     spatial = []
     for axis in range(spec.rank):
@@ -205,7 +204,11 @@ def cover(spec: PoolSpec, large: bool = False) -> tuple[tuple[int, ...], ...]:
     Raises:
       SpecError: the spec fits no input length, or its kernel is too long to enumerate.
     """
-    spec = check_pool_spec(spec)
+    return plan(check_pool_spec(spec), large)
+
+
+def plan(spec: PoolSpec, large: bool = False) -> tuple[tuple[int, ...], ...]:
+    """:func:`cover` for the stages below a public entry, which checked the spec."""
     per_axis = [axis_lengths(spec, axis) for axis in range(spec.rank)]
     if math.prod(len(p) for p in per_axis) <= MAX_SHAPES:
         spatial = list(itertools.product(*per_axis))
@@ -214,5 +217,5 @@ def cover(spec: PoolSpec, large: bool = False) -> tuple[tuple[int, ...], ...]:
         spatial = [tuple(p[i % len(p)] for p in per_axis) for i in range(n)]
     shapes = [_full(spec, BATCH, CHANNELS, sp) for sp in spatial]
     shapes.append(_full(spec, WIDE_BATCH, WIDE_CHANNELS, _wide_spatial(spec)))
-    plan = sorted(shapes, key=lambda sh: (math.prod(sh), sh))
-    return tuple(plan + (large_shapes(spec) if large else []))
+    ordered = sorted(shapes, key=lambda sh: (math.prod(sh), sh))
+    return tuple(ordered + (large_shapes(spec) if large else []))

@@ -340,7 +340,7 @@ def _split_shape(spec: PoolSpec, input_shape: tuple[int, ...]) -> tuple[tuple[in
     return input_shape[: n - rank - 1], input_shape[n - rank - 1 : n - 1], input_shape[-1:]
 
 
-def _check_shape(input_shape: object) -> tuple[int, ...]:
+def check_shape(input_shape: object) -> tuple[int, ...]:
     try:
         shape: tuple[Any, ...] = tuple(input_shape)  # type: ignore[arg-type]
     except TypeError:
@@ -364,9 +364,15 @@ def resolve(spec: PoolSpec, input_shape: tuple[int, ...], *, max_nnz: int | None
         padded input, a window reading only padding, adaptive output too large), or
         the Jacobian would exceed the budget.
     """
-    spec, shape = check_pool_spec(spec), _check_shape(input_shape)
-    _check_budget(spec, shape, max_nnz)
-    return _resolve(spec, shape)
+    return resolved(check_pool_spec(spec), check_shape(input_shape), max_nnz=max_nnz)
+
+
+def resolved(spec: PoolSpec, input_shape: tuple[int, ...], *, max_nnz: int | None = None) -> Geometry:
+    """:func:`resolve` for the stages below a public entry, which checked the spec (and any shape a
+    user gave, :func:`check_shape`): only the size budget is checked here, since it depends on the
+    shape (a coverage plan resolves one spec at many shapes)."""
+    _check_budget(spec, input_shape, max_nnz)
+    return _resolve(spec, input_shape)
 
 
 def _check_budget(spec: PoolSpec, shape: tuple[int, ...], max_nnz: int | None) -> None:

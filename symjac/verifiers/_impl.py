@@ -91,7 +91,7 @@ class LossImpl:
 OBJECT_ADAPTERS = "symjac.object_adapters"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _adapter_for(framework: str) -> Callable[[Any], Impl | None] | None:
     found = entry_points(group=OBJECT_ADAPTERS, name=framework)
     return next((ep.load() for ep in found), None)

@@ -16,8 +16,9 @@ from typing import Any
 from symjac.verifiers.pool._inputs import families
 from symjac.io.golden._write import case_quantities
 from symjac.io.golden._ties import tie_quantities
-from symjac.pool._cover import cover
-from symjac.pool._geometry import resolve
+from symjac.pool._cover import plan
+from symjac.pool._geometry import resolved
+from symjac.pool._spec import check_pool_spec
 
 
 def _at(case: Any, shape: tuple[int, ...], family: str) -> Any:
@@ -33,9 +34,10 @@ def cover_cases(cases: Iterable[Any]) -> list[Any]:
         if case.is_loss:
             out.append(case)
             continue
-        for shape in cover(case.operator):
+        spec = check_pool_spec(case.operator)  # once: the plan's shapes resolve it unchecked
+        for shape in plan(spec):
             ties = _at(case, shape, "ties")
             tied = bool(tie_quantities(ties, case_quantities(ties)[0], case_quantities))
-            named = ("distinct",) + (("ties",) if tied else ()) + families(resolve(case.operator, shape))
+            named = ("distinct",) + (("ties",) if tied else ()) + families(resolved(spec, shape))
             out += [ties if family == "ties" else _at(case, shape, family) for family in named]
     return out

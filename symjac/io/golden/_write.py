@@ -249,7 +249,7 @@ def _ulp_list(bound: np.ndarray, rounded: np.ndarray) -> list[float | None]:
 
 
 def provenance(case: Any, qs: dict[str, np.ndarray]) -> dict[str, Any]:
-    from symjac import __version__
+    from symjac._version import __version__
 
     h = hashlib.sha256()
     h.update(repr(case.operator).encode())

@@ -94,22 +94,10 @@ class _Outcome:
     base: np.ndarray
 
 
-def verify_loss(
-    loss: Loss,
-    impl: Any = None,
-    /,
-    *,
-    derivative: Callable[..., Any] | None = None,
-    forward: Callable[..., Any] | None = None,
-    pred: Any = None,
-    label: Any = None,
-    upstream: Any = None,
-    dtype: Any = None,
-    timeout: float | None = DEFAULT_TIMEOUT,
-    hvp: Callable[..., Any] | None = None,
-    v: Any = None,
-    deterministic: bool = False,
-) -> Report:
+def verify_loss(loss: Loss, impl: Any = None, /, *, derivative: Callable[..., Any] | None = None,
+                forward: Callable[..., Any] | None = None, pred: Any = None, label: Any = None, upstream: Any = None,
+                dtype: Any = None, timeout: float | None = DEFAULT_TIMEOUT, hvp: Callable[..., Any] | None = None,
+                v: Any = None, deterministic: bool = False) -> Report:
     """Check a loss derivative against the exact ``S·dL/dpred``; every fault a finding.
 
     The implementation is called on NumPy arrays of ``dtype``:
@@ -118,22 +106,15 @@ def verify_loss(
     ``S·Σ_i u_i·dℓ_i/dpred``. ``forward(pred, label)`` -> ``L`` (one number; one per
     element for ``"none"``), unscaled.
 
-    Checks, each a :class:`symjac.report.Finding` category:
-
-    - ``bad_output``: raises, wrong shape, wrong dtype, NaN/Inf (derivative or forward).
-    - ``mutates_inputs``: pred, label or upstream changed by a call (compared with
-      copies taken before, sha256 checksums in the message); a second call on the
-      same buffers that then returns wrong values adds ``wrong_values``.
-    - ``nondeterministic``: two calls on equal inputs differ bitwise and one is outside
-      the derived bound (or, with ``deterministic=True``, differ bitwise at all). Both
-      within the bound is a note (``report.notes``, ``stats["nondeterminism"]``).
-    - ``missing_scale``: the derivative equals the unscaled ``dL/dpred`` ("missing
-      loss scale"); ``wrong_scale``: it equals ``c·dL/dpred`` for another ``c``
-      (named); ``wrong_values``: neither, outside the derived bound.
-    - ``forward_values``: the forward disagrees with the exact ``L``.
-    - ``not_fd_consistent``: the derivative is not S times the central differences
-      of the implementation's own forward (not reported again when a scale
-      finding already explains it).
+    Findings: ``bad_output`` (raises, wrong shape or dtype, NaN/Inf); ``mutates_inputs``
+    (pred, label or upstream changed by a call: sha256 checksums in the message; wrong values
+    from a second call on the same buffers add ``wrong_values``); ``nondeterministic`` (equal
+    calls differ bitwise, one outside the derived bound, or at all with ``deterministic=True``;
+    both within it is a note: ``report.notes``, ``stats["nondeterminism"]``); ``missing_scale``
+    (the unscaled ``dL/dpred``), ``wrong_scale`` (``c·dL/dpred`` for another, named ``c``) or
+    ``wrong_values`` (neither, outside the bound); ``forward_values`` (the forward is not the
+    exact ``L``); ``not_fd_consistent`` (not S times the central differences of the
+    implementation's own forward, unless a scale finding explains it).
 
     Bounds are derived in the module docstring, reported in ULPs of ``dtype``.
 
@@ -182,29 +163,36 @@ def verify_loss(
         >>> r.categories()
         ['missing_scale']
     """
+    loss = check_loss(loss)  # the one validation: the stages below take the spec as valid
     if impl is not None:
-        fns = implementation(impl, loss=True)
-        derivative, forward = derivative or fns["derivative"], forward or fns["forward"]
-        pred, label, upstream = (getattr(impl, k, None) if given is None else given
-                                 for k, given in (("pred", pred), ("label", label), ("upstream", upstream)))
-    if hvp is None:
-        if derivative is None:
-            raise InputError("verify_loss needs the implementation: give derivative=(pred, label) -> S·dL/dpred, "
-                             "hvp=(pred, label, v) -> H·v, or an implementation object as the second argument: there is nothing to verify")
-        return _verify(loss, derivative, forward, pred, label, upstream, dtype, timeout, fast=True,
-                       deterministic=deterministic).report
-    from symjac.verifiers.loss._hvp import check_hvp
+        derivative, forward, pred, label, upstream = _from_impl(impl, derivative, forward, pred, label, upstream)
+    if derivative is None and hvp is None:
+        raise InputError("verify_loss needs the implementation: give derivative=(pred, label) -> S·dL/dpred, "
+                         "hvp=(pred, label, v) -> H·v, or an implementation object as the second argument: there "
+                         "is nothing to verify")
+    second = None
+    if hvp is not None:
+        from symjac.verifiers.loss._hvp import check_hvp
 
-    check_loss(loss)
-    second = check_hvp(loss, hvp, pred, label, upstream, v, _dtype(dtype, pred, label), timeout)
+        second = check_hvp(loss, hvp, pred, label, upstream, v, _dtype(dtype, pred, label), timeout)
     if derivative is None:
+        assert second is not None
         return second
     first = _verify(loss, derivative, forward, pred, label, upstream, dtype, timeout, fast=True,
                     deterministic=deterministic).report
+    if second is None:
+        return first
     rejected = "; ".join(r for r in (first.unsupported, second.unsupported) if r) or None
     return Report(first.subject, first.findings + second.findings, {**first.stats, **second.stats},
                   f"{first.headline}; {second.headline}", first.notes + second.notes, rejected)
 
+
+def _from_impl(impl: Any, derivative: Any, forward: Any, pred: Any, label: Any, upstream: Any) -> tuple[Any, ...]:
+    """``derivative, forward, pred, label, upstream``: those given, else the implementation object's."""
+    fns = implementation(impl, loss=True)
+    return (derivative or fns["derivative"], forward or fns["forward"],
+            *(getattr(impl, k, None) if given is None else given
+              for k, given in (("pred", pred), ("label", label), ("upstream", upstream))))
 
 
 def _verify(
@@ -220,8 +208,8 @@ def _verify(
     deterministic: bool = False,
 ) -> _Outcome:
     """The verification; ``fast``: try the fast route first (no forward; the report
-    alone: its outcome has no exact arrays), :mod:`symjac.verifiers.loss.fast._filter`."""
-    check_loss(loss)
+    alone: its outcome has no exact arrays), :mod:`symjac.verifiers.loss.fast._filter`. ``loss``
+    is a valid spec (its caller's entry checked it)."""
     if not isinstance(deterministic, (bool, np.bool_)):
         raise InputError(f"deterministic={deterministic!r} is not valid: give True or False")
     if not callable(derivative):

@@ -28,7 +28,7 @@ import numpy as np
 from symjac._errors import InputError, SpecError, SymjacError
 from symjac._exact import ExactArray
 from symjac.check._rounding import precision, unit_roundoff
-from symjac.pool._geometry import Geometry, resolve
+from symjac.pool._geometry import Geometry, check_shape, resolved
 from symjac.pool._jacobian import exact_forward
 from symjac.pool._ops import operator_of
 from symjac.pool._spec import Pool, PoolSpec
@@ -181,7 +181,7 @@ def _screen(candidates: Iterable[PoolSpec], impl: Any, input_shape: tuple[int, .
     tried = 0
     for spec in dict.fromkeys(candidates):
         try:
-            g = resolve(spec, tuple(input_shape))
+            g = resolved(spec, check_shape(input_shape))
         except SpecError:
             continue
         tried += 1
@@ -276,7 +276,7 @@ def neighbours(spec: PoolSpec) -> list[tuple[PoolSpec, str]]:
 def _same_windows(g: Geometry, spec: PoolSpec) -> bool:
     """Whether ``spec`` at ``g``'s input shape has ``g``'s windows, divisors and layout."""
     try:
-        other = resolve(spec, g.input_shape)
+        other = resolved(spec, g.input_shape)
     except SpecError:
         return False
     return (other.spec.layout == g.spec.layout and other.out_spatial == g.out_spatial
@@ -296,7 +296,7 @@ def hint(spec: PoolSpec, forward: Callable[..., Any] | None, backward: Callable[
     on the inputs. Such neighbours are skipped.
     """
     found = []
-    here = resolve(spec, tuple(input_shape))
+    here = resolved(spec, tuple(input_shape))
     for candidate, change in neighbours(spec):
         if _same_windows(here, candidate):
             continue

@@ -23,10 +23,10 @@ from symjac.check._report import CATEGORIES, Finding, Report
 from symjac.check._rounding import float_dtype
 from symjac.check._unsupported import unsupported
 from symjac.pool._beta import Beta, parse_tie
-from symjac.pool._cover import cover
-from symjac.pool._geometry import Geometry, resolve
+from symjac.pool._cover import plan as coverage_plan
+from symjac.pool._geometry import Geometry, check_shape, resolved
 from symjac.pool._ops import operator_of
-from symjac.pool._spec import PoolSpec, check_pool_spec
+from symjac.pool._spec import PoolSpec
 from symjac.pool._symbolic import TIE_POLICIES
 from symjac.pool._beta_fit import beta_name
 from symjac.verifiers.pool._verifier import _Verifier
@@ -49,9 +49,9 @@ def _inputs(spec: PoolSpec, dt: np.dtype[Any], input_shape: Any, x: Any, dy: Any
         x_arr = raw.astype(dt)
         if not np.array_equal(x_arr.astype(np.float64), raw.astype(np.float64)):
             raise InputError(f"x is not exactly representable in {dt}; give values that are (e.g. small dyadic numbers)")
-        g = resolve(spec, x_arr.shape)
+        g = resolved(spec, check_shape(x_arr.shape))
     else:
-        g = resolve(spec, tuple(input_shape))
+        g = resolved(spec, check_shape(input_shape))
         x_arr = distinct_input(g, dt, seed)
         x_arr = g.operator.default_input(g, x_arr)  # lp: odd p needs Σ x^p > 0 in every window
     dy_arr = None
@@ -79,8 +79,8 @@ def run(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forward: 
         tie: str | Beta = "any", seed: int = 0, one_hot_budget: int = 64,
         timeout: float | None = DEFAULT_TIMEOUT, families: Sequence[str] | None = None, isolate: bool = False,
         deterministic: bool = False, hint: Hint | None = None, large: bool = False) -> Report:
-    """:func:`symjac.verify` (its arguments, but ``hint``: called on a failing report of one shape)."""
-    spec = check_pool_spec(spec)
+    """:func:`symjac.verify` (its arguments, but ``hint``: called on a failing report of one shape),
+    for a ``spec`` its entry checked."""
     dt = _dtype(dtype, x)
     parsed = parse_tie(tie, ("any",) + TIE_POLICIES)
     tie_name = beta_name(parsed) if isinstance(parsed, Beta) else parsed
@@ -158,7 +158,7 @@ def _cause_rank(report: Report) -> int:
 def _verify_plan(spec: PoolSpec, kwargs: dict[str, Any], large: bool = False) -> Report:
     """Verify at every shape of :func:`symjac.cover` (``large``: its index-width shapes too)
     and combine the reports."""
-    shapes = cover(spec, large=large)
+    shapes = coverage_plan(spec, large=large)
     reports: list[Report] = []
     for i, shape in enumerate(shapes):
         note(f"shape {i + 1}/{len(shapes)} of the coverage plan, {shape}")

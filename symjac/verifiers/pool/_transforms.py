@@ -26,9 +26,9 @@ from symjac.verifiers.pool._inputs import FAMILY_NAMES, distinct_dy, tie_input
 from symjac.check._report import Finding, Report
 from symjac.check._rounding import unit_roundoff
 from symjac.check._unsupported import unsupported
-from symjac.pool._cover import cover
+from symjac.pool._cover import plan as coverage_plan
 from symjac.pool._geometry import Geometry
-from symjac.pool._spec import PoolSpec, check_pool_spec
+from symjac.pool._spec import PoolSpec
 from symjac.verifiers.pool._diagnose import Diagnosis
 from symjac.verifiers.pool._jvp import (ColumnProber, classify, contradicted, distinct_tangent, exact_at, not_linear,
                                        same_element, suspects_of)
@@ -191,21 +191,21 @@ def _report(g: Geometry, transform: str, findings: list[Finding], stats: dict[st
 def verify_transforms(spec: PoolSpec, *, jvp: Callable[..., Any] | None, double_backward: Callable[..., Any] | None,
                       backward: Callable[..., Any] | None, input_shape: Any, x: Any, dtype: Any, seed: int,
                       one_hot_budget: int, timeout: float | None, tie: Any = "any") -> Report:
-    """Every given transform at the shape (x's, ``input_shape``) or at every shape of the coverage plan."""
+    """Every given transform at the shape (x's, ``input_shape``) or at every shape of the coverage plan,
+    for a ``spec`` its entry checked."""
     from symjac.verifiers.pool._run import _dtype, _inputs
 
     from symjac.pool._beta import Beta, parse_tie
     from symjac.pool._symbolic import TIE_POLICIES
     from symjac.pool._beta_fit import beta_name
 
-    spec = check_pool_spec(spec)
     parsed = parse_tie(tie, ("any",) + TIE_POLICIES)
     tie_name = beta_name(parsed) if isinstance(parsed, Beta) else str(parsed)
     for name, fn in (("jvp", jvp), ("double_backward", double_backward)):
         if fn is not None and not callable(fn):
             raise InputError(f"{name}={fn!r} is not callable: give a function on NumPy arrays")
     dt = _dtype(dtype, x)
-    shapes: list[Any] = [None] if (x is not None or input_shape is not None) else list(cover(spec))
+    shapes: list[Any] = [None] if (x is not None or input_shape is not None) else list(coverage_plan(spec))
     reports: list[Report] = []
     for shape in shapes:
         g, x_arr, _ = _inputs(spec, dt, input_shape if shape is None else shape, x, None, seed)

@@ -31,7 +31,7 @@ from symjac.check._call import DEFAULT_TIMEOUT
 from symjac.check._report import Report
 from symjac.pool._beta import Beta
 from symjac.pool._geometry import Geometry
-from symjac.pool._spec import PoolSpec
+from symjac.pool._spec import PoolSpec, check_pool_spec
 from symjac.verifiers._impl import implementation
 from symjac.verifiers.pool._infer import hint
 from symjac.verifiers.pool._run import run
@@ -72,10 +72,8 @@ def verify(spec: PoolSpec, impl: Any = None, /, *, backward: Callable[..., Any] 
         :class:`symjac.frameworks.Impl`, an object or dict with ``backward`` (and optionally
         ``forward``), or a ``torch.autograd.Function`` subclass (called through its ``apply``);
         ``backward=``/``forward=`` given too replace its own.
-      backward: ``backward(x, dy) -> dx`` on NumPy arrays in the spec's layout/dtype;
-        None for a forward-only runtime (ONNX Runtime): then the forward is checked
-        exactly (values, shape, dtype, determinism, at tied inputs too) and the report
-        says that only the forward was checked.
+      backward: ``backward(x, dy) -> dx`` on NumPy arrays in the spec's layout/dtype; None for a
+        forward-only runtime (ONNX Runtime): the forward alone is checked exactly, and the report says so.
       forward: optional ``forward(x) -> y``; enables the forward check and the
         finite-difference oracle. At least one of backward, forward, jvp and
         double_backward is needed.
@@ -92,53 +90,33 @@ def verify(spec: PoolSpec, impl: Any = None, /, *, backward: Callable[..., Any] 
         the coverage plan :func:`symjac.cover` is verified and the report combines
         them (each finding names its shape).
       x: input values (default: small integers distinct within every window).
-      dy: an upstream gradient for one more dense call, whose expected, observed
-        and finite-difference gradients go in ``stats`` (the confirmation call always
-        uses distinct dyadic values, so gradient swapped between windows shows).
+      dy: an upstream gradient for one more dense call, whose expected, observed and
+        finite-difference gradients go in ``stats`` (the confirmation call's dy is distinct dyadic values).
       dtype: ``"float16"``, ``"bfloat16"`` (needs ``symjac[bfloat16]``), ``"float32"``
         or ``"float64"``; default: the dtype of a float ``x``, else float64.
-      tie: ``"any"`` accepts any routing in the Clarke set at max-pooling ties and
-        names the policy seen (``stats["tie_policy"]``: ``first``, ``last``,
-        ``split``, ``beta:<b>`` for rows β·J_split + (1−β)·J_first, ``varying`` when
-        calls choose different Clarke elements (each call's dx is checked to be
-        ``J^T dy`` for some element), or ``other``; None when no ties were seen;
-        a β outside the Clarke set is a ``tie_beta_outside_clarke`` finding);
-        ``"first"``, ``"last"``, ``"split"`` or :class:`symjac.Beta` (``"beta:<b>"``)
-        demand that policy.
+      tie: ``"any"`` accepts any routing in the Clarke set at max-pooling ties and names the
+        policy seen in ``stats["tie_policy"]`` (``first``, ``last``, ``split``, ``beta:<b>`` for
+        β·J_split + (1−β)·J_first, ``varying`` when calls choose different Clarke elements,
+        ``other``; None without ties; a β outside the Clarke set is ``tie_beta_outside_clarke``);
+        ``"first"``, ``"last"``, ``"split"`` or :class:`symjac.Beta` demand that policy.
       seed: seeds the default inputs.
       one_hot_budget: at most this many one-hot backward calls for diagnosis.
-      timeout: seconds each call of the implementation may take (None: no limit, and
-        calls run in the caller's thread); a call that takes longer is a ``timeout``
-        finding. Calls run in a kept thread; the calls of one probe plan (or of the
-        finite differences) are handed to it together and run back to back, each with
-        its own copies of ``x`` and ``dy``. Each array result is copied the moment its
-        call returns (the verdict reads that copy); one that changes afterwards is a
-        ``result_changed_after_return`` finding. An implementation bound to its thread
-        (state only the thread that made it may use: an sqlite3 connection, tinygrad's
-        kernel cache) raises in the kept thread: a call that raises there is made again
-        on the caller's thread, and when it returns there (and raises in a kept thread
-        once more) every later call of that callable is made on the caller's thread,
-        timed by ``signal.setitimer``/SIGALRM on the main thread (POSIX; elsewhere no
-        limit; a call stuck in C code cannot be interrupted so).
+      timeout: seconds each call of the implementation may take (None: no limit, and calls
+        run in the caller's thread); a call that takes longer is a ``timeout`` finding. Calls
+        run in a kept thread, a probe plan's handed over at once, each array result copied as
+        its call returns (a later change is ``result_changed_after_return``); an implementation
+        bound to its thread is called on the caller's thread instead (:mod:`symjac.check._invoke`).
       families: extra input families, each one dense backward call (and one forward
         call) per input: ``"all_negative"``, ``"near_ties"`` and/or ``"orders"`` (max
         pooling: ramps and slabs that decide routing whatever the seed, docs/coverage.md).
         Default: those that can matter (all-negative for max pooling whose windows touch
         padding, orders for max pooling, near-ties always); ``()`` for none. Ties run for max pooling regardless.
-      isolate: call the implementation in a worker process (forked on Linux, so the
-        callables need not pickle; a fresh interpreter with the callables pickled by
-        value once TensorFlow or JAX has run here, whose threads a fork lacks; see
-        :mod:`symjac.run._isolate`): an abort, segfault or SIGFPE becomes a ``crashed``
-        finding naming the signal, and a hung call is killed at ``timeout``. A call
-        whose ``os.fork()`` child returns from it too is a ``forked`` finding (the
-        child is ended; the parent's answer is checked).
-      deterministic: the implementation promises bitwise reproducible results. Every
-        call's result is checked against the exact answer for what that call asked;
-        beyond that, two equal calls whose results differ bitwise while each stays within
-        the rounding bound (GPU atomics accumulating in another order) are a note
-        (``report.notes``, ``stats["nondeterminism"]``) by default, and a
-        ``nondeterministic`` finding with ``deterministic=True``. A difference beyond
-        the bound is a finding either way.
+      isolate: call the implementation in a worker process (:mod:`symjac.run._isolate`): an
+        abort, segfault or SIGFPE is a ``crashed`` finding naming the signal, a hung call is
+        killed at ``timeout``, a call whose ``os.fork()`` child returns too is ``forked``.
+      deterministic: the implementation promises bitwise reproducible results: two equal
+        calls that differ bitwise within the rounding bound (GPU atomics) are a
+        ``nondeterministic`` finding, not a note (``report.notes``); beyond it, a finding always.
       hints: when the report fails on values a neighbouring convention could explain
         (divisor, SAME upper/lower, ceil rule, layout), check those and name the ones
         the implementation matches exactly (``stats["hint"]`` and the headline).
@@ -148,13 +126,11 @@ def verify(spec: PoolSpec, impl: Any = None, /, *, backward: Callable[..., Any] 
 
     Returns:
       A :class:`Report`; ``report.ok`` is True when nothing was found. A dtype the
-      implementation rejects (every call raises, all one exception type, and it runs in
-      another float dtype, or the type is ``NotImplementedError``) is ``unsupported``:
-      ``report.unsupported`` gives the reason, ``report.verdict`` is ``"UNSUPPORTED"``,
-      ``report.ok`` False, and no finding is made of it (raising on some calls, inputs or
-      plan shapes only, or in every dtype, is ``bad_output``). Each finding's
-      ``family`` names the input family that exposed it; ``stats["families"]`` counts
-      the findings per family run.
+      implementation rejects (every call raises one exception type, and it runs in another
+      float dtype, or the type is ``NotImplementedError``) is ``unsupported``
+      (``report.unsupported``, ``report.verdict == "UNSUPPORTED"``, no finding); raising on some
+      calls only is ``bad_output``. Each finding's ``family`` names the input family that exposed
+      it (``stats["families"]`` counts them).
 
     Raises:
       SpecError / InputError: the spec, shape, dtype or inputs are invalid (the
@@ -166,12 +142,12 @@ def verify(spec: PoolSpec, impl: Any = None, /, *, backward: Callable[..., Any] 
     if backward is None and forward is None and jvp is None and double_backward is None:
         raise InputError("give backward(x, dy), forward(x), jvp(x, t) and/or double_backward(x, dy, v): "
                          "there is nothing to verify")
+    spec = check_pool_spec(spec)  # the one validation: the stages below take the spec as valid
     base = None
     if backward is not None or forward is not None:
         base = run(spec, backward=backward, forward=forward, input_shape=input_shape, x=x, dy=dy, dtype=dtype,
                    tie=tie, seed=seed, one_hot_budget=one_hot_budget, timeout=timeout, families=families,
-                   isolate=isolate, deterministic=deterministic, hint=_hint if hints else None,
-                   large=large)
+                   isolate=isolate, deterministic=deterministic, hint=_hint if hints else None, large=large)
         if jvp is None and double_backward is None:
             return base
     from symjac.verifiers.pool._transforms import verify_transforms
@@ -179,9 +155,7 @@ def verify(spec: PoolSpec, impl: Any = None, /, *, backward: Callable[..., Any] 
     extra = verify_transforms(spec, jvp=jvp, double_backward=double_backward, backward=backward,
                               input_shape=input_shape, x=x, dtype=dtype, seed=seed, one_hot_budget=one_hot_budget,
                               timeout=timeout, tie=tie)
-    if base is None:
-        return extra
-    return _merge(base, extra)
+    return extra if base is None else _merge(base, extra)
 
 
 def _merge(base: Report, extra: Report) -> Report:
