@@ -1,1 +1,3 @@
-"""What every verifier shares: the guarded call, rounding bounds, input generators, Report/Finding."""
+"""What every verifier, and every operator's verification rules, share: rounding (dtypes, unit
+roundoff, γ, ULPs), findings and reports, the guarded call of code under test. Imports only
+:mod:`symjac.run` and the base modules (CONTRIBUTING.md, "The stack")."""

@@ -1,1 +1,2 @@
-"""Files and views: spec files (TOML), golden data, explanations, pictures."""
+"""Files and views: spec files (TOML) and their cases against an implementation, sweeps, golden data
+(``golden/``), explanations, pictures."""

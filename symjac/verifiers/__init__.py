@@ -1,1 +1,3 @@
-"""Verifiers built on :mod:`symjac.check`: pools, losses, loss families."""
+"""The verifiers: ``pool/`` (``verify``: the VJP by probes, the forward, finite differences, the JVP and
+second order), ``loss/`` (``verify_loss``, ``check_loss_family``, and ``loss/fast/``, the fast route),
+and ``_impl`` (an implementation object as the callables they call)."""

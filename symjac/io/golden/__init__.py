@@ -1,0 +1,3 @@
+"""Golden data: ``_write`` (JSON/NPZ/bin, the C header, ``check_expect``), ``_cover`` (``--cover``: a
+case at every coverage-plan shape and family), ``_ties`` (tied windows), ``_second`` (second
+derivatives), ``_onnx`` (ONNX backend-test layout)."""
