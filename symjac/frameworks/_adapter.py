@@ -4,7 +4,9 @@ Every framework module (:mod:`symjac.frameworks.torch`, ``jax``, ``tensorflow``,
 ``onnxruntime``) turns framework code into an :class:`Impl` and offers ready-made
 pooling ops that return ``(spec, impl)``: the symjac spec the framework's documented
 convention implies, and the framework's own op. A user adapter for another framework
-needs only to build :class:`Impl` objects (see ``docs/frameworks.md``).
+needs only to build :class:`Impl` objects (see ``docs/frameworks.md``). :class:`Impl` and
+:class:`LossImpl` are defined with the verifiers that read them (:mod:`symjac.verifiers._impl`,
+below the adapters in the stack) and re-exported here.
 
 Nothing here imports a framework: each module imports its framework lazily, inside
 the function that needs it, through :func:`require`.
@@ -16,15 +18,12 @@ import dataclasses
 import importlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from symjac._errors import SymjacError
 from symjac.verifiers._impl import Impl as Impl, LossImpl as LossImpl
-
-if TYPE_CHECKING:
-    pass
 
 #: The pip extra that installs each framework module's dependencies.
 EXTRAS = {"torch": "torch", "jax": "jax", "flax": "jax", "tensorflow": "tensorflow", "keras": "tensorflow",
