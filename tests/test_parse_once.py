@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import importlib
+import pathlib
 import pkgutil
 import sys
 
@@ -100,3 +101,39 @@ def test_a_failing_verify_with_its_convention_hint_validates_once(validations: c
 
     report = symjac.verify(SPEC, backward=half, input_shape=(1, 1, 4, 4))
     assert not report.ok and validations["check_pool_spec"] == 1
+
+
+SEEDS = pathlib.Path(__file__).resolve().parent.parent / "specs" / "seeds"
+
+
+@pytest.mark.parametrize("file", ["nntrainer_avgpool_same_2x2.toml", "maxpool_ties.toml", "loss_scale_family.toml"])
+def test_golden_validates_each_operator_once(validations: collections.Counter[str], tmp_path: pathlib.Path,
+                                             file: str) -> None:
+    from symjac.io._specfile import load
+    from symjac.io.golden._write import write_golden
+
+    cases = load(SEEDS / file).cases
+    operators = len({(c.is_loss, c.operator) for c in cases})
+    validations.clear()  # loading built (and so validated) the specs; golden is the entry counted
+    assert write_golden(cases, tmp_path, ["json"], ["float64"])
+    assert sum(validations.values()) == operators
+
+
+def test_golden_cover_validates_the_operator_once(validations: collections.Counter[str], tmp_path: pathlib.Path) -> None:
+    from symjac.io._specfile import load
+    from symjac.io.golden._cover import cover_cases
+    from symjac.io.golden._write import write_golden
+
+    (case,) = load(SEEDS / "nntrainer_avgpool_same_2x2.toml").cases
+    validations.clear()
+    cases = cover_cases([case])
+    assert len(cases) > 1 and write_golden(cases, tmp_path, ["json"], ["float64"])
+    assert validations["check_pool_spec"] == 1
+
+
+def test_check_expect_validates_once(validations: collections.Counter[str]) -> None:
+    from symjac.io._specfile import load
+
+    (case,) = load(SEEDS / "textbook_4x4_avg.toml").cases
+    validations.clear()
+    assert symjac.check_expect(case) == [] and validations["check_pool_spec"] == 1

@@ -42,9 +42,9 @@ from typing import Any
 import numpy as np
 
 from symjac._errors import InputError, SpecError, SymjacError, did_you_mean
-from symjac.loss._spec import KINDS, SYNONYMS, Loss
+from symjac.loss._spec import KINDS, SYNONYMS, Loss, check_loss
 from symjac.pool._foreign import foreign_hint, toml_text
-from symjac.pool._spec import AdaptivePool, GlobalPool, Pool
+from symjac.pool._spec import AdaptivePool, GlobalPool, Pool, check_pool_spec
 
 POOL_INPUT_KEYS = ("shape", "x", "dy", "generator", "seed")
 LOSS_INPUT_KEYS = ("pred", "label", "upstream")
@@ -324,6 +324,20 @@ def _load(p: Path, data: dict[str, Any]) -> SpecFile:
     return SpecFile(p, cases)
 
 
+def check_cases(cases: list[Case]) -> list[Case]:
+    """The one validation of the operators of ``cases`` (each distinct one once), for an entry that
+    takes cases (:func:`symjac.check_expect`, golden data): the stages below, :func:`pool_input`
+    among them, take them as valid. A case read from a spec file holds a spec built (and so
+    validated) by the reader.
+
+    Raises:
+      SpecError: an operator is neither a pooling spec nor a :class:`symjac.Loss`.
+    """
+    for is_loss, operator in dict.fromkeys((case.is_loss, case.operator) for case in cases):  # specs hash
+        (check_loss if is_loss else check_pool_spec)(operator)
+    return cases
+
+
 def has_input(case: Case) -> bool:
     """The pooling case names its input (``[input] x`` or ``shape``)."""
     return "x" in case.inputs or "shape" in case.inputs
@@ -332,18 +346,19 @@ def has_input(case: Case) -> bool:
 def plan_shape(spec: Any) -> tuple[int, ...]:
     """One small input shape for a case without ``[input]`` (``explain``, ``graph``): the shape of
     the coverage plan (:func:`symjac.cover`) with the most window classes (the smallest of those),
-    with one batch and one channel."""
-    from symjac.pool._cover import cover
-    from symjac.pool._geometry import resolve
+    with one batch and one channel; ``spec`` is valid (its case's entry checked it)."""
+    from symjac.pool._cover import plan
+    from symjac.pool._geometry import resolved
     from symjac.pool._symbolic import window_classes
 
     first = spec.layout == "channels_first"
-    shapes = [(1, 1, *shape[2:]) if first else (1, *shape[1:-1], 1) for shape in cover(spec)]
-    return max(shapes, key=lambda shape: (len(window_classes(resolve(spec, shape))), -int(np.prod(shape))))
+    shapes = [(1, 1, *shape[2:]) if first else (1, *shape[1:-1], 1) for shape in plan(spec)]
+    return max(shapes, key=lambda shape: (len(window_classes(resolved(spec, shape))), -int(np.prod(shape))))
 
 
 def pool_input(case: Case, plan: bool = False) -> tuple[Any, np.ndarray, np.ndarray]:
-    """(geometry, x, dy) for a pooling case; generated where not explicit.
+    """(geometry, x, dy) for a pooling case (its operator valid: :func:`check_cases`); generated
+    where not explicit.
 
     ``x`` and ``dy`` are object arrays of exact Fractions. A case without ``[input]`` is
     refused, or with ``plan`` given the shape :func:`plan_shape` picks.
@@ -362,7 +377,7 @@ def pool_input(case: Case, plan: bool = False) -> tuple[Any, np.ndarray, np.ndar
 
 def _pool_input(case: Case) -> tuple[Any, np.ndarray, np.ndarray]:
     from symjac._exact import ExactArray
-    from symjac.pool._geometry import resolve
+    from symjac.pool._geometry import check_shape, resolved
     from symjac.verifiers.pool._inputs import generate_input, random_dyadic
 
     inputs = case.inputs
@@ -374,9 +389,9 @@ def _pool_input(case: Case) -> tuple[Any, np.ndarray, np.ndarray]:
         x = inputs["x"]
         if "shape" in inputs and tuple(inputs["shape"]) != x.shape:
             raise SpecError(f"{case.source} [input]: shape {inputs['shape']} does not match x's shape {x.shape}")
-        g = resolve(case.operator, x.shape)
+        g = resolved(case.operator, check_shape(x.shape))
     else:
-        g = resolve(case.operator, tuple(inputs["shape"]))
+        g = resolved(case.operator, check_shape(inputs["shape"]))
         x = ExactArray.from_any(generate_input(g, inputs.get("generator", "distinct"), np.float64, seed)).to_fractions()
     if "dy" in inputs:
         dy = inputs["dy"]

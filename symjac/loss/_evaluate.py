@@ -226,7 +226,12 @@ def loss_value(loss: Loss, pred: Any, label: Any = None) -> Any:
         >>> mpmath.nstr(v, 50)   # -log softmax([0, 0])_0 = log 2
         '0.69314718055994530941723212145817656807550013436026'
     """
-    return _numbers.to_mpf(evaluate(loss, pred, label, values=True, derivatives=False).value())
+    return value_of(check_loss(loss), pred, label)
+
+
+def value_of(loss: Loss, pred: Any, label: Any = None) -> Any:
+    """:func:`loss_value` of a ``loss`` its entry checked (golden data)."""
+    return _numbers.to_mpf(evaluate_checked(loss, pred, label, values=True, derivatives=False).value())
 
 
 def loss_derivative(loss: Loss, pred: Any, label: Any = None, upstream: Any = None) -> np.ndarray:
@@ -241,7 +246,12 @@ def loss_derivative(loss: Loss, pred: Any, label: Any = None, upstream: Any = No
     Raises:
       SpecError, InputError: as :func:`evaluate`.
     """
-    return _numbers.mpf_array(evaluate(loss, pred, label, upstream, values=False, derivatives=True).derivative())
+    return derivative_of(check_loss(loss), pred, label, upstream)
+
+
+def derivative_of(loss: Loss, pred: Any, label: Any = None, upstream: Any = None) -> np.ndarray:
+    """:func:`loss_derivative` of a ``loss`` its entry checked (golden data, conform's exact values)."""
+    return _numbers.mpf_array(evaluate_checked(loss, pred, label, upstream, values=False, derivatives=True).derivative())
 
 
 def loss_derivative_set(

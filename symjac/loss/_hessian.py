@@ -45,9 +45,9 @@ from symjac._errors import InputError
 from symjac.check._rounding import finfo, gamma_mp, unit_roundoff_mp
 from symjac.loss import _numbers
 from symjac.loss._domain import index as _index
-from symjac.loss._evaluate import LossEvaluation, evaluate
+from symjac.loss._evaluate import LossEvaluation, evaluate_checked
 from symjac.loss._softmax import _MPFR, SoftmaxTemplate
-from symjac.loss._spec import DPS, Loss
+from symjac.loss._spec import DPS, Loss, check_loss
 from symjac.loss._templates import LossTemplate, rounding_depth, running_error
 
 __all__ = ["HessianEvaluation", "hessian_of", "loss_hessian", "loss_hvp"]
@@ -223,8 +223,9 @@ class HessianEvaluation:
 
 
 def hessian_of(loss: Loss, pred: Any, label: Any = None, upstream: Any = None) -> HessianEvaluation:
-    """The exact Hessian blocks (validating the inputs as :func:`symjac.loss_value` does)."""
-    return HessianEvaluation(evaluate(loss, pred, label, upstream, values=False, derivatives=True))
+    """The exact Hessian blocks of a ``loss`` its entry checked (validating the inputs as
+    :func:`symjac.loss_value` does)."""
+    return HessianEvaluation(evaluate_checked(loss, pred, label, upstream, values=False, derivatives=True))
 
 
 def loss_hessian(loss: Loss, pred: Any, label: Any = None, upstream: Any = None) -> np.ndarray:
@@ -246,12 +247,12 @@ def loss_hessian(loss: Loss, pred: Any, label: Any = None, upstream: Any = None)
         >>> [[float(v) for v in row] for row in h]
         [[4.0, 0.0], [0.0, 4.0]]
     """
-    return hessian_of(loss, pred, label, upstream).dense()
+    return hessian_of(check_loss(loss), pred, label, upstream).dense()
 
 
 def loss_hvp(loss: Loss, pred: Any, label: Any, v: Any, upstream: Any = None) -> np.ndarray:
     """The exact ``H·v`` (:func:`loss_hessian` times a direction ``v`` of pred's shape), mpf values."""
-    h = hessian_of(loss, pred, label, upstream)
+    h = hessian_of(check_loss(loss), pred, label, upstream)
     direction = np.asarray(v)
     if direction.shape != h.ev.pred_shape:
         raise InputError(f"v has shape {direction.shape}; pred's shape is {h.ev.pred_shape}")

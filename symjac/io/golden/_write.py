@@ -45,7 +45,8 @@ from symjac._exact import round_fraction
 from symjac.io.golden._ties import NOTE as TIES_NOTE, tie_magnitudes, tie_quantities
 from symjac.io.golden._second import NOTE as SECOND_NOTE, hvp_bounds, jvp_magnitudes, second_quantities
 from symjac.io._operator import golden_operator
-from symjac.pool._geometry import resolve
+from symjac.io._specfile import check_cases, exact_array, pool_input
+from symjac.pool._geometry import resolved
 from symjac.check._rounding import float_dtype, gamma, ulps, unit_roundoff
 
 FORMATS = ("json", "npz", "bin", "onnx")
@@ -110,7 +111,7 @@ def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     binary fractions.
     """
     if case.is_loss:
-        from symjac.loss._evaluate import complete_inputs, loss_derivative, loss_value
+        from symjac.loss._evaluate import complete_inputs, derivative_of, value_of
 
         pred, label, upstream = complete_inputs(case.operator, case.inputs.get("pred"), case.inputs.get("label"),
                                                 case.inputs.get("upstream"))
@@ -120,8 +121,8 @@ def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         if upstream is not None:
             qs["upstream"] = upstream = _fractions(upstream)
         pred = qs["pred"]
-        qs["value"] = np.asarray(loss_value(case.operator, pred, label), dtype=object)
-        qs["derivative"] = np.asarray(loss_derivative(case.operator, pred, label, upstream), dtype=object)
+        qs["value"] = np.asarray(value_of(case.operator, pred, label), dtype=object)
+        qs["derivative"] = np.asarray(derivative_of(case.operator, pred, label, upstream), dtype=object)
         loss_meta: dict[str, Any] = {
             "operator": repr(case.operator),
             "note": f"value and derivative are mpmath evaluations at >= 60 significant digits; 'exact' gives p/q "
@@ -132,7 +133,6 @@ def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
                       "max_ulp is max_abs_error in ULPs of golden[dtype] (null where golden[dtype] is 0 and the bound is not)"}
         return qs, loss_meta
     from symjac._exact import ExactArray
-    from symjac.io._specfile import pool_input
 
     g, x, dy = pool_input(case)
     op = g.operator
@@ -210,7 +210,7 @@ def _loss_bounds(case: Any, qs: dict[str, np.ndarray], dtype: str) -> dict[str, 
     """
     from symjac.check._rounding import float_dtype, ulp_mp
     from symjac.loss import _numbers
-    from symjac.loss._evaluate import evaluate
+    from symjac.loss._evaluate import evaluate_checked
     from symjac.loss._bounds import Bounds, ForwardSums
     from symjac.verifiers.loss._inputs import prepare_inputs
 
@@ -218,7 +218,7 @@ def _loss_bounds(case: Any, qs: dict[str, np.ndarray], dtype: str) -> dict[str, 
     pred, label, upstream, rounded = prepare_inputs(case.operator, qs["pred"], qs.get("label"), qs.get("upstream"), dt)
     if rounded:
         return {}
-    ev = evaluate(case.operator, pred, label, upstream, values=True, derivatives=True, bounds=True)
+    ev = evaluate_checked(case.operator, pred, label, upstream, values=True, derivatives=True, bounds=True)
     bounds = Bounds(ev, dt)
     sums = ForwardSums(bounds)
     value = list(sums.errs) if case.operator.reduction == "none" else [sums.at()[1]]
@@ -339,7 +339,7 @@ def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: li
                  divisors: bool = False, on_case: Callable[[str], Any] = str) -> list[Path]:
     """Write golden files for ``cases`` (spec-file cases); return the paths written. ``divisors``: the
     ``operator`` object lists every output window's divisor; ``on_case(name)``: as each case starts."""
-    cases = list(cases)
+    cases = check_cases(list(cases))  # each operator once: the stages below take them as valid
     stems = _stems(cases)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -351,7 +351,7 @@ def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: li
                 written += algebraic
                 continue
         qs, meta = case_quantities(case)
-        geometry = None if case.is_loss else resolve(case.operator, tuple(meta["input_shape"]))
+        geometry = None if case.is_loss else resolved(case.operator, tuple(meta["input_shape"]))
         meta = {**meta, "operator": golden_operator(case, geometry, divisors), "operator_repr": meta["operator"]}
         ties, second = tie_quantities(case, qs, case_quantities), second_quantities(case, qs)
         qs, meta = {**qs, **ties, **second}, {**meta, **({"ties": TIES_NOTE} if ties else {}), "second": SECOND_NOTE}
@@ -456,8 +456,7 @@ def check_expect(case: Any) -> list[str]:
     Losses: ``value``, ``derivative`` (S·dL/dpred) and ``base_derivative`` (dL/dpred)
     to within 1e-40 relative (the mpmath values carry >= 50 digits).
     """
-    from symjac.io._specfile import exact_array
-
+    check_cases([case])  # once: case_quantities and pool_input take it as valid
     qs, meta = case_quantities(case)
     qs = {k: v if _is_int_array(v) else _fractions(v) for k, v in qs.items()}
     problems = []
@@ -492,8 +491,6 @@ def check_expect(case: Any) -> list[str]:
     if "nnz" in exp and int(exp["nnz"]) != qs["jac_rows"].size:
         problems.append(f"nnz: expected {exp['nnz']}, computed {qs['jac_rows'].size}")
     if "pads" in exp:
-        from symjac.io._specfile import pool_input
-
         pads = [list(p) for p in pool_input(case)[0].pads]
         if [list(p) for p in exp["pads"]] != pads:
             problems.append(f"pads: expected {exp['pads']}, computed {pads}")
