@@ -3,11 +3,12 @@
 For average and max 3x3 stride-1 pooling (padding 1, PyTorch style) on 1x1xHxW, and
 lp (p = 2) 2x2 stride-1 pooling, vectorised NumPy implementations of every transform
 (so the figures are symjac's cost, not a framework's): the backward ``J^T dy``, the
-JVP ``J t`` and the double backward ``(0 or lp's HVP, J v)``. Prints seconds for
-``verify(spec, backward=...)``, ``verify(spec, jvp=...)`` and
-``verify(spec, double_backward=...)`` at each size (the best of 5 warm runs: the machine is
-shared, and the least disturbed run is the cost) and the
-ratios to the VJP's; a loss table does the same for ``verify_loss(derivative=...)``
+JVP ``J t``, the double backward ``(0 or lp's HVP, J v)`` and a batching rule of the backward
+and the JVP (NumPy's own batching: the batch moved to the front, the same vectorised code).
+Prints seconds for ``verify(spec, backward=...)``, ``verify(spec, jvp=...)``,
+``verify(spec, double_backward=...)`` and ``verify(spec, vmap=...)`` at each size, all at the
+same inputs (``families=()``: the main and tie inputs), the best of 5 warm runs (the machine
+is shared, and the least disturbed run is the cost), and the ratios to the VJP's; a loss table does the same for ``verify_loss(derivative=...)``
 and ``verify_loss(hvp=...)``.
 
 Run: python benchmarks/transforms.py [--sizes 32,64,128]
@@ -57,9 +58,11 @@ def _argmax(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def max_backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
     r, c = _argmax(x)
-    dx = np.zeros_like(x)
-    np.add.at(dx, (..., r, c), dy)
-    return dx
+    h, w = x.shape[-2:]
+    planes = int(np.prod(x.shape[:-2]))  # every leading axis (batch, channels, a vmapped batch) apart
+    dx = np.zeros((planes, h * w), dtype=x.dtype)
+    np.add.at(dx, (np.arange(planes)[:, None], (r * w + c).reshape(planes, -1)), dy.reshape(planes, -1))
+    return dx.reshape(x.shape)
 
 
 def max_jvp(x: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -103,6 +106,18 @@ CASES: dict[str, tuple[Any, Callable[..., Any], Callable[..., Any], Callable[...
 }
 
 
+def rule(backward: Callable[..., Any], jvp: Callable[..., Any]) -> Callable[[int, int], dict[str, Any]]:
+    """A batching rule ``rule(in_axis, out_axis)`` of the backward and the JVP: both vectorised over
+    leading axes, so a batch moved to the front is one call."""
+    def at(in_axis: int, out_axis: int) -> dict[str, Any]:
+        def batched(f: Callable[..., Any]) -> Callable[..., Any]:
+            return lambda *arrays: np.moveaxis(f(*(np.moveaxis(a, in_axis, 0) for a in arrays)), 0, out_axis)
+
+        return {"backward": batched(backward), "jvp": batched(jvp)}
+
+    return at
+
+
 def timed(fn: Callable[..., symjac.Report], *args: Any, repeat: int = 5, **kwargs: Any) -> tuple[float, symjac.Report]:
     fn(*args, **kwargs)  # warm: templates, colourings and plans are cached per geometry, as in a test suite
     times, report = [], None
@@ -115,15 +130,18 @@ def timed(fn: Callable[..., symjac.Report], *args: Any, repeat: int = 5, **kwarg
 
 
 def pool_table(sizes: list[int]) -> None:
-    print(f"{'operator':<15} {'size':>5} {'vjp s':>8} {'jvp s':>8} {'ratio':>6} {'ddx s':>8} {'ratio':>6}  verdicts")
+    print(f"{'operator':<15} {'size':>5} {'vjp s':>8} {'jvp s':>8} {'ratio':>6} {'ddx s':>8} {'ratio':>6} "
+          f"{'vmap s':>8} {'ratio':>6}  verdicts")
     for name, (spec, backward, jvp, double_backward) in CASES.items():
         for n in sizes:
             shape = (1, 1, n, n)
             tv, rv = timed(symjac.verify, spec, backward=backward, input_shape=shape, families=())
-            tj, rj = timed(symjac.verify, spec, jvp=jvp, input_shape=shape)
-            td, rd = timed(symjac.verify, spec, double_backward=double_backward, input_shape=shape)
-            verdicts = "".join("ok " if r.ok else "FAIL " for r in (rv, rj, rd))
-            print(f"{name:<15} {n:>5} {tv:>8.3f} {tj:>8.3f} {tj / tv:>6.2f} {td:>8.3f} {td / tv:>6.2f}  {verdicts}")
+            tj, rj = timed(symjac.verify, spec, jvp=jvp, input_shape=shape, families=())
+            td, rd = timed(symjac.verify, spec, double_backward=double_backward, input_shape=shape, families=())
+            tb, rb = timed(symjac.verify, spec, vmap=rule(backward, jvp), input_shape=shape, families=())
+            verdicts = "".join("ok " if r.ok else "FAIL " for r in (rv, rj, rd, rb))
+            print(f"{name:<15} {n:>5} {tv:>8.3f} {tj:>8.3f} {tj / tv:>6.2f} {td:>8.3f} {td / tv:>6.2f} "
+                  f"{tb:>8.3f} {tb / tv:>6.2f}  {verdicts}")
 
 
 def loss_table() -> None:

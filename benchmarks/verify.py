@@ -48,10 +48,15 @@ def max_forward(x: np.ndarray) -> np.ndarray:
 
 
 def max_backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
-    """Route each dy to its window's first maximum (row-major), accumulating with add.at."""
+    """Route each dy to its window's first maximum (row-major), accumulating with add.at: a NaN is
+    the maximum where the window holds one, and a pad cell (-inf) never is (a window of -inf cells
+    routes to its first real one)."""
     xp = np.pad(x, [(0, 0)] * (x.ndim - 2) + [(P, P)] * 2, constant_values=-np.inf)
+    real = windows(np.pad(np.ones(x.shape[-2:], bool), P))
     w = windows(xp)
-    first = w.reshape(w.shape[:-2] + (K * K,)).argmax(axis=-1)
+    top = w.max(axis=(-2, -1), keepdims=True)
+    hit = real & ((w == top) | (np.isnan(w) & np.isnan(top)))
+    first = hit.reshape(hit.shape[:-2] + (K * K,)).argmax(axis=-1)
     di, dj = np.divmod(first, K)
     H, W = x.shape[-2:]
     rows = np.arange(H)[:, None] + di - P

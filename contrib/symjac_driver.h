@@ -20,10 +20,14 @@
    `symjac.frameworks.ctypes` instead. The same dispatch serves both routes.
 
    Rules for the dispatch: write the result into r->output.data (allocated for
-   r->output_capacity elements of r->output.dtype, zeroed; r->output's shape is the one
-   symjac expects, which the kernel may change); never write to stdout (the protocol runs
-   there: diagnostics go to stderr); return 0, or symjac_fail(r, "why", ...) for a request
-   the kernel cannot serve. Inputs may be written to: symjac is told, and reports it.
+   r->output_capacity elements of r->output.dtype; r->output's shape is the one symjac
+   expects, which the kernel may change within the capacity); write every element of it,
+   and nothing past it: the output starts filled with a signalling NaN and every buffer
+   sits between guard regions, checked after the call (a kernel that accumulates into its
+   output calls symjac_zero_output(r) first, as its framework zeroes it); never write to
+   stdout (the protocol runs there: diagnostics go to stderr); return 0, or
+   symjac_fail(r, "why", ...) for a request the kernel cannot serve. Inputs may be written
+   to: symjac is told, and reports it.
 
    The wire format (docs/native.md): ASCII header lines, an empty line, then the arrays as
    raw little-endian C-order bytes (the golden `bin` layout). */
@@ -36,6 +40,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__GLIBC__) /* the request's perturb line sets the byte glibc's allocator fills with */
+#include <malloc.h>
+#define SYMJAC__PERTURB(byte) ((void)mallopt(M_PERTURB, (byte)))
+#else
+#define SYMJAC__PERTURB(byte) ((void)(byte))
+#endif
+
 #define SYMJAC_PROTOCOL 1
 #define SYMJAC_MAX_DIMS 8
 #define SYMJAC_MAX_INPUTS 4
@@ -43,6 +54,7 @@
 #define SYMJAC_NAME 32
 #define SYMJAC_SETTINGS 16384
 #define SYMJAC_MESSAGE 1024
+#define SYMJAC_GUARD 4096 /* bytes of poison before and after every buffer, checked after each call */
 
 typedef struct {
     char name[SYMJAC_NAME];   /* "x", "dy", "pred", "label", "upstream"; output: "y", "dx", "value", "dpred" */
@@ -86,6 +98,13 @@ typedef int (*symjac_dispatch_fn)(symjac_request *r);
 /* ---------------------------------------------------------------- for the dispatch */
 
 static inline int symjac_is(const char *a, const char *b) { return strcmp(a, b) == 0; }
+
+/* Zero the output (as many elements as symjac expects), as a framework that hands its kernel a
+   zeroed buffer does. The output starts filled with poison (docs/native.md): a kernel that
+   accumulates into it (`+=`) calls this first. */
+static inline void symjac_zero_output(symjac_request *r) {
+    memset(r->output.data, 0, (size_t)(r->output.count * r->output.itemsize));
+}
 
 /* The input called name, or NULL (label is absent for losses without one, upstream unless reduction "none"). */
 static inline const symjac_array *symjac_input(const symjac_request *r, const char *name) {
@@ -253,34 +272,100 @@ static inline int symjac__read_line(char *line, size_t size) {
     return 0;
 }
 
-/* Answer one request: 0 served (or refused), 1 end of input, 2 a malformed request. */
-static inline int symjac__serve_one(symjac_dispatch_fn dispatch, symjac_request *r, char *line, size_t size) {
-    unsigned char *saved[SYMJAC_MAX_INPUTS] = {NULL};
-    long long bytes = -1, need = 0;
-    int i, status, unknown = 0, same;
-    size_t used = 0;
-    memset(r, 0, sizeof *r);
-    status = symjac__read_line(line, size);
-    if (status) return status == 1 && feof(stdin) ? 1 : 2;
-    if (strcmp(line, "symjac 1 request") != 0) {
-        fprintf(stderr, "symjac_driver: expected \"symjac 1 request\", got \"%.60s\"\n", line);
-        return 2;
+/* The buffers of one request: each input and the output between two guard regions of
+   SYMJAC_GUARD bytes holding the poison element (docs/native.md): after the call, a guard
+   byte (or an output byte past the shape symjac expects) that changed is reported. */
+typedef struct {
+    unsigned char pattern[8]; /* the poison element in host order (the request's poison line), else 0xA5 */
+    int width;                /* its bytes */
+    int poisoned;             /* the request named a poison: the output starts as it, not zeroed */
+    char hex[20];             /* the poison line's value, echoed in the response */
+    int perturb;              /* the request's perturb byte for the allocator, or -1 */
+    int n;                    /* buffers allocated: the inputs, then the output */
+    unsigned char *data[SYMJAC_MAX_INPUTS + 1], *saved[SYMJAC_MAX_INPUTS];
+    long long size[SYMJAC_MAX_INPUTS + 1]; /* bytes the kernel may write (the output: as symjac expects it) */
+    long long room[SYMJAC_MAX_INPUTS + 1]; /* bytes between the guards */
+} symjac__buffers;
+
+static inline unsigned char symjac__expected(const symjac__buffers *b, long long k) {
+    /* the pattern as if it began at the data (widths are powers of two: k mod width, k < 0 too) */
+    return b->pattern[(size_t)k & (size_t)(b->width - 1)];
+}
+
+static inline void symjac__fill(const symjac__buffers *b, unsigned char *data, long long from, long long to) {
+    for (; from < to; from++) data[from] = symjac__expected(b, from);
+}
+
+static inline void symjac__set_poison(symjac__buffers *b, const char *hex) {
+    size_t n = strlen(hex);
+    unsigned long long v = strtoull(hex, NULL, 16);
+    uint8_t b1 = (uint8_t)v;
+    uint16_t b2 = (uint16_t)v;
+    uint32_t b4 = (uint32_t)v;
+    uint64_t b8 = (uint64_t)v;
+    if ((n != 2 && n != 4 && n != 8 && n != 16) || n >= sizeof b->hex) return; /* no element: ignored */
+    b->width = (int)(n / 2);
+    memcpy(b->pattern, b->width == 1 ? (void *)&b1 : b->width == 2 ? (void *)&b2 : b->width == 4 ? (void *)&b4
+                                                                                               : (void *)&b8,
+           (size_t)b->width);
+    memcpy(b->hex, hex, n + 1);
+    b->poisoned = 1;
+}
+
+/* Buffer i: size bytes for the kernel, room bytes between the guards; 0 on success. */
+static inline int symjac__alloc(symjac__buffers *b, int i, long long size, long long room) {
+    unsigned char *base = (unsigned char *)malloc((size_t)(room + 2 * SYMJAC_GUARD));
+    if (base == NULL) return 1;
+    b->data[i] = base + SYMJAC_GUARD;
+    b->size[i] = size;
+    b->room[i] = room;
+    b->n = i + 1;
+    symjac__fill(b, b->data[i], -SYMJAC_GUARD, 0);
+    symjac__fill(b, b->data[i], size, room + SYMJAC_GUARD);
+    return 0;
+}
+
+/* "outside NAME FIRST LAST" for the changed bytes in [from, to) around buffer i (offsets from its start). */
+static inline void symjac__outside(const symjac__buffers *b, int i, const char *name, long long from, long long to) {
+    long long first = 0, last = 0, k;
+    int found = 0;
+    for (k = from; k < to; k++)
+        if (b->data[i][k] != symjac__expected(b, k)) {
+            if (!found) first = k;
+            last = k;
+            found = 1;
+        }
+    if (found) printf("outside %s %lld %lld\n", name, first, last);
+}
+
+static inline void symjac__guards(const symjac__buffers *b, const symjac_request *r) {
+    int i;
+    for (i = 0; i < b->n; i++) {
+        const char *name = i < r->n_inputs ? r->inputs[i].name : r->output.name;
+        symjac__outside(b, i, name, -SYMJAC_GUARD, 0);
+        symjac__outside(b, i, name, b->size[i], b->room[i] + SYMJAC_GUARD);
     }
+}
+
+/* Read a request's header into r and b: 0, or 2 for a malformed one. */
+static inline int symjac__header(symjac_request *r, symjac__buffers *b, char *line, size_t size, long long *bytes) {
+    size_t used = 0;
     for (;;) {
         char *value;
         if (symjac__read_line(line, size)) return 2;
-        if (line[0] == '\0') break;
+        if (line[0] == '\0') return 0;
         value = strchr(line, ' ');
         value = value ? value + 1 : line + strlen(line);
         if (strncmp(line, "id ", 3) == 0) r->id = strtoll(value, NULL, 10);
         else if (strncmp(line, "op ", 3) == 0) symjac__word(value, r->op);
-        else if (strncmp(line, "bytes ", 6) == 0) bytes = strtoll(value, NULL, 10);
+        else if (strncmp(line, "bytes ", 6) == 0) *bytes = strtoll(value, NULL, 10);
+        else if (strncmp(line, "poison ", 7) == 0) symjac__set_poison(b, value);
+        else if (strncmp(line, "perturb ", 8) == 0) b->perturb = (int)strtol(value, NULL, 10);
+        else if (strncmp(line, "repeat ", 7) == 0) continue; /* a repeated run: served as any other */
         else if (strncmp(line, "output ", 7) == 0) {
             if (symjac__array_line(value, &r->output)) return 2;
         } else if (strncmp(line, "input ", 6) == 0) {
             if (r->n_inputs == SYMJAC_MAX_INPUTS || symjac__array_line(value, &r->inputs[r->n_inputs])) return 2;
-            need += r->inputs[r->n_inputs].count * r->inputs[r->n_inputs].itemsize;
-            unknown |= r->inputs[r->n_inputs].itemsize == 0;
             r->n_inputs++;
         } else {
             size_t n = strlen(line);
@@ -290,72 +375,118 @@ static inline int symjac__serve_one(symjac_dispatch_fn dispatch, symjac_request 
             used += n + 1;
         }
     }
-    unknown |= symjac__itemsize(r->output.dtype) == 0;
+}
+
+/* Read the inputs into guarded buffers, poison the output (zero it when the request names no
+   poison) and call the dispatch; its status, or -1 when memory or the input ran out. */
+static inline int symjac__call(symjac_dispatch_fn dispatch, symjac_request *r, symjac__buffers *b) {
+    int i;
+    long long expected;
+    if (b->perturb >= 0) SYMJAC__PERTURB(b->perturb);
+    for (i = 0; i < r->n_inputs; i++) {
+        symjac_array *a = &r->inputs[i];
+        size_t n = (size_t)(a->count * a->itemsize);
+        b->saved[i] = (unsigned char *)malloc(n ? n : 1);
+        if (symjac__alloc(b, i, (long long)n, (long long)n) || b->saved[i] == NULL) return -1;
+        a->data = b->data[i];
+        if (fread(a->data, 1, n, stdin) != n) return -1;
+        symjac__to_host(a->data, a->count, a->itemsize);
+        memcpy(b->saved[i], a->data, n);
+    }
+    r->output.itemsize = symjac__itemsize(r->output.dtype);
+    r->output_capacity = r->output.count;
+    for (i = 0; i < r->n_inputs; i++)
+        if (r->inputs[i].count > r->output_capacity) r->output_capacity = r->inputs[i].count;
+    if (b->poisoned && b->width != r->output.itemsize) { /* a poison of another width: none */
+        b->poisoned = 0;
+        b->pattern[0] = 0xA5;
+        b->width = 1;
+    }
+    expected = r->output.count * r->output.itemsize;
+    if (symjac__alloc(b, r->n_inputs, expected, r->output_capacity * r->output.itemsize)) return -1;
+    if (b->poisoned) symjac__fill(b, b->data[r->n_inputs], 0, expected);
+    else memset(b->data[r->n_inputs], 0, (size_t)expected);
+    r->output.data = b->data[r->n_inputs];
+    return symjac_call_dispatch(dispatch, r);
+}
+
+static inline void symjac__answer(symjac_request *r, const symjac__buffers *b, int status) {
+    symjac_array *o = &r->output;
+    const unsigned char *out = b->data[r->n_inputs];
+    long long need;
+    int i, same;
+    printf("symjac 1 response\nid %lld\nop %s\n", (long long)r->id, r->op);
+    o->count = 1;
+    for (i = 0; i < o->ndim; i++) o->count *= o->shape[i];
+    if (!status && o->count > r->output_capacity) {
+        status = symjac_fail(r, "the kernel set an output of %lld elements, %lld allocated", (long long)o->count,
+                             (long long)r->output_capacity);
+    }
+    if (status) {
+        for (i = 0; r->message[i]; i++)
+            if (r->message[i] == '\n') r->message[i] = ' ';
+        printf("status error\nmessage %s\n", r->message[0] ? r->message : "the kernel refused");
+        symjac__guards(b, r);
+        printf("bytes 0\n\n");
+        return;
+    }
+    need = o->count * o->itemsize;
+    printf("status ok\n");
+    symjac__array_text(stdout, "output", o);
+    for (i = 0; i < r->n_inputs; i++) {
+        symjac_array *a = &r->inputs[i];
+        same = memcmp(b->saved[i], b->data[i], (size_t)(a->count * a->itemsize)) == 0;
+        if (same) printf("input %s same\n", a->name);
+        else symjac__array_text(stdout, "input", a);
+        if (!same) need += a->count * a->itemsize;
+    }
+    if (b->poisoned) printf("poison %s\n", b->hex);
+    symjac__guards(b, r);
+    printf("bytes %lld\n\n", need);
+    symjac__to_host((void *)out, o->count, o->itemsize); /* host to little-endian: the same swap */
+    fwrite(out, (size_t)o->itemsize, (size_t)o->count, stdout);
+    for (i = 0; i < r->n_inputs; i++) {
+        symjac_array *a = &r->inputs[i];
+        if (memcmp(b->saved[i], b->data[i], (size_t)(a->count * a->itemsize)) == 0) continue;
+        symjac__to_host(b->data[i], a->count, a->itemsize);
+        fwrite(b->data[i], (size_t)a->itemsize, (size_t)a->count, stdout);
+    }
+}
+
+/* Answer one request: 0 served (or refused), 1 end of input, 2 a malformed request. */
+static inline int symjac__serve_one(symjac_dispatch_fn dispatch, symjac_request *r, char *line, size_t size) {
+    symjac__buffers b;
+    long long bytes = -1, need = 0;
+    int i, status, unknown;
+    memset(r, 0, sizeof *r);
+    memset(&b, 0, sizeof b);
+    b.pattern[0] = 0xA5, b.width = 1, b.perturb = -1;
+    status = symjac__read_line(line, size);
+    if (status) return status == 1 && feof(stdin) ? 1 : 2;
+    if (strcmp(line, "symjac 1 request") != 0) {
+        fprintf(stderr, "symjac_driver: expected \"symjac 1 request\", got \"%.60s\"\n", line);
+        return 2;
+    }
+    if (symjac__header(r, &b, line, size, &bytes)) return 2;
+    unknown = symjac__itemsize(r->output.dtype) == 0;
+    for (i = 0; i < r->n_inputs; i++) {
+        need += r->inputs[i].count * r->inputs[i].itemsize;
+        unknown |= r->inputs[i].itemsize == 0;
+    }
     if (bytes < 0 || (!unknown && bytes != need)) return 2;
     if (unknown) { /* skip the payload and refuse: the stream stays in step */
         for (; bytes > 0; bytes--)
             if (getchar() == EOF) return 2;
-        symjac_fail(r, "an array of this request has a dtype the driver does not know (docs/native.md lists them)");
-        status = 1;
+        printf("symjac 1 response\nid %lld\nop %s\nstatus error\nmessage an array of this request has a dtype the "
+               "driver does not know (docs/native.md lists them)\nbytes 0\n\n", (long long)r->id, r->op);
     } else {
-        for (i = 0; i < r->n_inputs; i++) {
-            symjac_array *a = &r->inputs[i];
-            size_t n = (size_t)(a->count * a->itemsize);
-            a->data = malloc(n ? n : 1);
-            saved[i] = (unsigned char *)malloc(n ? n : 1);
-            if (a->data == NULL || saved[i] == NULL || fread(a->data, 1, n, stdin) != n) return 2;
-            symjac__to_host(a->data, a->count, a->itemsize);
-            memcpy(saved[i], a->data, n);
-        }
-        r->output.itemsize = symjac__itemsize(r->output.dtype);
-        r->output_capacity = r->output.count;
-        for (i = 0; i < r->n_inputs; i++)
-            if (r->inputs[i].count > r->output_capacity) r->output_capacity = r->inputs[i].count;
-        r->output.data = calloc((size_t)(r->output_capacity ? r->output_capacity : 1),
-                                (size_t)(r->output.itemsize ? r->output.itemsize : 1));
-        if (r->output.data == NULL) return 2;
-        status = symjac_call_dispatch(dispatch, r);
-    }
-    printf("symjac 1 response\nid %lld\nop %s\n", (long long)r->id, r->op);
-    if (status) {
-        for (i = 0; r->message[i]; i++)
-            if (r->message[i] == '\n') r->message[i] = ' ';
-        printf("status error\nmessage %s\nbytes 0\n\n", r->message[0] ? r->message : "the kernel refused");
-    } else {
-        symjac_array *o = &r->output;
-        o->count = 1;
-        for (i = 0; i < o->ndim; i++) o->count *= o->shape[i];
-        if (o->count > r->output_capacity) {
-            printf("status error\nmessage the kernel set an output of %lld elements, %lld allocated\nbytes 0\n\n",
-                   (long long)o->count, (long long)r->output_capacity);
-        } else {
-            need = o->count * o->itemsize;
-            printf("status ok\n");
-            symjac__array_text(stdout, "output", o);
-            for (i = 0; i < r->n_inputs; i++) {
-                symjac_array *a = &r->inputs[i];
-                same = memcmp(saved[i], a->data, (size_t)(a->count * a->itemsize)) == 0;
-                if (same) printf("input %s same\n", a->name);
-                else symjac__array_text(stdout, "input", a);
-                if (!same) need += a->count * a->itemsize;
-            }
-            printf("bytes %lld\n\n", need);
-            symjac__to_host(o->data, o->count, o->itemsize); /* host to little-endian: the same swap */
-            fwrite(o->data, (size_t)o->itemsize, (size_t)o->count, stdout);
-            for (i = 0; i < r->n_inputs; i++) {
-                symjac_array *a = &r->inputs[i];
-                if (memcmp(saved[i], a->data, (size_t)(a->count * a->itemsize)) == 0) continue;
-                symjac__to_host(a->data, a->count, a->itemsize);
-                fwrite(a->data, (size_t)a->itemsize, (size_t)a->count, stdout);
-            }
-        }
+        status = symjac__call(dispatch, r, &b);
+        if (status == -1) return 2;
+        symjac__answer(r, &b, status);
     }
     fflush(stdout);
-    for (i = 0; i < r->n_inputs; i++) {
-        free(r->inputs[i].data);
-        free(saved[i]);
-    }
-    free(r->output.data);
+    for (i = 0; i < b.n; i++) free(b.data[i] - SYMJAC_GUARD);
+    for (i = 0; i < r->n_inputs; i++) free(b.saved[i]);
     return 0;
 }
 

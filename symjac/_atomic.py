@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -61,6 +63,20 @@ def write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Write ``data`` to ``path`` atomically."""
     with atomic_open(path, "wb") as f:
         f.write(data)
+
+
+@contextlib.contextmanager
+def interrupt_held() -> Iterator[None]:
+    """SIGINT held pending while the block runs (POSIX, main thread): a file written and the record
+    that it was (what an interrupted run lists) go together; a Ctrl-C takes effect as the block ends."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 @contextlib.contextmanager

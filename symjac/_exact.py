@@ -67,6 +67,35 @@ def _check_exponent(text: str, name: str) -> None:
                          "give values within float range (|x| < 1.8e308)")
 
 
+#: :func:`nonfinite_codes`: what each element of a float array is.
+FINITE, NAN, POS_INF, NEG_INF = 0, 1, 2, 3
+
+
+def nonfinite_codes(data: np.ndarray) -> np.ndarray | None:
+    """Which elements of a float array are NaN or infinite: int8 codes (:data:`FINITE`, :data:`NAN`,
+    :data:`POS_INF`, :data:`NEG_INF`) of its shape, or None when every element is finite (the common
+    case: one pass of ``np.isfinite``). Integer and exact (object) arrays are finite."""
+    array = np.asarray(data)
+    if not (array.dtype.kind == "f" or array.dtype.name == "bfloat16"):
+        return None
+    a = array.astype(np.float64, copy=False)  # float16, bfloat16 and float32 widen exactly, NaN and inf too
+    finite = np.isfinite(a)
+    if finite.all():
+        return None
+    codes = np.zeros(a.shape, dtype=np.int8)
+    codes[np.isnan(a)] = NAN
+    codes[a == np.inf] = POS_INF
+    codes[a == -np.inf] = NEG_INF
+    return codes
+
+
+def finite_part(data: np.ndarray, fill: float = 0.0) -> np.ndarray:
+    """``data`` as float64 with every NaN and infinity replaced by ``fill`` (exact: a widening)."""
+    a = np.asarray(data).astype(np.float64)
+    a[~np.isfinite(a)] = fill
+    return a
+
+
 def _int_array(values: np.ndarray) -> np.ndarray:
     """int64 if every value fits with headroom, else an object array of Python ints."""
     if values.dtype != object:
@@ -313,3 +342,17 @@ def round_fractions(values: np.ndarray, dtype: Any) -> np.ndarray:
             r = cache[f] = round_fraction(f, dt)
         out[i] = r
     return out.reshape(values.shape)
+
+
+def read_exact(data: Any, name: str) -> ExactArray:
+    """A loss's input as integer numerators over one common denominator (the domain checks compare
+    numerators with the denominator, so no element becomes a Fraction); what is no array of real
+    numbers is an :class:`InputError` naming ``name``."""
+    if isinstance(data, np.ndarray) and data.dtype.kind == "c" or np.iscomplexobj(data):
+        raise InputError(f"{name} is complex; give real numbers")
+    try:
+        return ExactArray.from_any(data, name)
+    except InputError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{name} could not be read as an array of numbers: {exc}") from None

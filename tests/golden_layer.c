@@ -1,21 +1,32 @@
 /* golden_layer.c: a C test that builds its pooling layer from a golden case's index.json
    (symjac golden --format bin) and runs the contrib reference kernels against the golden arrays.
-   usage: golden_layer FOLDER [ties]   prints "y: N bad, dx: M bad" and exits 0 when both are 0;
-   with "ties", also the tie policy the kernel's dx follows (symjac_golden_tie_policy) */
+   usage: golden_layer FOLDER [float32|float64] [ties]   runs the kernels in that dtype (default
+   float64) on the golden arrays of that dtype, prints "y: N bad, dx: M bad" and exits 0 when both
+   are 0; with "ties", also the tie policy the kernel's dx follows (symjac_golden_tie_policy) */
 #include <stdio.h>
 #include <string.h>
 #include "symjac_golden.h"
 #include "pool_kernels.h"
 
 int main(int argc, char **argv) {
-    const char *folder = argc > 1 ? argv[1] : ".";
-    char err[512], type[32], mode[16], divisor[32], layout[32];
+    const char *folder = argc > 1 ? argv[1] : ".", *dtype = "float64";
+    char err[512], type[32], mode[16], divisor[32], layout[32], name[64];
+    int ties = 0, single;
     long long kernel[2], stride[2], dilation[2], pads[4], in[4], out[4];
     int n_in, n_out, i;
     symjac_golden_array x, dy, y, dx;
     double *got_y, *got_dx;
     size_t bad_y, bad_dx, first = 0;
     pool2d p;
+    for (i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "ties") == 0) ties = 1;
+        else if (strcmp(argv[i], "float32") == 0 || strcmp(argv[i], "float64") == 0) dtype = argv[i];
+        else {
+            fprintf(stderr, "usage: %s FOLDER [float32|float64] [ties]\n", argv[0]);
+            return 2;
+        }
+    }
+    single = strcmp(dtype, "float32") == 0;
     if (symjac_golden_meta_string(folder, "operator.operator", type, sizeof type, err, sizeof err) ||
         symjac_golden_meta_string(folder, "operator.mode", mode, sizeof mode, err, sizeof err) ||
         symjac_golden_meta_string(folder, "operator.layout", layout, sizeof layout, err, sizeof err) ||
@@ -42,16 +53,32 @@ int main(int argc, char **argv) {
     p.kh = kernel[0], p.kw = kernel[1], p.sh = stride[0], p.sw = stride[1];
     p.top = pads[0], p.bottom = pads[1], p.left = pads[2], p.right = pads[3];
     p.include_pad = strcmp(divisor, "include_pad") == 0;
-    if (symjac_golden_load(folder, "x.float64", &x, err, sizeof err) ||
-        symjac_golden_load(folder, "dy.float64", &dy, err, sizeof err) ||
-        symjac_golden_load(folder, "y.float64", &y, err, sizeof err) ||
-        symjac_golden_load(folder, "dx.float64", &dx, err, sizeof err)) {
+    if ((snprintf(name, sizeof name, "x.%s", dtype), symjac_golden_load(folder, name, &x, err, sizeof err)) ||
+        (snprintf(name, sizeof name, "dy.%s", dtype), symjac_golden_load(folder, name, &dy, err, sizeof err)) ||
+        (snprintf(name, sizeof name, "y.%s", dtype), symjac_golden_load(folder, name, &y, err, sizeof err)) ||
+        (snprintf(name, sizeof name, "dx.%s", dtype), symjac_golden_load(folder, name, &dx, err, sizeof err))) {
         fprintf(stderr, "%s\n", err);
         return 2;
     }
     got_y = (double *)malloc(y.count * sizeof(double) + 1);
     got_dx = (double *)malloc(dx.count * sizeof(double) + 1);
-    if (mode[0] == 'a') {
+    if (single) { /* the float kernels on the float32 arrays (exact as floats), results widened exactly */
+        size_t k;
+        float *xf = (float *)malloc(x.count * sizeof(float) + 1), *dyf = (float *)malloc(dy.count * sizeof(float) + 1);
+        float *yf = (float *)malloc(y.count * sizeof(float) + 1), *dxf = (float *)malloc(dx.count * sizeof(float) + 1);
+        for (k = 0; k < x.count; k++) xf[k] = (float)x.values[k];
+        for (k = 0; k < dy.count; k++) dyf[k] = (float)dy.values[k];
+        if (mode[0] == 'a') {
+            avg_pool2d_forward_f32(&p, xf, yf);
+            avg_pool2d_backward_f32(&p, dyf, dxf);
+        } else {
+            max_pool2d_forward_f32(&p, xf, yf);
+            max_pool2d_backward_f32(&p, xf, dyf, dxf);
+        }
+        for (k = 0; k < y.count; k++) got_y[k] = yf[k];
+        for (k = 0; k < dx.count; k++) got_dx[k] = dxf[k];
+        free(xf), free(dyf), free(yf), free(dxf);
+    } else if (mode[0] == 'a') {
         avg_pool2d_forward_f64(&p, x.values, got_y);
         avg_pool2d_backward_f64(&p, dy.values, got_dx);
     } else {
@@ -61,8 +88,8 @@ int main(int argc, char **argv) {
     bad_y = symjac_golden_check(&y, got_y, &first);
     bad_dx = symjac_golden_check(&dx, got_dx, &first);
     printf("y: %lu bad, dx: %lu bad\n", (unsigned long)bad_y, (unsigned long)bad_dx);
-    if (argc > 2) { /* "ties": say which valid tie policy the kernel's dx follows */
-        const char *policy = symjac_golden_tie_policy(folder, "float64", got_dx, err, sizeof err);
+    if (ties) { /* say which valid tie policy the kernel's dx follows */
+        const char *policy = symjac_golden_tie_policy(folder, dtype, got_dx, err, sizeof err);
         printf("tie policy: %s\n", policy ? policy : err);
     }
     return bad_y || bad_dx;

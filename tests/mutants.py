@@ -197,7 +197,8 @@ class NumpyPool:
                         dx[z + c] += share
             else:
                 vals = np.stack([xc[z + c] for c in cells], axis=-1)
-                tied = vals == vals.max(axis=-1, keepdims=True)
+                top = vals.max(axis=-1, keepdims=True)  # NaN where the window holds one: NaN is its maximum
+                tied = (vals == top) | (np.isnan(vals) & np.isnan(top))
                 share = g
                 if bug == "tie_all":  # every cell equal to the maximum gets the full gradient
                     chosen = tied

@@ -92,6 +92,11 @@ def main():
             OUT.write(message)
             OUT.flush()
             time.sleep(0.2)
+        elif fault == "huge":  # announces 2 GiB of dx (2^28 float64), sends 1 MiB of it, then waits
+            head = lines[:4] + ["output dx float64 1 268435456"] + [line for line in lines if line.startswith("input")]
+            OUT.write(("\n".join(head + ["bytes 2147483648"]) + "\n\n").encode() + b"\0" * (1 << 20))
+            OUT.flush()
+            time.sleep(3600)
         elif fault == "chatty":  # 1 MiB on stderr first: more than a pipe holds
             sys.stderr.buffer.write(b"x" * (1 << 20))
             sys.stderr.flush()

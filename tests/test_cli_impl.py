@@ -57,3 +57,26 @@ def test_a_torch_autograd_function_is_an_implementation(tmp_path):
     # the spec file's [expect] (by hand): forward [[6, 7], [7, 8]], gradient dy at each window's maximum
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.startswith("PASS textbook_4x4_max")
+
+
+def test_an_impl_objects_jvp_is_checked_through_the_command_line(tmp_path):
+    """``--impl`` reaches every derivative the object defines, as ``symjac.verify(spec, impl)`` does
+    (issue 34): a right backward beside a wrong jvp is a finding naming the jvp, exit 1."""
+    (tmp_path / "mine.py").write_text(
+        "import numpy as np\n\n"
+        "def _route(x):\n"
+        "    # max 2x2 stride 2 on a 4x4 map: the flat argmax (first maximum) of each window\n"
+        "    win = x.reshape(2, 2, 2, 2).transpose(0, 2, 1, 3).reshape(2, 2, 4)\n"
+        "    return np.eye(4)[win.argmax(-1)]\n\n"
+        "def _back(hot, dy):\n"
+        "    return (hot * dy[..., None]).reshape(2, 2, 2, 2).transpose(0, 2, 1, 3).reshape(4, 4)\n\n"
+        "def forward(x):\n"
+        "    return x.reshape(2, 2, 2, 2).max(axis=(1, 3))\n\n"
+        "def backward(x, dy):\n"
+        "    return _back(_route(x), dy).astype(x.dtype)\n\n"
+        "def jvp(x, t):\n"
+        "    win = t.reshape(2, 2, 2, 2).transpose(0, 2, 1, 3).reshape(2, 2, 4)\n"
+        "    return (2 * (_route(x) * win).sum(-1)).astype(x.dtype)  # planted: twice J t\n")
+    r = verify(MAX_4X4, "--impl", str(tmp_path / "mine.py"), cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stdout.startswith("FAIL textbook_4x4_max") and "jvp" in r.stdout

@@ -85,13 +85,23 @@ def test_python_iterations_are_min_of_windows_and_slots(spec: symjac.Pool, shape
     assert all(np.unique(line.cells).size == line.cells.size for line in found)
 
 
-def _verify_peak(spec: symjac.Pool | symjac.AdaptivePool, shape: tuple[int, ...]) -> tuple[int, int]:
+def _verify_peak(spec: symjac.Pool | symjac.AdaptivePool, shape: tuple[int, ...],
+                 extreme: bool = False) -> tuple[int, int]:
+    """Traced peak of a verify at ``shape`` and the Jacobian's nnz; without the ``extreme`` family
+    unless asked (its float64 values near 1e308 are exact Python ints of ~1020 bits: ~22 words per
+    input cell for each exact copy, a cost per cell that :func:`test_the_extreme_family_costs_words_per_cell`
+    bounds apart)."""
+    from symjac.verifiers.pool._inputs import families
+
     low = symjac.lower(spec, shape)
     x = np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape) * 0.25
     nnz = symjac.jacobian(spec, x).nnz if spec.mode == "avg" else int(resolve(spec, shape).valid.sum())
-    symjac.verify(spec, backward=low.vjp, forward=low.forward, input_shape=shape, timeout=None)  # warm caches
+    kept = tuple(f for f in families(resolve(spec, shape)) if extreme or f != "extreme")
+    symjac.verify(spec, backward=low.vjp, forward=low.forward, input_shape=shape, timeout=None,
+                  families=kept)  # warm caches
     tracemalloc.start()
-    report = symjac.verify(spec, backward=low.vjp, forward=low.forward, input_shape=shape, timeout=None)
+    report = symjac.verify(spec, backward=low.vjp, forward=low.forward, input_shape=shape, timeout=None,
+                           families=kept)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert report.ok, report
@@ -109,6 +119,18 @@ def test_verify_memory_is_linear_in_nnz(spec: symjac.Pool, shape: tuple[int, ...
     # alive at once), never a dense (outputs x inputs) or (colours x nnz) array.
     peak, nnz = _verify_peak(spec, shape)
     assert peak <= 32 * 8 * nnz, (peak, nnz)
+
+
+@pytest.mark.parametrize(("spec", "shape"), [
+    (symjac.AdaptivePool("avg", (7, 7)), (1, 1, 112, 112)),
+    (symjac.Pool("avg", 3, stride=1, padding="same"), (1, 1, 96, 96)),
+])
+def test_the_extreme_family_costs_words_per_cell(spec: symjac.Pool, shape: tuple[int, ...]) -> None:
+    # The extreme family's float64 inputs near 1e308 convert to Python ints of ~1020 bits (28 + 136
+    # bytes, ~21 words): measured 41.4 words/nnz for the adaptive pool (nnz = cells) against 24.3
+    # without it, 12.8 against 9.7 at 3x3; linear in the cells, 48 words a cell at most above the rows.
+    peak, nnz = _verify_peak(spec, shape, extreme=True)
+    assert peak <= 8 * (32 * nnz + 48 * int(np.prod(shape))), (peak, nnz)
 
 
 @pytest.mark.parametrize("mode", ["avg", "max"])
@@ -132,7 +154,8 @@ def test_fd_oracle_checks_directions_for_large_windows() -> None:
     low = symjac.lower(spec, shape)
     ok = symjac.verify(spec, backward=low.vjp, forward=low.forward, input_shape=shape, timeout=None)
     assert ok.ok and ok.stats["fd_consistent"] is True
-    assert ok.stats["forward_calls"] == 5  # 1 forward check + 3 directions + 1 at near-tie inputs
+    # 1 forward check + 3 directions + 1 each at the near-tie, extreme and non-finite inputs
+    assert ok.stats["forward_calls"] == 7
     report = symjac.verify(spec, backward=low.vjp, forward=lambda x: 2 * low.forward(x), input_shape=shape,
                            timeout=None)
     assert "not_fd_consistent" in report.categories(), report
@@ -652,7 +675,7 @@ def test_near_tie_inputs_convert_to_int64_numerators() -> None:
 
 
 def test_verify_finds_tie_sets_once_per_input_and_rows_only_for_probed_passes(monkeypatch: pytest.MonkeyPatch) -> None:
-    import symjac.verifiers.pool._verifier as pool_verifier
+    import symjac.verifiers.pool._reading as pool_verifier  # where the verifier's exact rows are read
 
     # max 3x3 same: four inputs (distinct, tied, all-negative, near-tie). The policy-"first"
     # route (forward, J^T dy) once each; the full tie sets and the (B, W, K) exact rows only
@@ -680,17 +703,20 @@ def test_verify_finds_tie_sets_once_per_input_and_rows_only_for_probed_passes(mo
     monkeypatch.setattr(_ties, "_max_route", counting_route)
     spec = symjac.Pool("max", 3, stride=1, padding="same")
     forward, backward = _numpy_max3()  # not symjac's lowering, which would share the tie-set cache
-    # The orders family adds 10 inputs (2 ramps per axis, one slab per residue of a 3-cell span per axis).
-    for threshold, want_routes, want_members in ((0, ["first"] * 14, 2), (_ties.ROUTE_BY_MEMBERS, [], 14)):
+    # The orders family adds 10 inputs (2 ramps per axis, one slab per residue of a 3-cell span per axis),
+    # the extreme family one; the non-finite input is read under both NaN policies (a route each, to
+    # read which one the forward follows) and again under the one chosen: 5 routes more.
+    for threshold, want_routes, want_members in ((0, ["first"] * 19, 3), (_ties.ROUTE_BY_MEMBERS, [], 19)):
         monkeypatch.setattr(_ties, "ROUTE_BY_MEMBERS", threshold)
         _caches.clear_caches(templates=False)
         members.clear(), rows.clear(), routes.clear()
         report = symjac.verify(spec, backward=backward, forward=forward, input_shape=(1, 1, 12, 12), timeout=None)
         assert report.ok, report
-        assert report.stats["families"].keys() == {"distinct", "ties", "all_negative", "near_ties", "orders"}
+        assert report.stats["families"].keys() == {"distinct", "ties", "all_negative", "near_ties", "orders",
+                                                   "extreme", "nonfinite"}
         assert routes == want_routes
         assert len(members) == want_members
-        assert len(rows) == 2
+        assert len(rows) == 3  # the probed passes: distinct, tied and non-finite (NaN and the infinities tie)
 
 
 def _numpy_max3() -> tuple[Any, Any]:
@@ -877,7 +903,8 @@ def test_main_pass_rows_are_released_before_the_tied_pass(monkeypatch: pytest.Mo
     report = symjac.verify(symjac.Pool("max", 3, stride=1, padding="same"), backward=backward, forward=forward,
                            input_shape=(1, 1, 12, 12), timeout=None)
     assert report.ok, report
-    assert alive == [False, False]  # the main pass, then the tied pass with nothing of the main one left
+    # the main pass, then the tied and the non-finite passes with nothing of the one before left
+    assert alive == [False, False, False]
 
 
 def _guarded_call_in_child() -> list[str]:

@@ -110,9 +110,16 @@ def test_torch_small_grid_has_no_false_alarm_in_bfloat16():
     pytest.importorskip("ml_dtypes")
     result = symjac.conform("torch", grid="small", dtypes=("bfloat16",), families=("distinct", "ties"))
     assert result.ok, result.table()
-    # PyTorch has no CPU bfloat16 kernel for avg_pool3d ("avg_pool3d_out_frame" not implemented): unsupported
+    # PyTorch has no CPU bfloat16 kernel for avg_pool3d ("avg_pool3d_out_frame" not implemented): unsupported;
+    # lp_pool (p >= 2) overflows at the extreme family's inputs: its known defect (tests/test_extreme.py);
+    # max_unpool's gather backward at a repeated index: its known defect (tests/test_unpool.py); PyTorch has no
+    # CPU bfloat16 kernel for multi_margin_loss / multilabel_margin_loss ("... not implemented for 'BFloat16'")
     for r in result.results:
-        assert r["status"] == ("unsupported" if r["config"]["op"] == "avg_pool3d" else "pass"), r
+        op = r["config"]["op"]
+        no_kernel = ("avg_pool3d", "multi_margin_loss", "multilabel_margin_loss")
+        want = "unsupported" if op in no_kernel else "known_defect" if op.startswith("lp_pool") and \
+            float(r["config"]["kwargs"]["norm_type"]) > 1 or op.startswith("max_unpool") else "pass"
+        assert r["status"] == want, r
 
 
 def test_onnxruntime_bfloat16_is_unsupported():
@@ -132,20 +139,33 @@ def test_tensorflow_maxpool3d_grad_at_ties():
     # TF 2.21 MaxPool3DGrad sends the whole upstream gradient to every tied maximum, where any
     # element of the Clarke subdifferential of max sums to 1 over the tied cells: a defect the
     # adapter documents, so a known_defect cell (shown; not a finding)
-    assert [r["category"] for r in result.known] == ["tie_not_subgradient"] and result.ok
-    assert "tied windows route gradient outside the convex hull" in result.known[0]["summary"]
+    # (two cells, eager and tf.function, the same gradient in both: measured with TF 2.21 directly,
+    # max_pool3d of ones (1, 2, 3, 3, 1), window 1x2x2, stride 1 gives the centre cells 4 in each;
+    # both also show TensorFlow's NaN handling, documented for the nonfinite family)
+    assert [r["mode"] for r in result.known] == ["eager", "tf.function"]
+    eager = [r for r in result.known if r["mode"] == "eager"]
+    assert [r["category"] for r in result.known] == ["tie_not_subgradient"] * 2 and result.ok
+    assert all(family == "nonfinite" for r in result.known for category, family in r["found"]
+               if category != "tie_not_subgradient")
+    assert "tied windows route gradient outside the convex hull" in eager[0]["summary"]
     assert "known:tie_not_subgradient" in result.table()
 
 
-def test_tensorflow_keras_adaptive_max_pool_sigfpe_is_a_crashed_cell():
+def test_tensorflow_keras_adaptive_max_pool_with_an_output_of_1_is_a_known_cell():
     pytest.importorskip("tensorflow")
     pytest.importorskip("keras")
     result = symjac.conform("tensorflow", ops=["keras_ops_adaptive_max_pool"], dtypes=["float32"],
                             families=["distinct"])
-    crashed = [r for r in result.known if r["category"] == "crashed"]  # documented: known_defect cells
-    # Keras adaptive max pooling on TF dies with SIGFPE when the last spatial output size is 1
-    assert crashed and {r["signal"] for r in crashed} == {"SIGFPE"}
+    # Keras adaptive max pooling on TF with an output size of 1 pools with a window longer than the axis:
+    # eagerly, oneDNN's MaxPool divides by zero (SIGFPE) on some CPUs and gives a gradient of uninitialized
+    # memory on others (this TF 2.21 wheel: both seen, by machine); either way a known_defect cell,
+    # never a crash of conform, and a crashed cell names its signal
+    ones = [r for r in result.results if 1 in r["config"]["kwargs"]["output_size"]]
+    assert ones and all(r["status"] == "known_defect" for r in ones), [r["summary"] for r in ones]
+    crashed = [r for r in result.known if r["category"] == "crashed"]
+    assert {r["signal"] for r in crashed} <= {"SIGFPE"}
     assert all(r["config"]["kwargs"]["output_size"][-1] == 1 for r in crashed)
+    assert not result.findings
 
 
 def test_onnxruntime_same_padding_with_dilations():
@@ -159,12 +179,18 @@ def test_onnxruntime_same_padding_with_dilations():
 
     same_dilated = {id(r) for r in result.results
                     if same_dilated_kernel(r["config"]["kwargs"]) and r["status"] != "unsupported"}
-    assert same_dilated and {id(r) for r in result.known} == same_dilated and not result.findings
+    # every max pool is known too: its NaN handling (the nonfinite family; tests/test_nonfinite_frameworks.py)
+    max_pools = {id(r) for r in result.known if r["config"]["op"] == "max_pool"}
+    assert same_dilated and {id(r) for r in result.known} - max_pools == same_dilated - max_pools
+    assert not result.findings
     # ONNX: SAME keeps out = ceil(L / s) per axis; ORT 1.32 sizes the padding from the undilated kernel
-    for r in result.known:
+    for r in (r for r in result.known if id(r) in same_dilated):
         shape, kw = r["config"]["input_shape"], r["config"]["kwargs"]
         strides = kw.get("strides") or [1] * (len(shape) - 2)
         want = tuple(shape[:2]) + tuple(-(-n // s) for n, s in zip(shape[2:], strides))
+        if r["category"] == "forward_values":  # the other form: both paddings give the same shape, wrong values
+            assert "forward differs from the exact forward" in r["summary"], r["summary"]
+            continue
         assert r["category"] == "bad_output" and f"expected {want}" in r["summary"], r["summary"]
 
 

@@ -101,13 +101,14 @@ def test_the_built_in_adapters_document_their_categories():
 
     ties = stf.known_defect(Config("max_pool3d", {"ksize": [2] * 3, "strides": [2] * 3, "padding": "VALID"},
                                    (1, 4, 4, 4, 1)))
-    assert ties.categories == ("tie_not_subgradient",)
+    # (then TensorFlow's NaN handling, at the nonfinite family's inputs: tests/test_nonfinite_frameworks.py)
+    assert ties.categories[0] == "tie_not_subgradient" and ties.families == ()
     # output size 1 (SIGFPE or uninitialized memory) and the 3-D ties: both texts, every category of either
     both = stf.known_defect(Config("AdaptiveMaxPooling3D", {"output_size": [1, 2, 2]}, (1, 4, 4, 4, 1)))
     assert {"crashed", "tie_not_subgradient"} <= set(both.categories) and "; and: TensorFlow's MaxPool3DGrad" in both
     explicit = stf.known_defect(Config("max_pool2d", {"ksize": [3, 3], "strides": [3, 3],
                                                       "padding": [[0, 0], [1, 0], [0, 1], [0, 0]]}, (1, 6, 6, 2)), "jvp")
-    assert explicit.categories == ("bad_output",)
+    assert explicit.categories[0] == "bad_output"
     same = so.known_defect(Config("max_pool", {"kernel_shape": [3], "dilations": [2], "auto_pad": "SAME_UPPER"},
                                   (1, 1, 7)))
-    assert same.categories == ("bad_output",)
+    assert same.categories == ("bad_output", "forward_values")  # a wrong shape, or wrong values at the same shape

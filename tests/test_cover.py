@@ -87,15 +87,22 @@ def test_plan_shapes_have_batch_and_channels_and_combine_axes():
 
 
 def test_adaptive_and_global_plans():
-    # Adaptive: L = o (size-1 windows), 2o (disjoint), 2o+1 (overlapping, two sizes).
-    assert {sh[2] for sh in symjac.cover(AdaptivePool("avg", (3, 2)))} == {3, 6, 7}
-    assert {sh[3] for sh in symjac.cover(AdaptivePool("avg", (3, 2)))} == {2, 4, 5}
-    # the wide shape: lengths >= 2 from o on (2 for the global window)
+    # Adaptive (module doc of symjac/pool/_cover.py): L = o - 1, o, 2o - 1, 2o + 1; the wide shape
+    # (3, 37) at max(2, o) along each axis.
+    plan = symjac.cover(AdaptivePool("avg", (3, 2)))
+    assert {sh[2] for sh in plan if sh[:2] == (2, 3)} == {2, 3, 5, 7}
+    assert {sh[3] for sh in plan if sh[:2] == (2, 3)} == {1, 2, 3, 5}
+    assert [sh for sh in plan if sh[:2] == (3, 37)] == [(3, 37, 3, 2)]
+    # global: o = 1, so L = 1, 1, 3 (o - 1 = 0 dropped), and the wide shape at 2
     assert {sh[2:] for sh in symjac.cover(GlobalPool("max", rank=1))} == {(1,), (2,), (3,)}
 
 
-def test_cover_refuses_kernels_too_long_to_enumerate():
-    with pytest.raises(SpecError, match=r"cover: along axis 0 lengths up to .* give input_shape explicitly"):
+def test_cover_refuses_a_plan_past_the_budget_up_front():
+    # A kernel of 10^6 along both axes: its long-kernel plan needs a shape of 10^6 x 10^6 cells
+    # (the window reads every cell), 6 x 10^12 Jacobian entries against the 2^26 budget. On main
+    # this was "cover supports at most 4096"; now the plan is built and refused by its size.
+    with pytest.raises(SpecError, match=r"cover: the coverage plan's shape \(2, 3, 1000000, 1000000\) is too "
+                                        r"large: .* exceed the budget of 67108864.*give input_shape explicitly"):
         symjac.cover(Pool("avg", 10**6, padding="same"))
 
 

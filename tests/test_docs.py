@@ -189,7 +189,9 @@ def parse_console(text: str) -> list[tuple[str, int, list[str]]]:
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
+    # as a user's shell runs them: not as an xdist worker (a block that runs pytest would read
+    # PYTEST_XDIST_WORKER and think itself one: pytest-benchmark, where installed, then warns)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.setdefault("MPLBACKEND", "Agg")

@@ -75,6 +75,9 @@ def test_every_generated_configuration_matches_the_exact_forward():
     failures = []
     for config, dtypes in runnable(sor, "full"):
         spec, impl = sor.make(config)
+        if isinstance(spec, (symjac.MaxUnpool, symjac.RoiAlign, symjac.RoiPool)):
+            continue  # an unpooling forward takes indices, RoI Align's sums are bilinear (no average's
+            # bound): tests/test_unpool.py, test_roi_align.py and test_roi_pool.py check them against ORT
         g = symjac.resolve(spec, config.input_shape)
         for dtype in dtypes:
             problem = forward_matches(spec, impl.forward, distinct_input(g, np.dtype(dtype), 0))

@@ -51,7 +51,7 @@ def test_every_generated_configuration_verifies_in_float32_and_float64():
 def test_small_grid_covers_every_op():
     ops = {c.op for c in sjt.configurations("small")}
     assert ops == {f"{kind}_pool{r}d" for kind in ("max", "avg", "adaptive_max", "adaptive_avg") for r in (1, 2, 3)} | \
-        {"lp_pool1d", "lp_pool2d"}
+        {"lp_pool1d", "lp_pool2d", "fractional_max_pool2d", "fractional_max_pool3d"} | {f"max_unpool{r}d" for r in (1, 2, 3)}
 
 
 def test_wrap_module_function_and_custom_autograd_function():

@@ -1,5 +1,5 @@
 """The adapters' forward-mode, second-order and batched transforms (issue 23): ``Impl.jvp``,
-``Impl.double_backward``, ``Impl.vmap`` (and ``frameworks._vmap.per_sample``), checked through
+``Impl.double_backward``, ``Impl.vmap`` (and ``verifiers._vmap.per_sample``), checked through
 ``symjac.verify``; planted bugs in each transform; ``conform --transforms``; the full grids
 (slow) with their counts.
 """
@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import symjac
-from framework_checks import FULL, assert_counts, check_configurations
+from framework_checks import nan_only, FULL, assert_counts, check_configurations
 from symjac.frameworks import Impl
 from symjac.frameworks.conform._transforms import verify_transform
-from symjac.frameworks.conform._vmap import per_sample
+from symjac.verifiers._vmap import per_sample as batched_per_sample
 
 TRANSFORMS = ("jvp", "hvp", "vmap")
 
@@ -24,6 +24,15 @@ TRANSFORMS = ("jvp", "hvp", "vmap")
 def _distinct(shape, seed=0):
     """Distinct small integers (exact in every dtype; no ties in any window)."""
     return np.random.default_rng(seed).permutation(np.prod(shape)).reshape(shape).astype(np.float64)
+
+
+def per_sample(impl):
+    """The adapter's batching rule one sample at a time (forward, backward, jvp), the per-sample op
+    the reference where the sample's slots of a batch disagree."""
+    import types
+
+    reference = {role: getattr(impl, role) for role in ("forward", "backward", "jvp")}
+    return types.SimpleNamespace(**batched_per_sample(impl.vmap, reference))
 
 
 def _dense_jacobian(backward, x, out_shape):
@@ -92,7 +101,7 @@ def test_keras_global_pool_transforms_keep_symjac_s_output_shape():
     spec, impl = stf.GlobalMaxPooling2D()  # (N, C) output, seen as (N, 1, 1, C)
     for transform in TRANSFORMS:
         report = verify_transform(spec, impl, transform, np.dtype("float32"), input_shape=(1, 3, 4, 2))
-        assert report.ok, f"{transform}: {report}"
+        assert report.ok or nan_only(report), f"{transform}: {report}"  # (its NaN handling: a known defect)
 
 
 # ----------------------------------------------------------------------------- planted bugs
@@ -270,7 +279,7 @@ def test_jax_reduce_window_max_transforms_pass(transform):
 
     spec, impl = sjj.reduce_window_max((1, 3, 3, 1), (1, 2, 2, 1), "SAME")
     report = verify_transform(spec, impl, transform, np.dtype("float32"), input_shape=(1, 5, 6, 2))
-    assert report.ok, report
+    assert report.ok or nan_only(report), report  # (JAX's NaN routing: a known defect)
 
 
 @pytest.mark.parametrize("transform", TRANSFORMS)
@@ -323,20 +332,22 @@ def test_tensorflow_defects_the_transforms_found():
     config = Config("max_pool2d", {"ksize": [3, 3], "strides": [3, 3], "padding": [[0, 0], [1, 0], [0, 1], [0, 0]]},
                     (1, 6, 6, 2))
     spec, impl = stf.make(config)
-    assert verify_transform(spec, impl, "vjp", np.dtype("float32"), input_shape=config.input_shape).ok
+    vjp = verify_transform(spec, impl, "vjp", np.dtype("float32"), input_shape=config.input_shape)
+    assert vjp.ok or nan_only(vjp)  # (TensorFlow's NaN handling: a known defect of the nonfinite family)
     report = verify_transform(spec, impl, "jvp", np.dtype("float32"), input_shape=config.input_shape)
     assert "bad_output" in report.categories() and "EXPLICIT" in report.summary()
-    assert "MaxPoolGradGrad" in stf.known_defect(config, "hvp") and stf.known_defect(config) is None
-    # Keras adaptive max pooling under tf.vectorized_map: the JVP comes back zero in most of the 18
-    # windows, a different number from call to call.
+    assert "MaxPoolGradGrad" in stf.known_defect(config, "hvp") and stf.known_defect(config).families == ("nonfinite",)
+    # Keras adaptive max pooling under tf.vectorized_map: the JVP came back zero in most of the 18
+    # windows, a different number from call to call, in a process that had run other configurations
+    # first (none in 4 runs of a fresh process, TF 2.21): whatever shows is the documented defect's.
     config = Config("AdaptiveMaxPooling2D", {"output_size": [3, 6]}, (1, 5, 6, 1))
     spec, impl = stf.make(config)
-    assert verify_transform(spec, impl, "jvp", np.dtype("float32"), input_shape=config.input_shape).ok
+    jvp = verify_transform(spec, impl, "jvp", np.dtype("float32"), input_shape=config.input_shape)
+    assert jvp.ok or nan_only(jvp)  # (its forward's NaN handling: a known defect)
     report = verify_transform(spec, impl, "vmap", np.dtype("float32"), input_shape=config.input_shape)
     known = stf.known_defect(config, "vmap")
-    # zero windows in (almost) every run; when two calls disagree the finding may lead as nondeterministic
-    assert not report.ok and {"missing_windows", "nondeterministic"} & set(report.categories())
-    assert set(report.categories()) <= set(known.categories) and "vectorized_map" in known
+    assert not report.ok and all(known.explains(f.category, f.family) for f in report.findings)
+    assert "vectorized_map" in known and set(known.categories) >= {"missing_windows", "nondeterministic"}
 
 
 def test_tensorflow_forward_mode_defects_of_the_full_grid():
@@ -344,7 +355,6 @@ def test_tensorflow_forward_mode_defects_of_the_full_grid():
     pytest.importorskip("tensorflow")
     import symjac.frameworks.tensorflow as stf
     from symjac.frameworks import Config
-    from symjac.frameworks.conform._vmap import per_sample
 
     # tf.nn.pool with window 1 and dilation 2 is the identity (each output cell reads one input cell),
     # so J·t = t. Per sample ForwardAccumulator gives t; under tf.vectorized_map it gives zeros.
@@ -357,7 +367,7 @@ def test_tensorflow_forward_mode_defects_of_the_full_grid():
     assert not per_sample(impl).jvp(x, t).any()
     report = verify_transform(spec, impl, "vmap", np.dtype("float32"), input_shape=config.input_shape)
     assert "missing_windows" in report.categories()
-    assert "vectorized_map" in stf.known_defect(config, "vmap") and stf.known_defect(config) is None
+    assert "vectorized_map" in stf.known_defect(config, "vmap") and stf.known_defect(config).families == ("nonfinite",)
     # Keras adaptive average pooling to one output cell: the mean of the 5 cells (here 4 and 5 per
     # channel) is right; Keras' second window of ceil(5/1) + 1 = 6 cells exceeds the axis, and the JVP raises.
     config = Config("AdaptiveAveragePooling1D", {"output_size": (1,)}, (1, 5, 2))
@@ -409,3 +419,38 @@ def test_tensorflow_dilated_pool_jvp_raises_after_many_shapes_in_one_process():
            for how in ("alone", "sequence")}
     assert "no raise" in out["alone"], out
     assert "raised at 33 block_shape must have known size" in out["sequence"], out
+
+
+def test_tensorflow_vectorized_jvp_of_max_pooling_is_zero_for_a_batch_of_one():
+    # Found when the batched check ran batches of 1, 2 and 3 (issue 34): TensorFlow's own calls, no
+    # symjac in between. tf.nn.max_pool1d(x, 3, 1, "SAME") on one sample of (1, 6, 2) with distinct
+    # values is piecewise the identity on its window maxima, so its JVP at tangent t is t at each
+    # window's argmax: nonzero for a nonzero t. Per sample ForwardAccumulator gives it; under
+    # tf.vectorized_map a batch of 1 gives zeros, batches of 2 and 3 the per-sample values.
+    tf = pytest.importorskip("tensorflow")
+    import symjac.frameworks.tensorflow as stf
+    from symjac.frameworks import Config
+
+    def jvp(x, t):
+        with tf.autodiff.ForwardAccumulator(x, t) as acc:
+            y = tf.nn.max_pool1d(x, [3], [1], "SAME")
+        return acc.jvp(y)
+
+    mapped = tf.function(lambda a, b: tf.vectorized_map(lambda e: jvp(*e), (a, b), fallback_to_while_loop=False))
+    rng = np.random.default_rng(0)
+    for batch in (1, 2, 3):
+        xs = rng.permutation(batch * 12).reshape(batch, 1, 6, 2).astype(np.float32)
+        ts = np.ones_like(xs)
+        want = np.stack([jvp(tf.constant(xs[b]), tf.constant(ts[b])).numpy() for b in range(batch)])
+        assert (want == 1).all()  # every window's argmax gets its tangent 1
+        got = mapped(xs, ts).numpy()
+        if batch == 1 and got.any():
+            pytest.skip("this TensorFlow's vectorized JVP of max pooling is right for a batch of 1: fixed")
+        np.testing.assert_array_equal(got, np.zeros_like(want) if batch == 1 else want)
+    config = Config("max_pool1d", {"ksize": [3], "strides": [1], "padding": "SAME"}, (1, 6, 2))
+    assert "batch of one sample" in stf.known_defect(config, "vmap")
+    assert "batch of one sample" not in (stf.known_defect(config, "jvp") or "")
+    spec, impl = stf.make(config)
+    report = verify_transform(spec, impl, "vmap", np.dtype("float32"), input_shape=config.input_shape)
+    assert not report.ok and {f.category for f in report.findings if f.family != "nonfinite"} <= set(
+        stf.known_defect(config, "vmap").categories)

@@ -72,6 +72,30 @@ def test_adaptive_windows():
     assert g.divisor.tolist() == [2, 3, 2]
 
 
+def test_adaptive_upsampling_windows():
+    # Issue 34: an output size above the input length (PyTorch allows it). L=3, o=5:
+    # [floor(3i/5), ceil(3(i+1)/5)) = [0, 1), [0, 2), [1, 2), [1, 3), [2, 3): windows of 1 and 2
+    # cells that overlap, two of them starting where the one before does.
+    g = symjac.resolve(AdaptivePool("avg", (5,)), (3,))
+    cells = [sorted(c[c >= 0].tolist()) for c in g.cells]
+    assert cells == [[0], [0, 1], [1], [1, 2], [2]]
+    assert g.divisor.tolist() == [1, 2, 1, 2, 1]
+    # L=1: every window is the one cell
+    one = symjac.resolve(AdaptivePool("max", (4,)), (1,))
+    assert [sorted(c[c >= 0].tolist()) for c in one.cells] == [[0]] * 4
+
+
+def test_adaptive_upsampling_vjp_sums_every_window_over_a_repeated_start():
+    # The windows of L=3, o=5 above with dy = 1, 10, 100, 1000, 10000: cell 0 gets 1/1 + 10/2 = 6,
+    # cell 1 gets 10/2 + 100/1 + 1000/2 = 605, cell 2 gets 1000/2 + 10000/1 = 10500. Windows 0 and 1
+    # (and 2 and 3) start at one cell: a scatter over the slot lines must add both, not keep one.
+    dy = np.array([[[1.0, 10, 100, 1000, 10000]]])
+    dx = symjac.vjp(AdaptivePool("avg", (5,)), np.arange(3.0).reshape(1, 1, 3), dy)
+    assert np.asarray(dx, dtype=float).tolist() == [[[6.0, 605.0, 10500.0]]]
+    lowered = symjac.lower(AdaptivePool("avg", (5,)), (1, 1, 3)).vjp(np.arange(3.0).reshape(1, 1, 3), dy)
+    assert lowered.tolist() == [[[6.0, 605.0, 10500.0]]]
+
+
 def test_global_pool_reads_everything():
     g = symjac.resolve(GlobalPool("max", rank=3), (2, 3, 2, 3, 4))
     assert g.output_shape == (2, 3, 1, 1, 1)

@@ -5,6 +5,7 @@ import json
 import shutil
 import subprocess
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import mpmath
@@ -242,14 +243,28 @@ def test_loss_golden_in_bfloat16(tmp_path):
     assert derivative["max_abs_error"]["bfloat16"][0] > derivative["max_abs_error"]["float32"][0] > 0
 
 
-def test_loss_golden_has_no_bound_where_an_input_is_not_exact_in_the_dtype(tmp_path):
-    # pred = 1/3 is no binary fraction: an implementation in any float dtype sees it
-    # rounded, so the golden values (at 1/3 exactly) carry no bound there, as documented;
-    # pred = 3/4 is exact in float16, float32 and float64 alike, so its bounds are there.
+def test_loss_golden_at_an_input_a_dtype_rounds_is_computed_at_the_rounded_input(tmp_path):
+    # pred = 1/3 is no binary fraction: an implementation in float16 sees 1365/4096 (1/3 =
+    # 1.0101010101|0101...b x 2^-2, cut to 11 bits with a 0 next: 1.0101010101b/4), in float64
+    # 6004799503160661/2^54 (Python's Fraction(1/3)). Golden data is computed at what each dtype
+    # holds, one file per dtype, each with its bounds; the derivative 8·(σ(z) − 1) (label 1) from
+    # mpmath at the rounded z is within them.
     third = SIGMOID_SCALED.replace("pred = [0.0]", 'pred = ["1/3"]')
-    arrays = json.loads((golden(third, tmp_path, "--dtype", "float16,float64") / "case.json").read_text())["arrays"]
-    assert arrays["pred"]["exact"] == ["1/3"] and "max_abs_error" not in arrays["derivative"]
-    quarter = SIGMOID_SCALED.replace("pred = [0.0]", 'pred = ["3/4"]')
+    out = golden(third, tmp_path, "--dtype", "float16,float64")
+    assert sorted(p.name for p in out.iterdir()) == ["case__float16.json", "case__float64.json"]
+    mpmath.mp.prec = 200
+    for dt, held in (("float16", Fraction(1365, 4096)), ("float64", Fraction(1 / 3))):
+        doc = json.loads((out / f"case__{dt}.json").read_text())
+        assert doc["dtypes"] == [dt] and doc["provenance"]["case"] == "case"
+        a = doc["arrays"]
+        assert a["pred"]["exact"] == [str(held)]
+        z = mpmath.mpf(held.numerator) / held.denominator
+        exact = 8 * (1 / (1 + mpmath.exp(-z)) - 1)
+        got = a["derivative"][dt][0]
+        # correctly rounded: within half a spacing of the dtype's grid at the value (|value| in [2, 4))
+        assert abs(mpmath.mpf(got) - exact) <= abs(float(np.spacing(np.dtype(dt).type(got)))) / 2
+        assert a["derivative"]["max_abs_error"][dt][0] > 0
+    quarter = SIGMOID_SCALED.replace("pred = [0.0]", 'pred = ["3/4"]')  # exact in both: one file, both dtypes
     out = tmp_path / "exact"
     out.mkdir()
     arrays = json.loads((golden(quarter, out, "--dtype", "float16,float64") / "case.json").read_text())["arrays"]

@@ -31,8 +31,9 @@ def test_one_case_per_plan_shape_and_family_with_pytorch_values(tmp_path):
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     # the families verify runs for max pooling whose windows touch padding: distinct, ties (its
-    # probed pass at tied inputs), all_negative (padding taken for 0 shows), near_ties
-    families = ("distinct", "ties", "all_negative", "near_ties", "orders")  # orders: its first input
+    # probed pass at tied inputs), all_negative (padding taken for 0 shows), near_ties, orders (its first
+    # input) and extreme (values near the lowest float64); not nonfinite (NaN has no exact golden value)
+    families = ("distinct", "ties", "all_negative", "near_ties", "orders", "extreme")
     plan = symjac.cover(symjac.Pool("max", 3, stride=2, padding=1))
     # a 1x1 input has no ties (every window reads its one cell): no ties case there
     names = [f"mp__{'x'.join(map(str, shape))}__{f}" for shape in plan for f in families

@@ -119,3 +119,42 @@ def test_c_helper_names_the_policy_a_kernel_follows(tmp_path):
     avg = golden(tmp_path / "avg", AVG, "--format", "bin", "--dtype", "float64")
     r = subprocess.run([str(exe), str(avg / "avg"), "ties"], capture_output=True, text=True)
     assert r.returncode == 0 and "the case has no tied windows" in r.stdout
+
+
+def test_a_tie_that_appears_once_rounded_gets_the_tie_arrays(tmp_path):
+    # x = [[1, 1 + 2^-20]] under a (1, 2) max window: float32 (24 bits) holds both, the maximum is
+    # the second cell; float16 (11 bits) rounds 1 + 2^-20 to 1, a tie the first maximum sends to
+    # the first cell. Golden data is per dtype, each at its own input: float16 with the tie arrays
+    # (dx_first [3/2, 0], dx_last [0, 3/2], dx_split [3/4, 3/4] for dy = 3/2), float32 without.
+    spec = tmp_path / "t.toml"
+    spec.write_text('name = "t"\n[operator]\nkind = "pool"\nmode = "max"\nkernel = [1, 2]\n'
+                    '[input]\nx = [[1, "1048577/1048576"]]\ndy = [["3/2"]]\n')
+    r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(spec), "--out", str(tmp_path / "g"),
+                        "--dtype", "float16,float32", "--format", "json,bin"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    half = json.loads((tmp_path / "g" / "t__float16.json").read_text())
+    single = json.loads((tmp_path / "g" / "t__float32.json").read_text())
+    assert half["dtypes"] == ["float16"] and single["dtypes"] == ["float32"]
+    a = half["arrays"]
+    assert a["x"]["exact"] == ["1", "1"] and a["y"]["exact"] == ["1"] and a["tied"]["values"] == [1]
+    assert a["dx"]["exact"] == ["3/2", "0"] and a["dx_first"]["exact"] == ["3/2", "0"]
+    assert a["dx_last"]["exact"] == ["0", "3/2"] and a["dx_split"]["exact"] == ["3/4", "3/4"]
+    b = single["arrays"]
+    assert b["x"]["exact"] == ["1", "1048577/1048576"] and b["dx"]["exact"] == ["0", "3/2"] and "tied" not in b
+    index = json.loads((tmp_path / "g" / "t__float16" / "index.json").read_text())
+    assert index["dtypes"] == ["float16"] and "dx_last.float16" in index["arrays"]
+
+
+def test_a_case_written_per_dtype_never_takes_another_case_name(tmp_path):
+    # case "a" (x = 1/3: float16 and float32 hold it differently) would be written as a__float16,
+    # the name of the second case: refused before anything is written
+    spec = tmp_path / "two.toml"
+    spec.write_text('[[case]]\nname = "a"\n[case.operator]\nkind = "pool"\nmode = "max"\nkernel = [1, 2]\n'
+                    '[case.input]\nx = [[1, "1/3"]]\n'
+                    '[[case]]\nname = "a__float16"\n[case.operator]\nkind = "pool"\nmode = "max"\nkernel = [1, 2]\n'
+                    '[case.input]\nx = [[1, 2]]\n')
+    r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(spec), "--out", str(tmp_path / "g"),
+                        "--dtype", "float16,float32"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "'a__float16'" in r.stderr and "rename" in r.stderr
+    assert not (tmp_path / "g").exists() or not list((tmp_path / "g").iterdir())

@@ -60,11 +60,15 @@ def test_near_ties_one_bit_fewer_for_half_precisions(dtype):
 
 
 def test_families_per_spec():
-    assert families(symjac.resolve(Pool("max", 3, stride=1, padding=1), (1, 1, 4, 4))) == ("all_negative", "near_ties",
-                                                                                      "orders")
-    assert families(symjac.resolve(Pool("max", 2), (1, 1, 4, 4))) == ("near_ties", "orders")  # no window touches padding
+    assert families(symjac.resolve(Pool("max", 3, stride=1, padding=1), (1, 1, 4, 4))) == (
+        "all_negative", "near_ties", "orders", "extreme", "nonfinite")
+    assert families(symjac.resolve(Pool("max", 2), (1, 1, 4, 4))) == (  # no window touches padding
+        "near_ties", "orders", "extreme", "nonfinite")
     assert families(symjac.resolve(Pool("max", 2, ceil_mode=True), (1, 1, 5, 5)))[0] == "all_negative"  # overhang
-    assert families(symjac.resolve(Pool("avg", 3, stride=1, padding=1), (1, 1, 4, 4))) == ("near_ties",)
+    assert families(symjac.resolve(Pool("avg", 3, stride=1, padding=1), (1, 1, 4, 4))) == ("near_ties", "extreme",
+                                                                                          "nonfinite")
+    # lp: no exact rational J(x)^T dy for the dense families; extreme and nonfinite as probed passes
+    assert families(symjac.resolve(Pool("lp", 2, p=2), (1, 1, 4, 4))) == ("extreme", "nonfinite")
 
 
 def test_distinct_values_stay_exact_beyond_the_integer_range_of_bfloat16():

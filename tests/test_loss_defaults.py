@@ -92,3 +92,33 @@ def test_lists_and_integer_data_stay_float64() -> None:
     loss = symjac.Loss("mse")
     rep = symjac.verify_loss(loss, derivative=lambda z, y: 2 * (z - y) / z.size, pred=[1, 2], label=np.array([0, 1]))
     assert rep.stats["dtype"] == "float64" and rep.ok
+
+
+@pytest.mark.parametrize("kind, width, torch_loss", [
+    ("huber", 2, lambda z, y: torch.nn.functional.huber_loss(z, y, delta=2.0)),
+    ("smooth_l1", 2, lambda z, y: torch.nn.functional.smooth_l1_loss(z, y, beta=2.0)),
+    ("huber", 3, lambda z, y: torch.nn.functional.huber_loss(z, y, delta=3.0)),
+    ("smooth_l1", 0.25, lambda z, y: torch.nn.functional.smooth_l1_loss(z, y, beta=0.25)),
+])
+def test_a_delta_loss_is_verified_at_its_own_defaults(kind: str, width: float, torch_loss: Any) -> None:
+    # Issue 34: Loss("huber", delta=2) refused its own default inputs, one |pred - label| being 2, where
+    # the second derivative jumps ("InputError: pred[1, 2] is at a kink of huber"). PyTorch's own gradient
+    # and double backward pass, and a gradient that takes the quadratic branch's slope everywhere fails
+    # (the defaults reach both branches).
+    loss = symjac.Loss(kind, delta=width)
+    ref = _torch_grad(torch_loss)
+
+    def hvp(z: np.ndarray, y: np.ndarray, v: np.ndarray) -> np.ndarray:
+        zt = torch.tensor(z.astype(np.float64), requires_grad=True)
+        (g,) = torch.autograd.grad(torch_loss(zt, torch.tensor(y)), zt, create_graph=True)
+        (h,) = torch.autograd.grad((g * torch.tensor(v)).sum(), zt)
+        return h.numpy().astype(z.dtype)
+
+    rep = symjac.verify_loss(loss, derivative=ref, hvp=hvp)
+    assert rep.ok, rep
+    scale = 1.0 if kind == "huber" else 1.0 / width  # smooth_l1's quadratic branch is d²/(2β)
+
+    def quadratic_everywhere(z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return ((z - y) * scale / z.size).astype(z.dtype)
+
+    assert not symjac.verify_loss(loss, derivative=quadratic_everywhere).ok

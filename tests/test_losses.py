@@ -255,7 +255,7 @@ def test_to_numpy_rounds_to_nearest():
 
 
 def test_default_inputs_are_in_domain_and_dyadic():
-    for kind in LS.KINDS:
+    for kind in (name for name in LS.KINDS if not LS.kind_of(Loss(name)).whole):  # ctc: tests/test_loss_ctc.py
         for red in LS.REDUCTIONS:
             loss = Loss(kind, reduction=red)
             pred, label, up = L.default_inputs(loss)

@@ -326,10 +326,11 @@ def test_a_guard_timeout_below_the_childs_deadline_does_not_hold_the_next_call(t
     child.close()
 
 
-def test_a_command_that_cannot_start_is_a_finding() -> None:
-    impl = sjp.impl("/nonexistent/kernel --flag", SEED000)
-    with pytest.raises(sjp.ChildCrashed, match="cannot start kernel `/nonexistent/kernel --flag`"):
-        impl.forward(X)
+def test_a_command_that_cannot_start_is_refused_when_given() -> None:
+    # a usage error, not a kernel's defect: refused by impl() (and by verify --exec, exit 2)
+    with pytest.raises(sjp.BadCommand, match="cannot run kernel `/nonexistent/kernel --flag`: /nonexistent/kernel "
+                                             "does not exist"):
+        sjp.impl("/nonexistent/kernel --flag", SEED000)
 
 
 # ------------------------------------------------------------------- the command line

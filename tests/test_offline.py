@@ -61,12 +61,24 @@ def _rounds(case, folder, impl, dtype="float64"):
     return got, n
 
 
+def _same_report(offline, direct):
+    """The offline report is verify's, but for why the JVP, double backward and batching rule went
+    unchecked: the wire carries forward and backward requests only, the Python object has none of them."""
+    a, b = offline.to_dict(), direct.to_dict()
+    for d in (a, b):
+        d["summary"] = d["summary"].split("; not checked: ")[0]
+        for entry in d.get("transforms", {}).values():
+            entry.pop("why", None)
+    assert a == b
+    assert "native protocol carries forward and backward requests only" in offline.stats["transforms"]["jvp"]["why"]
+
+
 @pytest.mark.parametrize("impl", [buggy, fixed], ids=["buggy", "fixed"])
 def test_seed000_offline_report_is_verifys(impl, tmp_path):
     case = select_cases([SEED000], (), None)[0]
     report, n = _rounds(case, tmp_path, impl)
     assert n >= 1
-    assert report.to_dict() == verify_case(case, impl, "float64").to_dict()
+    _same_report(report, verify_case(case, impl, "float64"))
 
 
 def test_max_pool_coverage_plan_offline_report_is_verifys(tmp_path):
@@ -75,7 +87,7 @@ def test_max_pool_coverage_plan_offline_report_is_verifys(tmp_path):
     case = select_cases([str(spec)], (), None)[0]
     report, _ = _rounds(case, tmp_path / "dir", max_pool, "float32")
     direct = verify_case(case, max_pool, "float32")
-    assert report.to_dict() == direct.to_dict()
+    _same_report(report, direct)
     assert len(report.to_dict()["shapes"]) > 1  # the plan's shapes all went over the wire
 
 
@@ -132,7 +144,8 @@ def test_cli_rounds_and_exit_codes(tmp_path):
 
     d = str(tmp_path / "probes")
     r = symjac("probes", SEED000, "--out", d)
-    assert r.returncode == 0 and r.stdout.startswith("12 more request(s) to run in"), r.stdout + r.stderr
+    # the first round's 12 calls, each asked for as its two poisoned runs (docs/native.md)
+    assert r.returncode == 0 and r.stdout.startswith("24 more request(s) to run in"), r.stdout + r.stderr
     codes = []
     for _ in range(10):
         r = symjac("check", SEED000, "--responses", d)

@@ -27,7 +27,13 @@ NAMES = sorted(OPERATORS)
 
 def _specs(op: Operator) -> list[Any]:
     """Small specs of the operator from its ``samples``: overlapping 2-D windows, 1-D
-    windows, and (where it runs on them) the adaptive and global geometries."""
+    windows, and (where it runs on them) the adaptive and global geometries; an operator with a
+    spec of its own (``spec_type``, or a table operator's ``spec_class``) is tested on the specs its
+    samples make."""
+    if not op.kernel_windows:  # RoI pooling: its own spec class, its samples its fields
+        return [op.spec_class(**fields) for fields in op.samples]
+    if op.spec_type != "Pool":
+        return [getattr(symjac, op.spec_type)(**fields) for fields in op.samples]
     specs: list[Any] = [symjac.Pool(op.name, 2, stride=1, **fields) for fields in op.samples]
     specs.append(symjac.Pool(op.name, (3,), stride=2, **op.samples[0]))
     if op.any_geometry:
@@ -36,6 +42,8 @@ def _specs(op: Operator) -> list[Any]:
 
 
 def _shape(spec: Any) -> tuple[int, ...]:
+    if not operator_of(spec).kernel_windows:  # its boxes fix the map: the plan's smallest
+        return symjac.cover(spec)[0]
     return (1, 2, 3, 4) if spec.rank == 2 else (2, 1, 5)
 
 
@@ -67,8 +75,8 @@ def test_every_mode_of_the_specs_is_registered() -> None:
     # the registry is the specs' list of modes: Pool takes every operator, the other geometries those that run on them
     from symjac.pool._spec import MODES, POOL_MODES
 
-    assert POOL_MODES == tuple(OPERATORS)
-    assert MODES == tuple(n for n in OPERATORS if OPERATORS[n].any_geometry)
+    assert POOL_MODES == tuple(n for n in OPERATORS if OPERATORS[n].spec_type == "Pool" and OPERATORS[n].kernel_windows)
+    assert MODES == tuple(n for n in OPERATORS if OPERATORS[n].any_geometry and OPERATORS[n].kernel_windows)
     assert {operator_of(n).name for n in NAMES} == set(NAMES)
 
 
@@ -123,7 +131,8 @@ def test_the_lowering_is_within_its_own_bound_and_passes_verify(spec: Any, dtype
 
 @pytest.mark.parametrize("spec", _cases())
 def test_the_spec_repr_round_trips(spec: Any) -> None:
-    assert eval(repr(spec), {k: getattr(symjac, k) for k in ("Pool", "AdaptivePool", "GlobalPool")}) == spec
+    names = ("Pool", "AdaptivePool", "GlobalPool", "FractionalMaxPool", "RoiAlign", "RoiPool")
+    assert eval(repr(spec), {k: getattr(symjac, k) for k in names}) == spec
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -80,7 +80,8 @@ def test_sweep_keys_are_checked_when_read(tmp_path):
     # the kinds are read from the spec-file tables (io._specfile.OPERATOR_TABLES); the message
     # is the one the sweep gave when it listed them itself
     with pytest.raises(symjac.SpecError, match=r"\[operator\]\.kind: 'loss' is not valid in a sweep; sweeps run "
-                       r"pooling specs \('pool', 'adaptive_pool', 'global_pool'\)$"):
+                       r"pooling specs \('pool', 'adaptive_pool', 'global_pool', 'fractional_max_pool', 'roi_align', "
+                       r"'roi_pool'\)$"):
         load_grid(p)
 
 

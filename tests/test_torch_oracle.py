@@ -381,7 +381,7 @@ def adaptive_cases(seed: int, count: int, *, ties: bool) -> list[Case]:
         rank = rng.choice((1, 2, 3))
         mode = "max" if ties else rng.choice(("max", "avg"))
         spatial = tuple(rng.randint(1, MAX_SPATIAL[rank]) for _ in range(rank))
-        out = tuple(rng.randint(1, L) for L in spatial)  # symjac: output_size <= L
+        out = tuple(rng.randint(1, L) for L in spatial)  # downsampling (upsampling: test_adaptive_upsampling.py)
         if mode == "max" and math.prod(-(-L // o) + 1 for L, o in zip(spatial, out)) > MAX_MAX_CELLS:
             continue
         layout = rng.choice(("channels_first", "channels_last"))
@@ -502,13 +502,13 @@ def test_adaptive_and_global_pool_match_torch():
     print(f"\nadaptive/global: {stats['checked']} configs checked; {time.perf_counter() - t0:.1f}s")
 
 
-def test_adaptive_output_larger_than_input_is_rejected():
-    """A convention difference: PyTorch accepts output_size > L (windows repeat cells,
-    e.g. L=2, o=3: [0,1), [0,2), [1,2)); symjac documents output_size <= L."""
+def test_adaptive_output_larger_than_input_matches_torch():
+    """PyTorch accepts output_size > L (windows repeat cells, e.g. L=2, o=3: [0,1), [0,2), [1,2)), and
+    so does symjac (issue 34; tests/test_adaptive_upsampling.py checks forward and backward)."""
     t = torch.arange(2.0, dtype=torch.float64).reshape(1, 1, 2)
     assert F.adaptive_avg_pool1d(t, 3).flatten().tolist() == [0.0, 0.5, 1.0]
-    with pytest.raises(symjac.SpecError):
-        symjac.resolve(symjac.AdaptivePool("avg", (3,)), (1, 1, 2))
+    y = symjac.forward(symjac.AdaptivePool("avg", (3,)), t.numpy())
+    assert np.asarray(y, dtype=float).flatten().tolist() == [0.0, 0.5, 1.0]
 
 
 # --------------------------------------------------------------------- SAME padding

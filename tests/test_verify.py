@@ -624,6 +624,15 @@ def _has_ties(ref: NumpyPool, shape: tuple[int, ...], layout: str, batch: str, x
     return False
 
 
+def _channels_last_minus_inf_defect(op: str, layout: str, shape: tuple[int, ...], report) -> bool:
+    """PyTorch's channels_last max_pool3d with 2 or more channels indexes a window of -inf cells only
+    into depth 0 (tests/test_nonfinite_frameworks.py reproduces it with PyTorch alone): findings of that
+    defect at the nonfinite family only (a -inf window misrouted is outside its Clarke set)."""
+    return (op == "max_pool3d" and layout == "channels_last" and shape[-1] >= 2 and
+            all(f.family == "nonfinite" and f.category in ("wrong_cells", "tie_not_subgradient")
+                for f in report.findings))
+
+
 @pytest.mark.slow
 def test_torch_pooling_has_no_false_alarms():
     torch = pytest.importorskip("torch")
@@ -638,7 +647,7 @@ def test_torch_pooling_has_no_false_alarms():
         except Exception as exc:  # a crash of symjac is a failure too
             failures.append(f"{label} {dtype}: symjac raised {type(exc).__name__}: {exc}")
             continue
-        if not report.ok:
+        if not report.ok and not _channels_last_minus_inf_defect(op, layout, shape, report):
             failures.append(f"{label} {dtype}: {report}")
             continue
         if spec.mode == "max":

@@ -130,7 +130,12 @@ def _avg9_forward(x):
     n, c, h, w = x.shape
     y = np.empty((n, c, h - 2, w - 2))
     for b, ch, i, j in itertools.product(range(n), range(c), range(h - 2), range(w - 2)):
-        y[b, ch, i, j] = float(Fraction(math.fsum(x[b, ch, i:i + 3, j:j + 3].reshape(-1))) / 9)
+        cells = x[b, ch, i:i + 3, j:j + 3].reshape(-1)
+        if not np.isfinite(cells).all():  # NaN or ±inf: IEEE's sum (NaN with a NaN or both infinities)
+            with np.errstate(invalid="ignore"):
+                y[b, ch, i, j] = cells.sum() / 9
+            continue
+        y[b, ch, i, j] = float(Fraction(math.fsum(cells)) / 9)
     return y
 
 
@@ -202,6 +207,13 @@ def test_a_forward_only_run_gets_the_note_too():
 
 # -- ties: a Clarke choice that varies per call -----------------------------------------
 
+def _maximal(win):
+    """The cells attaining the window's maximum; NaN is the maximum where the window holds one (max
+    pooling's NaN policy ``propagate``, symjac/pool/_ops/max.py)."""
+    top = win.max()
+    return (win == top) | (np.isnan(win) & np.isnan(top))
+
+
 def _max_backward(spec, choose, dense_outside=False):
     """A max pooling backward (channels-first, no padding) routing each window's dy to the
     tied cell ``choose(tied cells)`` picks; with ``dense_outside``, a dense call (dy with no
@@ -214,10 +226,10 @@ def _max_backward(spec, choose, dense_outside=False):
         dense = np.count_nonzero(dy) == dy.size
         for b, ch, i, j in itertools.product(range(n), range(c), range(ho), range(wo)):
             win = x[b, ch, i * s:i * s + k, j * s:j * s + k]
-            cells = [(a, e) for a in range(k) for e in range(k) if win[a, e] == win.max()]
+            cells = [(a, e) for a in range(k) for e in range(k) if _maximal(win)[a, e]]
             a, e = choose(cells)
             if dense_outside and dense and (b, ch, i, j) == (0, 0, 0, 0):
-                others = [(a2, e2) for a2 in range(k) for e2 in range(k) if win[a2, e2] != win.max()]
+                others = [(a2, e2) for a2 in range(k) for e2 in range(k) if not _maximal(win)[a2, e2]]
                 if others:
                     a, e = others[0]
             dx[b, ch, i * s + a, j * s + e] += dy[b, ch, i, j]
@@ -308,7 +320,7 @@ def _every(spec):
         n, c, ho, wo = dy.shape
         for b, ch, i, j in itertools.product(range(n), range(c), range(ho), range(wo)):
             win = x[b, ch, i * s:i * s + k, j * s:j * s + k]
-            dx[b, ch, i * s:i * s + k, j * s:j * s + k] += (win == win.max()) * dy[b, ch, i, j]
+            dx[b, ch, i * s:i * s + k, j * s:j * s + k] += _maximal(win) * dy[b, ch, i, j]
         return dx
     return backward
 
@@ -411,7 +423,7 @@ def test_a_random_choice_at_ties_with_zero_padding_passes_as_varying(dense_facto
         dx = np.zeros_like(x)
         for b, ch, j in itertools.product(*map(range, dy.shape)):
             win = padded[b, ch, j:j + 3]
-            slot = j + rng.choice(np.flatnonzero(win == win.max()))
+            slot = j + rng.choice(np.flatnonzero(_maximal(win)))
             if 1 <= slot <= x.shape[-1]:
                 dx[b, ch, slot - 1] += dy[b, ch, j]
         if len(np.unique(dy)) > 2 and (x == x0).all():  # a dense call at x: dense_factor 2 is no Clarke row

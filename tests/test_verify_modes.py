@@ -29,9 +29,11 @@ def test_forward_only_passes_and_says_only_the_forward_was_checked():
     assert report.summary().endswith("only the forward was checked (no backward given)")
     # max: the forward runs at the distinct input, at the tied input, at the near-tie family's input
     # (no padding here, so no all-negative family), at the 8 ordered inputs (2 ramps per axis,
-    # windows spanning 2 cells: 2 slabs per axis) and twice more at x (determinism)
-    assert report.stats["checked"] == "forward" and report.stats["forward_calls"] == 13
-    assert report.stats["families"] == {"distinct": 0, "ties": 0, "near_ties": 0, "orders": 0}
+    # windows spanning 2 cells: 2 slabs per axis), at the extreme and the non-finite inputs, and
+    # twice more at x (determinism)
+    assert report.stats["checked"] == "forward" and report.stats["forward_calls"] == 15
+    assert report.stats["families"] == {"distinct": 0, "ties": 0, "near_ties": 0, "orders": 0, "extreme": 0,
+                                        "nonfinite": 0}
     assert report.stats["backward_ok"] is None and report.stats["backward_calls"] == 0
 
 
@@ -54,7 +56,9 @@ def test_forward_only_nondeterminism():
         calls.append(1)
         return _reference(SPEC, (1, 1, 5, 5))[0](x) + (len(calls) == 3) * 0.5
 
-    report = symjac.verify(SPEC, forward=flaky, input_shape=(1, 1, 5, 5), hints=False)
+    # the families before the repeat (the 3rd and 4th calls): near_ties only; at the extreme inputs the
+    # +0.5 is below the rounding of values near 1e300
+    report = symjac.verify(SPEC, forward=flaky, input_shape=(1, 1, 5, 5), hints=False, families=("near_ties",))
     assert "nondeterministic" in report.categories()
 
 

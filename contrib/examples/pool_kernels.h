@@ -3,7 +3,8 @@
    Plain C99 with no symjac in it: the kernels a framework would have. Every leading
    dimension (N, C, ...) is a batch of independent H x W planes. Average pooling divides
    by the window's valid cells (exclude_pad) or by its cells inside the padded input
-   (include_pad); max pooling ignores padding and routes the gradient to the first maximum.
+   (include_pad); max pooling ignores padding and routes the gradient to the first maximum, a NaN
+   counting as above every number (NaN propagates, and its window's gradient goes to the first NaN).
 
    -DSEED000_BUG plants nntrainer's SAME average-pooling backward defect (symjac seed 000):
    the backward loops end at H - k + top (W - k + left), where bottom (right) belongs, so at
@@ -68,7 +69,8 @@ static inline int64_t pool2d_window(const pool2d *p, int64_t oi, int64_t oj, int
         for (i = a; i < b; i++)                                                                           \
             for (j = c; j < d; j++) {                                                                     \
                 int64_t at = (n * p->h + i) * p->w + j;                                                   \
-                if (best < 0 || x[at] > x[best]) best = at; /* ties: the first maximum */                 \
+                /* ties: the first maximum; a NaN is above every number (NaN propagates, as PyTorch) */ \
+                if (best < 0 || x[at] > x[best] || (x[at] != x[at] && x[best] == x[best])) best = at;     \
             }                                                                                             \
         return best;                                                                                      \
     }                                                                                                     \

@@ -8,24 +8,23 @@ Both verifiers (pools and losses) call an implementation only through a
 - copies the result the moment the call returns, in the thread that made the call: the
   verdict reads that copy, and a result that changes afterwards (a helper thread of the
   implementation, or an asynchronous kernel, still writing into the array it returned) is
-  ``result_changed_after_return`` (the latest :data:`WATCHED` results are compared with
-  their copies whenever a call is settled, and once more as they are let go);
+  ``result_changed_after_return`` (:mod:`symjac.check._watch`: the latest results are compared
+  with their copies whenever a call is settled, and every one once more when the verification
+  ends, :meth:`Guard.finish`, waiting a moment while the implementation still holds one);
 - in a worker process (``isolate``), flags a call whose forked child returned from it too
   (``forked``: :mod:`symjac.run._isolate` ends that child; the parent's answer is checked);
 - runs the call under a per-call ``timeout`` (a call that does not return is a
   ``timeout`` finding and the verification goes on);
-- turns an exception, ``SystemExit`` included, into ``bad_output`` keeping the last
-  frames of its traceback and the shapes and dtypes of the arguments passed
-  (``KeyboardInterrupt`` propagates: the user asked to stop);
-- says what came back when it is no array (None, a generator, a scalar, text), and
-  checks shape, dtype and finiteness.
+- turns an exception, ``SystemExit`` included, into ``bad_output`` keeping the last frames of its traceback and
+  the arguments' shapes and dtypes (``KeyboardInterrupt`` propagates: the user asked to stop); one that carries
+  findings (:func:`symjac.check._report.carried`: a native route's) into those findings;
+- says what came back when it is no array (None, a generator, a scalar, text), and checks shape, dtype, finiteness.
 
 :meth:`Guard.compare` is the repeat-call check for nondeterminism. Each kind of
 misbehaviour is reported once per callable (``flag`` keys), however many calls hit it.
 
-How a call is made (a kept daemon thread with a per-call timeout, a sequence of calls handed
-over at once, a worker process) is :mod:`symjac.check._invoke`'s; this module checks what
-each call did.
+How a call is made (a kept daemon thread with a per-call timeout, a sequence of calls handed over at once, a worker
+process) is :mod:`symjac.check._invoke`'s; this module checks what each call did.
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ import hashlib
 import inspect
 import itertools
 import math
-import threading
 import traceback
 import weakref
 from collections.abc import Callable, Generator, Iterable
@@ -45,8 +43,9 @@ import numpy as np
 
 from symjac.check._invoke import CallSequence, alarm_available, invoke, invoke_each, invoke_here, invoke_isolated
 from symjac.check._invoke import same as same  # the bitwise comparison of the call core (verifiers import it here)
-from symjac.check._report import Finding
+from symjac.check._report import Finding, carried
 from symjac.check._rounding import is_float
+from symjac.check._watch import Watch
 
 #: Seconds one call of the implementation may take before it is a ``timeout`` finding.
 DEFAULT_TIMEOUT = 60.0
@@ -54,10 +53,6 @@ DEFAULT_TIMEOUT = 60.0
 TRACEBACK_FRAMES = 5
 #: Bytes of results of a sequence of calls (:meth:`Guard.arrays`) taken before they are read.
 AHEAD_BYTES = 2**22
-#: The latest results compared with their copies at return whenever a call is settled, and once
-#: more as they are let go (while at most :data:`WATCHED_BYTES` of them are held; the latest always is).
-WATCHED = 4
-WATCHED_BYTES = 2**24
 
 
 #: Callables found bound to their thread (:meth:`Guard._thread_bound`): later guards call them on the caller's.
@@ -69,16 +64,6 @@ def _bound(fn: Any) -> bool:
         return fn in _BOUND
     except TypeError:  # not weakly referable
         return False
-
-
-def _unchanged(returned: np.ndarray, kept: np.ndarray) -> bool:
-    """``returned`` still holds the bits of ``kept`` (its copy at return), without a copy."""
-    if returned.shape != kept.shape or returned.dtype != kept.dtype:
-        return False
-    if returned.dtype.itemsize not in (1, 2, 4, 8):
-        return bool(returned.tobytes() == kept.tobytes())
-    bits = np.dtype(f"u{returned.dtype.itemsize}")
-    return bool(np.array_equal(returned.view(bits), kept.view(bits)))
 
 
 def sha256(a: np.ndarray) -> str:
@@ -156,50 +141,35 @@ class Guard:
         self.here = timeout is not None and isolate is None and _bound(fn)
         self.tried_here = self.here
         self.raises: dict[str, str] = {}  # exception type name -> the first message, of the calls that raised
-        # (what a call returned, its copy at return), the latest last: see _returning
-        self.watched: collections.deque[tuple[np.ndarray, np.ndarray]] = collections.deque()
-        self.watch_lock = threading.Lock()
-        self.late: list[tuple[np.ndarray, np.ndarray]] = []  # found changed as they were let go (in the call thread)
+        self.watch = Watch()  # what the calls returned, compared with their copies at return (_returning)
 
     def _returning(self, *args: Any) -> Any:
         """``fn(*args)``, its array result copied at once in the thread that made the call
         (the copy is what the guard checks and hands on, copied again: the verifier may write
-        into its arrays); the original stays watched (:meth:`_check_returned`)."""
+        into its arrays); the original stays watched until :meth:`finish`."""
         value = self.fn(*args)
         if not isinstance(value, np.ndarray):
             return value
         kept = np.array(value, copy=True)
         if any(isinstance(a, np.ndarray) and np.may_share_memory(a, value) for a in args):
             return kept  # an argument handed back (or a view of one): what changes it is the mutation check's
-        with self.watch_lock:
-            self.watched.append((value, kept))
-            while len(self.watched) > WATCHED or (
-                    len(self.watched) > 1 and sum(w[1].nbytes for w in self.watched) > WATCHED_BYTES):
-                old = self.watched.popleft()  # its last look, here (calls may run ahead)
-                if not _unchanged(*old):
-                    self.late.append(old)
+        self.watch.add(value, kept)
         return kept
 
-    def _check_returned(self) -> None:
+    def _check_returned(self, final: bool = False) -> None:
         """Flag a result that changed after its call returned (compared with its copy at return):
-        the :data:`WATCHED` latest results, and those found changed as they were let go."""
-        with self.watch_lock:
-            watched = list(self.watched)
-            late, self.late = self.late, []
-        for returned, kept in late + watched:
-            if _unchanged(returned, kept):
-                continue
-            if returned.shape != kept.shape or returned.dtype != kept.dtype:
-                change = f"its shape or dtype changed to {returned.dtype} {returned.shape}"
-            else:
-                j = first_difference(kept, returned)
-                change = (f"first change at {index_text('result', kept.shape, j)}: {kept.reshape(-1)[j].item()!r} "
-                          f"-> {returned.reshape(-1)[j].item()!r}, {int((kept != returned).sum())} element(s) "
-                          "changed")
+        the latest results, those found changed as they were let go, and (``final``) every one."""
+        changes = self.watch.finish() if final else self.watch.latest()
+        if changes:
             self.flag("changed_after_return", "result_changed_after_return",
-                      f"{self.role} returned an array that changed after the call had returned ({change}): "
+                      f"{self.role} returned an array that changed after the call had returned ({changes[0]}): "
                       "something of the implementation (a helper thread, an asynchronous kernel) still writes "
                       "into it. symjac checked the values at return; a caller reading the array later gets others.")
+
+    def finish(self) -> None:
+        """The verification's last look at what the calls returned (:meth:`symjac.check._watch.Watch.finish`):
+        call it once every call is made, before the report is written."""
+        self._check_returned(final=True)
 
     def flag(self, key: str, category: str, message: str, **kw: Any) -> None:
         """Record a finding about this callable, once per ``key``."""
@@ -269,8 +239,7 @@ class Guard:
 
     def _settle(self, status: str, value: Any, args: tuple[Any, ...], before: list[Any] | tuple[Any, ...],
                 again: bool = False) -> tuple[bool, Any]:
-        """Count one call, check its arguments against ``before`` (and earlier results against
-        their copies at return) and flag its failure."""
+        """Count one call, check its arguments against ``before`` and earlier results, and flag its failure."""
         self.calls += 1
         self._check_mutation(args, before, again)
         self._check_returned()
@@ -293,6 +262,10 @@ class Guard:
                       "later calls run in a fresh worker",
                       detail={"signal": value.signal, "arguments": arguments})
             return False, None
+        if status == "raised" and carried(value):  # what a native route saw its kernel do, named by it
+            for category, text, detail in carried(value):
+                self.flag(category, category, f"{self.role} {text}", detail={**detail, "arguments": arguments})
+            return False, None
         if status == "raised":
             exc = value
             name = getattr(exc, "type_name", type(exc).__name__)  # a raise in the worker keeps its type's name
@@ -307,23 +280,27 @@ class Guard:
 
     def array(self, *args: Any, shape: tuple[int, ...] | None, dtype: np.dtype[Any] | None, index_name: str = "",
               shape_note: str = "", again: bool = False, infinite: Any = None,
-              reference: tuple[Any, ...] | None = None) -> np.ndarray | None:
+              reference: tuple[Any, ...] | None = None, nonfinite: Any = None) -> np.ndarray | None:
         """One call whose result must be an array of ``shape`` and ``dtype``, all finite.
 
         ``shape=()`` asks for one number (a scalar or any one-element array); None
         accepts any shape, and ``dtype=None`` any real dtype. ``infinite`` (broadcast
         to the result) holds +-inf where the exact value, rounded to the dtype,
         overflows: the same infinity there is the right answer, not a bad output.
+        ``nonfinite`` (a boolean mask broadcast to the result) marks where the exact answer
+        is (or, by a convention or the rounding model, may be) NaN or ±inf: a non-finite
+        value there is the caller's to compare, not a bad output; elsewhere it is one.
 
         Returns the result (a copy), or None when it is unusable (the reason flagged).
         A wrong float dtype is flagged but the values are still returned for checking.
         ``reference``: as for :meth:`call`.
         """
         ok, value = self.call(*args, again=again, reference=reference)
-        return self.check_output(value, shape, dtype, index_name, shape_note, infinite) if ok else None
+        return self.check_output(value, shape, dtype, index_name, shape_note, infinite, nonfinite) if ok else None
 
     def arrays(self, calls: Iterable[tuple[Any, ...]], *, shape: tuple[int, ...] | None,
-               dtype: np.dtype[Any] | None, index_name: str = "") -> Generator[np.ndarray | None, None, None]:
+               dtype: np.dtype[Any] | None, index_name: str = "",
+               nonfinite: Any = None) -> Generator[np.ndarray | None, None, None]:
         """:meth:`array` for each call of a sequence, in order, with the calls run back to back
         in the call thread (:func:`call_each`): one hand-over for the whole sequence.
 
@@ -333,9 +310,10 @@ class Guard:
         is ``mutates_inputs``, and neither the caller nor a later call sees its writes.
         Stop reading at a None (an unusable result): the calls not yet started are cancelled.
         Isolated guards and ``timeout=None`` make the calls one by one with :meth:`array`.
+        ``nonfinite``: as for :meth:`array`, for every call.
         """
         size = math.prod(shape) * (dtype.itemsize if dtype is not None else 8) if shape is not None else 2**20
-        yield from call_each([self], ((self, args, shape, dtype, index_name) for args in calls), size)
+        yield from call_each([self], ((self, args, shape, dtype, index_name, nonfinite) for args in calls), size)
 
     def rejects(self, dtype: np.dtype[Any], args_in: Callable[[np.dtype[Any]], tuple[Any, ...]]) -> str | None:
         """Why the callable does not support ``dtype``, or None when it may.
@@ -367,7 +345,7 @@ class Guard:
                 and (f.message.startswith(said) or f.message.split(": ", 1)[-1].startswith(said))]
 
     def check_output(self, value: Any, shape: tuple[int, ...] | None, dtype: np.dtype[Any] | None, index_name: str = "",
-                     shape_note: str = "", infinite: Any = None) -> np.ndarray | None:
+                     shape_note: str = "", infinite: Any = None, nonfinite: Any = None) -> np.ndarray | None:
         """See :meth:`array`; for a value obtained by :meth:`call`."""
         role = self.role
         what = _what_came_back(value) if shape != () else None
@@ -396,6 +374,8 @@ class Guard:
         if infinite is not None:
             with np.errstate(invalid="ignore"):
                 finite |= np.isinf(arr) & (arr == np.asarray(infinite, dtype=np.float64))
+        if nonfinite is not None:
+            finite |= np.broadcast_to(np.asarray(nonfinite, dtype=bool), arr.shape)
         if not finite.all():
             j = int(np.flatnonzero(~finite.reshape(-1))[0])
             self.flag("finite", "bad_output",
@@ -439,6 +419,11 @@ class Guard:
                 a[...] = b
 
 
+def _mask(rest: list[Any]) -> Any:
+    """A call's ``nonfinite`` mask: the optional sixth entry of :func:`call_each`'s tuples."""
+    return rest[0] if rest else None
+
+
 def call_each(guards: list[Guard], calls: Iterable[tuple[Any, ...]],
               size: int) -> Generator[np.ndarray | None, None, None]:
     """:meth:`Guard.array` for each call of a sequence that may mix the ``guards``' callables
@@ -450,8 +435,9 @@ def call_each(guards: list[Guard], calls: Iterable[tuple[Any, ...]],
       guards: every guard the calls use (the first takes a timeout met while a call's
         arguments were still being built); one timeout, none isolated, or the calls
         are made one by one with :meth:`Guard.array`.
-      calls: ``(guard, args, shape, dtype, index_name)`` per call, iterated in the call
-        thread as the calls go (build arguments lazily there, with no side effects).
+      calls: ``(guard, args, shape, dtype, index_name)`` per call, or with a sixth entry, its
+        ``nonfinite`` mask (:meth:`Guard.array`), iterated in the call thread as the calls go
+        (build arguments lazily there, with no side effects).
       size: bytes of the largest result (at most :data:`AHEAD_BYTES` of results wait).
 
     Yields each call's checked result, or None when it is unusable (the reason flagged
@@ -459,12 +445,12 @@ def call_each(guards: list[Guard], calls: Iterable[tuple[Any, ...]],
     """
     timeouts = {g.timeout for g in guards}
     if len(timeouts) > 1 or None in timeouts or any(g.isolate is not None or g.here for g in guards):
-        for guard, args, shape, dtype, index_name in calls:
-            yield guard.array(*args, shape=shape, dtype=dtype, index_name=index_name)
+        for guard, args, shape, dtype, index_name, *mask in calls:
+            yield guard.array(*args, shape=shape, dtype=dtype, index_name=index_name, nonfinite=_mask(mask))
         return
     ahead = max(1, AHEAD_BYTES // max(size, 1))
-    seq = CallSequence(((guard._returning, args, guard, shape, dtype, index_name)
-                        for guard, args, shape, dtype, index_name in calls), ahead)
+    seq = CallSequence(((guard._returning, args, guard, shape, dtype, index_name, _mask(mask))
+                        for guard, args, shape, dtype, index_name, *mask in calls), ahead)
     timeout = guards[0].timeout
     assert timeout is not None
     results = invoke_each(seq, timeout)
@@ -480,19 +466,19 @@ def call_each(guards: list[Guard], calls: Iterable[tuple[Any, ...]],
                 guards[0]._settle(status, value, (), ())
                 yield None
                 continue
-            _, args, guard, shape, dtype, index_name = call
+            _, args, guard, shape, dtype, index_name, mask = call
             if status == "raised" and not guard.tried_here:
                 own = tuple(np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args)
                 status, value = guard._thread_bound(status, value, own)  # (its own copies, as in the sequence)
                 if guard.here:  # bound to the caller's thread: this call's answer is from there, the rest too
                     ok, value = guard._settle(status, value, own, args)
-                    yield guard.check_output(value, shape, dtype, index_name) if ok else None
+                    yield guard.check_output(value, shape, dtype, index_name, nonfinite=mask) if ok else None
                     results.close()
-                    for _, args, guard, shape, dtype, index_name in seq.iterator:
-                        yield guard.array(*args, shape=shape, dtype=dtype, index_name=index_name)
+                    for _, args, guard, shape, dtype, index_name, mask in seq.iterator:
+                        yield guard.array(*args, shape=shape, dtype=dtype, index_name=index_name, nonfinite=mask)
                     return
             ok, value = guard._settle(status, value, passed, args)
-            yield guard.check_output(value, shape, dtype, index_name) if ok else None
+            yield guard.check_output(value, shape, dtype, index_name, nonfinite=mask) if ok else None
     finally:
         results.close()
         for call in [c for _, _, _, c in taken] + list(seq.given):  # made but not read: the caller stopped first

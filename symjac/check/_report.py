@@ -25,8 +25,12 @@ CATEGORIES = (
     "not_fd_consistent",
     "missing_scale",
     "wrong_scale",
+    "assumes_log_softmax",
     "wrong_values",
     "mutates_inputs",
+    "out_of_bounds_write",
+    "unwritten_output",
+    "uninitialized_read",
     "result_changed_after_return",
     "nondeterministic",
     "bad_output",
@@ -34,6 +38,17 @@ CATEGORIES = (
     "crashed",
     "forked",
 )
+
+
+def carried(exc: Any) -> tuple[tuple[str, str, dict[str, Any]], ...]:
+    """The findings an exception carries (``symjac_findings``: ``(category, text, detail)`` each, the
+    text following the callable's name), or ``()``. A native route raises them for what it saw its
+    kernel do (:mod:`symjac.frameworks.native._poison`); the guarded call reports them under their
+    categories instead of the raise (``bad_output``)."""
+    found = getattr(exc, "symjac_findings", ())
+    ok = isinstance(found, tuple) and all(isinstance(f, tuple) and len(f) == 3 and f[0] in CATEGORIES
+                                          and isinstance(f[1], str) and isinstance(f[2], dict) for f in found)
+    return found if ok else ()
 
 
 #: At most this many items are named in one message ("... and 12 more").

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from symjac._errors import UsageError
+from symjac.cli import _interrupt
 
 
 def _list(option: str, text: str, valid: tuple[str, ...]) -> list[str]:
@@ -74,11 +75,15 @@ def run(args: argparse.Namespace) -> int:
     if args.reproducers:
         _folder_to_write("--reproducers", args.reproducers)
     grid = args.grid or ("full" if args.budget is not None else "small")
+    _interrupt.LEDGER.bar = not args.quiet  # what a Ctrl-C reports: the bar's line, the files written at the end
+    _interrupt.LEDGER.pending += [f"{option} {path} (written at the end)" for option, path in
+                                  (("--json", args.json), ("--reproducers", args.reproducers)) if path]
     result = conform(args.framework, grid=grid, budget=args.budget, dtypes=_list("--dtype", args.dtype, DTYPES),
                      families=_list("--families", args.families, GENERATORS), isolate=not args.no_isolate,
                      jobs=args.jobs, scheduler=args.scheduler, timeout=args.timeout or None, progress=not args.quiet,
                      ops=[o for o in args.ops.split(",") if o] if args.ops else None,
-                     transforms=_list("--transforms", args.transforms, tuple(_TRANSFORMS.split(","))))
+                     transforms=_list("--transforms", args.transforms, tuple(_TRANSFORMS.split(","))),
+                     modes=None if args.modes is None else _list("--modes", args.modes, tuple(_MODES.split(","))))
     print(result.table())
     if args.json:
         write_text(args.json, result.to_json() + "\n")
@@ -104,12 +109,14 @@ EXAMPLES = (
     "symjac conform my_adapter.py:adapter --no-isolate -j 2",
     "symjac conform torch --transforms vjp,jvp,hvp,vmap --dtype float32,float64",
     "symjac conform torch --ops losses --transforms vjp,hvp --reproducers repro",
+    "symjac conform tensorflow --transforms jvp,hvp --modes eager,compiled --dtype float32",
 )
 
 # the dtype, family and transform names, here so that building the parser imports nothing heavy
 _DTYPES = "float16,bfloat16,float32,float64"
 _FAMILIES = "distinct,ties,random"
 _TRANSFORMS = "vjp,jvp,hvp,vmap"
+_MODES = "eager,compiled"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -128,6 +135,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--transforms", default="vjp", metavar="TRANSFORMS",
                    help=f"comma-separated derivatives to check, one column each (default vjp; of {_TRANSFORMS}: "
                         "jvp forward mode, hvp double backward, vmap the batched forward/VJP/JVP)")
+    p.add_argument("--modes", default=None, metavar="MODES",
+                   help=f"comma-separated modes of {_MODES}, a column each per transform: eager, and compiled, the "
+                        "framework's compiled mode (tf.function, jax.jit, torch.compile) (default: both for "
+                        "tensorflow and jax, eager for the others: torch.compile takes seconds per shape)")
     p.add_argument("--ops", default=None, metavar="OPS",
                    help="comma-separated op names (max_pool2d, cross_entropy) or the groups pools and losses: "
                         "only their configurations (default: all; losses have vjp and hvp cells)")
@@ -142,6 +153,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-isolate", action="store_true",
                    help="run in this process (faster; a crashing op ends the run)")
     p.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
-                   help="per configuration, isolated: longer is a timeout finding (default 120; 0: no limit); "
-                        "a user adapter's configurations() gets the same")
+                   help="per configuration: longer is a timeout finding (default 120; 0: no limit; with "
+                        "--no-isolate the hung call's thread is left running); a user adapter's configurations() "
+                        "gets the same")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")

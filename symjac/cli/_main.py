@@ -1,7 +1,8 @@
 """The ``symjac`` command line: verify, golden, explain, graph, sweep, census, conform.
 
 Exit codes: 0 verified (or the command did its job), 1 a verification finding,
-2 a usage or spec error (one line on stderr, no traceback).
+2 a usage or spec error (one line on stderr, no traceback), 130 interrupted by Ctrl-C (one line
+saying what was done and written and what was not: :mod:`symjac.cli._interrupt`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from symjac.check._call import DEFAULT_TIMEOUT
 from symjac.cli._select import add_spec_arguments as add_spec_arguments
 from symjac.cli import _census
 from symjac.cli import _conform
+from symjac.cli import _interrupt
 from symjac.cli import _offline
 from symjac.run._load import impl_candidates, load_impl
 
@@ -54,34 +56,21 @@ def cmd_verify(args: argparse.Namespace) -> int:
     after the case) and is reported on its own line; a case whose kind the
     implementation does not provide (a loss case for a pooling implementation) is
     skipped with a line saying so, unless that leaves nothing to verify."""
-    from symjac.io._case import verify_case
-
     if args.timeout < 0:
         raise UsageError(f"--timeout {args.timeout:g}: give seconds > 0, or 0 for no limit")
     if (args.impl is None) == (args.exec is None):
         raise UsageError("give --impl MODULE_OR_PATH[:ATTR] or --exec CMD (one of them)")
     cases = _selected(args)
+    child = None
     if args.exec is not None:  # one kernel program serves every case (docs/native.md)
         import symjac.frameworks.native.process as sjp
 
-        child = sjp.Child(args.exec, timeout=sjp.deadline_below(args.timeout))
-    impl = load_impl(args.impl) if args.exec is None else None
-    runnable, skipped = [], []
-    for case in cases:
-        case_impl = impl if args.exec is None else sjp.impl_for(child, case.operator)
-        try:
-            _callables(case_impl, case, args.impl)
-            runnable.append((case, case_impl))
-        except UsageError as exc:
-            skipped.append((case, exc))
-    if not runnable:
-        raise skipped[0][1]
-    reports = []
-    with Progress("symjac verify", len(runnable), enabled=not args.quiet) as progress:  # after 2 s, on a terminal
-        for case, case_impl in runnable:
-            progress.step(case.name)
-            reports.append((case, verify_case(case, case_impl, args.dtype, args.timeout or None,
-                                                      args.deterministic, large=args.large)))
+        child = sjp.Child(args.exec, timeout=sjp.deadline_below(args.timeout))  # BadCommand: exit 2
+    try:
+        reports, skipped = _verify_cases(args, cases, child)
+    finally:
+        if child is not None:
+            child.close()  # the kernel, and whatever it started, ends here
     failed = any(not r.ok for _, r in reports)
     if args.json:
         out = [{"case": c.name, "file": c.source.split("#")[0], **r.to_dict()} for c, r in reports]
@@ -100,6 +89,39 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(f"{len(cases)} cases in {args.dtype}: {passed} passed, {len(reports) - passed} failed, "
               f"{len(skipped)} skipped")
     return EXIT_FINDING if failed else EXIT_OK
+
+
+def _verify_cases(args: argparse.Namespace, cases: list[Any], child: Any) -> tuple[list[Any], list[Any]]:
+    """Each runnable case's report, and the cases skipped (with why); ``child``: the ``--exec`` kernel."""
+    from symjac.io._case import verify_case
+
+    impl = load_impl(args.impl) if child is None else None
+    runnable, skipped = [], []
+    for case in cases:
+        if child is None:
+            case_impl = impl
+        else:
+            import symjac.frameworks.native.process as sjp
+
+            case_impl = sjp.impl_for(child, case.operator)
+        try:
+            _callables(case_impl, case, args.impl)
+            runnable.append((case, case_impl))
+        except UsageError as exc:
+            skipped.append((case, exc))
+    if not runnable:
+        raise skipped[0][1]
+    reports = []
+    ledger = _interrupt.LEDGER  # what a Ctrl-C reports
+    ledger.begin(len(runnable), "case", "verified")
+    with Progress("symjac verify", len(runnable), enabled=not args.quiet) as progress:  # after 2 s, on a terminal
+        for case, case_impl in runnable:
+            progress.step(case.name)
+            ledger.step(case.name)
+            reports.append((case, verify_case(case, case_impl, args.dtype, args.timeout or None,
+                                              args.deterministic, large=args.large)))
+            ledger.finish("passed" if reports[-1][1].ok else "failed")
+    return reports, skipped
 
 
 def _comma_list(option: str, value: str, valid: tuple[str, ...]) -> list[str]:
@@ -126,8 +148,16 @@ def cmd_golden(args: argparse.Namespace) -> int:
             from symjac.io.golden._cover import cover_cases
 
             cases = cover_cases(cases)
+        ledger = _interrupt.LEDGER  # what a Ctrl-C reports: the files written whole, the cases not
+        ledger.begin(len(cases), "case", "written")
+
+        def on_case(name: str) -> None:
+            progress.step(name)
+            ledger.step(name)
+
         with Progress("symjac golden", len(cases), enabled=not args.quiet) as progress:  # after 2 s, on a terminal
-            paths = write_golden(cases, Path(args.out), formats, dtypes, divisors=args.divisors, on_case=progress.step)
+            paths = write_golden(cases, Path(args.out), formats, dtypes, divisors=args.divisors, on_case=on_case,
+                                 on_written=ledger.wrote)
         for path in paths:
             print(path)
     for note in notes:
@@ -179,6 +209,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     impl_target = args.impl
     load_impl(impl_target)  # fail early, in this process, on a bad --impl
+    _interrupt.LEDGER.bar = not args.quiet  # the sweep's bar is on stderr's line until the end
+    if args.out:
+        _interrupt.LEDGER.pending.append(f"--out {args.out} (left as it was: results are written at the end)")
     failures = run_sweep(args.sweep, impl_target, jobs=args.jobs, scheduler=args.scheduler,
                          out=Path(args.out) if args.out else None, dtype=args.dtype, progress=not args.quiet)
     return EXIT_FINDING if failures else EXIT_OK
@@ -338,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse already printed its usage line
         return EXIT_USAGE if exc.code else EXIT_OK
     try:
-        return int(args.run(args))
+        return _interrupt.interruptible(args.command, lambda: int(args.run(args)))  # Ctrl-C: one line, exit 130
     except (UsageError, SymjacError) as exc:
         print(f"symjac {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -31,14 +31,16 @@ def expand_paths(paths: Sequence[str]) -> list[Path]:
     """Spec files named by ``paths``, in order, each once.
 
     Raises:
-      SelectionError: a glob matches nothing, or a directory holds no ``*.toml``.
+      SelectionError: a glob matches nothing, or a directory holds no ``*.toml``. A path that
+        is no readable file (a broken or looping symbolic link among them) is kept: the reader
+        names it (:func:`symjac.io._specfile.read_toml`).
     """
     files: list[Path] = []
     seen: set[Path] = set()
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            found = sorted(q for q in p.rglob("*.toml") if q.is_file())
+            found = sorted(q for q in p.rglob("*.toml") if _spec_entry(q))
             if not found:
                 raise SelectionError(f"{raw}: the directory holds no *.toml spec file")
         elif not p.exists() and GLOB_CHARS.search(raw):
@@ -48,11 +50,21 @@ def expand_paths(paths: Sequence[str]) -> list[Path]:
         else:
             found = [p]  # a missing file is reported by the reader, naming it
         for q in found:  # each file once, by its real path (a symlink and its target are one file)
-            real = q.resolve()
+            try:
+                real = q.resolve()
+            except (OSError, RuntimeError):  # a symlink loop: the reader names it
+                real = q.absolute()
             if real not in seen:
                 seen.add(real)
                 files.append(q)
     return files
+
+
+def _spec_entry(q: Path) -> bool:
+    """A directory listing's or a pattern's match that is a spec file, or a symbolic link that
+    should be one (broken or looping: kept, so that the reader names it rather than the run
+    leaving a spec out in silence)."""
+    return q.is_file() or q.is_symlink() and not q.is_dir()
 
 
 def _glob(pattern: str) -> list[Path]:
@@ -61,10 +73,10 @@ def _glob(pattern: str) -> list[Path]:
     to a parent makes that walk endless)."""
     parts = Path(pattern).parts
     if "**" not in parts:
-        return sorted(Path(q) for q in glob.glob(pattern) if Path(q).is_file())
+        return sorted(Path(q) for q in glob.glob(pattern) if _spec_entry(Path(q)))
     first = next(i for i, part in enumerate(parts) if GLOB_CHARS.search(part))
     root = Path(*parts[:first]) if first else Path()
-    return sorted(q for q in root.glob(str(Path(*parts[first:]))) if q.is_file())
+    return sorted(q for q in root.glob(str(Path(*parts[first:]))) if _spec_entry(q))
 
 
 _TOKEN = re.compile(r"\s*(\(|\)|[^\s()]+)")

@@ -42,21 +42,30 @@ class KnownDefect(str):
     """A framework defect an adapter documents (what its ``known_defect`` / ``known_loss_defect`` returns):
     the text (it is a ``str``) and the finding categories it produces.
 
-    A conformance cell of the configuration is ``known:`` (not a finding) only when every category
-    its findings have is in ``categories``; a finding of another category is a failure, with this
-    text beside it. A plain string returned instead documents a defect of any category (the old form).
+    A conformance cell of the configuration is ``known:`` (not a finding) only when each of its
+    findings is explained: its category is in ``categories`` and, for a defect of some input families
+    only, it was found at one of ``families``. Any other finding is a failure, with this text beside
+    it. A plain string returned instead documents a defect of any category (the old form).
 
     Attributes:
       categories: the finding categories it produces (:data:`symjac.check._report.CATEGORIES`;
         ``"crashed"`` / ``"timeout"`` for a crash or a hang).
+      families: the input families whose findings it is (``nonfinite``: its NaN handling; ``extreme``:
+        an overflow), or () for any: a defect of some families only leaves the configuration's
+        verdict at the others to be checked.
+      scopes: ``(categories, families)`` of each defect it holds (:func:`combine` keeps each one's
+        own): a finding is explained by a scope holding its category and its family (or no family).
 
     Raises:
       SymjacError: no categories, or one that is not a finding category.
     """
 
     categories: tuple[str, ...]
+    families: tuple[str, ...]
+    scopes: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]
 
-    def __new__(cls, text: str, categories: Sequence[str]) -> KnownDefect:
+    def __new__(cls, text: str, categories: Sequence[str], families: Sequence[str] = (),
+                scopes: Sequence[tuple[Sequence[str], Sequence[str]]] | None = None) -> KnownDefect:
         from symjac.check._report import CATEGORIES
 
         unknown = [c for c in categories if c not in CATEGORIES]
@@ -65,23 +74,49 @@ class KnownDefect(str):
                               f"{', '.join(CATEGORIES)}")
         self = super().__new__(cls, text)
         self.categories = tuple(categories)
+        self.families = tuple(families)
+        self.scopes = tuple((tuple(c), tuple(f)) for c, f in scopes) if scopes is not None else \
+            ((self.categories, self.families),)
         return self
 
     @property
     def text(self) -> str:
         return str.__str__(self)
 
-    def __getnewargs__(self) -> tuple[str, tuple[str, ...]]:  # type: ignore[override]
-        return self.text, self.categories
+    def explains(self, category: str, family: str | None) -> bool:
+        """Whether a finding of ``category`` at input ``family`` is this documented defect."""
+        return explained(self.scopes, category, family)
+
+    def __getnewargs__(self) -> tuple[Any, ...]:
+        return self.text, self.categories, self.families, self.scopes
+
+
+def explained(scopes: Sequence[Sequence[Sequence[str]]], category: str, family: str | None) -> bool:
+    """Whether ``(categories, families)`` ``scopes`` (:attr:`KnownDefect.scopes`, or a cell's
+    ``known_scopes``) hold a finding of ``category`` at input ``family`` (no families: any)."""
+    return any(category in cats and (not fams or family in fams) for cats, fams in scopes)
+
+
+def combine(defects: Sequence[KnownDefect]) -> KnownDefect | None:
+    """Several documented defects of one configuration as one: their texts, the union of their
+    categories and families (() as soon as one holds at any family), and each one's own scope."""
+    if not defects:
+        return None
+    families = () if any(not d.families for d in defects) else tuple(dict.fromkeys(f for d in defects
+                                                                                for f in d.families))
+    return KnownDefect("; and: ".join(defects), tuple(dict.fromkeys(c for d in defects for c in d.categories)),
+                       families, [scope for d in defects for scope in d.scopes])
 
 
 def known_fields(defect: Any) -> dict[str, Any]:
     """A cell's fields for an adapter's documented defect: ``known_defect`` (its text) and
-    ``known_categories`` (a :class:`KnownDefect`'s; absent for a string: any category); none for None."""
+    ``known_categories`` and ``known_scopes`` (a :class:`KnownDefect`'s; absent for a string: any
+    category); none for None."""
     if not defect:
         return {}
     if isinstance(defect, KnownDefect):
-        return {"known_defect": defect.text, "known_categories": list(defect.categories)}
+        return {"known_defect": defect.text, "known_categories": list(defect.categories),
+                "known_scopes": [[list(c), list(f)] for c, f in defect.scopes]}
     return {"known_defect": str(defect)}
 
 

@@ -20,6 +20,8 @@ ONNX                               symjac
 ``count_include_pad=0`` (default)  ``divisor="exclude_pad"``; ``1`` → ``"include_pad"``
 ``dilations``                      ``dilation``
 ``GlobalMaxPool/GlobalAverage``    ``GlobalPool(mode, rank)``
+``MaxUnpool(X, I, output_shape)``  ``MaxUnpool(kernel, stride, padding, output_size,
+                                   flat="tensor")``: indices count the whole output
 =================================  ======================================================
 
 ONNX Runtime's CPU provider has float16 and float32 kernels for all four ops and float64 for
@@ -34,8 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from symjac.frameworks._adapter import Config, Impl, KnownDefect, Unsupported, generate, label, make as _make, require
-from symjac.pool._spec import GlobalPool, Pool
+from symjac.frameworks._adapter import Config, Impl, KnownDefect, Unsupported, combine, generate, grid_size, label
+from symjac.frameworks._adapter import require
+from symjac.frameworks._adapter import make as _make
+from symjac.pool._ops.unpool import MaxUnpool
+from symjac.pool._spec import GlobalPool, Pool, RoiAlign, RoiPool
 
 FRAMEWORK = "onnxruntime"
 OPSET = 22
@@ -168,6 +173,121 @@ def global_average_pool(rank: int = 2) -> tuple[GlobalPool, Impl]:
     return GlobalPool("avg", rank=rank), wrap_node("GlobalAveragePool")
 
 
+def max_unpool(kernel_shape: Sequence[int], strides: Sequence[int] | None = None, pads: Sequence[int] | None = None,
+               output_shape: Sequence[int] | None = None) -> tuple[MaxUnpool, Impl]:
+    """ONNX ``MaxUnpool`` (opset 22) and its spec: ``forward(x, indices)``, indices counting the whole output
+    tensor (``flat="tensor"``, as ONNX ``MaxPool``'s ``Indices``); ``output_shape`` (N, C and the spatial
+    sizes, at least the default) is the node's third input. Forward only."""
+    ort = require("onnxruntime")
+    onnx = require("onnx")
+    kernel = tuple(int(k) for k in kernel_shape)
+    rank = len(kernel)
+    p = [0] * (2 * rank) if pads is None else [int(v) for v in pads]
+    if len(p) != 2 * rank:
+        raise Unsupported(f"pads={pads!r}: give {2 * rank} ints [x1_begin, ..., x{rank}_begin, x1_end, ...]")
+    spec = MaxUnpool(kernel, stride=(1,) * rank if strides is None else tuple(int(v) for v in strides),
+                     padding=tuple((p[i], p[i + rank]) for i in range(rank)),
+                     output_size=None if output_shape is None else tuple(int(v) for v in output_shape[2:]),
+                     flat="tensor")
+    attributes = {"kernel_shape": list(kernel), "strides": list(spec.stride or kernel), "pads": p}
+    names = ["X", "I"] + ([] if output_shape is None else ["S"])
+    sessions: dict[str, Any] = {}
+
+    def forward(x: np.ndarray, indices: np.ndarray) -> np.ndarray:
+        key = np.dtype(x.dtype).str
+        if key not in sessions:
+            h = onnx.helper
+            elem = h.np_dtype_to_tensor_dtype(np.dtype(x.dtype))
+            types = [elem, onnx.TensorProto.INT64, onnx.TensorProto.INT64]
+            graph = h.make_graph([h.make_node("MaxUnpool", names, ["Y"], **attributes)], "symjac_MaxUnpool",
+                                 [h.make_tensor_value_info(n, t, None) for n, t in zip(names, types)],
+                                 [h.make_tensor_value_info("Y", elem, None)])
+            model = h.make_model(graph, opset_imports=[h.make_opsetid("", OPSET)])
+            model.ir_version = IR_VERSION
+            sessions[key] = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        feeds = {"X": np.ascontiguousarray(x), "I": np.ascontiguousarray(indices, dtype=np.int64)}
+        if output_shape is not None:
+            feeds["S"] = np.array(output_shape, dtype=np.int64)
+        return np.asarray(sessions[key].run(None, feeds)[0])
+
+    kwargs = {"kernel_shape": list(kernel), "strides": strides, "pads": pads, "output_shape": output_shape}
+    reproducer = (f"# ONNX MaxUnpool{attributes!r}, inputs X = x, I = indices"
+                  + ("" if output_shape is None else f", output_shape = {list(output_shape)!r}") + "\n")
+    run: Any = forward  # forward(x, indices): Impl's callables take the indices after x for a MaxUnpool
+    return spec, Impl(run, None, FRAMEWORK, "max_unpool", kwargs, reproducer)
+
+
+# ------------------------------------------------------------------ RoI ops: the boxes are a second input
+
+#: The opset of the RoI nodes: ONNX Runtime implements RoiAlign up to 16 (not 22) and MaxRoiPool at 1.
+ROI_OPSET = 16
+
+
+def _roi_forward(op: str, attributes: dict[str, Any], rois: np.ndarray, with_indices: bool) -> Callable[..., Any]:
+    """``forward(x)`` of a RoI node fed the boxes (in x's dtype) and, for RoiAlign, the batch indices."""
+    ort, onnx = require("onnxruntime"), require("onnx")
+    helper = onnx.helper
+    sessions: dict[str, Any] = {}
+
+    def forward(x: np.ndarray) -> np.ndarray:
+        key = np.dtype(x.dtype).str
+        if key not in sessions:
+            elem = helper.np_dtype_to_tensor_dtype(np.dtype(x.dtype))
+            names = ["X", "rois"] + (["batch_indices"] if with_indices else [])
+            inputs = [helper.make_tensor_value_info("X", elem, [None] * 4), helper.make_tensor_value_info("rois", elem, None)]
+            if with_indices:
+                inputs.append(helper.make_tensor_value_info("batch_indices", onnx.TensorProto.INT64, None))
+            graph = helper.make_graph([helper.make_node(op, names, ["Y"], **attributes)], f"symjac_{op}", inputs,
+                                      [helper.make_tensor_value_info("Y", elem, None)])
+            model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ROI_OPSET)])
+            model.ir_version = IR_VERSION
+            sessions[key] = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        boxes = rois.astype(x.dtype)
+        feed = {"X": np.ascontiguousarray(x), "rois": np.ascontiguousarray(boxes[:, 1:] if with_indices else boxes)}
+        if with_indices:
+            feed["batch_indices"] = rois[:, 0].astype(np.int64)
+        return np.asarray(sessions[key].run(None, feed)[0])
+
+    return forward
+
+
+def roi_align(output_height: int, output_width: int, rois: Sequence[Sequence[Any]] | None = None,
+              sampling_ratio: int = 0, spatial_scale: Any = 1, coordinate_transformation_mode: str = "half_pixel",
+              mode: str = "avg") -> tuple[RoiAlign, Impl]:
+    """ONNX ``RoiAlign`` (opset 16) and its spec: ``rois`` rows (batch_index, x1, y1, x2, y2) (None: symjac's
+    default boxes), ``half_pixel`` is ``aligned=True``, ``output_half_pixel`` ``aligned=False``; ``mode="max"``
+    (ONNX Runtime's max of the weighted corners) is not covered."""
+    if mode != "avg":
+        raise Unsupported(f"RoiAlign mode={mode!r}: symjac covers mode='avg' (torchvision's roi_align)")
+    if coordinate_transformation_mode not in ("half_pixel", "output_half_pixel"):
+        raise Unsupported(f"coordinate_transformation_mode={coordinate_transformation_mode!r}: give 'half_pixel' or "
+                          "'output_half_pixel'")
+    boxes: Any = rois  # read and checked by the spec (exact rationals)
+    spec = RoiAlign((output_height, output_width), boxes=boxes, spatial_scale=spatial_scale,
+                    sampling_ratio=sampling_ratio, aligned=coordinate_transformation_mode == "half_pixel")
+    attributes = {"output_height": output_height, "output_width": output_width, "sampling_ratio": max(sampling_ratio, 0),
+                  "spatial_scale": float(spec.spatial_scale), "mode": mode,
+                  "coordinate_transformation_mode": coordinate_transformation_mode}
+    rois_array = spec.rois()
+    reproducer = (f"# ONNX RoiAlign(opset {ROI_OPSET}) with {attributes!r}\n# rois (batch, x1, y1, x2, y2):\n"
+                  f"rois = {rois_array.tolist()!r}\n")
+    return spec, Impl(_roi_forward("RoiAlign", attributes, rois_array, True), None, FRAMEWORK, "RoiAlign",
+                      {**attributes, "rois": rois_array.tolist()}, reproducer)
+
+
+def max_roi_pool(pooled_shape: Sequence[int], rois: Sequence[Sequence[Any]] | None = None,
+                 spatial_scale: Any = 1) -> tuple[RoiPool, Impl]:
+    """ONNX ``MaxRoiPool`` and its spec: ``rois`` rows (batch_index, x1, y1, x2, y2) (None: symjac's defaults)."""
+    boxes: Any = rois  # read and checked by the spec (exact rationals)
+    size: Any = tuple(pooled_shape)
+    spec = RoiPool(size, boxes=boxes, spatial_scale=spatial_scale)
+    attributes = {"pooled_shape": list(spec.output_size), "spatial_scale": float(spec.spatial_scale)}
+    rois_array = spec.rois()
+    reproducer = f"# ONNX MaxRoiPool with {attributes!r}\n# rois:\nrois = {rois_array.tolist()!r}\n"
+    return spec, Impl(_roi_forward("MaxRoiPool", attributes, rois_array, False), None, FRAMEWORK, "MaxRoiPool",
+                      {**attributes, "rois": rois_array.tolist()}, reproducer)
+
+
 def make(config: Config) -> tuple[Any, Impl]:
     """``(spec, impl)`` of one configuration."""
     return _make(sys.modules[__name__], config)
@@ -177,7 +297,13 @@ def limitation(config: Config, dtype: Any) -> str | None:
     """Why ONNX Runtime cannot run ``config`` in ``dtype`` (a kernel or case it rejects), or None."""
     if np.dtype(dtype).name == "bfloat16":  # its MaxPool(22) etc. raise NOT_IMPLEMENTED for bfloat16
         return "ONNX Runtime's CPU provider has no bfloat16 kernel for MaxPool, AveragePool, GlobalMaxPool, " \
-               "GlobalAveragePool"
+               "GlobalAveragePool, MaxUnpool"
+    if np.dtype(dtype) == np.float64 and config.op == "max_unpool":
+        return "ONNX Runtime's CPU provider has no float64 kernel for MaxUnpool (NOT_IMPLEMENTED, 1.32)"
+    if config.op in ("roi_align", "max_roi_pool"):
+        if np.dtype(dtype) == np.float64 and config.op == "max_roi_pool":
+            return "ONNX Runtime's CPU provider has no float64 kernel for MaxRoiPool"
+        return None
     if np.dtype(dtype) == np.float64 and config.op != "max_pool":
         return "ONNX Runtime's CPU provider has no float64 kernel for AveragePool, GlobalMaxPool, GlobalAveragePool"
     kw = config.kwargs
@@ -193,13 +319,25 @@ def limitation(config: Config, dtype: Any) -> str | None:
 
 
 def known_defect(config: Config) -> KnownDefect | None:
-    """A known ONNX Runtime defect ``config`` runs into (symjac reports it: a wrong output shape), or None."""
+    """A known ONNX Runtime defect ``config`` runs into (symjac reports it in both its forms: a wrong output
+    shape, ``bad_output``, or, where the two paddings give the same shape, wrong values,
+    ``forward_values``), or None."""
     kw = config.kwargs
+    found = []
+    if config.op == "max_unpool":  # last write wins (measured, 1.32): no known defect of its forward
+        return None
     if str(kw.get("auto_pad", "NOTSET")).startswith("SAME") and max(kw.get("dilations") or [1]) > 1:
-        return KnownDefect("ONNX Runtime sizes SAME_UPPER/SAME_LOWER padding from the undilated kernel when "
-                           "dilations > 1 (the ONNX spec and ORT's own shape inference use the dilated one)",
-                           ("bad_output",))
-    return None
+        found.append(KnownDefect(
+            "ONNX Runtime sizes SAME_UPPER/SAME_LOWER padding from the undilated kernel when dilations > 1 (the ONNX "
+            "spec and ORT's own shape inference use the dilated one): a wrong output shape, or wrong values where "
+            "both paddings give the same shape (AveragePool k=2, s=3, d=2, SAME_LOWER on L=3)",
+            ("bad_output", "forward_values")))
+    if config.op in ("max_pool", "global_max_pool"):
+        found.append(KnownDefect(
+            "ONNX Runtime's MaxPool ignores NaN and gives -max for a window of -inf only (with its Indices output "
+            "asked for, it propagates a NaN from a window's first cell only): no NaN policy (symjac's nonfinite "
+            "family; tests/test_nonfinite_frameworks.py)", ("forward_values",), ("nonfinite",)))
+    return combine(found)
 
 
 # ------------------------------------------------------------------ configurations
@@ -251,6 +389,26 @@ def _global_family(op: str, rank: int) -> Callable[[np.random.Generator], Config
     return draw
 
 
+def _roi_family(op: str) -> Callable[[np.random.Generator], Config | None]:
+    """RoiAlign (both coordinate modes, fixed and adaptive grids, a scale of 1 or 1/2) and MaxRoiPool at
+    symjac's default boxes (outside, on the edges, degenerate, several per item) on the 6 x 7 map."""
+    def draw(rng: np.random.Generator) -> Config | None:
+        out = [int(v) for v in rng.integers(1, 4, 2)]
+        scale = 1 if rng.random() < 0.6 else 0.5
+        channels = int(rng.integers(1, 3))
+        if op == "max_roi_pool":
+            return Config(op, {"pooled_shape": out, "spatial_scale": scale}, (2, channels, 6, 7),
+                          label("MaxRoiPool", out=tuple(out), scale=scale))
+        ctm = "half_pixel" if rng.random() < 0.5 else "output_half_pixel"
+        ratio = int(rng.integers(0, 3))
+        kwargs = {"output_height": out[0], "output_width": out[1], "sampling_ratio": ratio, "spatial_scale": scale,
+                  "coordinate_transformation_mode": ctm}
+        return Config(op, kwargs, (2, channels, 6, 7), label("RoiAlign", out=tuple(out), ratio=ratio, scale=scale,
+                                                               mode=ctm))
+
+    return draw
+
+
 def configurations(grid: str = "small", *, include_known_defects: bool = False) -> Iterator[Config]:
     """ONNX MaxPool/AveragePool over 1/2/3-D (explicit asymmetric pads, VALID, SAME_UPPER/LOWER, ceil_mode,
     count_include_pad, dilations) and the global pools, twice the common grid size with MaxPool half of it (the only op with
@@ -258,6 +416,24 @@ def configurations(grid: str = "small", *, include_known_defects: bool = False) 
     families = [_pool_family("max_pool", r) for r in (1, 2, 3)] * 3
     families += [_pool_family("average_pool", r) for r in (1, 2, 3)]
     families += [_global_family(op, r) for op in ("global_max_pool", "global_average_pool") for r in (1, 2, 3)]
+    families += [_roi_family("roi_align"), _roi_family("max_roi_pool")]
     if include_known_defects:
         families += [_pool_family(op, r, same_dilated=True) for op in ("max_pool", "average_pool") for r in (1, 2)]
     yield from generate(grid, families, make, scale=2)
+    yield from _unpool_configurations(grid)
+
+
+def _unpool_configurations(grid: str) -> Iterator[Config]:
+    """ONNX MaxUnpool over 1/2/3-D: kernel 2 or 3, strides 1 to 3, asymmetric pads, output_shape given or not."""
+    rng = np.random.default_rng(12)
+    for i in range(max(grid_size(grid) // 6, 1)):
+        rank = 1 + i % 3
+        k = [int(v) for v in rng.integers(2, 4, rank)]
+        s = [int(v) for v in rng.integers(1, 4, rank)]
+        pads = [int(rng.integers(0, k[j % rank] // 2 + 1)) for j in range(2 * rank)]
+        shape = (1, int(rng.integers(1, 3))) + tuple(int(v) for v in rng.integers(2, 4, rank))
+        default = [(n - 1) * st + kk - pads[j] - pads[j + rank] for j, (n, st, kk) in enumerate(zip(shape[2:], s, k))]
+        out = list(shape[:2]) + [d + int(rng.integers(0, 2)) for d in default] if rng.random() < 0.4 else None
+        kwargs = {"kernel_shape": k, "strides": s, "pads": pads, "output_shape": out}
+        yield Config("max_unpool", kwargs, shape, label("MaxUnpool", k=tuple(k), s=tuple(s), pads=tuple(pads),
+                                                        out=None if out is None else tuple(out[2:])))

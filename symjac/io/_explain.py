@@ -23,6 +23,8 @@ def explain_pool(case: Any, latex: bool = False) -> str:
     from symjac.pool._symbolic import window_classes
 
     g, _, _ = pool_input(case, plan=True)
+    if not g.operator.kernel_windows:  # RoI pooling: a window per box and bin, named in its own terms
+        return _explain_table(case, g, latex)
     picked = "" if has_input(case) else " (no [input]: the coverage plan's shape with the most window classes, symjac.cover)"
     lines = [f"{case.name}: {case.operator!r}",
              f"input {g.input_shape}{picked} -> output {g.output_shape}; pads (low, high) per axis {list(g.pads)}; "
@@ -44,6 +46,25 @@ def explain_pool(case: Any, latex: bool = False) -> str:
         for cell, d in zip(cells, c.template.derivatives):
             lhs = sympy.Derivative(y, cell) if latex else f"d{y}/d{cell}"
             lines.append(f"  {_equation(lhs, d.xreplace(sub), latex)}")
+    return "\n".join(lines)
+
+
+def _explain_table(case: Any, g: Any, latex: bool) -> str:
+    """RoI pooling: each window (box, bin) of channel 0 over its input cells, and each nonzero ∂y/∂x."""
+    names = np.arange(int(np.prod(g.input_shape))).reshape(g.input_shape)
+    symbol = {int(names[idx]): sympy.Symbol("x[" + ",".join(map(str, idx)) + "]", real=True)
+              for idx in np.ndindex(*g.input_shape)}
+    exprs = np.asarray(g.operator.table_expressions(g, symbol)).reshape(g.output_shape)
+    lines = [f"{case.name}: {case.operator!r}", f"input {g.input_shape} -> output {g.output_shape}; "
+             f"{g.n_out} windows (box, bin) per channel; channel 0:"]
+    for w in range(g.n_out):
+        index = g.output_index(0, w)
+        y = sympy.Symbol("y[" + ",".join(map(str, index)) + "]", real=True)
+        lines.append(f"window {index}: {g.operator.window_words(g, w)}")
+        lines.append(f"  {_equation(y, exprs[index], latex)}")
+        for cell in sorted(exprs[index].free_symbols, key=str):
+            lhs = sympy.Derivative(y, cell) if latex else f"d{y}/d{cell}"
+            lines.append(f"  {_equation(lhs, sympy.diff(exprs[index], cell), latex)}")
     return "\n".join(lines)
 
 
@@ -124,6 +145,8 @@ def _parameters(loss: Any, t: Any) -> tuple[dict[Any, Any], dict[Any, Any]]:
             values, index = loss.pos_weight, 0
         elif name == "epsilon":
             values, index = (loss.label_smoothing,) if loss.label_smoothing else None, 0
+        elif name == "eps":  # poisson_nll's ε in log(z + ε), gaussian_nll's clamp: always shown, with its value
+            values, index = (loss.eps,), 0
         else:  # delta: always shown, with its value
             values, index = (loss.delta,), 0
         if values is None:

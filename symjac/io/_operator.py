@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 
 from symjac.loss._spec import Loss
-from symjac.pool._spec import AdaptivePool, GlobalPool, Pool, PoolSpec
+from symjac.pool._spec import AdaptivePool, FractionalMaxPool, GlobalPool, Pool, PoolSpec
 
 #: The ``operator`` value of each spec type.
-OPERATORS: dict[type, str] = {Pool: "pool", AdaptivePool: "adaptive_pool", GlobalPool: "global_pool", Loss: "loss"}
+OPERATORS: dict[type, str] = {Pool: "pool", AdaptivePool: "adaptive_pool", GlobalPool: "global_pool",
+                              FractionalMaxPool: "fractional_max_pool", Loss: "loss"}
 
 
 def operator_fields(spec: PoolSpec | Loss, pads: tuple[tuple[int, int], ...] | None = None) -> dict[str, Any]:

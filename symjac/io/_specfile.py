@@ -5,7 +5,7 @@ several (``[[case]]`` tables with the same three keys and a ``name``)::
 
     name = "nntrainer avg pool, SAME, 2x2"
     [operator]
-    kind = "pool"            # pool | adaptive_pool | global_pool | loss
+    kind = "pool"            # pool | adaptive_pool | global_pool | fractional_max_pool | ... | loss
     mode = "avg"
     kernel = [2, 2]
     stride = 1
@@ -17,21 +17,22 @@ several (``[[case]]`` tables with the same three keys and a ``name``)::
     forward = [["5/2", 3], ["7/2", 4]]
     gradient = [["1/4", "3/4"], ["3/4", "9/4"]]
 
-A max pooling's ``[operator]`` may name its tie policy: ``tie = "first"``,
-``"last"``, ``"split"`` or ``"beta:<b>"`` (J_b = b·J_split + (1 − b)·J_first, b exact,
-e.g. ``"beta:1/2"``). Expected gradients and golden data use it, and
-``symjac verify`` demands it (default: any Clarke element).
+A max pooling's ``[operator]`` may name its tie policy: ``tie = "first"``, ``"last"``, ``"split"``
+or ``"beta:<b>"`` (J_b = b·J_split + (1 − b)·J_first, b exact, e.g. ``"beta:1/2"``). Expected
+gradients and golden data use it, and ``symjac verify`` demands it (default: any Clarke element).
 
-Inputs are explicit or generated (``generator = "distinct" | "ties" | "random"``,
-``seed``, ``shape``). Strings are read as exact decimals or fractions ("0.1" is
-1/10); TOML floats are their exact binary values. Unknown keys and bad values raise
-:class:`symjac.SpecError` naming the file, the key and the nearest valid key.
+Inputs are explicit or generated (``generator = "distinct" | "ties" | "random"``, ``seed``,
+``shape``). Strings are read as exact decimals or fractions ("0.1" is 1/10); TOML floats are their
+exact binary values. Unknown keys and bad values raise :class:`symjac.SpecError` naming the file,
+the key and the nearest valid key.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import errno
+import os
 import re
 import tomllib
 import unicodedata
@@ -44,10 +45,12 @@ import numpy as np
 from symjac._errors import InputError, SpecError, SymjacError, did_you_mean
 from symjac.loss._spec import KINDS, SYNONYMS, Loss, check_loss
 from symjac.pool._foreign import foreign_hint, toml_text
-from symjac.pool._spec import AdaptivePool, GlobalPool, Pool, check_pool_spec
+from symjac.pool._ops.unpool import MaxUnpool, refuse_scatter
+from symjac.pool._spec import AdaptivePool, FractionalMaxPool, GlobalPool, Pool, RoiAlign, RoiPool, check_pool_spec
 
 POOL_INPUT_KEYS = ("shape", "x", "dy", "generator", "seed")
 LOSS_INPUT_KEYS = ("pred", "label", "upstream")
+UNPOOL_INPUT_KEYS = ("shape", "x", "seed")  # max unpooling: the indices are the operator's (or generated)
 EXPECT_KEYS = ("forward", "gradient", "output_shape", "pads", "nnz", "value", "derivative", "base_derivative")
 CASE_KEYS = ("name", "description", "operator", "input", "expect")
 TOP_KEYS = CASE_KEYS + ("case",)
@@ -134,12 +137,17 @@ def _pool(args: dict[str, Any], where: str) -> Any:
     return Pool(args.pop("mode"), args.pop("kernel"), **args)
 
 
-def _adaptive_pool(args: dict[str, Any], where: str) -> Any:
-    return AdaptivePool(args.pop("mode", None), args.pop("output_size", None), **args)
+def _given(cls: Any, *names: str) -> Any:
+    """The builder of a spec taking ``names`` (None where absent) positionally, the rest by keyword."""
+    return lambda args, where: cls(*[args.pop(n, None) for n in names], **args)  # (popped before ** reads args)
 
 
-def _global_pool(args: dict[str, Any], where: str) -> Any:
-    return GlobalPool(args.pop("mode", None), **args)
+def _boxes(cls: Any, kind: str) -> Any:  # a RoI operator's builder: output_size (bins per box) required
+    def build(args: dict[str, Any], where: str) -> Any:
+        if "output_size" not in args:
+            raise SpecError(f"a {kind} needs 'output_size' (bins per box)")
+        return cls(args.pop("output_size"), **args)
+    return build
 
 
 def _loss(args: dict[str, Any], where: str) -> Any:
@@ -149,7 +157,7 @@ def _loss(args: dict[str, Any], where: str) -> Any:
     if loss_kind not in KINDS:  # the file's key is 'loss' (its 'kind' is "loss"): name that key
         raise SpecError(f"loss={loss_kind!r} is not valid{did_you_mean(loss_kind, KINDS, SYNONYMS)}: "
                         f"give one of {', '.join(map(repr, KINDS))}")
-    for key in ("scale", "delta", "label_smoothing"):
+    for key in ("scale", "delta", "label_smoothing", "eps"):
         if isinstance(args.get(key), str):
             args[key] = exact_array(args[key], f"{where}.{key}").item()
     return Loss(loss_kind, **args)
@@ -174,16 +182,24 @@ class OperatorTable:
     pooling: bool
 
 
-#: ``[operator] kind`` -> how that table reads; spec files, sweep files and reproducers look
-#: the kind up here.
+#: ``[operator] kind`` -> how that table reads; spec files, sweep files and reproducers look the kind up here.
 OPERATOR_TABLES = {
     "pool": OperatorTable(("kind", "mode", "kernel", "stride", "padding", "dilation", "ceil_mode", "divisor",
                            "layout", "p", "zero_window", "tie", "pad_value"), POOL_INPUT_KEYS, _pool, True),
-    "adaptive_pool": OperatorTable(("kind", "mode", "output_size", "layout"), POOL_INPUT_KEYS, _adaptive_pool,
-                                   True),
-    "global_pool": OperatorTable(("kind", "mode", "rank", "layout"), POOL_INPUT_KEYS, _global_pool, True),
+    "adaptive_pool": OperatorTable(("kind", "mode", "output_size", "layout"), POOL_INPUT_KEYS,
+                                   _given(AdaptivePool, "mode", "output_size"), True),
+    "global_pool": OperatorTable(("kind", "mode", "rank", "layout"), POOL_INPUT_KEYS, _given(GlobalPool, "mode"), True),
+    "fractional_max_pool": OperatorTable(("kind", "kernel", "output_size", "samples", "sequences", "overlapping",
+                                          "layout", "tie"), POOL_INPUT_KEYS,
+                                         _given(FractionalMaxPool, "kernel", "output_size"), True),
+    "max_unpool": OperatorTable(("kind", "kernel", "stride", "padding", "output_size", "indices", "flat", "write"),
+                                UNPOOL_INPUT_KEYS, _given(MaxUnpool, "kernel"), False),
+    "roi_align": OperatorTable(("kind", "output_size", "boxes", "spatial_scale", "sampling_ratio", "aligned"),
+                               POOL_INPUT_KEYS, _boxes(RoiAlign, "roi_align"), True),
+    "roi_pool": OperatorTable(("kind", "output_size", "boxes", "spatial_scale"), POOL_INPUT_KEYS,
+                              _boxes(RoiPool, "roi_pool"), True),
     "loss": OperatorTable(("kind", "loss", "reduction", "scale", "delta", "pos_weight", "weight",
-                           "label_smoothing", "ignore_index", "labels", "log_input", "log_target"),
+                           "label_smoothing", "ignore_index", "labels", "log_input", "log_target", "full", "eps"),
                           LOSS_INPUT_KEYS, _loss, False),
 }
 
@@ -280,18 +296,50 @@ def _tie(table: dict[str, Any], operator: Any, where: str) -> Any:
 
 
 def read_toml(path: str | Path, what: str = "spec file") -> tuple[Path, dict[str, Any]]:
-    """Parse a TOML file; a missing or malformed file is a :class:`SpecError` naming it."""
+    """Parse a TOML file.
+
+    Raises:
+      SpecError: the path is no readable file (missing, a broken or looping symbolic link, a
+        directory, permission denied), not UTF-8 or not TOML; the message names the path and
+        what would be valid.
+    """
     p = Path(path)
     try:  # utf-8-sig: a leading byte-order mark is skipped, as most TOML tools do
         return p, tomllib.loads(p.read_text(encoding="utf-8-sig"))
     except RecursionError:  # tomllib parses nested arrays and inline tables recursively
         raise SpecError(f"{p}: not valid TOML: arrays or tables nested too deeply for the parser") from None
-    except FileNotFoundError:
-        raise SpecError(f"{p}: no such {what}") from None
     except UnicodeDecodeError as exc:
         raise SpecError(f"{p}: not UTF-8 text (byte {exc.start}: {exc.reason}); TOML files are UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{p}: not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise SpecError(unreadable(p, exc, what)) from None
+
+
+def unreadable(p: Path, exc: OSError, what: str = "spec file") -> str:
+    """Why the file ``p`` could not be read, in one line naming it and what would be valid."""
+    give = f"give the path of a {what} (a TOML file) or of a link to one"
+    if p.is_symlink():
+        chain = [str(p)]
+        hop = p
+        while hop.is_symlink() and len(chain) < 8:
+            hop = Path(os.path.normpath(hop.parent / os.readlink(hop)))
+            if str(hop) in chain:
+                return f"{p}: a symbolic link loop ({' -> '.join(chain + [str(hop)])}); {give}"
+            chain.append(str(hop))
+        if isinstance(exc, FileNotFoundError):
+            return f"{p}: a symbolic link to {os.readlink(p)}, which does not exist; {give}"
+    if isinstance(exc, FileNotFoundError):
+        return f"{p}: no such {what}"
+    if isinstance(exc, IsADirectoryError):
+        return f"{p}: a directory, not a {what}; {give}"
+    if isinstance(exc, PermissionError):
+        return f"{p}: permission denied reading the {what}; {give} that you may read"
+    if isinstance(exc, NotADirectoryError):
+        return f"{p}: a part of the path before its last is a file, not a directory; {give}"
+    if exc.errno == errno.ELOOP:
+        return f"{p}: a symbolic link loop in the path; {give}"
+    return f"{p}: cannot read the {what}: {exc.strerror or exc}; {give}"
 
 
 def load(path: str | Path) -> SpecFile:
@@ -356,32 +404,40 @@ def plan_shape(spec: Any) -> tuple[int, ...]:
     return max(shapes, key=lambda shape: (len(window_classes(resolved(spec, shape))), -int(np.prod(shape))))
 
 
-def pool_input(case: Case, plan: bool = False) -> tuple[Any, np.ndarray, np.ndarray]:
+def pool_input(case: Case, plan: bool = False, dtype: Any = None) -> tuple[Any, np.ndarray, np.ndarray]:
     """(geometry, x, dy) for a pooling case (its operator valid: :func:`check_cases`); generated
     where not explicit.
 
     ``x`` and ``dy`` are object arrays of exact Fractions. A case without ``[input]`` is
-    refused, or with ``plan`` given the shape :func:`plan_shape` picks.
+    refused, or with ``plan`` given the shape :func:`plan_shape` picks. With ``dtype``, the
+    inputs as that dtype holds them: generated in it (a family's values are the dtype's own:
+    ``near_ties`` are distinct in it, ``distinct`` ranks beyond its exact integers its
+    consecutive values), explicit ones rounded to it (to nearest); without, generated in
+    float64 and explicit ones as written.
 
     Raises:
-      SpecError: the inputs do not fit the operator; the message names the file.
+      SpecError: the inputs do not fit the operator, or an explicit value is beyond ``dtype``'s
+        range; the message names the file.
     """
+    refuse_scatter(case.operator, case.source)
     if plan and not has_input(case):
         case = dataclasses.replace(case, inputs={**case.inputs, "shape": plan_shape(case.operator)})
     try:
-        return _pool_input(case)
+        return _pool_input(case, dtype)
     except SymjacError as exc:
         message = str(exc)
         raise SpecError(message if message.startswith(case.source) else f"{case.source}: {message}") from None
 
 
-def _pool_input(case: Case) -> tuple[Any, np.ndarray, np.ndarray]:
+def _pool_input(case: Case, dtype: Any) -> tuple[Any, np.ndarray, np.ndarray]:
     from symjac._exact import ExactArray
+    from symjac.check._rounding import float_dtype
     from symjac.pool._geometry import check_shape, resolved
-    from symjac.verifiers.pool._inputs import generate_input, random_dyadic
+    from symjac.verifiers.pool._inputs import generate_input, near_tie_dy, random_dyadic
 
     inputs = case.inputs
     seed = int(inputs.get("seed", 0))
+    dt = float_dtype("float64" if dtype is None else dtype)
     if "x" not in inputs and "shape" not in inputs:
         raise SpecError(f"{case.source}: no [input] shape or x; `symjac verify` checks every shape of the coverage "
                         "plan then, but this needs one shape: add [input] shape = [...]")
@@ -390,13 +446,55 @@ def _pool_input(case: Case) -> tuple[Any, np.ndarray, np.ndarray]:
         if "shape" in inputs and tuple(inputs["shape"]) != x.shape:
             raise SpecError(f"{case.source} [input]: shape {inputs['shape']} does not match x's shape {x.shape}")
         g = resolved(case.operator, check_shape(x.shape))
+        x = x if dtype is None else held(x, dt, f"{case.source}: case {case.name!r} [input].x")
     else:
         g = resolved(case.operator, check_shape(inputs["shape"]))
-        x = ExactArray.from_any(generate_input(g, inputs.get("generator", "distinct"), np.float64, seed)).to_fractions()
+        generator = inputs.get("generator", "distinct")
+        x = ExactArray.from_any(generate_input(g, generator, dt, seed)).to_fractions()
     if "dy" in inputs:
         dy = inputs["dy"]
         if dy.shape != g.output_shape:
             raise SpecError(f"{case.source} [input].dy: shape {dy.shape}; the output shape is {g.output_shape}")
+        dy = dy if dtype is None else held(dy, dt, f"{case.source}: case {case.name!r} [input].dy")
     else:
-        dy = ExactArray.from_any(random_dyadic(g, g.out_spatial, np.float64, seed)).to_fractions()
+        # the near-ties family's own dy (near ties too, as symjac verify's pass has it: a backward
+        # accumulating in a lower precision loses their low bits); else quarter-integers, exact anywhere
+        near = "x" not in inputs and inputs.get("generator") == "near_ties"
+        dy = (near_tie_dy(g, dt, seed) if near else random_dyadic(g, g.out_spatial, dt, seed))
+        dy = ExactArray.from_any(dy).to_fractions()
     return g, x, dy
+
+
+def held(values: np.ndarray, dtype: Any, where: str) -> np.ndarray:
+    """Exact ``values`` (an object array of Fractions) as ``dtype`` holds them: each rounded to
+    nearest, as Fractions again.
+
+    Raises:
+      SpecError: a value is beyond ``dtype``'s range (it would round to infinity).
+    """
+    from fractions import Fraction
+
+    from symjac._exact import round_fractions
+    from symjac.check._rounding import finfo, float_dtype
+
+    dt = float_dtype(dtype)
+    rounded = round_fractions(values, dt).astype(np.float64).reshape(-1)
+    if not np.all(np.isfinite(rounded)):
+        value = values.reshape(-1)[int(np.flatnonzero(~np.isfinite(rounded))[0])]
+        raise SpecError(f"{where}: {magnitude(value)} is beyond the largest finite {dt.name} "
+                        f"({float(finfo(dt).max):.6g}); give smaller values, or --dtype without {dt.name}")
+    distinct = {r: Fraction(r) for r in set(rounded.tolist())}  # one Fraction per distinct value
+    out = np.empty(values.size, dtype=object)
+    out[:] = [distinct[r] for r in rounded.tolist()]
+    return out.reshape(values.shape)
+
+
+def magnitude(value: Any) -> str:
+    """An exact number in 7 significant digits (a Fraction beyond float64's range too)."""
+    import decimal
+    from fractions import Fraction
+
+    f = Fraction(value)
+    with decimal.localcontext() as ctx:
+        ctx.prec = 7
+        return f"{decimal.Decimal(f.numerator) / decimal.Decimal(f.denominator):.6e}"

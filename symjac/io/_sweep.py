@@ -28,11 +28,12 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-from symjac._errors import SpecError, SymjacError, UsageError
+from symjac._errors import InputError, SpecError, SymjacError, UsageError
 from symjac.io._specfile import OPERATOR_TABLES, _check_keys, _operator, read_toml
 from symjac.pool._geometry import resolve
 from symjac.run._executor import execute
 from symjac.run._load import load_impl
+from symjac.verifiers._impl import implementation
 from symjac.verifiers.pool._verify import verify
 
 
@@ -100,8 +101,11 @@ def run_one(config: dict[str, Any], impl_target: str, dtype: str = "float64") ->
         return {**result, "status": "skipped", "reason": f"not supported by the implementation: {exc}"}
     except (UsageError, Exception) as exc:  # noqa: BLE001 - the factory's failure is a result
         return {**result, "status": "error", "reason": f"{type(exc).__name__}: {exc}"}
-    report = verify(spec, backward=impl.backward, forward=getattr(impl, "forward", None), input_shape=shape,
-                    dtype=dtype, seed=int(config["input"].get("seed", 0)))
+    try:  # an object or a dict with backward (and forward), an Impl, a torch.autograd.Function
+        fns = implementation(impl, loss=False, what=f"returned by the factory for {spec!r}")
+    except InputError as exc:
+        return {**result, "status": "error", "reason": str(exc)}
+    report = verify(spec, **fns, input_shape=shape, dtype=dtype, seed=int(config["input"].get("seed", 0)))
     return {**result, "status": "pass" if report.ok else "fail", "summary": report.summary(),
             "categories": report.categories(), "backward_calls": report.stats["backward_calls"]}
 

@@ -231,6 +231,9 @@ def loss_value(loss: Loss, pred: Any, label: Any = None) -> Any:
 
 def value_of(loss: Loss, pred: Any, label: Any = None) -> Any:
     """:func:`loss_value` of a ``loss`` its entry checked (golden data)."""
+    kind = kind_of(loss)
+    if kind.whole:  # a sequence loss (ctc): its own exact evaluation
+        return _numbers.to_mpf(kind.evaluate_whole(loss, pred, label).value())
     return _numbers.to_mpf(evaluate_checked(loss, pred, label, values=True, derivatives=False).value())
 
 
@@ -251,6 +254,9 @@ def loss_derivative(loss: Loss, pred: Any, label: Any = None, upstream: Any = No
 
 def derivative_of(loss: Loss, pred: Any, label: Any = None, upstream: Any = None) -> np.ndarray:
     """:func:`loss_derivative` of a ``loss`` its entry checked (golden data, conform's exact values)."""
+    kind = kind_of(loss)
+    if kind.whole:  # a sequence loss (ctc): its own exact evaluation (NaN where there is no derivative)
+        return _numbers.mpf_array(kind.evaluate_whole(loss, pred, label, upstream).derivative())
     return _numbers.mpf_array(evaluate_checked(loss, pred, label, upstream, values=False, derivatives=True).derivative())
 
 

@@ -48,7 +48,7 @@ from symjac.loss._domain import index as _index
 from symjac.loss._evaluate import LossEvaluation, evaluate_checked
 from symjac.loss._softmax import _MPFR, SoftmaxTemplate
 from symjac.loss._spec import DPS, Loss, check_loss
-from symjac.loss._templates import LossTemplate, rounding_depth, running_error
+from symjac.loss._templates import LossTemplate, kink_side, rounding_depth, running_error
 
 __all__ = ["HessianEvaluation", "hessian_of", "loss_hessian", "loss_hvp"]
 
@@ -57,19 +57,38 @@ def _mp(v: Any) -> Any:
     return _numbers.to_mpf(v) if _numbers.is_number(v) else mpmath.mpf(v)
 
 
+def _second_exprs(tpl: LossTemplate) -> list[sympy.Expr]:
+    """``d_ck = ∂h_c/∂z_k`` of the stable derivatives, row by row (DiracDelta, from d sign, is 0 off the kinks)."""
+    return [sympy.diff(h, z).replace(sympy.DiracDelta, lambda *a: sympy.S.Zero)
+            for h in tpl.stable_derivatives for z in tpl.pred]
+
+
 @functools.lru_cache(maxsize=64)
 def _second(tpl: LossTemplate) -> tuple[Any, Any, int]:
-    """For an element-wise template: MPFR (vectorised) and mpmath functions of its arguments
-    giving [d, cond(d), R(d)], and depth(d); d = ∂²ℓ/∂z² of the stable derivative."""
-    d = sympy.diff(tpl.stable_derivatives[0], tpl.pred[0]).replace(sympy.DiracDelta, lambda *a: sympy.S.Zero)
-    terms = []
-    for s in tpl.symbols:
-        gd = sympy.diff(d, s).replace(sympy.DiracDelta, lambda *a: sympy.S.Zero)
-        if gd != 0:
-            terms.append(sympy.Abs(gd, evaluate=False) * sympy.Abs(s))
-    exprs = [d, sympy.Add(*terms), running_error(d)]
+    """For a template of C prediction symbols (1 element-wise): MPFR (vectorised) and mpmath
+    functions of its arguments giving ``[d_ck...] + [cond(d_ck)...] + [R(d_ck)...]`` (C² each,
+    row by row), and the deepest depth(d_ck); ``d_ck = ∂²ℓ/∂z_c∂z_k`` of the stable derivatives."""
+    ds = _second_exprs(tpl)
+    conds = []
+    for d in ds:
+        terms = []
+        for s in tpl.symbols:
+            gd = sympy.diff(d, s).replace(sympy.DiracDelta, lambda *a: sympy.S.Zero)
+            if gd != 0:
+                terms.append(sympy.Abs(gd, evaluate=False) * sympy.Abs(s))
+        conds.append(sympy.Add(*terms))
+    exprs = ds + conds + [running_error(d) for d in ds]
     return (_numbers.lambdify(tpl.symbols, exprs), sympy.lambdify(tpl.symbols, exprs, modules="mpmath", cse=True),
-            rounding_depth(d))
+            max(rounding_depth(d) for d in ds))
+
+
+@functools.lru_cache(maxsize=64)
+def _second_sides(tpl: LossTemplate) -> Any:
+    """MPFR function of the template's arguments: every ``d_ck`` with the kinks' signs at -1, then at +1
+    (:func:`symjac.loss._templates.kink_side`): where they differ the second derivative jumps at a kink
+    whose first derivative is continuous (``[a]₊²``)."""
+    ds = _second_exprs(tpl)
+    return _numbers.lambdify(tpl.symbols, [kink_side(d, -1) for d in ds] + [kink_side(d, 1) for d in ds])
 
 
 @functools.lru_cache(maxsize=64)
@@ -90,8 +109,14 @@ def _no_second_derivative(tpl: Any, cols: list[np.ndarray]) -> np.ndarray:
     derivative (smooth_l1/huber at |d| = δ)."""
     at = np.asarray(tpl.at_kink(cols), dtype=bool)
     if at.any():
-        lo, hi = tpl.clarke_at([c[at] for c in cols])
-        at[at] = np.asarray((lo != hi).any(axis=1), dtype=bool)
+        kept = [c[at] for c in cols]
+        lo, hi = tpl.clarke_at(kept)
+        jumps = (lo != hi).any(axis=1)
+        if isinstance(tpl, LossTemplate):  # or the second derivative jumps there ([a]₊² at a = 0)
+            got = [_column(v, len(kept[0])) for v in _second_sides(tpl)(*kept)]
+            half = len(got) // 2
+            jumps |= np.any([got[i] != got[half + i] for i in range(half)], axis=0)
+        at[at] = np.asarray(jumps, dtype=bool)
     if not isinstance(tpl, SoftmaxTemplate) and (sides := _boundaries(tpl)) is not None:
         for side in sides(*cols):
             at |= np.asarray(_column(side, len(at)) == 0, dtype=bool)
@@ -110,9 +135,13 @@ class HessianEvaluation:
     Attributes:
       ev: the first-order evaluation (:class:`~symjac.loss._evaluate.LossEvaluation`).
       blocks: (elements, C, C) ``S·r_i·∇²ℓ_i`` (C = 1 element-wise; 0 for ignored rows).
+      skipped: per element (flat), left out at a kink (``skip_kinks``).
     """
 
-    def __init__(self, ev: LossEvaluation):
+    def __init__(self, ev: LossEvaluation, skip_kinks: bool = False):
+        """Raises :class:`symjac.InputError` at an element on a kink, where the second derivative
+        does not exist; with ``skip_kinks`` those elements are left out instead (their blocks 0,
+        :attr:`skipped` marks them: the hvp check does not compare their entries)."""
         self.ev = ev
         tpl = ev.template
         n, c = ev.counted.size, tpl.classes
@@ -121,7 +150,9 @@ class HessianEvaluation:
             self.sr = np.abs(_numbers.from_fractions(ev.factor.reshape(-1), ev.loss.scale))  # |S·r_i|
             signed = _numbers.from_fractions(ev.factor.reshape(-1), ev.loss.scale)
             kinks = _no_second_derivative(tpl, [_column(col, n) for col in ev.columns]) & counted
-            if kinks.any():
+            self.skipped = kinks if skip_kinks else np.zeros(n, dtype=bool)
+            counted = counted & ~self.skipped
+            if kinks.any() and not skip_kinks:
                 raise InputError(
                     f"pred{_index(ev.pred_shape, int(np.flatnonzero(kinks)[0]))} is at a kink of {ev.loss.kind} (the "
                     "derivative or its derivative jumps there): the second derivative does not exist; give inputs "
@@ -139,8 +170,10 @@ class HessianEvaluation:
                 self.z = rows.z
             else:
                 vec, _, _ = _second(tpl)
-                self.d, self.cond, self.run = (_column(v, n) for v in vec(*cols))
-                hess = self.d.reshape(n, 1, 1)
+                got = [_column(v, n) for v in vec(*cols)]
+                self.d, self.cond, self.run = (np.stack(got[i * c * c:(i + 1) * c * c], axis=1).reshape(n, c, c)
+                                               for i in range(3))
+                hess = self.d
             self.blocks = np.asarray(signed[:, None, None] * hess, dtype=object)
             self.blocks[~counted] = _numbers.number(0)
         for i in np.flatnonzero(self.big & counted):  # beyond MPFR's comfortable range: mpmath, one element
@@ -157,8 +190,10 @@ class HessianEvaluation:
             with _numbers.context():
                 self.blocks[i] = [[_numbers.from_mpf(sr * h[j][k]) for k in range(len(h))] for j in range(len(h))]
                 if not isinstance(tpl, SoftmaxTemplate):
-                    d, cond, run = _second(tpl)[1](*a)
-                    self.d[i], self.cond[i], self.run[i] = (_numbers.from_mpf(mpmath.mpf(x)) for x in (d, cond, run))
+                    got = [_numbers.from_mpf(mpmath.mpf(x)) for x in _second(tpl)[1](*a)]
+                    c2 = len(got) // 3
+                    for j, arr in enumerate((self.d, self.cond, self.run)):
+                        arr[i] = np.array(got[j * c2:(j + 1) * c2], dtype=object).reshape(arr.shape[1:])
 
     def dense(self) -> np.ndarray:
         """The full Hessian, pred's shape twice (object array of mpf)."""
@@ -209,14 +244,16 @@ class HessianEvaluation:
                 p_bits = int(finfo(dtype).nmant) + 1
                 den = ev.denominator
                 k_r = 2 + ev.denominator_ops + (0 if den.denominator == 1 and den.numerator <= 2**p_bits else 1)
-                k = tpl.loss_depth + tpl.derivative_depth + _second(tpl)[2] + k_r + 1
+                # a row of C classes sums C products d_jk·v_k: C - 1 more roundings (none element-wise)
+                k = tpl.loss_depth + tpl.derivative_depth + _second(tpl)[2] + k_r + 1 + (c - 1)
                 g = gamma_mp(k, u)
                 amp = one
                 for col in ev.columns[len(tpl.pred) + len(tpl.label):]:
                     amp = max([amp] + [abs(x) for x in _column(col, n)])
-                sr, vj = self.sr[:, None], av
-                body = u * (1 + g) * np.abs(self.run)[:, None] + g * (np.abs(self.d) + np.abs(self.cond))[:, None]
-                out = sr * vj * body + k * eta * np.maximum(one, sr * amp) * np.maximum(one, vj)
+                sr, vk = self.sr[:, None], av[:, None, :]
+                body = u * (1 + g) * np.abs(self.run) + g * (np.abs(self.d) + np.abs(self.cond))  # (n, c, c)
+                row_v = av.sum(axis=1)[:, None]
+                out = sr * (body * vk).sum(axis=2) + k * eta * np.maximum(one, sr * amp) * np.maximum(one, row_v)
             out = np.asarray(out, dtype=object)
             out[~counted] = _numbers.number(0)
         return out.reshape(ev.pred_shape)

@@ -13,24 +13,11 @@ from typing import Any
 import numpy as np
 
 from symjac._errors import InputError
-from symjac._exact import ExactArray
+from symjac._exact import ExactArray, read_exact
 from symjac.loss import _numbers
 from symjac.loss._domain import index, value_at
 from symjac.loss._kind import Template
 from symjac.loss._spec import Loss, check_loss, kind_of
-
-
-def read_exact(data: Any, name: str) -> ExactArray:
-    """An input as integer numerators over one common denominator: the domain checks
-    below compare numerators with the denominator, so no element becomes a Fraction."""
-    if isinstance(data, np.ndarray) and data.dtype.kind == "c" or np.iscomplexobj(data):
-        raise InputError(f"{name} is complex; give real numbers")
-    try:
-        return ExactArray.from_any(data, name)
-    except InputError:
-        raise
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"{name} could not be read as an array of numbers: {exc}") from None
 
 
 def read_pred(pred: Any) -> ExactArray:
@@ -59,14 +46,17 @@ def read_labels(loss: Loss, z: ExactArray, label: Any, element_shape: tuple[int,
     elif rules.labels_are_indices(loss):
         raw = np.asarray(label)
         if raw.shape != element_shape:
+            what = "labels='indices'" if "labels" in rules.options else f"kind={kind!r}"
             raise InputError(
-                f"label has shape {raw.shape} but pred has shape {z.shape}: labels='indices' needs one class "
+                f"label has shape {raw.shape} but pred has shape {z.shape}: {what} needs one class "
                 f"index per row, shape {element_shape}"
             )
         t, counted, indices = _one_hot(loss, read_exact(raw, "label"), element_shape, classes)
     else:
         t = read_exact(label, "label")
-        if t.shape != z.shape:
+        if t.shape == z.shape:
+            t = rules.label_rows(loss, t)
+        else:
             hint = ""
             if "labels" in rules.options and t.shape == element_shape and t.den == 1:
                 hint = (f"; label looks like class indices (integers, one per row): give "
@@ -222,7 +212,8 @@ def default_inputs(loss: Loss) -> tuple[np.ndarray, np.ndarray | None, np.ndarra
 
     Every value is a short dyadic fraction, exact in float16/32/64, so the exact
     analysis and the implementation see the same numbers in every dtype; no element
-    sits on a kink; huber/smooth_l1 (δ = 1) get both branches. ``upstream`` is set
+    sits on a kink, wherever the spec's options put one; huber/smooth_l1 get both branches (their inputs
+    scale with δ: :meth:`symjac.loss._kinds.regression._Delta.default_inputs`). ``upstream`` is set
     (and varied, so an ignored upstream shows) only for ``reduction="none"``.
     """
     check_loss(loss)
@@ -230,10 +221,15 @@ def default_inputs(loss: Loss) -> tuple[np.ndarray, np.ndarray | None, np.ndarra
 
 
 def _default_inputs(loss: Loss) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    return completed(loss, *kind_of(loss).default_inputs(loss))
+
+
+def completed(loss: Loss, pred: np.ndarray, label: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None,
+                                                                               np.ndarray | None]:
+    """A kind's own inputs (its default or a family's, 3 wide) as :func:`default_inputs` gives
+    them: an element-wise kind's rows repeated to :meth:`~symjac.loss._kind.LossKind.default_classes`
+    (a per-class option's width), and for ``reduction="none"`` a varied upstream gradient."""
     kind = kind_of(loss)
-    pred: np.ndarray
-    label: np.ndarray | None
-    pred, label = kind.default_inputs(loss)
     classes = kind.default_classes(loss)
     if not kind.class_axis and pred.shape[-1] != classes:  # a per-class option's width: repeat the rows
         pred = np.array([np.resize(row, classes) for row in pred])

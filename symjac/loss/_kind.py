@@ -14,7 +14,8 @@ The rules, by the stage that reads them:
   :meth:`~LossKind.validate` (its own options' values).
 - *labels*: :attr:`~LossKind.class_axis` (one element per row, classes along the last
   axis; else one element per prediction entry), :attr:`~LossKind.takes_label`,
-  :meth:`~LossKind.labels_are_indices` (integer class per row).
+  :meth:`~LossKind.labels_are_indices` (integer class per row), :attr:`~LossKind.integer_labels`,
+  :meth:`~LossKind.label_rows` (a kind's own label layout as per-class rows).
 - *domain*: :meth:`~LossKind.check_domain` (exact comparisons on the rational inputs),
   :meth:`~LossKind.fd_step` / :meth:`~LossKind.stencil_inside` (what finite
   differences must respect).
@@ -30,7 +31,10 @@ The rules, by the stage that reads them:
   :meth:`~LossKind.fast_derivative` (a float64 enclosure of the derivative and lower
   bounds on its bound's terms: the verifier's fast filter); :meth:`~LossKind.fast_value`
   (the same for the loss value: the forward's fast filter).
-- *inputs*: :meth:`~LossKind.default_inputs`.
+- *inputs*: :meth:`~LossKind.default_inputs`; the extra families (:mod:`symjac.loss._families`):
+  :meth:`~LossKind.extreme_inputs` (magnitudes where a naive float evaluation overflows and a
+  stable one does not), :meth:`~LossKind.nonfinite` (the convention at a NaN or ±inf
+  prediction) with :meth:`~LossKind.limits` (the loss and derivative as an entry goes to ±inf).
 - *explain*: :attr:`~LossKind.explain_classes` (how many classes to show without a
   prediction).
 - *tests*: :attr:`~LossKind.samples` (option sets the generic tests run every rule with).
@@ -38,7 +42,7 @@ The rules, by the stage that reads them:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -46,6 +50,7 @@ import numpy as np
 import sympy
 
 from symjac._exact import ExactArray
+from symjac.loss._domain import Convention
 from symjac.loss._fast import FastDerivative, FastValue
 from symjac.loss._softmax import SoftmaxTemplate
 from symjac.loss._templates import LossTemplate
@@ -74,6 +79,10 @@ class LossKind:
     synonyms: ClassVar[tuple[str, ...]] = ()
     #: one loss element per row of pred, classes along its last axis (else one per entry).
     class_axis: ClassVar[bool] = False
+    #: with a class axis: a row's loss is a sum of per-class terms, so each entry's derivative depends
+    #: on its own prediction only (multilabel_soft_margin); a NaN or ±inf entry then reaches its own
+    #: derivative and its row's loss, not the row's other derivatives.
+    separable_rows: ClassVar[bool] = False
     #: the loss reads a label.
     takes_label: ClassVar[bool] = True
     #: classes ``explain`` shows when a case gives no prediction.
@@ -81,11 +90,28 @@ class LossKind:
     #: option sets the generic tests run the kind's rules with (tests/test_loss_kinds.py,
     #: on :meth:`default_inputs`): the options' cases the rules branch on.
     samples: ClassVar[tuple[dict[str, Any], ...]] = ({},)
+    #: the default inputs put some entries on a kink on purpose (the margin family's ``[a]₊`` at
+    #: ``a = 0``, where bugs hide): the Clarke set is accepted there and its policy named; every
+    #: other kind's defaults stay off its kinks.
+    kinks_at_defaults: ClassVar[bool] = False
+    #: the label is integers (class indices in some layout) even where :meth:`labels_are_indices`
+    #: is False (multilabel_margin's rows of indices ended by -1): passed to an implementation as int64.
+    integer_labels: ClassVar[bool] = False
+    #: evaluated whole, not through an element template: a sequence loss (ctc), whose loss sums
+    #: over alignments of a whole input. Its :meth:`evaluate_whole` gives the exact values and
+    #: bounds, ``loss_value``/``loss_derivative`` and ``verify_loss``'s sequence route
+    #: (:mod:`symjac.verifiers.loss._sequence`) read it; the template stages refuse it (its
+    #: :meth:`template` raises a :class:`symjac.SpecError` naming them).
+    whole: ClassVar[bool] = False
 
     # ---- spec
 
     def validate(self, loss: Loss, put: Put) -> None:
         """Check and normalise this kind's own options (raise :class:`symjac.SpecError`)."""
+
+    def evaluate_whole(self, loss: Loss, pred: Any, label: Any, upstream: Any = None) -> Any:
+        """A :attr:`whole` kind's exact evaluation (values, derivative, rounding bounds) at the inputs."""
+        raise NotImplementedError(f"kind={self.name!r} is evaluated through its template")
 
     # ---- labels and shapes
 
@@ -100,6 +126,12 @@ class LossKind:
     def element_shape(self, pred_shape: tuple[int, ...]) -> tuple[int, ...]:
         """The shape of the loss elements (and of a ``"none"`` reduction's upstream)."""
         return tuple(pred_shape[:-1]) if self.class_axis else tuple(pred_shape)
+
+    def label_rows(self, loss: Loss, t: ExactArray) -> ExactArray:
+        """The label as the template reads it, from the label of pred's shape as given (read
+        exactly): itself, or a kind's own layout turned into per-class rows (multilabel_margin's
+        index rows into membership rows). Raise :class:`symjac.InputError` naming a bad entry."""
+        return t
 
     # ---- domain
 
@@ -170,6 +202,30 @@ class LossKind:
         a kind's 3-wide rows by repeating them; a kind whose rows cannot be repeated, as
         softmax_ce's probability rows, builds them that wide itself)."""
         raise NotImplementedError
+
+    def extreme_inputs(self, loss: Loss, dt: np.dtype[Any]) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """The ``extreme`` family's ``(pred, label)`` in dtype ``dt`` (3 wide along the last axis,
+        widened as :meth:`default_inputs` is; values exact in ``dt``): magnitudes at which the
+        kind's exact values are finite in ``dt``, and so is a correct float evaluation (the
+        stable forms: a log-sum-exp shifted by its max, a softplus through ``e^-|z|``), while a
+        naive one overflows, takes the log of an underflowed 0 or cancels (built from
+        :func:`symjac.loss._domain.overflow_logit` and its siblings). None where the kind's
+        float evaluation overflows only where its exact value does: no such family."""
+        return None
+
+    def nonfinite(self, loss: Loss) -> Convention:
+        """The convention at a NaN or ±inf prediction (the ``nonfinite`` family's and a given
+        pred's): which values it takes and what it accepts besides NaN and the limits (see
+        :class:`symjac.loss._domain.Convention`), with the frameworks' measured behaviour."""
+        return Convention()
+
+    def limits(self, loss: Loss, template: Template, args: Sequence[Fraction], slot: int,
+               sign: int) -> tuple[Any, list[Any]]:
+        """``(ℓ, [dℓ/dz_c ...])`` as prediction ``slot`` of one element goes to ``sign``·∞, the
+        element's other arguments (``template.symbols`` order) at ``args``: mpmath numbers,
+        ±inf, or None where there is no limit. Default: SymPy's limits of the template."""
+        assert isinstance(template, LossTemplate)
+        return template.limits(args, slot, sign)
 
     def default_classes(self, loss: Loss) -> int:
         """The last-axis length of the default inputs: the length of a per-class option

@@ -53,6 +53,7 @@ FUNCTIONS: dict[str, Any] = {
     "log1p": _vector(gmpy2.log1p),
     "sign": _vector(gmpy2.sign),
     "_rational": _rational,
+    "_pi": lambda: gmpy2.const_pi(),  # π at the context's precision (the Stirling term's log 2π), not numpy.pi
 }
 
 
@@ -61,6 +62,9 @@ class _Printer(NumPyPrinter):  # type: ignore[misc]
 
     def _print_Rational(self, expr: sympy.Rational) -> str:
         return f"_rational({int(expr.p)}, {int(expr.q)})"
+
+    def _print_Pi(self, expr: sympy.Expr) -> str:
+        return "_pi()"
 
 
 def lambdify(symbols: Sequence[sympy.Symbol], exprs: Sequence[sympy.Expr]) -> Callable[..., list[np.ndarray]]:

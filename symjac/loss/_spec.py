@@ -24,7 +24,8 @@ SYNONYMS = {
 }
 LABEL_FORMS = softmax_ce.LABEL_FORMS
 
-_ALL_OPTIONS = ("delta", "pos_weight", "weight", "label_smoothing", "ignore_index", "labels", "log_input", "log_target")
+_ALL_OPTIONS = ("delta", "pos_weight", "weight", "label_smoothing", "ignore_index", "labels", "log_input", "log_target",
+                "full", "eps", "margin", "p", "blank", "zero_infinity", "assume_log_softmax")
 __all__ = ["DPS", "KINDS", "LABEL_FORMS", "REDUCTIONS", "SYNONYMS", "Loss", "check_loss", "kind_of"]
 
 
@@ -54,6 +55,39 @@ class Loss:
       ``0·log 0 = 0``. ``log_input=True``: the prediction is ``log Q`` (PyTorch
       ``kl_div``), ``dℓ/d(log Q) = -P``. ``log_target=True``: the label is ``log P``.
     - ``constant_derivative``: ``ℓ = z`` (the label is ignored), so ``dℓ/dz = 1``.
+    - ``nll`` (PyTorch ``nll_loss``, ONNX ``NegativeLogLikelihoodLoss``; one element per
+      row): pred holds log-probabilities along its last axis, the label one class index
+      per row, ``ℓ = -w_y·z_y``; ``weight`` and ``ignore_index`` as ``softmax_ce`` with
+      class indices, and so is ``"mean"``'s ``D = Σ w_{y_i}``.
+    - ``poisson_nll`` (PyTorch ``poisson_nll_loss``): ``ℓ = e^z - y·z`` (``log_input``,
+      the default) or ``z - y·log(z + ε)`` (``log_input=False``, z > -ε), ε = ``eps``
+      (default 1e-8); ``full=True`` adds the Stirling term ``y·log y - y + ½·log(2πy)``
+      where ``y > 1`` (0 elsewhere), which does not depend on z.
+    - ``gaussian_nll`` (PyTorch ``gaussian_nll_loss``; one element per pair): pred's last
+      axis holds 2 entries, the mean ``μ`` and the variance ``v >= 0``, so the derivative
+      is taken with respect to both; the label has pred's shape, the target ``y`` first and
+      0 second. ``ℓ = ½·(log max(v, ε) + (μ - y)²/max(v, ε))`` (+ ``½·log 2π`` with
+      ``full=True``), ε = ``eps`` (default 1e-6): below ε the loss does not depend on v
+      (its derivative there is 0; at ``v = ε`` the Clarke set). A variance shared across
+      entries (PyTorch's ``var`` of shape ``(N, 1)``) is the same v in each pair; its
+      derivative is the sum of the pairs'.
+    - The margin family (PyTorch's definitions; ``[a]₊ = max(0, a)``, whose Clarke set at
+      ``a = 0`` is the hull of both sides, ``[0, 1]·da``, and is accepted there):
+      ``hinge_embedding`` (labels ±1, ``margin`` m): ``ℓ = z`` at ``y = 1``,
+      ``[m - z]₊`` at ``y = -1``; ``soft_margin`` (labels ±1): ``ℓ = log(1 + e^{-y·z})``;
+      ``multilabel_soft_margin`` (one element per row, labels in [0, 1], ``weight`` w):
+      ``ℓ = (1/C)·Σ_c w_c·(y_c·log(1 + e^{-z_c}) + (1 - y_c)·log(1 + e^{z_c}))``;
+      ``multi_margin`` (one class index y per row, ``p`` in {1, 2}, ``margin`` m,
+      ``weight`` w): ``ℓ = (w_y/C)·Σ_{i≠y} [m - z_y + z_i]₊^p``; ``multilabel_margin``
+      (per row the target classes J, PyTorch's integer rows ended by the first -1):
+      ``ℓ = (1/C)·Σ_{j∈J} Σ_{i∉J} [1 - z_j + z_i]₊``.
+    - ``ctc`` (PyTorch ``ctc_loss``): pred is log_probs ``(T, N, C)``, the label
+      ``(targets, input_lengths, target_lengths)``; one loss element per batch item,
+      ``ℓ_b = -log Σ_{alignments π of l_b} Π_{t<T_b} e^{x_{t,b,π_t}}`` (a blank between repeated
+      labels), ``dℓ_b/dx_{t,b,c} = -γ_b(t, c)`` (the posterior occupancy); an impossible
+      alignment's ``ℓ_b = +inf`` (0 with ``zero_infinity``). ``"mean"`` divides each ``ℓ_b`` by
+      ``max(L_b, 1)``, then averages over the batch; ``"batch_mean"`` does not apply.
+      See :mod:`symjac.loss._kinds.ctc`.
 
     Reductions (``n`` = number of loss elements: every element of ``pred``, or every
     row of ``pred`` for ``softmax_ce``), with ``L`` the reduced loss:
@@ -84,14 +118,28 @@ class Loss:
       pos_weight: ``sigmoid_ce``: weight of the positive term, one number or one
         per class along the last axis, >= 0.
       weight: ``sigmoid_ce``/``bce``: per-class weight along the last axis;
-        ``softmax_ce``: class weights (length C). Numbers >= 0.
+        ``softmax_ce``, ``nll``: class weights (length C). Numbers >= 0.
       label_smoothing: ``softmax_ce``: ε in [0, 1] (default 0).
-      ignore_index: ``softmax_ce`` with ``labels="indices"``: a class index whose
-        rows are ignored.
+      ignore_index: ``softmax_ce`` with ``labels="indices"``, ``nll``: a class index
+        whose rows are ignored.
       labels: ``softmax_ce``: ``"probabilities"`` (default; one-hot or soft rows of
         pred's shape) or ``"indices"`` (integer class per row, shape ``pred.shape[:-1]``).
-      log_input: ``kld``: the prediction is ``log Q`` (default False).
+      log_input: ``kld``: the prediction is ``log Q`` (default False); ``poisson_nll``: the
+        prediction is the log-rate (default True).
       log_target: ``kld``: the label is ``log P`` (default False).
+      full: ``poisson_nll``: add the Stirling term; ``gaussian_nll``: add ``½·log 2π``
+        (default False).
+      eps: ``poisson_nll``'s ε inside the log (default 1e-8), ``gaussian_nll``'s clamp of
+        the variance (default 1e-6); a number >= 0 (> 0 for gaussian_nll), kept exact.
+      margin: ``hinge_embedding``, ``multi_margin``: the margin (a number, default 1).
+      p: ``multi_margin``: the hinge's power, 1 or 2 (default 1).
+      blank: ``ctc``: the blank class index (default 0).
+      zero_infinity: ``ctc``: an impossible alignment's infinite loss and its derivative are 0
+        (default False).
+      assume_log_softmax: ``ctc``: the derivative is declared to be taken through a
+        ``log_softmax`` the input is assumed to have passed through (PyTorch ``ctc_loss``'s
+        convention: ``r_b·(e^x - γ_b)``), not with respect to the log-probabilities as given
+        (default False: ``-r_b·γ_b``).
 
     Raises:
       SpecError: a field is invalid or does not apply to ``kind``; the message names
@@ -109,6 +157,13 @@ class Loss:
     labels: str | None = dataclasses.field(default=None, kw_only=True)
     log_input: bool | None = dataclasses.field(default=None, kw_only=True)
     log_target: bool | None = dataclasses.field(default=None, kw_only=True)
+    full: bool | None = dataclasses.field(default=None, kw_only=True)
+    eps: Fraction | None = dataclasses.field(default=None, kw_only=True)
+    margin: Fraction | None = dataclasses.field(default=None, kw_only=True)
+    p: int | None = dataclasses.field(default=None, kw_only=True)
+    blank: int | None = dataclasses.field(default=None, kw_only=True)
+    zero_infinity: bool | None = dataclasses.field(default=None, kw_only=True)
+    assume_log_softmax: bool | None = dataclasses.field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         put = object.__setattr__

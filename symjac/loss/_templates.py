@@ -9,8 +9,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 from typing import Any
 
+import mpmath
 import numpy as np
 import sympy
 from sympy.codegen.cfunctions import log1p
@@ -20,6 +22,8 @@ from symjac.loss import _numbers
 
 # --------------------------------------------------------------------- templates
 
+#: Significant digits of the limits (:func:`limits_of`): those of every exact value and more.
+DIGITS = 70
 _OP_COST_TRANSCENDENTAL = 2  # libm exp/log are faithful (< 1 ulp = 2u), not correctly rounded
 
 
@@ -221,6 +225,13 @@ class LossTemplate:
         """mpmath: args -> [dℓ/dz_0, ...] (from the stable forms)."""
         return list(self._stable_derivatives(*args))
 
+    def limits(self, values: Sequence[Fraction], slot: int, sign: int) -> tuple[Any, list[Any]]:
+        """``(ℓ, [dℓ/dz_c ...])`` in the limit as prediction ``slot`` goes to ``sign``·∞, every
+        other argument (in :attr:`symbols` order; the slot's own value is not read) at its
+        exact value: SymPy's limits (:func:`limits_of`), as mpmath numbers, ±inf included,
+        None where SymPy finds no limit."""
+        return limits_of(self.loss, self.derivatives, self.symbols, tuple(values), slot, sign)
+
     def _cond(self, expr: sympy.Expr) -> sympy.Expr:
         # Σ_m |∂e/∂x_m|·|x_m| over every symbol: the first-order effect of perturbing
         # every input by one relative unit. DiracDelta (from d sign) is zero off the
@@ -266,13 +277,14 @@ class LossTemplate:
 
     @functools.cached_property
     def clarke_fn(self) -> Callable[..., Any]:
-        """mpmath: args -> derivatives with every sign() = -1, then with every sign() = +1."""
+        """mpmath: args -> derivatives with every sign() at 0 = -1, then with every sign() at 0 = +1
+        (a sign() whose argument is not 0 keeps its value)."""
         return self._lower(self._clarke_exprs)
 
     @functools.cached_property
     def _clarke_exprs(self) -> list[sympy.Expr]:
-        lo = [h.replace(sympy.sign, lambda *a: sympy.S.NegativeOne) for h in self.derivatives]
-        hi = [h.replace(sympy.sign, lambda *a: sympy.S.One) for h in self.derivatives]
+        lo = [kink_side(h, -1) for h in self.derivatives]
+        hi = [kink_side(h, 1) for h in self.derivatives]
         return lo + hi
 
     @functools.cached_property
@@ -355,12 +367,55 @@ class LossTemplate:
             at |= np.asarray(k == 0, dtype=bool)
         return at
 
+    def clarke_corners(self, cols: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """The derivatives with every kink at 0 on its -1 side, and on its +1 side, each (elements,
+        classes), unsorted: at one kink the Clarke set is the segment between them."""
+        got = [_full(v, len(cols[0])) for v in self._vec_clarke(*cols)]
+        n = self.classes
+        return np.stack(got[:n], axis=1), np.stack(got[n:], axis=1)
+
     def clarke_at(self, cols: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """The Clarke set [lo, hi] of every dℓ/dz_c (hull over sign() = ±1), each (elements, classes)."""
         got = [_full(v, len(cols[0])) for v in self._vec_clarke(*cols)]
         n = self.classes
         a, b = np.stack(got[:n], axis=1), np.stack(got[n:], axis=1)
         return np.minimum(a, b), np.maximum(a, b)
+
+
+#: |z| beyond every threshold a template compares with (any float's magnitude is below 2^1024).
+_FAR = sympy.Integer(2) ** 2048
+
+
+@functools.lru_cache(maxsize=1024)
+def limits_of(loss: sympy.Expr, derivatives: tuple[sympy.Expr, ...], symbols: tuple[sympy.Symbol, ...],
+              values: tuple[Fraction, ...], slot: int, sign: int) -> tuple[Any, list[Any]]:
+    """:meth:`LossTemplate.limits` of any template's SymPy forms (cached per element's values).
+
+    Every other symbol is replaced by its value, each Piecewise by the branch that holds for
+    ``|z|`` beyond every threshold (``z = ±2^2048``: SymPy's limit of a Piecewise fails),
+    then :func:`sympy.limit`.
+    """
+    z = symbols[slot]
+    subs = {s: sympy.Rational(v.numerator, v.denominator) for i, (s, v) in enumerate(zip(symbols, values))
+            if i != slot}
+    far = _FAR if sign > 0 else -_FAR
+
+    def branch(*pieces: Any) -> sympy.Expr:
+        for value, cond in pieces:
+            if cond == sympy.true or bool(cond.subs(z, far)):
+                return value
+        return sympy.nan  # pragma: no cover - SymPy's Piecewise ends with a True condition here
+
+    def limit(e: sympy.Expr) -> Any:
+        got = sympy.limit(e.subs(subs).replace(sympy.Piecewise, branch), z, sympy.oo if sign > 0 else -sympy.oo)
+        if got in (sympy.oo, -sympy.oo):
+            return mpmath.inf if got == sympy.oo else -mpmath.inf
+        if not (got.is_number and got.is_real and got.is_finite):  # zoo, nan, AccumBounds: no limit
+            return None
+        with mpmath.workdps(DIGITS):  # the value keeps every digit after the context
+            return mpmath.mpf(sympy.Float(sympy.N(got, DIGITS), DIGITS)._mpf_)
+
+    return limit(loss), [limit(h) for h in derivatives]
 
 
 def _off_kinks(e: sympy.Expr) -> sympy.Expr:
@@ -371,6 +426,21 @@ def _full(value: Any, n: int) -> np.ndarray:
     """A lowered function's result as an object array of n elements (a constant broadcast)."""
     arr = np.asarray(value, dtype=object)
     return arr if arr.shape == (n,) else np.broadcast_to(arr, (n,)).copy()
+
+
+def kink_side(e: sympy.Expr, s: int) -> sympy.Expr:
+    """``e`` with each ``sign(a)`` at ``a = 0`` read as ``s`` (±1) and every other ``sign(a)`` kept: an
+    element with several kinks (a class-axis hinge) keeps the side of those it is not at. Where
+    ``a = 0``, ``sign(a)² = 0``, elsewhere 1, so ``sign(a) + s·(1 - sign(a)²)`` is s at the kink only."""
+    return e.replace(sympy.sign, lambda a: sympy.sign(a) + s * (1 - sympy.sign(a) ** 2))
+
+
+def positive_part(a: sympy.Expr) -> sympy.Expr:
+    """``[a]₊ = max(0, a)`` written ``(a + |a|)/2``: its derivative ``(1 + sign(a))/2·da`` carries the
+    kink as a ``sign`` (:attr:`LossTemplate.kink_args`), so at ``a = 0`` the Clarke set is the hull
+    of both sides, ``[0, 1]·da``; the rounding model charges the one addition an implementation's
+    ``max(0, a)`` does not make (a bound a little wider, never narrower)."""
+    return (a + sympy.Abs(a)) / 2
 
 
 def element_template(kind: str, pred: tuple[sympy.Symbol, ...], label: tuple[sympy.Symbol, ...],

@@ -65,13 +65,17 @@ def policy_support(member: np.ndarray, tie: str) -> tuple[np.ndarray, np.ndarray
 
     Returns:
       (support, weight, q): ``support`` (..., windows, K) bool, ``weight`` (...,
-      windows) int64; the Jacobian row of each window is ``support * weight / q``.
+      windows) int64 (Python ints where ``q`` passes 2^63); the Jacobian row of each
+      window is ``support * weight / q``.
     """
     check_tie(tie)
     n = member.shape[-1]
     if tie == "split":
         count = member.sum(axis=-1)
-        q = int(np.lcm.reduce(np.unique(count[count > 0]))) if (count > 0).any() else 1
+        # In Python ints: windows of hundreds of cells tie in many sizes, and lcm(1..43) passes 2^63.
+        q = math.lcm(*(int(c) for c in np.unique(count[count > 0])))
+        if q >= 2**63:  # weights q/|I| as exact Python ints
+            return member, q // np.maximum(count, 1).astype(object), q
         return member, (q // np.maximum(count, 1)).astype(np.int64), q
     pick = pick_slot(member, tie)
     has = member.any(axis=-1)

@@ -20,7 +20,9 @@ import numpy as np
 
 from symjac._errors import SpecError
 from symjac.pool._ops import Operator, operator_of
-from symjac.pool._spec import AdaptivePool, GlobalPool, Pool, PoolSpec, check_pool_spec
+from symjac.pool._fractional import axis_fractional
+from symjac.pool._ops._tables import TableLayout
+from symjac.pool._spec import TABLE_SPECS, AdaptivePool, FractionalMaxPool, GlobalPool, Pool, PoolSpec, check_pool_spec
 
 AXIS_NAMES = {1: ("L",), 2: ("H", "W"), 3: ("D", "H", "W")}
 
@@ -171,16 +173,7 @@ def _axis_pool(spec: Pool, axis: int, length: int) -> AxisWindows:
     return windows
 
 
-def _axis_adaptive_check(out: int, axis: int, length: int, rank: int) -> None:
-    if out > length:
-        raise SpecError(
-            f"output_size: along axis {axis} ({AXIS_NAMES[rank][axis]}) output size {out} is larger "
-            f"than the input length {length}; valid: 1 <= output_size <= {length}"
-        )
-
-
-def _axis_adaptive(out: int, axis: int, length: int, rank: int) -> AxisWindows:
-    _axis_adaptive_check(out, axis, length, rank)
+def _axis_adaptive(out: int, length: int) -> AxisWindows:
     i = np.arange(out)
     starts = (i * length) // out
     ends = -((-(i + 1) * length) // out)
@@ -319,6 +312,28 @@ class Geometry:
         """Spatial input coordinates of flat spatial cell ``cell``."""
         return tuple(int(i) for i in np.unravel_index(cell, self.in_spatial))
 
+    def window_starts(self) -> np.ndarray:
+        """(windows, rank) each window's first cell (where it is: the probes' nearest windows and cells)."""
+        return self._starts
+
+    @functools.cached_property
+    def _starts(self) -> np.ndarray:
+        return np.stack(np.meshgrid(*[a.starts for a in self.axes], indexing="ij"), axis=-1).reshape(self.n_out, -1)
+
+    @property
+    def slots_repeat(self) -> bool:
+        """Two windows may read one cell at one slot (adaptive upsampling, tables): lines split."""
+        return any(bool(np.any(np.diff(ax.starts) <= 0)) for ax in self.axes)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TableGeometry(TableLayout, Geometry):
+    """The windows of an operator giving them as a table (:meth:`Operator.tables`: RoI pooling); its
+    layout, canonical form and tables are :class:`~symjac.pool._ops._tables.TableLayout`'s."""
+
+    table: Any = None
+    starts: Any = None
+
 
 def _split_shape(spec: PoolSpec, input_shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     rank = spec.rank
@@ -379,15 +394,28 @@ def _check_budget(spec: PoolSpec, shape: tuple[int, ...], max_nnz: int | None) -
     import symjac.pool
 
     budget = symjac.pool.MAX_NNZ if max_nnz is None else max_nnz
+    if isinstance(spec, TABLE_SPECS):  # a table operator sizes its own table
+        size = operator_of(spec).table_size(spec, shape)
+        if size > budget:
+            raise SpecError(f"{spec!r} at input_shape={shape!r} is too large: its windows read {size} (window, "
+                            f"cell) pairs over all channels, beyond the budget of {budget}; use a smaller shape or "
+                            "fewer boxes, or raise the budget with resolve(..., max_nnz=...) or symjac.pool.MAX_NNZ")
+        return
     lead, spatial, trail = _split_shape(spec, shape)
     windows = slots = 1
     for axis, length in enumerate(spatial):
         if isinstance(spec, Pool):
             plan = _pool_plan(spec, axis, length)
             out, width = plan.out, plan.slots[1] - plan.slots[0] + 1
+        elif isinstance(spec, FractionalMaxPool):
+            if spec.sequences is not None:
+                out = len(spec.sequences[axis]) - 1
+                width = max(b - a for a, b in zip(spec.sequences[axis], spec.sequences[axis][1:])) + 1
+            else:
+                assert spec.kernel is not None and spec.output_size is not None
+                out, width = spec.output_size[axis], spec.kernel[axis]
         else:
             out = spec.output_size[axis] if isinstance(spec, AdaptivePool) else 1
-            _axis_adaptive_check(out, axis, length, spec.rank)
             width = -(-length // out) + 1  # an adaptive window spans at most ceil(L/o) + 1 cells
         windows, slots = windows * out, slots * width
     batch = math.prod(lead) * math.prod(trail)
@@ -403,16 +431,22 @@ def _check_budget(spec: PoolSpec, shape: tuple[int, ...], max_nnz: int | None) -
 
 @functools.lru_cache(maxsize=64)
 def _resolve(spec: PoolSpec, input_shape: tuple[int, ...]) -> Geometry:
+    if isinstance(spec, TABLE_SPECS):  # an operator giving its windows as a table
+        return _resolve_table(spec, input_shape)
     lead, spatial, trail = _split_shape(spec, input_shape)
     axes: list[AxisWindows] = []
     for axis, length in enumerate(spatial):
         if isinstance(spec, Pool):
             axes.append(_axis_pool(spec, axis, length))
         elif isinstance(spec, AdaptivePool):
-            axes.append(_axis_adaptive(spec.output_size[axis], axis, length, spec.rank))
+            axes.append(_axis_adaptive(spec.output_size[axis], length))
+        elif isinstance(spec, FractionalMaxPool):
+            starts, sizes = axis_fractional(spec, axis, length, AXIS_NAMES[spec.rank][axis])
+            offsets = np.arange(int(sizes.max()), dtype=np.int64)
+            axes.append(AxisWindows(length, (0, 0), starts, offsets, sizes, sizes))
         else:
             assert isinstance(spec, GlobalPool)
-            axes.append(_axis_adaptive(1, axis, length, spec.rank))
+            axes.append(_axis_adaptive(1, length))
 
     # Window order is row-major over output positions; counts multiply per axis.
     rank = len(axes)
@@ -454,3 +488,12 @@ def _combine(axes: tuple[AxisWindows, ...], n_in: int) -> tuple[np.ndarray, np.n
     for a in (cells, valid):
         a.setflags(write=False)
     return cells, valid
+
+
+def _resolve_table(spec: PoolSpec, input_shape: tuple[int, ...]) -> TableGeometry:
+    """The geometry of an operator whose windows are a table (:meth:`Operator.tables`): RoI pooling."""
+    table = operator_of(spec).tables(spec, input_shape)
+    divisor = np.ones(table.cells.shape[0], dtype=np.int64)
+    divisor.setflags(write=False)
+    return TableGeometry(spec, input_shape, (), (), (input_shape[0],) + input_shape[2:], table.out_spatial, (),
+                         divisor, table=table, starts=table.starts)

@@ -84,7 +84,15 @@ def _axis_input_colours(axis: AxisWindows) -> np.ndarray:
 
 
 def _per_axis(geometry: Geometry, colour: Any) -> tuple[np.ndarray, int]:
-    """Colour each axis's conflict graph (equal axes, as of a square map, once) and combine."""
+    """Colour each axis's conflict graph (equal axes, as of a square map, once) and combine; a table
+    geometry (RoI pooling: no axes) is coloured whole, as one axis."""
+    if not geometry.axes:
+        windows, slots = np.nonzero(geometry.valid)
+        cells = geometry.cells[windows, slots]
+        found = (_colour(geometry.n_out, windows, cells) if colour is _axis_window_colours
+                 else _colour(geometry.n_in, cells, windows))
+        found.setflags(write=False)
+        return found, int(found.max(initial=-1)) + 1
     done: dict[tuple[Any, ...], np.ndarray] = {}
     colours = []
     for a in geometry.axes:

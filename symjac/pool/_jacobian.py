@@ -164,6 +164,8 @@ def expressions(spec: PoolSpec, input_shape: tuple[int, ...]) -> np.ndarray:
     symbol = {}
     for idx in np.ndindex(*geometry.input_shape):
         symbol[int(names[idx])] = sympy.Symbol("x[" + ",".join(map(str, idx)) + "]", real=True)
+    if not geometry.operator.kernel_windows:  # RoI pooling: each window's expression from its table
+        return np.asarray(geometry.operator.table_expressions(geometry, symbol)).reshape(geometry.output_shape)
     pads = pad_cells(geometry)  # Pool(pad_value=0): windows holding pad cells take the constant 0 in too
     padded: np.ndarray = np.zeros(geometry.n_out, dtype=bool) if pads is None else np.asarray(pads.any(axis=1))
     for c in window_classes(geometry):

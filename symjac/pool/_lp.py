@@ -232,7 +232,8 @@ def _float_windows(g: Geometry, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     vals = g.to_canonical(x)[:, _cells(g)]
     scale = None
     if vals.size:
-        top = np.abs(vals.astype(np.float64)).max(axis=-1)
+        top = np.abs(vals.astype(np.float64))
+        top = np.where(np.isfinite(top), top, 0.0).max(axis=-1)  # NaN and ±inf need no scale: they are the result
         shift = overflow_shifts(top, vals.shape[-1], p, x.dtype)
         if shift.any():
             vals = vals * (2.0 ** -shift).astype(x.dtype)[..., None]  # powers of two: exact
@@ -253,7 +254,8 @@ def lowered_forward(g: Geometry, x: np.ndarray) -> np.ndarray:
     (:func:`bounds` adds the scaled cells' possible underflow).
     """
     p = power(g)
-    _, s, scale = _float_windows(g, x)
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN and ±inf in x: IEEE's arithmetic
+        _, s, scale = _float_windows(g, x)
     if p == 1:
         y = s
     elif p == 2:
@@ -268,7 +270,8 @@ def lowered_forward(g: Geometry, x: np.ndarray) -> np.ndarray:
 def lowered_vjp(g: Geometry, x: np.ndarray, dy: np.ndarray) -> np.ndarray:
     """dx = dy · x^(p-1) · S^(1/p - 1) in x's dtype (PyTorch's order), zero_window at S = 0."""
     p = power(g)
-    vals, s, _ = _float_windows(g, x)  # scaled windows: the row x^(p-1)·S^(1/p-1) has degree 0
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN and ±inf in x: IEEE's arithmetic
+        vals, s, _ = _float_windows(g, x)  # scaled windows: the row x^(p-1)·S^(1/p-1) has degree 0
     dyc = g.to_canonical(dy, g.out_spatial).astype(x.dtype)
     t = x.dtype.type
     if p == 1:
@@ -281,8 +284,9 @@ def lowered_vjp(g: Geometry, x: np.ndarray, dy: np.ndarray) -> np.ndarray:
         rows = np.where((s == 0)[..., None], zero, rows)
     dx = np.zeros((g.batch, g.n_in), dtype=x.dtype)
     cells = _cells(g)
-    for k in range(cells.shape[1]):
-        dx[:, cells[:, k]] += (dyc * rows[..., k]).astype(x.dtype)  # one slot: distinct cells
+    with np.errstate(invalid="ignore"):  # 0·inf at a non-finite cell: NaN, a value the convention leaves open
+        for k in range(cells.shape[1]):
+            dx[:, cells[:, k]] += (dyc * rows[..., k]).astype(x.dtype)  # one slot: distinct cells
     return g.from_canonical(dx, g.in_spatial)
 
 
@@ -425,7 +429,7 @@ def zero_window_input(g: Geometry, x: np.ndarray) -> np.ndarray:
     if p % 2 == 0:
         signs = np.where(np.random.default_rng(int(np.abs(xc).sum())).random(xc.shape) < 0.5, -1, 1)
         xc = xc * signs.astype(xc.dtype)
-    kernel: tuple[int, ...] = g.spec.kernel  # type: ignore[union-attr]
+    kernel: tuple[int, ...] = g.spec.kernel  # type: ignore[union-attr,assignment]
     stride: tuple[int, ...] = g.spec.stride  # type: ignore[union-attr,assignment]
     index = np.unravel_index(np.arange(g.n_out), g.out_spatial)
     chosen = np.ones(g.n_out, dtype=bool)

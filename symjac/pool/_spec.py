@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -18,11 +19,15 @@ import numpy as np
 from symjac._errors import SpecError, did_you_mean
 from symjac.pool._foreign import accept_only_fields
 from symjac.pool._ops import OPERATORS
+from symjac.pool._ops.roi_align import RoiAlign as RoiAlign
+from symjac.pool._ops.roi_pool import RoiPool as RoiPool
 
 #: The registered operators every geometry takes (adaptive and global pooling too).
-MODES = tuple(name for name, op in OPERATORS.items() if op.any_geometry)
-#: Pool (not adaptive or global) takes every registered operator (``"lp"`` too: power-average pooling).
-POOL_MODES = tuple(OPERATORS)
+MODES = tuple(name for name, op in OPERATORS.items() if op.any_geometry and op.kernel_windows)
+#: Pool (not adaptive or global) takes every registered kernel operator whose spec it is (``"lp"`` too:
+#: power-average pooling); fractional max pooling's windows come from its own spec,
+#: :class:`FractionalMaxPool`, and RoI pooling and RoI Align have spec classes of their own.
+POOL_MODES = tuple(name for name, op in OPERATORS.items() if op.spec_type == "Pool" and op.kernel_windows)
 ZERO_WINDOW_POLICIES = ("zero", "one")
 PADDING_MODES = ("valid", "same", "same_lower")
 DIVISOR_RULES = ("exclude_pad", "include_pad")
@@ -186,6 +191,9 @@ class Pool:
 
     def __post_init__(self) -> None:
         put = object.__setattr__
+        if isinstance(self.mode, str) and self.mode in OPERATORS and self.mode not in POOL_MODES:
+            raise SpecError(f"mode={self.mode!r} takes boxes, not a kernel: give its own spec, "
+                            f"{OPERATORS[self.mode].spec_name}(output_size, boxes=...)")
         put(self, "mode", _choice("mode", self.mode, POOL_MODES))
         kernel = _rank_of("kernel", self.kernel)
         rank = len(kernel)
@@ -247,7 +255,9 @@ class AdaptivePool:
     Args:
       mode: ``"max"`` or ``"avg"`` (the divisor is the window's cell count).
       output_size: an int or one int per spatial dimension (the rank comes from
-        here; an int means rank 2, PyTorch's ``adaptive_*_pool2d``).
+        here; an int means rank 2, PyTorch's ``adaptive_*_pool2d``). It may exceed the
+        input length, as in PyTorch: windows of 1 or 2 cells then overlap (L = 3, o = 5:
+        [0, 1), [0, 2), [1, 2), [1, 3), [2, 3)).
       layout: as for :class:`Pool`.
     """
 
@@ -289,13 +299,155 @@ class GlobalPool:
         object.__setattr__(self, "layout", _choice("layout", self.layout, LAYOUTS))
 
 
-PoolSpec = Pool | AdaptivePool | GlobalPool
+#: Default ``samples`` of :class:`FractionalMaxPool`, per spatial axis: a different u per axis (an
+#: implementation that reads the samples in the wrong axis order moves its windows), each exact in
+#: float16 (PyTorch computes the window starts in the input's dtype) and, at the coverage plan's
+#: lengths, giving both gaps floor(α) and ceil(α) between window starts.
+DEFAULT_SAMPLES = (Fraction(1, 4), Fraction(5, 8), Fraction(3, 8))
+
+
+def _sample(value: Any, where: str) -> Fraction:
+    """One sample u in [0, 1), exactly (a float is its exact binary value; text ``"p/q"`` too)."""
+    try:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, str)):
+            raise ValueError
+        if isinstance(value, (str, numbers.Rational)):
+            u = Fraction(value)
+        else:  # a float of any width (NumPy's too) is its exact binary value
+            u = Fraction(*float(value).as_integer_ratio())
+    except (ValueError, ZeroDivisionError, OverflowError, TypeError):
+        raise SpecError(f"{where}={value!r} is not valid: give a number u in [0, 1) (a float, a Fraction "
+                        "or text 'p/q')") from None
+    if not 0 <= u < 1:
+        raise SpecError(f"{where}={value!r} is not valid: {u} is outside [0, 1); PyTorch's samples are in [0, 1)")
+    return u
+
+
+def _sequence(value: Any, axis: int) -> tuple[int, ...]:
+    where = f"sequences[{axis}]"
+    if not isinstance(value, Sequence) or isinstance(value, str) or len(value) < 2:
+        raise SpecError(f"{where}={value!r} is not valid: give the cumulative pooling sequence, at least two "
+                        "integers (TensorFlow's row/col_pooling_sequence: 0, ..., L)")
+    for item in value:
+        if not _is_int(item):
+            raise SpecError(f"{where}={value!r} is not valid: {item!r} is not an integer")
+        _check_size(where, value, int(item))
+    seq = tuple(int(v) for v in value)
+    if seq[0] != 0 or any(b <= a for a, b in zip(seq, seq[1:])):
+        raise SpecError(f"{where}={value!r} is not valid: a pooling sequence starts at 0 and strictly increases "
+                        "(window i is [seq[i], seq[i+1]), one cell more when overlapping)")
+    return seq
+
+
+@accept_only_fields
+@dataclasses.dataclass(frozen=True, slots=True)
+class FractionalMaxPool:
+    """Fractional max pooling (Graham 2014) with its pseudo-random windows given.
+
+    Two forms, one per framework's way of fixing the windows:
+
+    - PyTorch (``fractional_max_pool2d/3d`` with ``_random_samples``): ``kernel``, ``output_size``
+      and ``samples`` (one u in [0, 1) per spatial axis, in axis order D, H, W; PyTorch's
+      ``_random_samples[n, c]`` lists them W, H in 2-D and T, H, W in 3-D, and the adapter maps
+      them). Along an axis of length L with output size o (o + k - 1 <= L), window i reads the k
+      cells from start_i = floor((i + u)·α) - floor(u·α), α = (L - k)/(o - 1), for i < o - 1,
+      and the last window starts at L - k (PyTorch's ``generate_intervals``, computed here exactly).
+      Windows overlap where α < k and leave cells out where α > k.
+    - TensorFlow (``tf.nn.fractional_max_pool``'s row/col pooling sequences): ``sequences``, per
+      spatial axis the cumulative sequence 0 = s_0 < s_1 < ... < s_o = L; window i reads
+      [s_i, s_{i+1}), or [s_i, s_{i+1}] (clamped to L - 1) when ``overlapping``. The input
+      length along the axis must be s_o.
+
+    Windows are the same for every (N, C) plane (TensorFlow's sequences are; PyTorch's samples
+    may differ per plane, and the adapter gives every plane the spec's samples). Within a window
+    the maximum is the first maximal cell in row-major order; ties and NaN follow max pooling's
+    conventions (:class:`symjac.Pool` with ``mode="max"``).
+
+    Args:
+      kernel: the window size per spatial axis (PyTorch form; a bare int means 2-D).
+      output_size: the output size per spatial axis (PyTorch form).
+      samples: per spatial axis u in [0, 1) (PyTorch form); None: :data:`DEFAULT_SAMPLES`.
+      sequences: per spatial axis the pooling sequence (TensorFlow form).
+      overlapping: TensorFlow's ``overlapping`` (TensorFlow form only).
+      layout: as for :class:`Pool`.
+
+    Raises:
+      SpecError: a field is invalid, or the two forms are mixed.
+    """
+
+    kernel: tuple[int, ...] | None = None
+    output_size: tuple[int, ...] | None = None
+    samples: tuple[Fraction, ...] | None = dataclasses.field(default=None, kw_only=True)
+    sequences: tuple[tuple[int, ...], ...] | None = dataclasses.field(default=None, kw_only=True)
+    overlapping: bool = dataclasses.field(default=False, kw_only=True)
+    layout: str = dataclasses.field(default="channels_first", kw_only=True)
+
+    def __post_init__(self) -> None:
+        put = object.__setattr__
+        if not isinstance(self.overlapping, (bool, np.bool_)):
+            raise SpecError(f"overlapping={self.overlapping!r} is not valid: give True or False")
+        put(self, "overlapping", bool(self.overlapping))
+        put(self, "layout", _choice("layout", self.layout, LAYOUTS))
+        if self.sequences is not None:
+            self._tensorflow_form()
+        else:
+            self._torch_form()
+
+    def _tensorflow_form(self) -> None:
+        if self.kernel is not None or self.output_size is not None or self.samples is not None:
+            raise SpecError(f"{self!r}: give either sequences (TensorFlow's form) or kernel, output_size and "
+                            "samples (PyTorch's form), not both")
+        seqs = self.sequences
+        if not isinstance(seqs, Sequence) or isinstance(seqs, str) or not 1 <= len(seqs) <= MAX_RANK:
+            raise SpecError(f"sequences={seqs!r} is not valid: give one pooling sequence per spatial axis (1 to "
+                            f"{MAX_RANK} of them)")
+        object.__setattr__(self, "sequences", tuple(_sequence(s, axis) for axis, s in enumerate(seqs)))
+
+    def _torch_form(self) -> None:
+        put = object.__setattr__
+        if self.overlapping:
+            raise SpecError("overlapping=True is TensorFlow's (with sequences); PyTorch's windows (kernel, "
+                            "output_size, samples) overlap wherever α = (L - k)/(o - 1) < k")
+        if self.kernel is None or self.output_size is None:
+            raise SpecError(f"FractionalMaxPool(kernel={self.kernel!r}, output_size={self.output_size!r}): give "
+                            "kernel and output_size (PyTorch's form) or sequences (TensorFlow's form)")
+        kernel = _rank_of("kernel", self.kernel)
+        put(self, "kernel", kernel)
+        put(self, "output_size", _ints("output_size", self.output_size, len(kernel), 1))
+        samples: Any = DEFAULT_SAMPLES[: len(kernel)] if self.samples is None else self.samples
+        if not isinstance(samples, Sequence) or isinstance(samples, str) or len(samples) != len(kernel):
+            raise SpecError(f"samples={self.samples!r} is not valid: give one u in [0, 1) per spatial axis "
+                            f"({len(kernel)} of them, in axis order)")
+        put(self, "samples", tuple(_sample(u, f"samples[{i}]") for i, u in enumerate(samples)))
+
+    def __repr__(self) -> str:
+        if self.sequences is not None:
+            fields = [f"sequences={self.sequences!r}", f"overlapping={self.overlapping!r}"]
+        else:
+            samples = "(" + ", ".join(f"'{u}'" for u in self.samples or ()) + ("," if self.rank == 1 else "") + ")"
+            fields = [f"kernel={self.kernel!r}", f"output_size={self.output_size!r}", f"samples={samples}"]
+        return f"FractionalMaxPool({', '.join(fields)}, layout={self.layout!r})"
+
+    @property
+    def mode(self) -> str:
+        """The operator (:mod:`symjac.pool._ops.fractional_max`)."""
+        return "fractional_max"
+
+    @property
+    def rank(self) -> int:
+        return len(self.sequences) if self.sequences is not None else len(self.kernel or ())
+
+
+PoolSpec = Pool | AdaptivePool | GlobalPool | FractionalMaxPool | RoiAlign | RoiPool
+#: The spec classes of operators that give their windows as a table (RoI pooling), beside the kernel ones.
+TABLE_SPECS = (RoiAlign, RoiPool)
 
 
 def check_pool_spec(spec: Any) -> PoolSpec:
     """Return ``spec`` if it is a pooling spec, else raise :class:`SpecError`."""
-    if not isinstance(spec, (Pool, AdaptivePool, GlobalPool)):
+    if not isinstance(spec, (Pool, AdaptivePool, GlobalPool, FractionalMaxPool, *TABLE_SPECS)):
         raise SpecError(
-            f"spec={spec!r} is not a pooling spec: give symjac.Pool, symjac.AdaptivePool or symjac.GlobalPool"
+            f"spec={spec!r} is not a pooling spec: give symjac.Pool, symjac.AdaptivePool, symjac.GlobalPool, "
+            "symjac.FractionalMaxPool, symjac.RoiAlign or symjac.RoiPool"
         )
     return spec

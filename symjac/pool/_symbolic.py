@@ -232,9 +232,10 @@ class Line:
 
     Attributes:
       w, k: index arrays of the line's (window, slot) pairs (valid slots only).
-      cells: the input cell each pair reads; all distinct within a line (in a slot
-        line window starts differ along every axis; in a window line slots do), so
-        scatter-adds over a line are collision-free.
+      cells: the input cell each pair reads; all distinct within a line (in a window
+        line slots do; in a slot line window starts differ along some axis, except where
+        adaptive upsampling repeats a start: that slot is then split into several lines),
+        so scatter-adds over a line are collision-free.
       window: the window of a window line, None for a slot line.
     """
 
@@ -283,13 +284,31 @@ def _build_lines(geometry: Geometry) -> Iterator[Line]:
     n_win, n_slots = geometry.cells.shape
     if n_slots <= n_win:
         valid_t, cells_t = _slot_major(geometry)
+        # Two windows read one cell at one slot only if their starts agree along every axis:
+        # never where each axis's starts increase (every Pool), only in adaptive upsampling.
+        repeats = geometry.slots_repeat
         for k in range(n_slots):
             w = np.flatnonzero(valid_t[k])
-            yield Line(w, np.full(w.size, k), cells_t[k][w], None)
+            if not repeats:
+                yield Line(w, np.full(w.size, k), cells_t[k][w], None)
+                continue
+            for part in _distinct_parts(cells_t[k][w]):
+                yield Line(w[part], np.full(part.size, k), cells_t[k][w[part]], None)
     else:
         for win in range(n_win):
             slots = np.flatnonzero(geometry.valid[win])
             yield Line(np.full(slots.size, win), slots, geometry.cells[win, slots], win)
+
+
+def _distinct_parts(cells: np.ndarray) -> list[np.ndarray]:
+    """Positions of ``cells`` in groups of distinct cells: the first occurrence of every cell, then
+    the second, ... (the number of groups is the largest number of windows sharing a cell)."""
+    order = np.argsort(cells, kind="stable")
+    ordered = cells[order]
+    first = np.searchsorted(ordered, ordered)  # where each value's run begins
+    occurrence = np.empty(cells.size, dtype=np.int64)
+    occurrence[order] = np.arange(cells.size) - first
+    return [np.flatnonzero(occurrence == r) for r in range(int(occurrence.max(initial=-1)) + 1)]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -277,8 +277,10 @@ def _max_route(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarray
 
 def _comparable(xc: np.ndarray) -> tuple[np.ndarray, Any]:
     """``xc`` in a dtype whose differences are exact (int64 beyond 2^60 becomes Python ints),
-    and a value below every value and below 0 (pad cells' value): the max of no slots."""
-    if xc.dtype.kind == "f":
+    and a value below every value and below 0 (pad cells' value): the max of no slots. Floats,
+    bfloat16 among them (its kind is "V"), take -inf: ``min - 1`` rounds back to min near the range's
+    end (bfloat16's -3.4e38), tying a pad slot with a cell."""
+    if xc.dtype.kind == "f" or xc.dtype.name == "bfloat16":
         return xc, -np.inf
     xc = xc if xc.dtype == object or not xc.size or int(np.abs(xc).max()) < 2**60 else xc.astype(object)
     return xc, min(xc.min() if xc.size else 0, 0) - 1

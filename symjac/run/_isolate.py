@@ -14,9 +14,8 @@ The default then becomes a fresh interpreter with the callables pickled by value
 (cloudpickle; :data:`FORK_UNSAFE`), its start (the framework's import) not counted in the
 calls' timeout; without cloudpickle, or for callables it cannot pickle, a fork as before
 and a timeout finding says why. ``conform`` builds every implementation *inside* a fresh
-interpreter.
-``"spawn"`` (macOS, Windows) starts a clean interpreter and needs picklable
-callables (module-level functions of an importable module).
+interpreter. ``"spawn"`` (macOS, Windows) starts a clean interpreter and needs picklable
+callables (module-level functions of an importable module). NumPy's warnings are off in calls.
 
 Protocol over one pipe: the parent sends ``(name, args)``; the child answers
 ``("ok", result, mutated, notes)`` (``mutated``: index -> the argument's contents after the
@@ -77,13 +76,13 @@ class TimedOut(Crashed):
 
 
 class Raised(Exception):
-    """The callable raised in the worker: its type name, message and traceback text."""
+    """The callable raised in the worker: its type name, message, traceback text and carried findings."""
 
-    def __init__(self, type_name: str, message: str, traceback_text: str = ""):
+    def __init__(self, type_name: str, message: str, traceback_text: str = "", findings: tuple[Any, ...] = ()):
         super().__init__(f"{type_name}: {message}")
-        self.type_name = type_name
-        self.message = message
+        self.type_name, self.message = type_name, message
         self.traceback_text = traceback_text
+        self.symjac_findings = findings  # (check._report.carried reads them)
 
 
 def describe_exit(exitcode: int | None) -> tuple[str, str | None]:
@@ -207,11 +206,13 @@ def _serve(conn: Any, functions: Mapping[str, Callable[..., Any]]) -> None:
         before = [a.tobytes() if isinstance(a, np.ndarray) else None for a in args]
         started = time.monotonic()
         try:
-            result = functions[name](*args)
+            with np.errstate(all="ignore"):
+                result = functions[name](*args)
         except BaseException as exc:  # noqa: BLE001 - everything the callable does is reported
             forks.end_child()
             changed = _changed(previous)
-            notes = {"forked": forks.returned(time.monotonic() - started), "changed": changed}
+            notes = {"forked": forks.returned(time.monotonic() - started), "changed": changed,
+                     "findings": getattr(exc, "symjac_findings", ())}  # (plain tuples: a native route's findings)
             conn.send(("raised", type(exc).__name__, str(exc), "".join(traceback.format_exception(exc)[-6:]), notes))
             continue
         forks.end_child()
@@ -269,6 +270,7 @@ def _exec_main(fd: int) -> None:
     """
     from multiprocessing.connection import Connection
 
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C: end at once, no traceback; the parent reports it
     conn = Connection(fd)
     sys.path[:] = conn.recv()
     try:
@@ -468,7 +470,7 @@ class Worker:
         *answer, notes = answer
         self.forked, self.changed = notes["forked"], notes["changed"]
         if answer[0] == "raised":
-            raise Raised(*answer[1:])
+            raise Raised(answer[1], answer[2], answer[3], findings=notes.get("findings", ()))
         _, result, mutated = answer
         for i, value in mutated.items():
             if isinstance(args[i], np.ndarray) and args[i].flags.writeable:

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 class Impl:
     """An implementation under test, NumPy in / NumPy out.
 
+    For a :class:`symjac.MaxUnpool` every callable takes the indices after x: ``forward(x, indices)``,
+    ``backward(x, indices, dy)``, ``jvp(x, indices, t)``, ``double_backward(x, indices, dy, v)``.
+
     Attributes:
       forward: ``forward(x) -> y``.
       backward: ``backward(x, dy) -> dx`` through the framework's autodiff; ``None`` for a
@@ -40,9 +43,21 @@ class Impl:
       jvp: ``jvp(x, t) -> J(x)·t`` through the framework's forward mode (``None``: it has none).
       double_backward: ``double_backward(x, dy, v) -> (ddx, ddy)``, the gradient of ``<v, J(x)^T dy>``
         with respect to ``x`` and ``dy`` through the framework's own second-order autodiff.
-      vmap: the framework's batched (vmapped) forward, backward and jvp as an :class:`Impl` whose
-        arrays carry one more leading axis, the vmapped one (``None``: no batching transform);
-        :func:`symjac.frameworks.conform._vmap.per_sample` turns it back into a per-sample ``Impl``.
+      vmap: the framework's batching rule (``None``: none): ``vmap(in_axis, out_axis)`` returns an
+        :class:`Impl` (or an object or dict) of the batched ``forward``, ``backward`` and ``jvp``, whose
+        array arguments carry one more axis, the batch, at position ``in_axis`` and whose results carry
+        it at ``out_axis``, as ``torch.func.vmap(f, in_dims=in_axis, out_dims=out_axis)`` and
+        ``jax.vmap(f, in_axes=in_axis, out_axes=out_axis)`` build them; or those batched callables
+        themselves, with the batch at axis 0 only (``tf.vectorized_map``, which takes no axes).
+        :class:`symjac.verifiers._vmap.PerSample` runs it one sample at a time (docs/transforms.md).
+      missing: why a derivative is absent (``"jvp"``, ``"double_backward"``, ``"vmap"`` -> a reason:
+        ``"Avg2 defines no jvp staticmethod"``): :func:`symjac.verify` names it "not checked" with it.
+      mode: how the framework runs these callables: ``"eager"`` (op by op), or the name of its
+        compiled mode (``"tf.function"``, ``"jax.jit"``, ``"torch.compile"``: each callable one
+        traced program per shape and dtype).
+      modes: the same op in the framework's other modes, by name (a TensorFlow ``Impl`` made
+        eagerly has ``modes["tf.function"]``, a ``jax.jit`` one ``modes["eager"]``): each an
+        ``Impl`` whose every callable runs in that mode; ``symjac conform`` checks both.
     """
 
     forward: Callable[[np.ndarray], np.ndarray]
@@ -53,7 +68,10 @@ class Impl:
     reproducer: str = ""
     jvp: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
     double_backward: Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
-    vmap: Impl | None = None
+    vmap: Callable[[int, int], Any] | Impl | None = None
+    missing: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    mode: str = "eager"
+    modes: Mapping[str, Impl] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,6 +154,41 @@ def implementation(holder: Any, *, loss: bool, what: str = "") -> dict[str, Any]
         where = f"has no callable {needed!r} {what}" if what else f"{_short(holder)} has no callable {needed!r}"
         raise InputError(f"the implementation {where}{hint}")
     return fns
+
+
+#: What :func:`derivatives` reads beyond ``backward``/``forward``: the other derivatives' callables.
+BEYOND_VJP = ("jvp", "double_backward", "vmap")
+
+
+def derivatives(holder: Any) -> tuple[dict[str, Any], dict[str, str], bool]:
+    """Every derivative a pooling implementation object defines, and why each other one is absent.
+
+    Returns ``(fns, missing)``: ``fns`` maps ``backward``, ``forward``, ``jvp``, ``double_backward``
+    and ``vmap`` to the object's own (None where it has none; ``vmap`` is its batching rule, see
+    :class:`Impl`), read from a :class:`symjac.frameworks.Impl`, an object or dict with those entries,
+    or a framework's own object through its adapter (a ``torch.autograd.Function`` subclass: the
+    adapter decides which derivatives the class defines); ``missing`` maps each of ``jvp``,
+    ``double_backward`` and ``vmap`` it lacks to why (an :class:`Impl`'s own ``missing`` reason);
+    the flag says whether a framework's adapter converted the object (a ``torch.autograd.Function``).
+
+    Raises:
+      InputError: the object has none of them (as :func:`implementation`).
+    """
+    adapted = _adapted(holder)
+    holder = adapted if adapted is not None else holder
+
+    def get(name: str) -> Any:
+        fn = holder.get(name) if isinstance(holder, dict) else getattr(holder, name, None)
+        return fn if callable(fn) or (name == "vmap" and fn is not None) else None
+
+    fns = {name: get(name) for name in ("backward", "forward", *BEYOND_VJP)}
+    if not any(fns.values()):
+        implementation(holder, loss=False)  # raises, naming what is missing
+    own = dict(holder.missing) if isinstance(holder, Impl) else {}
+    what = f"the {holder.framework} adapter gives no {{}} for {holder.op}" if isinstance(holder, Impl) else \
+        "the implementation object has no {}"
+    missing = {name: own.get(name) or what.format(name) for name in BEYOND_VJP if fns[name] is None}
+    return fns, missing, adapted is not None
 
 
 def _short(obj: Any) -> str:

@@ -64,7 +64,7 @@ def run_loss_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any
     from symjac.verifiers.loss._verify import verify_loss
 
     transform = job.get("transform", "vjp")
-    out: dict[str, Any] = {"config": job, "dtype": dtype, "transform": transform}
+    out: dict[str, Any] = {"config": job, "dtype": dtype, "transform": transform, "mode": "eager"}
     try:
         adapter = load_adapter(target)
         config = loss_config(target, job)
@@ -107,6 +107,7 @@ def run_loss_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any
     categories = report.categories()
     return {**out, "status": "finding", "category": categories[0], "categories": categories,
             "summary": report.summary(), "family": "given", "families": ["given"],
+            "found": [[f.category, f.family or "given"] for f in report.findings],
             "inputs": _inputs(loss, config, dt)}
 
 

@@ -43,6 +43,10 @@ def _transform(r: dict[str, Any]) -> str:
     return str(r["config"].get("transform", "vjp"))
 
 
+def _compiled(r: dict[str, Any]) -> bool:
+    return bool(r["config"].get("compiled"))
+
+
 @dataclasses.dataclass
 class Conformance:
     """The outcome of a conformance run.
@@ -59,7 +63,11 @@ class Conformance:
         ``known_defect_fixed`` when it did not show, ``summary``/``reason``.
       seconds: wall time.
       transforms: the derivatives checked (:data:`symjac.frameworks.conform._transforms.TRANSFORMS`), one
-        column each (per dtype); a result's job says its ``transform``.
+        column each (per dtype); a result's job says its ``transform``, the result too.
+      modes: ``"eager"`` and/or ``"compiled"`` (:mod:`symjac.frameworks.conform._modes`): a column per
+        transform each; a compiled cell's job has ``compiled: True``, and every result its ``mode``, the
+        mode its callables ran in (``"eager"``, ``"tf.function"``, ...).
+      compiled_mode: the compiled mode's name, in the compiled columns' heads (``jvp@tf.function``).
     """
 
     framework: str
@@ -68,6 +76,8 @@ class Conformance:
     results: list[dict[str, Any]]
     seconds: float
     transforms: tuple[str, ...] = ("vjp",)
+    modes: tuple[str, ...] = ("eager",)
+    compiled_mode: str = "compiled"
 
     @property
     def findings(self) -> list[dict[str, Any]]:
@@ -110,8 +120,10 @@ class Conformance:
     def _block(self, results: list[dict[str, Any]], transforms: tuple[str, ...], head: str) -> list[str]:
         rows: dict[str, dict[str, str]] = {}
         for r in results:
-            rows.setdefault(_row(r["config"]), {})[self._column(r["dtype"], _transform(r))] = self.cell_text(r)
-        heads = [self._column(d, t) for d in self.dtypes for t in transforms]
+            rows.setdefault(_row(r["config"]), {})[self._column(r["dtype"], _transform(r), _compiled(r))] = \
+                self.cell_text(r)
+        modes = [m == "compiled" for m in self.modes] if results and not results[0]["config"].get("loss") else [False]
+        heads = [self._column(d, t, c) for d in self.dtypes for t in transforms for c in modes]
         width = max([len(head)] + [len(k) for k in rows])
         cols = [max(len(d), *(len(v.get(d, "")) for v in rows.values())) for d in heads] if rows else []
         lines = [f"{head:{width}}  " + "  ".join(f"{d:{w}}" for d, w in zip(heads, cols))]
@@ -123,6 +135,8 @@ class Conformance:
         configs = len({_row(r["config"]) for r in results})
         counts = {s: sum(r["status"] == s for r in results) for s in STATUSES}
         per = "" if transforms == ("vjp",) else f" x {len(transforms)} transforms"
+        if len(self.modes) > 1 and not (results and results[0]["config"].get("loss")):
+            per += f" x {len(self.modes)} modes"
         return (f"{what}: {configs} configurations x {len(self.dtypes)} dtypes{per} = {len(results)} cells: "
                 + ", ".join(f"{v} {k}" for k, v in counts.items() if v))
 
@@ -138,6 +152,8 @@ class Conformance:
         if losses and absent:
             lines.append(f"{NOT_APPLICABLE}: no loss cells for {', '.join(absent)} (a loss's derivative is checked "
                          "as vjp, its second derivative as hvp)")
+        if losses and "compiled" in self.modes:
+            lines.append(f"{NOT_APPLICABLE}: no loss cells in {self.compiled_mode} (the losses run eagerly only)")
         for r in self.known:
             note = f"known: a defect the adapter documents, reproduced (not a finding): {r['known_defect']}"
             if note not in lines:
@@ -166,9 +182,12 @@ class Conformance:
         summaries[-1] += f" in {self.seconds:.1f} s"
         return "\n".join(lines + summaries)
 
-    def _column(self, dtype: str, transform: str) -> str:
-        """A column's head: the dtype (a VJP-only run, as before transforms), else ``transform/dtype``."""
-        return dtype if self.transforms == ("vjp",) else f"{transform}/{dtype}"
+    def _column(self, dtype: str, transform: str, compiled: bool = False) -> str:
+        """A column's head: the dtype (an eager VJP-only run, as before transforms), else ``transform/dtype``,
+        ``transform@mode/dtype`` for the compiled mode's."""
+        if self.transforms == ("vjp",) and self.modes == ("eager",):
+            return dtype
+        return f"{transform}@{self.compiled_mode}/{dtype}" if compiled else f"{transform}/{dtype}"
 
     def __str__(self) -> str:
         return self.table()
@@ -177,7 +196,8 @@ class Conformance:
         from symjac.check._report import jsonable
 
         return {"framework": self.framework, "grid": self.grid, "dtypes": list(self.dtypes),
-                "transforms": list(self.transforms), "ok": self.ok,
+                "transforms": list(self.transforms), "modes": list(self.modes), "compiled_mode": self.compiled_mode,
+                "ok": self.ok,
                 "seconds": round(self.seconds, 3), "counts": self.counts(),
                 "failure_classes": [list(k) for k in self.failure_classes()],
                 "results": [jsonable({k: v for k, v in r.items() if k != "reproducer"})
@@ -188,12 +208,15 @@ class Conformance:
 
     def failure_classes(self) -> dict[tuple[str, str], dict[str, Any]]:
         """(op, category) -> the first cell with that finding or known defect (a transform's category
-        is ``transform:category``; a known defect's ``known:...``)."""
+        is ``transform:category``, in the compiled mode ``transform@mode:category``; a known defect's
+        ``known:...``)."""
         classes: dict[tuple[str, str], dict[str, Any]] = {}
         for r in self.results:
             if r["status"] not in ("finding", "known_defect"):
                 continue
             transform = _transform(r)
+            if _compiled(r):
+                transform = f"{transform}@{r.get('mode') or self.compiled_mode}"
             category = r["category"] if transform == "vjp" else f"{transform}:{r['category']}"
             if r["status"] == "known_defect":
                 category = f"known:{category}"

@@ -8,13 +8,15 @@ each through :func:`symjac.verify` on the adapter's :class:`~symjac.frameworks.I
 ``vjp``   ``forward`` and ``backward`` (the framework's reverse mode; the default)
 ``jvp``   ``forward`` and ``jvp`` (forward mode: J·t)
 ``hvp``   ``double_backward`` (the derivative of the VJP in x and in dy, i.e. second order)
-``vmap``  the batched forward, VJP and JVP, one sample at a time
-          (:func:`symjac.frameworks.conform._vmap.per_sample`)
+``vmap``  the batching rule's forward, VJP and JVP, one sample at a time, at batch sizes
+          1, 2 and 3 and the batch at axis 0 and elsewhere
+          (:mod:`symjac.verifiers.pool._batched`, :class:`symjac.verifiers._vmap.PerSample`)
 ========  ============================================================================
 
 An adapter without a transform (ONNX Runtime has no autodiff; a user adapter's ``Impl``
-without ``jvp``) makes the cell ``unsupported``, as does a framework that says it cannot
-(``NotImplementedError`` on the first call: no forward-AD formula, no batching rule).
+without ``jvp``; a ``torch.autograd.Function`` without a ``jvp`` staticmethod: the ``Impl``'s
+``missing`` says why) makes the cell ``unsupported``, as does a framework that says it cannot
+(``NotImplementedError``: no forward-AD formula, no batching rule, a dtype it lacks).
 """
 
 from __future__ import annotations
@@ -52,7 +54,9 @@ def missing(impl: Any, transform: str) -> str | None:
         return None
     for name in NEEDS[transform]:
         if getattr(impl, name, None) is None:
-            return f"the adapter gives no {name} for {getattr(impl, 'op', 'this op')} ({transform} transform)"
+            why = (getattr(impl, "missing", None) or {}).get(name)
+            return f"{why} ({transform} transform)" if why else \
+                f"the adapter gives no {name} for {getattr(impl, 'op', 'this op')} ({transform} transform)"
     return None
 
 
@@ -78,14 +82,18 @@ def preflight(impl: Any, transform: str, x: np.ndarray, dy: np.ndarray) -> None:
     elif transform == "hvp":
         impl.double_backward(x.copy(), dy.copy(), x.copy())
     elif transform == "vmap":
-        from symjac.frameworks.conform._vmap import per_sample
+        from symjac.verifiers._vmap import PerSample
 
-        sample = per_sample(impl)
-        sample.forward(x.copy())
-        if sample.backward is not None:
-            sample.backward(x.copy(), dy.copy())
-        if sample.jvp is not None:
-            sample.jvp(x.copy(), x.copy())
+        sample = PerSample(impl.vmap, _reference(impl))
+        for role, args in (("forward", (x,)), ("backward", (x, dy)), ("jvp", (x, x))):
+            fn = sample.per_sample(role)
+            if fn is not None:
+                fn(*(a.copy() for a in args))
+
+
+def _reference(impl: Any) -> dict[str, Any]:
+    """The per-sample op's own callables, which a batched result is compared with where its slots differ."""
+    return {role: getattr(impl, role, None) for role in ("forward", "backward", "jvp")}
 
 
 def verify_transform(spec: Any, impl: Any, transform: str, dtype: np.dtype[Any], seed: int = 0, *,
@@ -99,8 +107,9 @@ def verify_transform(spec: Any, impl: Any, transform: str, dtype: np.dtype[Any],
     if transform == "hvp":
         return verify(spec, double_backward=impl.double_backward, **common)
     if transform == "vmap":
-        from symjac.frameworks.conform._vmap import per_sample
+        from symjac.pool._spec import check_pool_spec
+        from symjac.verifiers.pool._batched import verify_batched
 
-        sample = per_sample(impl)
-        return verify(spec, forward=sample.forward, backward=sample.backward, jvp=sample.jvp, **common)
+        return verify_batched(check_pool_spec(spec), impl.vmap, reference=_reference(impl), **common)
     return verify(spec, forward=impl.forward, backward=impl.backward, **common)
+

@@ -32,6 +32,7 @@ JAX / Flax                               symjac
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -39,11 +40,14 @@ from typing import Any
 import numpy as np
 
 from symjac.frameworks._check import jax_check as check  # noqa: F401 - symjac.frameworks.jax.check
-from symjac.frameworks._adapter import Config, Impl, Unsupported, call_text, generate, label, make as _make, require
+from symjac.frameworks._adapter import Config, Impl, KnownDefect, Unsupported, call_text, generate, label, make as _make, require
 from symjac.frameworks.jax._context import cpu as _cpu, precision as precision
+from symjac.frameworks.jax._eager import JIT, with_eager
 from symjac.pool._spec import Pool
 
 FRAMEWORK = "jax"
+#: The compiled mode ``conform`` checks beside the eager one: the adapter's own ``jax.jit``.
+COMPILED_MODE = JIT
 
 
 def _jax() -> Any:
@@ -63,7 +67,8 @@ def wrap(fn: Callable[..., Any], *, name: str | None = None, jit: bool = True, *
       **kwargs: further arguments of every call.
 
     Returns:
-      ``Impl`` whose ``backward(x, dy)`` is ``jax.vjp(fn, x)[1](dy)``.
+      ``Impl`` whose ``backward(x, dy)`` is ``jax.vjp(fn, x)[1](dy)``; with ``jit`` its ``mode`` is
+      ``"jax.jit"`` and ``modes["eager"]`` runs every callable inside ``jax.disable_jit()``.
     """
     jax = _jax()
     call = (lambda t: fn(t, **kwargs)) if kwargs else fn
@@ -93,12 +98,14 @@ def wrap(fn: Callable[..., Any], *, name: str | None = None, jit: bool = True, *
     reproducer = ("import jax\nimport jax.numpy as jnp\njax.config.update('jax_enable_x64', x.dtype == 'float64')\n"
                   f"# fn = ...  # your {what}\n"
                   + f"f = lambda t: {call_text('fn', kwargs, 't')}\n" + _VJP)
-    return Impl(forward, backward, FRAMEWORK, what, dict(kwargs), reproducer, *_autodiff(call, jit))
+    impl = Impl(forward, backward, FRAMEWORK, what, dict(kwargs), reproducer, *_autodiff(call, jit))
+    return with_eager(impl, jit)  # (issue 34, compiled modes) jax.jit, and modes['eager'] beside it
 
 
-def _autodiff(call: Callable[..., Any], jit: bool) -> tuple[Any, Any, Impl]:
+def _autodiff(call: Callable[..., Any], jit: bool) -> tuple[Any, Any, Any]:
     """``jax.jvp``; the VJP differentiated again by ``jax.vjp`` (``(ddx, ddy)`` of ``<v, J(x)^T dy>``);
-    ``jax.vmap`` of the forward, the VJP and the JVP."""
+    the batching rule ``rule(in_axis, out_axis)``: ``jax.vmap(..., in_axes=in_axis, out_axes=out_axis)``
+    of the forward, the VJP and the JVP (compiled once per position)."""
     jax = _jax()
 
     def vjp(t: Any, g: Any) -> Any:
@@ -120,9 +127,14 @@ def _autodiff(call: Callable[..., Any], jit: bool) -> tuple[Any, Any, Impl]:
 
         return numpy_call
 
-    vmapped = Impl(compiled(jax.vmap(call)), compiled(jax.vmap(vjp)), FRAMEWORK, "vmap",
-                   jvp=compiled(jax.vmap(tangent)))
-    return compiled(tangent), compiled(second, 2), vmapped
+    @functools.cache
+    def rule(in_axis: int, out_axis: int) -> Impl:
+        def mapped(fn: Callable[..., Any]) -> Callable[..., Any]:
+            return compiled(jax.vmap(fn, in_axes=in_axis, out_axes=out_axis))
+
+        return Impl(mapped(call), mapped(vjp), FRAMEWORK, "vmap", jvp=mapped(tangent))
+
+    return compiled(tangent), compiled(second, 2), rule
 
 
 _VJP = ("y, pullback = jax.vjp(f, jnp.asarray(x))\n(dx,) = pullback(jnp.asarray(dy))\n"
@@ -259,8 +271,16 @@ def limitation(config: Config, dtype: Any) -> str | None:
     return None
 
 
-def known_defect(config: Config) -> str | None:
-    """A known framework defect ``config`` runs into: none known for its generated configurations."""
+def known_defect(config: Config) -> KnownDefect | None:
+    """A known JAX defect ``config`` runs into (symjac reports it), or None."""
+    if "max" in config.op:
+        return KnownDefect(
+            "JAX's max pooling propagates NaN in its forward but routes the gradient by select(ge) "
+            "(reduce_window's VJP): a window holding NaN sends it to whichever cell the scan ends at, "
+            "[nan, 1, 2] to the 2 and [inf, nan, 1] to the 1, neither a NaN cell nor a maximum "
+            "(symjac's nonfinite family; tests/test_nonfinite_frameworks.py); a window whose scan ends at a padding "
+            "cell (SAME) sends the cotangent nowhere",
+            ("wrong_cells", "tie_not_subgradient", "partial_windows", "missing_windows"), ("nonfinite",))
     return None
 
 

@@ -131,7 +131,8 @@ def _keepdims(impl: Impl, rank: int, layout: str, batch: int = 0) -> Impl:
         impl, forward=lambda x: expand(impl.forward(x)), backward=backward,
         jvp=None if jvp is None else (lambda x, t: expand(jvp(x, t))),
         double_backward=None if second is None else double_backward,
-        vmap=None if impl.vmap is None else _keepdims(impl.vmap, rank, layout, batch + 1))
+        vmap=_keepdims(impl.vmap, rank, layout, batch + 1) if isinstance(impl.vmap, Impl) else impl.vmap,
+        modes={name: _keepdims(other, rank, layout, batch) for name, other in impl.modes.items()})
 
 
 def GlobalAveragePooling1D(data_format: str | None = None, keepdims: bool = False) -> tuple[GlobalPool, Impl]:  # noqa: N802

@@ -9,6 +9,7 @@ layers, ``keras.ops``) map their ops onto specs with these.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -25,30 +26,26 @@ def import_tf() -> Any:
     return require("tensorflow")
 
 
+#: TensorFlow's compiled mode (``Impl.modes``' key): each callable traced into one graph per shape
+#: and dtype, as Keras's ``fit`` and a user's ``@tf.function`` training step run it.
+GRAPH = "tf.function"
+
+
 def tape(call: Callable[[Any], Any], name: str, kwargs: dict[str, Any], reproducer: str,
          framework: str = FRAMEWORK) -> Impl:
-    """``call`` (a tf.Tensor -> tf.Tensor) as an :class:`Impl`, its backward through ``tf.GradientTape``."""
-    tf = import_tf()
-
-    def forward(x: np.ndarray) -> np.ndarray:
-        return np.array(call(tf.constant(x)))
-
-    def backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
-        t = tf.constant(x)
-        with tf.GradientTape() as gradient_tape:
-            gradient_tape.watch(t)
-            y = call(t)
-        dx = gradient_tape.gradient(y, t, output_gradients=tf.constant(dy))
-        return np.zeros_like(x) if dx is None else np.array(dx)
-
-    return Impl(forward, backward, framework, name, kwargs, reproducer, *_autodiff(call, framework))
+    """``call`` (a tf.Tensor -> tf.Tensor) as an :class:`Impl`, its backward through ``tf.GradientTape``,
+    run eagerly; ``modes["tf.function"]`` runs each callable (the forward, the tape's VJP, the forward
+    accumulator's JVP, the nested tapes' second derivative) inside one ``tf.function`` instead.
+    Both share the batched transform: ``tf.vectorized_map`` traces a graph whatever the mode."""
+    vmapped = _batched(call, framework)
+    graph = _impl(call, framework, name, kwargs, reproducer, vmapped, traced=True)
+    return dataclasses.replace(_impl(call, framework, name, kwargs, reproducer, vmapped, traced=False),
+                               modes={GRAPH: graph})
 
 
-def _autodiff(call: Callable[[Any], Any], framework: str) -> tuple[Any, Any, Impl]:
-    """``tf.autodiff.ForwardAccumulator`` (forward mode); two nested ``GradientTape``s (the
-    gradient of ``<v, J^T dy>`` with respect to x and dy); ``tf.vectorized_map`` of the forward,
-    the tape's VJP and the accumulator's JVP, without its while-loop fallback (a batching rule
-    that does not exist is :class:`Unsupported`, not a slow loop passing for one)."""
+def _transforms(call: Callable[[Any], Any]) -> dict[str, Callable[..., Any]]:
+    """The TF-level callables: the op, the tape's VJP, ``tf.autodiff.ForwardAccumulator``'s JVP and two
+    nested ``GradientTape``s (the gradient of ``<v, J^T dy>`` with respect to x and dy)."""
     tf = import_tf()
 
     def vjp(t: Any, g: Any) -> Any:
@@ -64,16 +61,40 @@ def _autodiff(call: Callable[[Any], Any], framework: str) -> tuple[Any, Any, Imp
         out = acc.jvp(y)
         return tf.zeros_like(y) if out is None else out
 
-    def jvp(x: np.ndarray, t: np.ndarray) -> np.ndarray:
-        return np.array(tangent(tf.constant(x), tf.constant(t)))
-
-    def double_backward(x: np.ndarray, dy: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        t, g = tf.constant(x), tf.constant(dy)
+    def second(t: Any, g: Any, v: Any) -> Any:
         with tf.GradientTape() as outer:
             outer.watch([t, g])
             dx = vjp(t, g)
-        ddx, ddy = outer.gradient(dx, [t, g], output_gradients=tf.constant(v))
-        return (np.zeros_like(x) if ddx is None else np.array(ddx)), (np.zeros_like(dy) if ddy is None else np.array(ddy))
+        ddx, ddy = outer.gradient(dx, [t, g], output_gradients=v)
+        return (tf.zeros_like(t) if ddx is None else ddx), (tf.zeros_like(g) if ddy is None else ddy)
+
+    return {"forward": call, "backward": vjp, "jvp": tangent, "double_backward": second}
+
+
+def _impl(call: Callable[[Any], Any], framework: str, name: str, kwargs: dict[str, Any], reproducer: str,
+          vmapped: Impl, *, traced: bool) -> Impl:
+    """The NumPy callables of :func:`_transforms`, each in a ``tf.function`` of its own when ``traced``."""
+    tf = import_tf()
+    fns = {k: tf.function(fn) if traced else fn for k, fn in _transforms(call).items()}
+
+    def run(key: str) -> Callable[..., Any]:
+        fn = fns[key]
+
+        def numpy_call(*arrays: np.ndarray) -> Any:
+            out = fn(*(tf.constant(a) for a in arrays))
+            return tuple(np.array(o) for o in out) if isinstance(out, (tuple, list)) else np.array(out)
+
+        return numpy_call
+
+    return Impl(run("forward"), run("backward"), framework, name, kwargs, reproducer, jvp=run("jvp"),
+                double_backward=run("double_backward"), vmap=vmapped, mode=GRAPH if traced else "eager")
+
+
+def _batched(call: Callable[[Any], Any], framework: str) -> Impl:
+    """``tf.vectorized_map`` of the forward, the tape's VJP and the accumulator's JVP, without its
+    while-loop fallback: an op pfor has no converter for is :class:`Unsupported` (no batching rule, not
+    a slow loop passing for one); any other error raised inside is the op's, a finding."""
+    tf = import_tf()
 
     def batched(fn: Callable[..., Any]) -> Callable[..., np.ndarray]:
         # one tf.function per transform: pfor traces once per shape and dtype, not once per call
@@ -82,16 +103,34 @@ def _autodiff(call: Callable[[Any], Any], framework: str) -> tuple[Any, Any, Imp
         def run(*arrays: np.ndarray) -> np.ndarray:
             try:
                 out = mapped(*(tf.constant(a) for a in arrays))
-            except ValueError as exc:  # pfor has no converter for an op: no batching rule
-                if "pfor" in str(exc) or "converter" in str(exc) or "vectoriz" in str(exc):
-                    raise Unsupported(f"tf.vectorized_map: {str(exc).splitlines()[0]}") from None
+            except ValueError as exc:
+                reason = no_batching_rule(exc)
+                if reason is not None:
+                    raise Unsupported(f"tf.vectorized_map: {reason}") from None
                 raise
             return np.array(out)
 
         return run
 
-    vmapped = Impl(batched(call), batched(vjp), framework, "vectorized_map", jvp=batched(tangent))
-    return jvp, double_backward, vmapped
+    fns = _transforms(call)
+    return Impl(batched(call), batched(fns["backward"]), framework, "vectorized_map", jvp=batched(fns["jvp"]),
+                mode=GRAPH)
+
+
+#: What TensorFlow's pfor raises when it has no batching rule for an op (``pfor.py``: no converter
+#: registered, or a converter that does not take a batched input in that position).
+_NO_RULE = ("No pfor vectorization defined for ", "expected to be not loop invariant",
+            "expected to be loop invariant")
+
+
+def no_batching_rule(exc: BaseException) -> str | None:
+    """The line of ``exc`` that says pfor has no batching rule for an op, or None: any other error
+    (one raised inside an op while tracing or running the batched graph; every traced error's text
+    mentions pfor and vectorized_map) is the op's failure, not a missing capability."""
+    for line in str(exc).splitlines():
+        if any(marker in line for marker in _NO_RULE):
+            return line.strip()
+    return None
 
 
 #: The reproducer's tape around a ``{call}`` of ``xt``.

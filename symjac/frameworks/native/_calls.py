@@ -18,6 +18,11 @@ from symjac.loss._spec import Loss
 from symjac.pool._geometry import resolve
 from symjac.pool._spec import PoolSpec
 
+#: Why a native kernel's report names its JVP, double backward and batching rule as not checked: the
+#: protocol has no requests for them (every route says the same, so their reports compare equal).
+NOT_IN_PROTOCOL = {name: "the native protocol carries forward and backward requests only (docs/native.md)"
+                   for name in ("jvp", "double_backward", "vmap")}
+
 #: ``send(op, settings lines, [(name, array or None)], (output name, dtype, shape)) -> result``
 Send = Callable[[str, list[str], list[tuple[str, Any]], tuple[str, str, tuple[int, ...]]], np.ndarray]
 

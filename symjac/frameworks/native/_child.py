@@ -5,6 +5,11 @@ Every exchange runs in one ``selectors`` loop with a deadline: the request is wr
 a child that stops reading, nor one that answers before reading everything, nor one
 that fills its stderr can block symjac. Any failure (a refusal aside) kills the child;
 the next call starts a fresh one. Nothing here waits without a deadline.
+
+The kernel runs in a session (and process group) of its own, with its allocator perturbed
+(:func:`symjac.frameworks.native._poison.perturbed_env`): when symjac ends it, whatever the
+kernel started is ended with it. Its leader is watched without being reaped (``waitid`` with
+``WNOWAIT``) until the group is killed, so the group's id cannot meanwhile go to another process.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import itertools
 import os
 import selectors
 import shlex
+import shutil
 import signal
 import subprocess
 import threading
@@ -22,9 +28,11 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from symjac.frameworks.native._poison import perturbed_env
 from symjac.frameworks.native._wire import (
     MAX_HEADER,
     RESPONSE,
+    BadCommand,
     ChildCrashed,
     ChildError,
     ChildTimeout,
@@ -43,19 +51,76 @@ _CHUNK = 1 << 16
 _FIRST_LINE = RESPONSE.encode() + b"\n"
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """End a child: close its stdin (a driver then exits 0), kill it if it does not."""
-    if proc.poll() is None:
+def _exited(proc: subprocess.Popen[bytes]) -> bool:
+    """The process has ended. Where the platform allows (``waitid``), without reaping it: its pid,
+    which is its process group's id, then stays reserved until :func:`_end` has killed the group."""
+    if proc.returncode is not None:
+        return True
+    if hasattr(os, "waitid"):
         try:
-            if proc.stdin is not None:
-                proc.stdin.close()
-            proc.wait(timeout=1.0)
-        except (OSError, subprocess.TimeoutExpired):
-            proc.kill()
-            proc.wait()
+            return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:  # reaped already (not by us): as poll() says
+            pass
+    return proc.poll() is not None
+
+
+def _end(proc: subprocess.Popen[bytes]) -> int:
+    """Kill what is left of the kernel's process group (its own children, and itself if it still
+    runs), reap it and close its pipes; its exit status."""
+    if proc.returncode is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        if not _exited(proc):  # (signals take a moment; and a kernel that left its group still ends)
+            try:
+                proc.kill()
+            except OSError:
+                pass
+    code = proc.wait()
     for stream in (proc.stdin, proc.stdout, proc.stderr):
         if stream is not None:
             stream.close()
+    return code
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """End a child: close its stdin (a driver then exits 0), wait 1 s for it, then end its group."""
+    if not _exited(proc):
+        try:
+            if proc.stdin is not None:
+                proc.stdin.close()
+        except OSError:
+            pass
+        deadline = time.monotonic() + 1.0
+        while not _exited(proc) and time.monotonic() < deadline:
+            time.sleep(0.005)
+    _end(proc)
+
+
+def _unrunnable(program: str, env: Mapping[str, str] | None, cwd: str | os.PathLike[str] | None) -> str | None:
+    """Why ``program`` cannot be started (as :class:`subprocess.Popen` would look it up), or None."""
+    if os.sep in program or (os.altsep and os.altsep in program):
+        path = os.path.join(os.fspath(cwd), program) if cwd is not None else program
+        where = f" (in {os.fspath(cwd)})" if cwd is not None else ""
+        if not os.path.exists(path):
+            return f"{program} does not exist{where}"
+        if os.path.isdir(path):
+            return f"{program} is a directory, not a program{where}"
+        if not os.access(path, os.X_OK):
+            return f"{program} is not executable{where} (chmod +x {program})"
+        return None
+    search = (os.environ if env is None else env).get("PATH", os.defpath)
+    if shutil.which(program, path=search) is None:
+        here = os.path.join(os.fspath(cwd) if cwd is not None else ".", program)
+        hint = f"; for the one in this folder write ./{program}" if os.path.exists(here) else ""
+        return f"no program {program!r} on PATH{hint}"
+    return None
+
+
+class _Retired(Exception):
+    """The child exited with code 0 after answering, before reading the next request (a program
+    serving one request per run): the request goes to a fresh child."""
 
 
 def describe_exit(code: int) -> str:
@@ -74,9 +139,15 @@ class Child:
     Args:
       cmd: the command: a string (split as a shell would, with :func:`shlex.split`; not
         run through a shell) or an argument list.
-      timeout: seconds each request may take; a request that takes longer kills the child
+      timeout: seconds each request may take (the requests of one call share it: ``exchange``'s
+        ``deadline``); a request that takes longer kills the child
         (:class:`ChildTimeout`) and the next request starts a fresh one.
-      env, cwd: as for :class:`subprocess.Popen`.
+      env, cwd: as for :class:`subprocess.Popen` (the allocator's perturbation is added to
+        ``env`` unless it sets its own: :func:`symjac.frameworks.native._poison.perturbed_env`).
+
+    Raises:
+      BadCommand: ``cmd`` is empty or not a command line, or its program is missing, not
+        executable or a directory.
 
     The child is started at the first request and ended by :meth:`close` (also when the
     object is collected, and at exit). Requests from several threads are served one at a
@@ -87,14 +158,22 @@ class Child:
 
     def __init__(self, cmd: str | Sequence[str], *, timeout: float = DEFAULT_TIMEOUT,
                  env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None):
-        self.argv = shlex.split(cmd) if isinstance(cmd, str) else [str(c) for c in cmd]
+        try:
+            self.argv = shlex.split(cmd) if isinstance(cmd, str) else [str(c) for c in cmd]
+        except ValueError as exc:  # an unbalanced quote
+            raise BadCommand(f"the kernel command {cmd!r} is not a command line ({exc}; it is split as a shell "
+                             "would, without running one)") from None
         if not self.argv:
-            raise ChildError("the kernel command is empty")
+            raise BadCommand("the kernel command is empty")
         if not (isinstance(timeout, (int, float)) and timeout > 0):
             raise ChildError(f"timeout={timeout!r} is not valid: give seconds > 0")
         self.timeout = float(timeout)
         self.env, self.cwd = (dict(env) if env is not None else None), cwd
+        problem = _unrunnable(self.argv[0], self.env, cwd)
+        if problem is not None:
+            raise BadCommand(f"cannot run kernel `{self.command}`: {problem}")
         self.starts = 0  # processes started so far (restarts show here)
+        self._served = 0  # requests the running process has answered
         self._proc: subprocess.Popen[bytes] | None = None
         self._finalizer: Any = None
         self._lock = threading.Lock()
@@ -133,23 +212,35 @@ class Child:
 
     # ------------------------------------------------------------------ one request
 
-    def exchange(self, req: Request) -> tuple[Response, memoryview]:
+    def exchange(self, req: Request, deadline: float | None = None) -> tuple[Response, memoryview]:
         """Send ``req`` and return the response header and payload.
+
+        ``deadline``: a :func:`time.monotonic` time the answer must arrive by (several requests of
+        one call share one); by default :attr:`timeout` from now.
 
         Raises:
           KernelRefused: the kernel answered ``status error`` (the child keeps running).
           ChildTimeout, ChildCrashed, ProtocolError: the child is killed; the next call restarts it.
         """
+        if deadline is None:
+            deadline = time.monotonic() + self.timeout
         if not self._lock.acquire(timeout=0.05):
             # an abandoned call (symjac's guard timed out) holds the child: kill it, so that call fails now
             proc = self._proc
-            if proc is not None and proc.poll() is None:
+            if proc is not None and not _exited(proc):
                 self._killed = proc
-                proc.kill()
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except OSError:
+                    proc.kill()
             if not self._lock.acquire(timeout=self.timeout):
                 raise ChildTimeout(f"{self._name}: an earlier request still holds the child")
         try:
-            resp, payload = self._exchange(req)
+            try:
+                resp, payload = self._exchange(req, deadline)
+            except _Retired:  # it served one request and exited: a fresh child for this one
+                self._kill()
+                resp, payload = self._exchange(req, deadline)
         except BaseException as exc:  # the stream is out of step (or interrupted): a fresh child next time
             abandoned = self._killed is not None and self._killed is self._proc
             self._kill()
@@ -160,31 +251,30 @@ class Child:
         finally:
             self._lock.release()
         if resp.status == "error":
-            raise KernelRefused(f"{self._name} refused {req.op} (request {req.id}): {resp.message}")
+            raise KernelRefused(f"{self._name} refused {req.op} (request {req.id}): {resp.message}", resp.outside)
         return resp, payload
 
     def _start(self) -> subprocess.Popen[bytes]:
         try:
+            # a session of its own: killing its group ends what the kernel started too
             proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, env=self.env, cwd=self.cwd, bufsize=0)
+                                    stderr=subprocess.PIPE, env=perturbed_env(self.env), cwd=self.cwd, bufsize=0,
+                                    start_new_session=True)
         except OSError as exc:
             raise ChildCrashed(f"cannot start {self._name}: {exc}") from None
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             assert stream is not None
             os.set_blocking(stream.fileno(), False)
         self.starts += 1
+        self._served = 0
         self._proc = proc
         self._finalizer = weakref.finalize(self, _stop, proc)
         return proc
 
     def _kill(self) -> None:
-        """Kill the child and reap it; the next request starts a fresh one."""
-        proc = self._proc
-        if proc is not None and proc.poll() is None:
-            try:
-                proc.kill()
-            except OSError:
-                pass
+        """Kill the child (its process group) and reap it; the next request starts a fresh one."""
+        if self._proc is not None:
+            _end(self._proc)
         self.close()
         self._killed = None
 
@@ -200,18 +290,30 @@ class Child:
         return (f"(request {req.id}, {req.op}: {got}{of} response bytes received)"
                 + (f"; its stderr ends: {err[-600:]!r}" if err else ""))
 
-    def _reap(self, proc: subprocess.Popen[bytes]) -> str:
-        try:
-            return describe_exit(proc.wait(timeout=2.0))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            return "closed its stdout but kept running (killed)"
+    def _reap(self, proc: subprocess.Popen[bytes]) -> tuple[int | None, str]:
+        """Its exit status and how it ended, once it closed its stdout (killed after 2 s if it runs on)."""
+        deadline = time.monotonic() + 2.0
+        while not _exited(proc) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        if not _exited(proc):
+            _end(proc)
+            return None, "closed its stdout but kept running (killed)"
+        code = _end(proc)
+        return code, describe_exit(code)
 
-    def _exchange(self, req: Request) -> tuple[Response, memoryview]:
+    def _ended_early(self, proc: subprocess.Popen[bytes], req: Request, out: bytearray, total: int | None) -> None:
+        """The child ended before its answer was whole: :class:`_Retired` when it had answered before
+        and exited 0 without a byte of this one (one request per run), else :class:`ChildCrashed`."""
+        status, how = self._reap(proc)
+        if status == 0 and not out and self._served:
+            raise _Retired()
+        raise ChildCrashed(f"{self._name} {how} before answering {self._where(req, len(out), total)}")
+
+    def _exchange(self, req: Request, deadline: float) -> tuple[Response, memoryview]:
         proc = self._proc
-        if proc is not None and proc.poll() is not None:
-            code, ours = proc.returncode, self._killed is proc
+        if proc is not None and _exited(proc):
+            ours = self._killed is proc
+            code = _end(proc)
             self.close()
             self._killed = None
             # exit code 0 after an answer (a program serving one request per run) or our own kill: restart;
@@ -227,7 +329,6 @@ class Child:
         if stray:
             raise ProtocolError(f"{self._name} wrote {len(stray)} bytes out of turn, before request {req.id} "
                                 f"(after answering {self._last}): {stray[:48]!r}")
-        deadline = time.monotonic() + self.timeout
         sel = selectors.DefaultSelector()
         out = bytearray()
         pending = [memoryview(req.header), *(memoryview(p) for p in req.payload if p)]
@@ -242,7 +343,10 @@ class Child:
                 if left <= 0:
                     raise ChildTimeout(f"{self._name} did not answer within {self.timeout:g} s "
                                        f"{self._where(req, len(out), total)}; it was killed")
-                for key, _ in sel.select(min(left, 1.0)):
+                events = sel.select(min(left, 1.0))
+                if not events and _exited(proc):  # dead, its stdout held open by a process it started
+                    self._ended_early(proc, req, out, total)
+                for key, _ in events:
                     if key.data == "in":
                         pending = self._write(proc, pending, sel)
                         continue
@@ -257,9 +361,7 @@ class Child:
                             sel.unregister(proc.stderr)
                         continue
                     if not data:  # stdout closed: the child ended (or closed it)
-                        how = self._reap(proc)
-                        raise ChildCrashed(f"{self._name} {how} before answering "
-                                           f"{self._where(req, len(out), total)}")
+                        self._ended_early(proc, req, out, total)
                     out += data
                 if resp is None:
                     header_end = out.find(b"\n\n")
@@ -286,6 +388,7 @@ class Child:
             raise ProtocolError(f"{self._name} wrote {extra} bytes more than its response to request {req.id} "
                                 f"({req.op}) announces ({resp.nbytes} payload bytes)")
         self._last = f"request {req.id} ({req.op})"
+        self._served += 1
         return resp, memoryview(out)[header_end + 2:total]
 
     def _write(self, proc: subprocess.Popen[bytes], pending: list[memoryview],

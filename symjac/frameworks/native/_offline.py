@@ -17,8 +17,14 @@ that depend on earlier answers):
    :class:`symjac.Report` ``verify`` gives in process; otherwise the next round.
 
 A request is the process route's request (docs/native.md) with ``id 0``; its name is the
-sha256 of those bytes (op, settings, arrays), so equal calls share one answer (a
-nondeterministic kernel cannot show offline).
+sha256 of those bytes (op, settings, arrays, and the poisoned run's lines), so equal calls share
+one answer (a nondeterministic kernel cannot show offline). Each call is poisoned as on the
+process route (:func:`symjac.frameworks.native._poison.settle`): its runs are requests of their
+own (``poison``, ``perturb``, ``repeat`` lines), and a response keeps its driver's ``poison`` echo
+and ``outside`` lines, so a kernel answered with ``--exec`` gets the process route's findings. A
+second run counts only when the first one's response echoes the poison (a Python implementation
+answered with ``--impl`` has nothing to poison: one run a call; the first round asks for second runs
+too, unused then, as nothing says yet who answers).
 """
 
 from __future__ import annotations
@@ -34,16 +40,20 @@ from typing import Any
 import numpy as np
 
 from symjac._atomic import write_bytes, write_text
+from symjac._errors import SymjacError, UsageError
 from symjac.check._invoke import Unanswered
 from symjac.frameworks._adapter import Impl
 from symjac.frameworks.native._child import Child
-from symjac.frameworks.native._calls import LossCalls, PoolCalls
+from symjac.pool._ops.unpool import refuse_scatter
+from symjac.frameworks.native._calls import NOT_IN_PROTOCOL, LossCalls, PoolCalls
+from symjac.frameworks.native._poison import Poison, Run, buffer_sizes, echoed, protocol_lines, settle
 from symjac.frameworks.native._wire import (
     REQUEST,
     RESPONSE,
     ChildError,
     KernelRefused,
     Request,
+    Response,
     array_line,
     numpy_dtype,
     parse_response,
@@ -81,33 +91,44 @@ class Replay:
     """The transport of :class:`PoolCalls`/:class:`LossCalls` answering from ``folder``.
 
     ``speculate``: answer an unanswered request with zeros (to learn the round's further
-    requests) instead of raising :class:`Unanswered`. ``pending`` holds the unanswered ones.
+    requests) instead of raising :class:`Unanswered`; as from a kernel that poisons (so a call's
+    second run is asked for in the same round) unless ``echoes`` is False: the answers read so
+    far did not echo the poison (a Python implementation's). ``pending`` holds the unanswered
+    requests; ``echoes`` whether the answers read echoed the poison (None: none read).
     """
 
-    def __init__(self, folder: Path, speculate: bool = False):
-        self.folder, self.speculate = folder, speculate
+    def __init__(self, folder: Path, speculate: bool = False, echoes: bool | None = None):
+        self.folder, self.speculate, self.echoes = folder, speculate, echoes
         self.pending: dict[str, Request] = {}
 
     def __call__(self, op: str, lines: list[str], inputs: list[tuple[str, np.ndarray | None]],
                  output: tuple[str, str, tuple[int, ...]]) -> np.ndarray:
-        req = request(0, op, lines, inputs, output)
+        return settle(lambda poison, repeat: self._run(op, lines, inputs, output, poison, repeat),
+                      buffer_sizes(inputs, output), output, lambda first: write_back(first.states, [a for _, a in inputs]))
+
+    def _run(self, op: str, lines: list[str], inputs: list[tuple[str, np.ndarray | None]],
+             output: tuple[str, str, tuple[int, ...]], poison: Poison, repeat: int) -> Run:
+        req = request(0, op, lines, inputs, output, protocol_lines(poison, output[1], repeat))
         name = key(req)
         path = self.folder / f"{name}.response"
         if not path.exists():
             self.pending[name] = req
             if not self.speculate:
                 raise Unanswered(f"request {name[:12]} ({op}) has no response in {self.folder}")
-            return np.zeros(output[2], dtype=numpy_dtype(output[1]).newbyteorder("="))
+            zeros = np.zeros(output[2], dtype=numpy_dtype(output[1]).newbyteorder("="))
+            # a guess that the kernel poisons: the call's second run is asked for in this round too
+            return Run(zeros, [None] * len(req.inputs), (), self.echoes is not False)
         data = path.read_bytes()
         head, sep, payload = data.partition(b"\n\n")
         if not sep:
             raise KernelRefused(f"the response file {path} has no header")
         resp = parse_response(head, req)
         if resp.status == "error":
-            raise KernelRefused(f"kernel refused {op} (request {name[:12]}): {resp.message}")
+            raise KernelRefused(f"kernel refused {op} (request {name[:12]}): {resp.message}", resp.outside)
         result, states = unpack(resp, payload, req)
-        write_back(req, states, [a for _, a in inputs])
-        return result
+        poisoned = echoed(resp, poison, output[1])
+        self.echoes = poisoned if self.echoes is None else self.echoes and poisoned
+        return Run(result, states, resp.outside, poisoned)
 
 
 def _impl(operator: Any, send: Replay, folder: Path) -> Impl | LossImpl:
@@ -115,7 +136,8 @@ def _impl(operator: Any, send: Replay, folder: Path) -> Impl | LossImpl:
         calls = LossCalls(send, operator)
         return LossImpl(loss=operator, derivative=calls.derivative, forward=calls.forward)
     pool = PoolCalls(send, operator)
-    return Impl(forward=pool.forward, backward=pool.backward, framework="offline", op=str(folder))
+    return Impl(forward=pool.forward, backward=pool.backward, framework="offline", op=str(folder),
+                missing=NOT_IN_PROTOCOL)
 
 
 def run_offline(case: Any, folder: str | Path, dtype: str = "float64", timeout: float | None = 60.0) -> Any:
@@ -125,6 +147,7 @@ def run_offline(case: Any, folder: str | Path, dtype: str = "float64", timeout: 
     the kernel in process), or the number of requests of the next round, written to
     ``folder`` (created if missing) and listed in its ``index.json``.
     """
+    refuse_scatter(case.operator, case.source)  # before a folder is made: the wire carries window pooling only
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     strict = Replay(folder)
@@ -132,7 +155,7 @@ def run_offline(case: Any, folder: str | Path, dtype: str = "float64", timeout: 
         return verify_case(case, _impl(case.operator, strict, folder), dtype, timeout)
     except Unanswered:
         pass
-    guess = Replay(folder, speculate=True)
+    guess = Replay(folder, speculate=True, echoes=strict.echoes)
     verify_case(case, _impl(case.operator, guess, folder), dtype, timeout)  # only its requests count
     pending = {**strict.pending, **guess.pending}
     for name, req in pending.items():
@@ -147,7 +170,8 @@ def run_offline(case: Any, folder: str | Path, dtype: str = "float64", timeout: 
 
 
 def read_request(data: bytes) -> tuple[str, list[str], list[tuple[str, np.ndarray]], tuple[str, str, tuple[int, ...]]]:
-    """A request file as ``(op, settings lines, inputs, output)``: what :func:`request` was given."""
+    """A request file as ``(op, lines, inputs, output)``: what :func:`request` was given (the lines:
+    the settings, then those of a poisoned run, which a kernel's driver reads wherever they stand)."""
     head, _, payload = data.partition(b"\n\n")
     lines = head.decode("ascii").split("\n")
     if lines[0] != REQUEST:
@@ -179,10 +203,15 @@ def read_request(data: bytes) -> tuple[str, list[str], list[tuple[str, np.ndarra
 
 
 def response_bytes(op: str, output: str, result: np.ndarray | None, states: Sequence[tuple[str, np.ndarray | None]],
-                   error: str = "") -> bytes:
-    """A response message (``id 0``): the result and each input's state (None: unchanged), or an error."""
+                   error: str = "", kernel: Response | None = None,
+                   outside: Sequence[tuple[str, int, int]] = ()) -> bytes:
+    """A response message (``id 0``): the result and each input's state (None: unchanged), or an error.
+
+    ``kernel``: the kernel's own response, whose ``poison`` echo and ``outside`` lines are kept
+    (``outside``: those of a refusal)."""
+    kept = [f"outside {n} {a} {b}" for n, a, b in (kernel.outside if kernel is not None else outside)]
     if result is None:
-        head = [RESPONSE, "id 0", f"op {op}", "status error", f"message {' '.join(error.split())}", "bytes 0"]
+        head = [RESPONSE, "id 0", f"op {op}", "status error", f"message {' '.join(error.split())}", *kept, "bytes 0"]
         return ("\n".join(head) + "\n\n").encode("ascii")
     arrays = [np.ascontiguousarray(result, dtype=result.dtype.newbyteorder("<"))]
     head = [RESPONSE, "id 0", f"op {op}", "status ok", array_line("output", output, wire_dtype(result), result.shape)]
@@ -192,6 +221,9 @@ def response_bytes(op: str, output: str, result: np.ndarray | None, states: Sequ
         else:
             head.append(array_line("input", name, wire_dtype(state), state.shape))
             arrays.append(np.ascontiguousarray(state, dtype=state.dtype.newbyteorder("<")))
+    if kernel is not None and kernel.poison is not None:
+        head.append(f"poison {kernel.poison}")
+    head += kept
     parts = [a.tobytes() for a in arrays]
     head.append(f"bytes {sum(map(len, parts))}")
     return ("\n".join(head) + "\n\n").encode("ascii") + b"".join(parts)
@@ -223,6 +255,7 @@ def answer(folder: str | Path, impl: Any = None, *, exec: str | Sequence[str] | 
             if target.exists():
                 continue
             op, lines, inputs, output = read_request(path.read_bytes())
+            resp = None
             try:
                 if child is not None:
                     req = request(child.next_id(), op, lines, inputs, output)
@@ -230,9 +263,11 @@ def answer(folder: str | Path, impl: Any = None, *, exec: str | Sequence[str] | 
                     result, changed = unpack(resp, payload, req)
                 else:
                     result, changed = _python_call(functions, op, inputs)  # type: ignore[arg-type]
-                data = response_bytes(op, output[0], result, [(n, s) for (n, _), s in zip(inputs, changed)])
+                data = response_bytes(op, output[0], result, [(n, s) for (n, _), s in zip(inputs, changed)],
+                                      kernel=resp)
             except Exception as exc:  # noqa: BLE001 - the kernel's failure is its answer
-                data = response_bytes(op, output[0], None, [], f"{type(exc).__name__}: {exc}")
+                data = response_bytes(op, output[0], None, [], f"{type(exc).__name__}: {exc}",
+                                      outside=getattr(exc, "outside", ()))
             write_bytes(target, data)
             done += 1
     finally:
@@ -250,8 +285,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if (args.exec is None) == (args.impl is None):
         p.error("give --exec CMD or --impl MODULE_OR_PATH[:ATTR]")
-    impl = load_impl(args.impl) if args.impl else None
-    print(f"{answer(args.folder, impl, exec=args.exec)} request(s) answered in {args.folder}")
+    try:
+        impl = load_impl(args.impl) if args.impl else None
+        print(f"{answer(args.folder, impl, exec=args.exec)} request(s) answered in {args.folder}")
+    except (SymjacError, UsageError, OSError) as exc:  # a command that cannot run, a folder that is none
+        print(f"{p.prog}: error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

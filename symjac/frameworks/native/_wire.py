@@ -42,7 +42,15 @@ class ChildError(SymjacError, RuntimeError):
 
 
 class KernelRefused(ChildError):
-    """The kernel answered ``status error`` (``symjac_fail``): it cannot serve the request."""
+    """The kernel answered ``status error`` (``symjac_fail``): it cannot serve the request.
+
+    ``outside``: the byte ranges its driver found changed around the buffers (``outside`` lines of
+    the response), if any: a refusal that wrote outside its buffers is a fault, not a refusal.
+    """
+
+    def __init__(self, message: str, outside: Sequence[tuple[str, int, int]] = ()):
+        super().__init__(message)
+        self.outside = tuple(outside)
 
 
 class ChildTimeout(ChildError):
@@ -57,7 +65,12 @@ class ProtocolError(ChildError):
     """The child's answer broke the protocol: garbage, a wrong byte count, or an answer out of turn."""
 
 
-for _error in (ChildError, KernelRefused, ChildTimeout, ChildCrashed, ProtocolError):
+class BadCommand(ChildError):
+    """The kernel command cannot be run: empty, not a command line (an unbalanced quote), or its
+    program is missing, not executable or a directory. A usage error, raised when the command is given."""
+
+
+for _error in (ChildError, KernelRefused, ChildTimeout, ChildCrashed, ProtocolError, BadCommand):
     _error.__module__ = "symjac.frameworks.native.process"  # where users import them from
 
 
@@ -102,9 +115,19 @@ def array_line(role: str, name: str, dtype: str, shape: tuple[int, ...]) -> str:
     return f"{role} {name} {dtype} {len(shape)}{''.join(f' {n}' for n in shape)}"
 
 
+def capacity(output_shape: tuple[int, ...], inputs: Sequence[tuple[str, np.ndarray | None]]) -> int:
+    """Elements of the output buffer a kernel gets (``output_capacity``): room for the output symjac
+    expects and for one of any input's size, so a kernel may set another shape within it."""
+    return max([math.prod(output_shape), *(a.size for _, a in inputs if a is not None)])
+
+
 @dataclasses.dataclass(frozen=True)
 class Request:
-    """One request: its header text and the payload's parts (the inputs' bytes, in order)."""
+    """One request: its header text and the payload's parts (the inputs' bytes, in order).
+
+    ``output`` is the name of the output, ``expected`` its dtype and shape as symjac expects them,
+    ``capacity`` the elements the kernel may answer with (:func:`capacity`).
+    """
 
     id: int
     op: str
@@ -112,28 +135,43 @@ class Request:
     payload: tuple[bytes, ...]
     inputs: tuple[tuple[str, np.ndarray], ...]
     output: str
+    expected: tuple[str, tuple[int, ...]]
+    capacity: int
 
 
 def request(id: int, op: str, lines: Sequence[str], inputs: Sequence[tuple[str, np.ndarray | None]],
-            output: tuple[str, str, tuple[int, ...]]) -> Request:
-    """Build request ``id``: ``inputs`` (None ones left out) and the output symjac expects."""
+            output: tuple[str, str, tuple[int, ...]], protocol: Sequence[str] = ()) -> Request:
+    """Build request ``id``: ``inputs`` (None ones left out) and the output symjac expects.
+
+    ``protocol``: lines about the call rather than the operator (``poison``, ``perturb``, ``repeat``:
+    :mod:`symjac.frameworks.native._poison`), written after the output line.
+    """
     given = tuple((n, a) for n, a in inputs if a is not None)
     parts = tuple(np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes() for _, a in given)
     head = [REQUEST, f"id {id}", f"op {op}", *lines,
             *(array_line("input", n, wire_dtype(a), a.shape) for n, a in given),
-            array_line("output", *output), f"bytes {sum(map(len, parts))}", "", ""]
-    return Request(id, op, "\n".join(head).encode("ascii"), parts, given, output[0])
+            array_line("output", *output), *protocol, f"bytes {sum(map(len, parts))}", "", ""]
+    return Request(id, op, "\n".join(head).encode("ascii"), parts, given, output[0], (output[1], output[2]),
+                   capacity(output[2], given))
 
 
 @dataclasses.dataclass(frozen=True)
 class Response:
-    """A parsed response header: the arrays it announces, in payload order."""
+    """A parsed response header: the arrays it announces, in payload order.
+
+    ``poison``: the element the kernel's driver filled the output and the guard regions with
+    (its echo of the request's ``poison`` line), or None when it did not say; ``outside``: each
+    ``outside NAME FIRST LAST`` line, a buffer and the first and last byte (offsets from the
+    buffer's start) the kernel changed around it.
+    """
 
     status: str
     message: str
     output: tuple[str, str, tuple[int, ...]] | None
     inputs: tuple[tuple[str, str, tuple[int, ...]] | None, ...]  # None: "same"
     nbytes: int
+    poison: str | None = None
+    outside: tuple[tuple[str, int, int], ...] = ()
 
 
 def _shape_of(words: list[str], line: str) -> tuple[str, str, tuple[int, ...]]:
@@ -170,6 +208,7 @@ def parse_response(header: bytes, req: Request) -> Response:
     output = None
     states: list[tuple[str, str, tuple[int, ...]] | None] = []
     names: list[str] = []
+    outside: list[tuple[str, int, int]] = []
     for line in lines[1:]:
         key, _, value = line.partition(" ")
         if key == "output":
@@ -178,6 +217,8 @@ def parse_response(header: bytes, req: Request) -> Response:
             words = value.split()
             names.append(words[0] if words else "")
             states.append(None if words[1:] == ["same"] else _shape_of(words, line))
+        elif key == "outside":
+            outside.append(_outside_of(value.split(), line, req))
         else:
             fields[key] = value
     if fields.get("id") != str(req.id) or fields.get("op") != req.op:
@@ -191,11 +232,15 @@ def parse_response(header: bytes, req: Request) -> Response:
     if status == "error":
         if size:
             raise ProtocolError(f"the error response to request {req.id} announces {size} payload bytes, not 0")
-        return Response(status, message or "(no message)", None, (), 0)
+        return Response(status, message or "(no message)", None, (), 0, None, tuple(outside))
     if status != "ok":
         raise ProtocolError(f"the response to request {req.id} has status {status!r}, not 'ok' or 'error'")
     if output is None or output[0] != req.output:
         raise ProtocolError(f"the response to request {req.id} has no 'output {req.output} ...' line")
+    if math.prod(output[2]) > req.capacity:  # refused before a byte of it is read
+        raise ProtocolError(f"the response to request {req.id} announces an output of {math.prod(output[2])} "
+                            f"elements ({output[1]} {output[2]}, {size} payload bytes); the request allows at most "
+                            f"{req.capacity} (its output_capacity)")
     sent = [n for n, _ in req.inputs]
     if names != sent:
         raise ProtocolError(f"the response to request {req.id} lists inputs {names}; the request sent {sent} "
@@ -208,7 +253,20 @@ def parse_response(header: bytes, req: Request) -> Response:
     if size != need:
         raise ProtocolError(f"the response to request {req.id} announces {size} payload bytes; its arrays "
                             f"need {need}")
-    return Response(status, message, output, tuple(states), size)
+    return Response(status, message, output, tuple(states), size, fields.get("poison"), tuple(outside))
+
+
+def _outside_of(words: list[str], line: str, req: Request) -> tuple[str, int, int]:
+    """An ``outside NAME FIRST LAST`` line: a buffer of the request and a byte range around it."""
+    buffers = [n for n, _ in req.inputs] + [req.output]
+    try:
+        name, first, last = words[0], int(words[1]), int(words[2])
+    except (IndexError, ValueError):
+        raise ProtocolError(f"the response line {line!r} is not 'outside NAME FIRST LAST'") from None
+    if name not in buffers or len(words) != 3 or first > last:
+        raise ProtocolError(f"the response line {line!r} names no buffer of request {req.id} ({', '.join(buffers)}) "
+                            "with a byte range FIRST <= LAST")
+    return name, first, last
 
 
 def unpack(resp: Response, payload: bytes | bytearray | memoryview,
@@ -230,7 +288,7 @@ def unpack(resp: Response, payload: bytes | bytearray | memoryview,
     return result, states
 
 
-def write_back(req: Request, states: list[np.ndarray | None], args: Sequence[np.ndarray | None]) -> None:
+def write_back(states: list[np.ndarray | None], args: Sequence[np.ndarray | None]) -> None:
     """Write each returned input state into the caller's array: a mutation the kernel made
     shows to symjac's guard exactly as a Python implementation's would."""
     given = [a for a in args if a is not None]

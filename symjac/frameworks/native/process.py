@@ -29,13 +29,19 @@ mutation check sees it as it sees a Python implementation's.
 from __future__ import annotations
 
 import os
+import time
+import warnings
+import weakref
 from collections.abc import Mapping, Sequence
+
 import numpy as np
 
 from symjac.frameworks._adapter import Impl
 from symjac.frameworks.native._child import DEFAULT_TIMEOUT, Child, describe_exit
-from symjac.frameworks.native._calls import LossCalls, PoolCalls
+from symjac.frameworks.native._calls import NOT_IN_PROTOCOL, LossCalls, PoolCalls
+from symjac.frameworks.native._poison import KernelFault, Poison, Run, buffer_sizes, echoed, protocol_lines, settle
 from symjac.frameworks.native._wire import (
+    BadCommand,
     ChildCrashed,
     ChildError,
     ChildTimeout,
@@ -49,8 +55,8 @@ from symjac.loss._spec import Loss, check_loss
 from symjac.pool._spec import PoolSpec, check_pool_spec
 from symjac.frameworks._adapter import LossImpl
 
-__all__ = ["DEFAULT_TIMEOUT", "Child", "ChildCrashed", "ChildError", "ChildTimeout", "KernelRefused",
-           "ProtocolError", "deadline_below", "describe_exit", "impl", "impl_for", "loss_impl"]
+__all__ = ["DEFAULT_TIMEOUT", "BadCommand", "Child", "ChildCrashed", "ChildError", "ChildTimeout", "KernelFault",
+           "KernelRefused", "ProtocolError", "deadline_below", "describe_exit", "impl", "impl_for", "loss_impl"]
 
 Command = str | Sequence[str] | Child
 
@@ -59,19 +65,36 @@ def _child(cmd: Command, timeout: float, env: Mapping[str, str] | None, cwd: str
     return cmd if isinstance(cmd, Child) else Child(cmd, timeout=timeout, env=env, cwd=cwd)
 
 
+#: Children already warned about: their responses do not echo the poison.
+_UNPOISONED: weakref.WeakSet[Child] = weakref.WeakSet()
+
+
 class _Send:
-    """One request to the child and its answer: the result, the inputs' state written back."""
+    """One call of the kernel: its poisoned runs (:func:`symjac.frameworks.native._poison.settle`), each a
+    request to the child, sharing the call's deadline; the first run's result, its inputs' state written back."""
 
     def __init__(self, child: Child):
         self.child = child
 
     def __call__(self, op: str, lines: list[str], inputs: list[tuple[str, np.ndarray | None]],
                  output: tuple[str, str, tuple[int, ...]]) -> np.ndarray:
-        req = request(self.child.next_id(), op, lines, inputs, output)
-        resp, payload = self.child.exchange(req)
-        result, states = unpack(resp, payload, req)
-        write_back(req, states, [a for _, a in inputs])
-        return result
+        deadline = time.monotonic() + self.child.timeout
+
+        def run(poison: Poison, repeat: int) -> Run:
+            req = request(self.child.next_id(), op, lines, inputs, output, protocol_lines(poison, output[1], repeat))
+            resp, payload = self.child.exchange(req, deadline)
+            result, states = unpack(resp, payload, req)
+            poisoned = echoed(resp, poison, output[1])
+            if not poisoned and self.child not in _UNPOISONED:
+                _UNPOISONED.add(self.child)
+                warnings.warn(f"kernel `{self.child.command}` does not echo the poison symjac sends (its driver is "
+                              "older than this symjac's contrib/symjac_driver.h, or does not implement it): its "
+                              "unwritten outputs and reads of memory it never wrote are not checked "
+                              "(docs/native.md#what-the-kernel-did-not-write)", stacklevel=2)
+            return Run(result, states, resp.outside, poisoned)
+
+        return settle(run, buffer_sizes(inputs, output), output,
+                      lambda first: write_back(first.states, [a for _, a in inputs]))
 
 
 def impl(cmd: Command, spec: PoolSpec, *, timeout: float = DEFAULT_TIMEOUT, env: Mapping[str, str] | None = None,
@@ -82,7 +105,7 @@ def impl(cmd: Command, spec: PoolSpec, *, timeout: float = DEFAULT_TIMEOUT, env:
       cmd: the program: a command line (split with :func:`shlex.split`, no shell), an
         argument list, or a :class:`Child` to share one process between several specs.
       spec: the pooling spec whose settings every request carries.
-      timeout: seconds each request may take (keep it below ``symjac.verify``'s own
+      timeout: seconds each call may take, its poisoned runs together (keep it below ``symjac.verify``'s own
         ``timeout``, 60 s by default, so a hung kernel is named as such).
       env, cwd: the program's environment and working directory.
 
@@ -99,7 +122,7 @@ def impl(cmd: Command, spec: PoolSpec, *, timeout: float = DEFAULT_TIMEOUT, env:
     reproducer = (f"import symjac, symjac.frameworks.native.process as sjp\nimpl = sjp.impl({child.argv!r}, symjac.{spec!r})\n"
                   "y = impl.forward(x)\ndx = impl.backward(x, dy)\n")
     return Impl(forward=calls.forward, backward=calls.backward, framework="process", op=child.command,
-                kwargs={"cmd": child.argv, "spec": spec}, reproducer=reproducer)
+                kwargs={"cmd": child.argv, "spec": spec}, reproducer=reproducer, missing=NOT_IN_PROTOCOL)
 
 
 def loss_impl(cmd: Command, loss: Loss, *, timeout: float = DEFAULT_TIMEOUT, env: Mapping[str, str] | None = None,

@@ -31,11 +31,15 @@ average pools (every padding)                   ``divisor="exclude_pad"`` ("the 
 ``AdaptiveAveragePooling2D(output_size)``       ``AdaptivePool(mode, output_size)``
 ``keras.ops.max_pool/average_pool``             as the layers (``rank=`` when ``pool_size`` is
 ``keras.ops.adaptive_*_pool``                   an int: ``keras.ops`` takes it from the input)
+``tf.nn.fractional_max_pool`` (nonzero seed)    ``FractionalMaxPool(sequences=(rows, cols),``
+                                                ``overlapping=)``: the sequences TF draws at the
+                                                input shape
 ==============================================  ==============================================
 """
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -43,8 +47,9 @@ from typing import Any
 import numpy as np
 
 from symjac.frameworks._check import tensorflow_check as check  # noqa: F401 - symjac.frameworks.tensorflow.check
-from symjac.frameworks._adapter import Config, Impl, KnownDefect, Unsupported, call_text, generate, label, make as _make
-from symjac.frameworks.keras._tape import FRAMEWORK as FRAMEWORK
+from symjac.frameworks._adapter import Config, Impl, KnownDefect, Unsupported, call_text, combine, generate, grid_size, label
+from symjac.frameworks._adapter import make as _make
+from symjac.frameworks.keras._tape import FRAMEWORK as FRAMEWORK, GRAPH
 from symjac.frameworks.keras._tape import TAPE, draw_ints, draw_shape, import_tf, tape, tf_layout, tf_padding, tf_sizes
 from symjac.frameworks.keras import FAMILIES as _KERAS_FAMILIES
 from symjac.frameworks.keras import (  # the Keras ops are TensorFlow's too: configurations() and make() run them
@@ -71,7 +76,12 @@ from symjac.frameworks.keras import (  # the Keras ops are TensorFlow's too: con
     keras_ops_average_pool as keras_ops_average_pool,
     keras_ops_max_pool as keras_ops_max_pool,
 )
+from symjac.frameworks.tensorflow._fractional import fractional_max_pool as fractional_max_pool
 from symjac.pool._spec import Pool
+
+
+#: The compiled mode ``conform`` checks beside the eager one (``Impl.modes``' key): ``tf.function``.
+COMPILED_MODE = GRAPH
 
 
 def wrap(fn: Any, *, name: str | None = None, **kwargs: Any) -> Impl:
@@ -178,9 +188,7 @@ def _windowed_3d(config: Config) -> bool:
 def _big_window_exceeds_axis(config: Config) -> bool:
     """Whether Keras' adaptive pooling (``keras.src.backend.tensorflow.nn``: windows of ceil(L/o) and
     ceil(L/o) + 1 cells, stride 1, VALID) has a big window longer than its axis L."""
-    shape = config.input_shape
-    spatial = shape[2:] if config.kwargs.get("data_format") == "channels_first" else shape[1:-1]
-    return any(-(-length // o) + 1 > length for length, o in zip(spatial, tuple(config.kwargs["output_size"])))
+    return any(-(-length // o) + 1 > length for length, o in zip(_spatial(config), tuple(config.kwargs["output_size"])))
 
 
 def limitation(config: Config, dtype: Any) -> str | None:
@@ -193,52 +201,115 @@ def limitation(config: Config, dtype: Any) -> str | None:
 #: The categories of findings uninitialized memory in a gradient gives: any wrong value, run to run.
 _GARBAGE = ("crashed", "bad_output", "nondeterministic", "wrong_cells", "wrong_weights", "partial_windows",
             "missing_windows", "not_fd_consistent", "tie_not_subgradient", "wrong_second_derivative")
+#: The categories of a JVP or double backward zero in some windows, a different number from call to call.
+_ZEROED = ("missing_windows", "nondeterministic", "wrong_cells", "wrong_weights", "tie_not_subgradient")
 
 
-def _defects(config: Config, transform: str) -> Iterator[tuple[str, tuple[str, ...]]]:
-    """Each documented defect ``config`` runs into under ``transform``, with the finding categories it
-    gives (as ``conform`` ran them on TF 2.21 / Keras 3.15: ``tests/test_conform*.py``)."""
-    if transform != "vjp":
-        explicit = not isinstance(config.kwargs.get("padding", "VALID"), str)
-        if explicit and config.op == "max_pool2d":
-            yield ("tf.nn.max_pool2d with explicit padding has no second derivative: MaxPoolGradGrad rejects "
-                   "padding 'EXPLICIT' (ForwardAccumulator's JVP and nested tapes raise)", ("bad_output",))
-        if transform in ("jvp", "vmap") and "adaptive" in config.op.lower() and "average" in config.op.lower() \
-                and _big_window_exceeds_axis(config):
-            yield ("Keras adaptive average pooling on TensorFlow pools every axis with two windows, ceil(L/o) and "
-                   "ceil(L/o) + 1; where the second exceeds the axis (an output size of 1) its AvgPool is empty, "
-                   "and ForwardAccumulator's JVP raises ('Negative dimension size' in the gradient tape), "
-                   "under tf.vectorized_map the forward too", ("bad_output",))
-        if transform in ("jvp", "vmap") and config.op == "pool" and max(config.kwargs.get("dilations") or (1,)) > 1:
-            yield ("tf.nn.pool with dilations > 1: each ForwardAccumulator JVP is right alone, but after 33 of "
-                   "them at other shapes in one process the next raises ('block_shape must have known size': the "
-                   "retraced gradient tape's SpaceToBatchND / BatchToSpaceND); under tf.vectorized_map the MAX "
-                   "pool's JVP comes back zero in every window", ("bad_output", "missing_windows"))
-        if transform == "vmap" and "adaptive" in config.op.lower() and "max" in config.op.lower():
-            yield ("Keras adaptive max pooling under tf.vectorized_map: ForwardAccumulator's JVP comes back "
-                   "zero in most windows, a different number of them from call to call (per sample it is right); in "
-                   "float32 from the first call, in float64 after a few in one process (a fresh float64 cell may "
-                   "pass: fixed?)",
-                   ("missing_windows", "nondeterministic", "wrong_cells", "wrong_weights", "tie_not_subgradient"))
-    is_max = "max" in config.op.lower() or config.kwargs.get("pooling_type") == "MAX"
+def _is_max(config: Config) -> bool:
+    return "max" in config.op.lower() or config.kwargs.get("pooling_type") == "MAX"
+
+
+def _spatial(config: Config) -> tuple[int, ...]:
+    shape = config.input_shape
+    return tuple(shape[2:] if config.kwargs.get("data_format") == "channels_first" else shape[1:-1])
+
+
+def _identity_pool_fed(config: Config) -> bool:
+    """Whether the op runs a max pool whose window is one cell (the identity) on another op's output:
+    ``tf.nn.pool`` MAX with a window of 1 and dilations > 1 (SpaceToBatchND feeds it), or Keras's
+    adaptive max pooling (``keras.src.backend.tensorflow.nn``: one stage per axis, each a pool of
+    ceil(L/o) cells along it on the previous stage's gathered output) with o = L on an axis after the
+    first (channels_first: on any axis, a transpose feeds the first)."""
+    kw = config.kwargs
+    if config.op == "pool":
+        return kw.get("pooling_type") == "MAX" and max(kw["window_shape"]) == 1 and max(kw.get("dilations") or (1,)) > 1
+    if "adaptive" not in config.op.lower() or not _is_max(config):
+        return False
+    pairs = list(zip(_spatial(config), tuple(kw["output_size"])))
+    return any(length == o for length, o in pairs[0 if kw.get("data_format") == "channels_first" else 1:])
+
+
+def _graph_defects(config: Config, transform: str, traced: bool) -> Iterator[tuple[str, tuple[str, ...]]]:
+    """The defects of TensorFlow's graph mode: a ``tf.function`` (``traced``) or ``tf.vectorized_map``."""
+    if transform in ("jvp", "hvp", "vmap") and traced and _identity_pool_fed(config):
+        what = {"jvp": "ForwardAccumulator's JVP", "hvp": "the nested tapes' ddy = J·v",
+                "vmap": "ForwardAccumulator's JVP under tf.vectorized_map"}[transform]
+        yield (f"TensorFlow in graph mode (tf.function, tf.vectorized_map): {what} through a max pool whose window "
+               "is one cell (the identity: tf.nn.pool MAX with window 1 and dilations > 1, a stage of Keras "
+               "adaptive max pooling with o = L) fed by another op comes back zero, in some or all windows and "
+               "differently from call to call; eagerly it is right (tf.nn.max_pool1d(tf.nn.max_pool1d(x, 1, 1, "
+               "'VALID'), 1, 1, 'VALID'): JVP [1 1 1 1] eagerly, [0 0 0 0] in a tf.function)", _ZEROED)
+    if transform == "vmap" and _is_max(config) and config.op != "fractional_max_pool":
+        yield ("tf.vectorized_map of ForwardAccumulator's JVP through a max pool comes back zero for a batch of "
+               "one sample (batches of 2 and 3 are right: tf.nn.max_pool1d(x, 3, 1, 'SAME') on (1, 6, 2), zero "
+               "at 30 of 30 random x with a batch of 1, right at 60 of 60 with 2 or 3; average pooling and "
+               "tf.reduce_max are right); symjac's batched check runs batches of 1, 2 and 3", _ZEROED)
+    if traced and "adaptive" in config.op.lower() and _big_window_exceeds_axis(config):
+        yield ("Keras adaptive pooling on TensorFlow pools every axis with two windows, ceil(L/o) and ceil(L/o) + 1; "
+               "where the second exceeds the axis (an output size of 1) a graph cannot be built: in a tf.function "
+               "and under tf.vectorized_map the forward raises ('Negative dimension size' while tracing)",
+               ("bad_output",))
+
+
+def _eager_defects(config: Config, transform: str) -> Iterator[tuple[str, tuple[str, ...]]]:
+    """The defects of ops run eagerly, one by one."""
     adaptive = "adaptive" in config.op.lower()
-    if adaptive and is_max and 1 in tuple(config.kwargs["output_size"]):
-        yield ("Keras adaptive max pooling on TensorFlow with an output size of 1: SIGFPE (kills the process) "
-               "when it is the last spatial axis, else a gradient holding garbage values (uninitialized "
-               "memory: 1e+27, -7e+24, NaN) in cells whose exact derivative is 0", _GARBAGE)
-    if _windowed_3d(config) and is_max:
-        yield ("TensorFlow's MaxPool3DGrad sends the whole upstream gradient to every tied maximum "
-               "(any Clarke subgradient sums to 1)", ("tie_not_subgradient",))
+    if adaptive and _big_window_exceeds_axis(config):
+        if _is_max(config):
+            form = ("ForwardAccumulator's JVP raises ('Negative dimension size' in the gradient tape), or the forward "
+                    "dies with SIGFPE" if transform == "jvp" else
+                    "SIGFPE (kills the process) when it is the last spatial axis, else a gradient holding garbage "
+                    "values (uninitialized memory: 1e+27, -7e+24, NaN) in cells whose exact derivative is 0")
+            yield (f"Keras adaptive max pooling on TensorFlow with an output size of 1, eagerly: {form} (the pool of "
+                   "ceil(L/o) + 1 cells exceeds the axis; oneDNN's MaxPool divides by zero when it is the last "
+                   "spatial axis)", _GARBAGE)
+        elif transform == "jvp":
+            yield ("Keras adaptive average pooling on TensorFlow pools every axis with two windows, ceil(L/o) and "
+                   "ceil(L/o) + 1; where the second exceeds the axis (an output size of 1) its AvgPool is empty: "
+                   "eagerly the forward and the VJP are right, but ForwardAccumulator's JVP raises ('Negative "
+                   "dimension size' in the gradient tape)", ("bad_output",))
 
 
-def known_defect(config: Config, transform: str = "vjp") -> KnownDefect | None:
-    """The known TensorFlow/Keras defects ``config`` runs into under ``transform`` (``conform --transforms``;
-    symjac reports them): their texts and the union of their categories, or None."""
-    found = list(_defects(config, transform))
-    if not found:
-        return None
-    categories = tuple(dict.fromkeys(c for _, cs in found for c in cs))
-    return KnownDefect("; and: ".join(text for text, _ in found), categories)
+def _defects(config: Config, transform: str, mode: str) -> Iterator[tuple[Any, ...]]:
+    """Each documented defect ``config`` runs into under ``transform`` in ``mode``, with the finding
+    categories it gives (as ``conform`` ran them on TF 2.21 / Keras 3.15: ``tests/test_conform*.py``) and,
+    where it shows at some input families only, those: the arguments of :class:`KnownDefect`. A vmap cell
+    runs in graph mode whatever the mode (``tf.vectorized_map`` traces)."""
+    traced = mode != "eager" or transform == "vmap"
+    if transform != "vjp" and config.op == "max_pool2d" and not isinstance(config.kwargs.get("padding", "VALID"), str):
+        yield ("tf.nn.max_pool2d with explicit padding has no second derivative: MaxPoolGradGrad rejects "
+               "padding 'EXPLICIT' (ForwardAccumulator's JVP and nested tapes raise)", ("bad_output",))
+    if transform in ("jvp", "vmap") and config.op == "pool" and max(config.kwargs.get("dilations") or (1,)) > 1:
+        yield ("tf.nn.pool with dilations > 1: each ForwardAccumulator JVP is right alone, but after 33 of "
+               "them at other shapes in one process the next raises ('block_shape must have known size': the "
+               "retraced gradient tape's SpaceToBatchND / BatchToSpaceND)", ("bad_output",))
+    yield from _graph_defects(config, transform, traced)
+    if not traced:
+        yield from _eager_defects(config, transform)
+    if transform in ("vjp", "vmap") and _windowed_3d(config) and _is_max(config):
+        yield ("TensorFlow's MaxPool3DGrad sends the whole upstream gradient to every tied maximum, eagerly, in a "
+               "tf.function and under tf.vectorized_map (any Clarke subgradient sums to 1; max_pool3d of ones "
+               "(1, 2, 3, 3, 1), window 1x2x2, stride 1: the centre cells get 4)", ("tie_not_subgradient",))
+    if config.op == "fractional_max_pool":
+        yield ("tf.nn.fractional_max_pool starts each window's maximum at the dtype's lowest finite value: a window "
+               "of -inf (or NaN) only is -1.8e308 in float64, not -inf; and its gradient recomputes the forward and "
+               "compares it with the output, which fails wherever the output holds NaN (FractionalMaxPoolGrad raises "
+               "'tensor_out_dup is not the same as tensor_out')", ("forward_values", "bad_output", "wrong_cells",
+                                                                   "missing_windows", "partial_windows"), ("nonfinite",))
+        return
+    if _is_max(config):
+        yield ("TensorFlow's max pooling ignores NaN in its forward ([nan, 1, 2] -> 2), gives -max for a window of "
+               "-inf only, and its backward sends some NaN windows' gradient to the NaN cell, against its own "
+               "forward (symjac's nonfinite family; tests/test_nonfinite_frameworks.py)",
+               ("forward_values", "wrong_cells", "tie_not_subgradient", "partial_windows", "missing_windows",
+                "bad_output"), ("nonfinite",))
+
+
+def known_defect(config: Config, transform: str = "vjp", mode: str = "eager") -> KnownDefect | None:
+    """The known TensorFlow/Keras defects ``config`` runs into under ``transform`` (``conform --transforms``)
+    in ``mode`` (``"eager"`` or ``"tf.function"``; symjac reports them): their texts and the union of their
+    categories, or None."""
+    return combine([KnownDefect(*found) for found in _defects(config, transform, mode)])
 
 
 # ------------------------------------------------------------------ configurations
@@ -272,15 +343,31 @@ def _pool_family(mode: str, rank: int) -> Callable[[np.random.Generator], Config
     return draw
 
 
+def _fractional_family(rng: np.random.Generator) -> Config | None:
+    shape = (1, int(rng.integers(4, 12)), int(rng.integers(4, 12)), int(rng.integers(1, 3)))
+    ratio = [1.0, float(rng.choice([1.25, 1.44, 1.5, 1.73, 2.0])), float(rng.choice([1.25, 1.41, 1.5, 1.73, 2.0])), 1.0]
+    pseudo, overlapping = bool(rng.random() < 0.5), bool(rng.random() < 0.5)
+    kwargs = {"input_shape": shape, "pooling_ratio": ratio, "pseudo_random": pseudo, "overlapping": overlapping,
+              "seed": int(rng.integers(1, 1000))}
+    return Config("fractional_max_pool", kwargs, shape, label("tf.nn.fractional_max_pool", r=tuple(ratio[1:3]),
+                                                              pseudo=pseudo, overlapping=overlapping))
+
+
+#: fractional max pooling's configurations per grid configuration (after the others: their draws stay).
+FRACTIONAL_SHARE = 6
+
+
 def configurations(grid: str = "small") -> Iterator[Config]:
     """TensorFlow/Keras pools over 1/2/3-D (channels_last): ``tf.nn`` max/avg (VALID, SAME, explicit),
-    ``tf.nn.pool`` (dilations), Keras pooling, global and adaptive layers, ``keras.ops`` pools.
-    Seeded and deterministic; ``"full"`` is twice the common size, since a sixth of the configurations
-    are 3-D pools TF has no float64 kernel for."""
+    ``tf.nn.pool`` (dilations), Keras pooling, global and adaptive layers, ``keras.ops`` pools, then
+    ``tf.nn.fractional_max_pool`` (pseudo-random or random, overlapping or not, seeded). Seeded and
+    deterministic; ``"full"`` is twice the common size, since a sixth of the configurations are 3-D
+    pools TF has no float64 kernel for."""
     families = []
     for make_family in (_nn_family, _pool_family, *_KERAS_FAMILIES):
         families += [make_family(m, r) for m in ("max", "avg") for r in (1, 2, 3)]
     yield from generate(grid, families, make, scale=2 if grid == "full" else 1)
+    yield from itertools.islice(generate(grid, [_fractional_family], make, seed=11), grid_size(grid) // FRACTIONAL_SHARE)
 
 
 # ------------------------------------------------------------------ losses (tf.nn, keras.losses)

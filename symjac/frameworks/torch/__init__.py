@@ -18,6 +18,9 @@ PyTorch                      symjac
                              ``"exclude_pad"``
 ``divisor_override=n``       ``divisor=n``
 ``adaptive_*(output_size)``  ``AdaptivePool(mode, output_size)``
+``fractional_max_pool*d``    ``FractionalMaxPool(kernel, output_size, samples=)``:
+(``_random_samples`` given)  every plane the spec's samples, in torch's order
+                             (2-D: W, H; 3-D: T, H, W)
 ===========================  ===================================================
 """
 
@@ -33,11 +36,20 @@ from typing import Any
 import numpy as np
 
 from symjac.frameworks._check import torch_check as check  # noqa: F401 - symjac.frameworks.torch.check
-from symjac.frameworks.torch._arrays import to_numpy as to_numpy, to_torch as to_torch
-from symjac.frameworks._adapter import Config, Impl, KnownDefect, Unsupported, call_text, generate, grid_size, label, make as _make, require
-from symjac.pool._spec import AdaptivePool, Pool
+from symjac.frameworks.torch._arrays import ints, to_numpy as to_numpy, to_torch as to_torch
+from symjac.frameworks.torch._autodiff import FRAMEWORK, autodiff as _autodiff, lacks as _lacks
+from symjac.frameworks.torch._compiled import COMPILE, with_compiled
+from symjac.frameworks._adapter import Config, Impl, KnownDefect, Unsupported, combine, call_text, generate, grid_size, label, make as _make, require
+from symjac.frameworks.torch._fractional import float_starts_differ, fractional_max_pool as _fractional_max_pool
+from symjac.pool._spec import AdaptivePool, FractionalMaxPool, Pool
+from symjac.frameworks.torch import _unpool
+from symjac.frameworks.torch._unpool import max_unpool1d as max_unpool1d, max_unpool2d as max_unpool2d
+from symjac.frameworks.torch._unpool import max_unpool3d as max_unpool3d
 
-FRAMEWORK = "torch"
+#: The compiled mode ``conform --modes compiled`` checks (``Impl.modes``' key). Not by default:
+#: Inductor compiles for seconds per shape and transform (docs/case-conform.md measures it).
+COMPILED_MODE = COMPILE
+COMPILED_BY_DEFAULT = False
 
 
 def _torch() -> Any:
@@ -89,8 +101,11 @@ def wrap(fn: Any, *, name: str | None = None, **kwargs: Any) -> Impl:
       **kwargs: further arguments of every call, ``fn(x, **kwargs)``.
 
     Returns:
-      ``Impl`` whose ``backward(x, dy)`` is ``torch.autograd.grad(fn(x), x, dy)``; an input the
-      output does not depend on gets zeros.
+      ``Impl`` whose ``backward(x, dy)`` is ``torch.autograd.grad(fn(x), x, dy)`` (zeros for an input
+      the output does not depend on), with torch's forward mode, double backward and batching rule
+      (:func:`symjac.frameworks.torch._autodiff.autodiff`); a ``torch.autograd.Function``'s that the
+      class lacks are None (``_autodiff.lacks``). ``modes["torch.compile"]`` runs each callable
+      compiled (``symjac.frameworks.torch._compiled``; nothing compiles until it is called).
     """
     torch = _torch()
     call = _callable(fn, kwargs)
@@ -107,8 +122,11 @@ def wrap(fn: Any, *, name: str | None = None, **kwargs: Any) -> Impl:
             (dx,) = torch.autograd.grad(y, t, to_torch(dy), allow_unused=True)
         return to_numpy(dx if dx is not None else torch.zeros_like(t))
 
-    return Impl(forward, backward, FRAMEWORK, name or _name(fn), dict(kwargs), _reproducer(_target(fn), kwargs, _name(fn)),
-                *_autodiff(call))
+    lacks = _lacks(fn)
+    jvp, double_backward, vmap = _autodiff(call, lacks)
+    impl = Impl(forward, backward, FRAMEWORK, name or _name(fn), dict(kwargs), _reproducer(_target(fn), kwargs, _name(fn)),
+                jvp=jvp, double_backward=double_backward, vmap=vmap, missing=lacks)
+    return with_compiled(impl, call)  # (issue 34, compiled modes) modes['torch.compile'] beside it
 
 
 def adapt(obj: Any) -> Impl | None:
@@ -119,71 +137,13 @@ def adapt(obj: Any) -> Impl | None:
     return wrap(obj) if isinstance(obj, type) and issubclass(obj, function) else None
 
 
-def _first(y: Any) -> Any:
-    return y[0] if isinstance(y, (tuple, list)) else y
-
-
-def _zeros_if_none(grad: Any, like: Any) -> np.ndarray:
-    torch = _torch()
-    return to_numpy(grad if grad is not None else torch.zeros_like(like))
-
-
-def _autodiff(call: Callable[[Any], Any]) -> tuple[Any, Any, Impl]:
-    """The forward-mode, second-order and batched transforms of ``call``, through torch's own
-    autodiff: forward AD (dual numbers, which a custom ``autograd.Function``'s ``jvp`` serves),
-    ``autograd.grad(create_graph=True)`` differentiated again, and ``torch.func.vmap``."""
-    torch = _torch()
-
-    def jvp(x: np.ndarray, t: np.ndarray) -> np.ndarray:
-        forward_ad: Any = torch.autograd.forward_ad
-
-        with forward_ad.dual_level():
-            y = _first(call(forward_ad.make_dual(to_torch(x), to_torch(t))))
-            primal, tangent = forward_ad.unpack_dual(y)
-        return _zeros_if_none(tangent, primal)
-
-    def double_backward(x: np.ndarray, dy: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        xt, g = to_torch(x).requires_grad_(True), to_torch(dy).requires_grad_(True)
-        with torch.enable_grad():
-            (dx,) = torch.autograd.grad(_first(call(xt)), xt, g, create_graph=True)
-            ddx, ddy = torch.autograd.grad(dx, (xt, g), to_torch(v), allow_unused=True)
-        return _zeros_if_none(ddx, xt), _zeros_if_none(ddy, g)
-
-    def f(t: Any) -> Any:
-        return _first(call(t))
-
-    def batched(make: Callable[[], Callable[..., Any]]) -> Callable[..., np.ndarray]:
-        def run(*arrays: np.ndarray) -> np.ndarray:
-            try:
-                out = make()(*(to_torch(a) for a in arrays))
-            except RuntimeError as exc:  # a custom Function without functorch support: not vmappable
-                if "vmap" in str(exc) and ("setup_context" in str(exc) or "generate_vmap_rule" in str(exc)):
-                    raise Unsupported(f"torch.func.vmap: {exc}") from None
-                raise
-            return to_numpy(out)
-
-        return run
-
-    from torch import func
-
-    vmapped = Impl(batched(lambda: func.vmap(f)),
-                   batched(lambda: func.vmap(lambda x, g: func.vjp(f, x)[1](g)[0])), FRAMEWORK, "vmap",
-                   jvp=batched(lambda: func.vmap(lambda x, t: func.jvp(f, (x,), (t,))[1])))
-    return jvp, double_backward, vmapped
-
-
 # ------------------------------------------------------------------ ready-made ops
 
 
 def _dims(value: Any, rank: int, field: str) -> tuple[int, ...]:
-    if isinstance(value, (tuple, list)):
-        if len(value) == 1 and rank > 1:
-            value = value[0]
-        else:
-            if len(value) != rank:
-                raise Unsupported(f"{field}={value!r}: torch's {rank}-D pools take an int or {rank} ints")
-            return tuple(int(v) for v in value)
-    return (int(value),) * rank
+    if isinstance(value, (tuple, list)) and len(value) == 1 and rank > 1:
+        return (int(value[0]),) * rank  # torch's pools repeat a one-element size
+    return ints(value, rank, field, f"torch's {rank}-D pools take")
 
 
 def _functional(op: str, spec: Any, kwargs: dict[str, Any]) -> tuple[Any, Impl]:
@@ -324,6 +284,18 @@ def adaptive_max_pool3d(output_size: Any, return_indices: bool = False) -> tuple
     return _adaptive("max", 3, output_size, {"return_indices": return_indices})
 
 
+def fractional_max_pool2d(kernel_size: Any, output_size: Any, samples: Any = None) -> tuple[FractionalMaxPool, Impl]:
+    """``torch.nn.functional.fractional_max_pool2d`` with ``_random_samples`` given (``samples``: per
+    spatial axis H, W; None: the spec's defaults) and its spec."""
+    return _fractional_max_pool(2, kernel_size, output_size, samples, wrap)
+
+
+def fractional_max_pool3d(kernel_size: Any, output_size: Any, samples: Any = None) -> tuple[FractionalMaxPool, Impl]:
+    """``torch.nn.functional.fractional_max_pool3d`` with ``_random_samples`` given (``samples``: per
+    spatial axis D, H, W) and its spec."""
+    return _fractional_max_pool(3, kernel_size, output_size, samples, wrap)
+
+
 def _overhangs(config: Config) -> bool:
     """An lp_pool with ceil_mode whose last window overhangs the input along some axis."""
     kw = config.kwargs
@@ -334,7 +306,13 @@ def _overhangs(config: Config) -> bool:
 
 
 def limitation(config: Config, dtype: Any) -> str | None:
-    """Why symjac cannot check ``config`` as PyTorch computes it: an lp_pool whose ceil_mode window overhangs."""
+    """Why symjac cannot check ``config`` as PyTorch computes it: an lp_pool whose ceil_mode window overhangs;
+    a fractional_max_pool whose window starts PyTorch, computing them in ``dtype``, places elsewhere."""
+    if config.op.startswith("fractional_max_pool") and config.input_shape:
+        spec = make(config)[0]
+        if float_starts_differ(spec, tuple(config.input_shape[2:]), dtype):
+            return (f"{config.op}: PyTorch computes the window starts floor((i + u)·α) in {dtype}, and at "
+                    f"{tuple(config.input_shape)} a rounded product falls below the integer the exact start is")
     if config.op.startswith("lp_pool") and config.kwargs.get("ceil_mode") and _overhangs(config):
         return ("lp_pool with ceil_mode: PyTorch's overhanging last window is avg_pool's mean over its valid cells "
                 "times the kernel's size, (k/valid · Σ x^p)^(1/p), which is no lp norm symjac's spec has")
@@ -344,19 +322,26 @@ def limitation(config: Config, dtype: Any) -> str | None:
 def known_defect(config: Config, transform: str = "vjp") -> KnownDefect | None:
     """A known PyTorch defect ``config`` runs into under ``transform``, with the categories its findings have
     (torch 2.13; ``tests/test_frameworks_torch_lp.py`` reproduces each from a closed form), or None."""
+    if config.op.startswith("max_unpool"):
+        return _unpool.known_defect(config, transform)
     if not config.op.startswith("lp_pool"):
         return None
+    overflow = KnownDefect(
+        "lp_pool forms Σ x^p before the root, unscaled: where x^p passes the dtype's range (float32 cells of 2^65 "
+        "and 2^64: inf; the exact y is 2^64·√5 = 4.1e19) the forward is inf and the gradient 0 or NaN "
+        "(symjac's extreme family; tests/test_extreme.py)", ("bad_output", "missing_windows"), ("extreme",))
     if float(config.kwargs["norm_type"]) == 1:
         return KnownDefect(
             "lp_pool with norm_type=1 is the window's sum Σx (linear: every cell's derivative is 1), but where "
             "that sum is 0 PyTorch's gradient, forward-AD JVP and double backward's J·v are 0: its "
             "sign(S)·relu(|S|) has derivative 0 at S = 0", ("missing_windows", "not_fd_consistent"))
     if transform != "vjp":
-        return KnownDefect(
+        return combine([KnownDefect(
             "lp_pool (norm_type >= 2) at an all-zero window: the backward's row is 0 (PyTorch's documented "
             "convention), but the forward-AD JVP and the double backward's ddy = J·v are NaN there "
-            "(0·(1/p)·0^(1/p - 1) = 0·inf in (S)^(1/p)'s derivative)", ("bad_output",))
-    return None
+            "(0·(1/p)·0^(1/p - 1) = 0·inf in (S)^(1/p)'s derivative)", ("bad_output", "missing_windows")),
+            overflow])
+    return overflow
 
 
 def make(config: Config) -> tuple[Any, Impl]:
@@ -426,20 +411,42 @@ def _lp_family(rank: int) -> Callable[[np.random.Generator], Config | None]:
     return draw
 
 
+def _fractional_family(rank: int) -> Callable[[np.random.Generator], Config | None]:
+    def draw(rng: np.random.Generator) -> Config | None:
+        shape = (1, int(rng.integers(1, 3))) + tuple(int(v) for v in rng.integers(4, 10 if rank == 2 else 7, rank))
+        k = tuple(int(rng.integers(1, 4)) for _ in range(rank))
+        # PyTorch: o + k - 1 <= L in 2-D, o + k - 1 < L in 3-D (its fractional_max_pool3d refuses equality)
+        top = [n - kk + (1 if rank == 2 else 0) for n, kk in zip(shape[2:], k)]
+        if min(top) < 1:
+            return None
+        out = tuple(int(rng.integers(1, t + 1)) for t in top)
+        samples = tuple(f"{int(rng.integers(0, 8))}/8" for _ in range(rank))
+        op = f"fractional_max_pool{rank}d"
+        return Config(op, {"kernel_size": k, "output_size": out, "samples": samples}, shape,
+                      label(op, k=k, o=out, u="x".join(samples)))
+
+    return draw
+
+
 #: lp configurations per grid configuration (after the others: their seeded draws stay as they were).
 LP_SHARE = 6
+#: fractional max pooling's likewise (after lp's).
+FRACTIONAL_SHARE = 6
 
 
 def configurations(grid: str = "small") -> Iterator[Config]:
     """PyTorch's pools over 1/2/3-D: max (dilation, ceil), avg (ceil, include/exclude pad, divisor_override),
-    adaptive max/avg, then lp_pool1d/2d (p = 1 to 4, ceil_mode). Seeded and deterministic; ``"small"`` a few
-    dozen, ``"full"`` hundreds."""
+    adaptive max/avg, then lp_pool1d/2d (p = 1 to 4, ceil_mode), then fractional_max_pool2d/3d (samples in
+    eighths), then max_unpool1d/2d/3d. Seeded and deterministic; ``"small"`` a few dozen, ``"full"`` hundreds."""
     families = [_pool_family(m, r) for m in ("max", "avg") for r in (1, 2, 3)]
     families += [_adaptive_family(m, r) for m in ("max", "avg") for r in (1, 2, 3)]
     families = families[:6] * 2 + families[6:]  # fixed-window pools twice as often as adaptive ones
     yield from generate(grid, families, make)
     yield from itertools.islice(generate(grid, [_lp_family(1), _lp_family(2)], make, seed=10),
                                 grid_size(grid) // LP_SHARE)
+    yield from itertools.islice(generate(grid, [_fractional_family(2), _fractional_family(3)], make, seed=11),
+                                grid_size(grid) // FRACTIONAL_SHARE)
+    yield from _unpool.unpool_configurations(grid)
 
 
 # ------------------------------------------------------------------ losses (torch.nn.functional)
@@ -448,13 +455,21 @@ from symjac.frameworks.torch._losses import (  # noqa: E402 - the losses are the
     binary_cross_entropy as binary_cross_entropy,
     binary_cross_entropy_with_logits as binary_cross_entropy_with_logits,
     cross_entropy as cross_entropy,
+    gaussian_nll_loss as gaussian_nll_loss,
     huber_loss as huber_loss,
     kl_div as kl_div,
     known_loss_defect as known_loss_defect,
     l1_loss as l1_loss,
     loss_configurations as loss_configurations,
     loss_impl as loss_impl,
+    nll_loss as nll_loss,
+    poisson_nll_loss as poisson_nll_loss,
     make_loss as make_loss,
     mse_loss as mse_loss,
     smooth_l1_loss as smooth_l1_loss,
+    hinge_embedding_loss as hinge_embedding_loss,
+    soft_margin_loss as soft_margin_loss,
+    multilabel_soft_margin_loss as multilabel_soft_margin_loss,
+    multi_margin_loss as multi_margin_loss,
+    multilabel_margin_loss as multilabel_margin_loss,
 )

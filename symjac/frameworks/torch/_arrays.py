@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from symjac.frameworks._adapter import require
+from symjac.frameworks._adapter import Unsupported, require
 
 
 def _torch() -> Any:
@@ -35,3 +35,13 @@ def to_numpy(t: Any) -> np.ndarray:
         out: np.ndarray = t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
         return out
     return np.array(t.numpy(), copy=True)
+
+
+def ints(value: Any, rank: int, field: str, who: str) -> tuple[int, ...]:
+    """A torch size argument (an int, or ``rank`` ints) as ``rank`` ints; another length is
+    :class:`Unsupported`, naming ``field`` and ``who`` takes it (``"torch's max_unpool2d takes"``)."""
+    if isinstance(value, (tuple, list)):
+        if len(value) != rank:
+            raise Unsupported(f"{field}={value!r}: {who} an int or {rank} ints")
+        return tuple(int(v) for v in value)
+    return (int(value),) * rank

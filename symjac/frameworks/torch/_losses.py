@@ -19,12 +19,22 @@ PyTorch                                         symjac
                                                 weight, label_smoothing, ignore_index)``
 ``cross_entropy`` (probability target)          ``labels="probabilities"``
 ``kl_div(input=log Q, log_target)``             ``Loss("kld", log_input=True, log_target)``
+``nll_loss(weight, ignore_index)``              ``Loss("nll", weight, ignore_index)``
+``poisson_nll_loss(log_input, full, eps)``      ``Loss("poisson_nll", log_input, full, eps)``
+``gaussian_nll_loss(input, target, var,``       ``Loss("gaussian_nll", full, eps)``: pred
+``full, eps)``                                  ``[..., 0]`` the input, ``[..., 1]`` var
+``hinge_embedding_loss(margin)``                ``Loss("hinge_embedding", margin)``
+``soft_margin_loss``                            ``Loss("soft_margin")``
+``multilabel_soft_margin_loss(weight)``         ``Loss("multilabel_soft_margin", weight)``
+``multi_margin_loss(p, margin, weight)``        ``Loss("multi_margin", p, margin, weight)`` (no hvp)
+``multilabel_margin_loss``                      ``Loss("multilabel_margin")`` (no hvp)
 ==============================================  ===========================================
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -32,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from symjac.frameworks._adapter import KnownDefect, require
+from symjac.frameworks._adapter import KnownDefect, grid_size, require
 from symjac.frameworks.torch._arrays import to_numpy, to_torch
 from symjac.frameworks._loss_grid import LossConfig, dyadic, generate_losses, probabilities, upstream_for
 from symjac.loss._spec import Loss
@@ -184,6 +194,70 @@ def kl_div(reduction: str = "mean", log_target: bool = False, *, scale: Any = 1)
     return spec, loss_impl(lambda p, y: _F().kl_div(p, y, reduction=reduction, log_target=log_target), spec)
 
 
+def nll_loss(weight: Sequence[float] | None = None, ignore_index: int = -100, reduction: str = "mean", *,
+             scale: Any = 1) -> tuple[Loss, LossImpl]:
+    """``F.nll_loss`` (log-probabilities over the last axis of a (N, C) input, class indices) and its spec."""
+    spec = _spec("nll", reduction, weight=weight, ignore_index=ignore_index, scale=scale)
+    return spec, loss_impl(lambda p, y: _F().nll_loss(p, y, weight=_per_class(weight, p.dtype),
+                                                      ignore_index=ignore_index, reduction=reduction), spec)
+
+
+def poisson_nll_loss(log_input: bool = True, full: bool = False, eps: float = 1e-8, reduction: str = "mean", *,
+                     scale: Any = 1) -> tuple[Loss, LossImpl]:
+    """``F.poisson_nll_loss`` and its spec ``Loss("poisson_nll", log_input, full, eps)``."""
+    spec = _spec("poisson_nll", reduction, log_input=log_input, full=full, eps=eps, scale=scale)
+    return spec, loss_impl(lambda p, y: _F().poisson_nll_loss(p, y, log_input=log_input, full=full, eps=eps,
+                                                              reduction=reduction), spec)
+
+
+def gaussian_nll_loss(full: bool = False, eps: float = 1e-6, reduction: str = "mean", *,
+                      scale: Any = 1) -> tuple[Loss, LossImpl]:
+    """``F.gaussian_nll_loss(input, target, var)`` with pred's last axis the pair (input, var) and the
+    label's (target, 0), and its spec ``Loss("gaussian_nll", full, eps)``: the derivative with respect
+    to var is pred's second entry's."""
+    spec = _spec("gaussian_nll", reduction, full=full, eps=eps, scale=scale)
+    return spec, loss_impl(lambda p, y: _F().gaussian_nll_loss(p[..., 0], y[..., 0], p[..., 1], full=full, eps=eps,
+                                                               reduction=reduction), spec)
+def hinge_embedding_loss(margin: float = 1.0, reduction: str = "mean", *, scale: Any = 1) -> tuple[Loss, LossImpl]:
+    """``F.hinge_embedding_loss`` (labels ±1) and its spec ``Loss("hinge_embedding", margin=margin)``."""
+    spec = _spec("hinge_embedding", reduction, margin=margin, scale=scale)
+    return spec, loss_impl(lambda p, y: _F().hinge_embedding_loss(p, y, margin=margin, reduction=reduction), spec)
+
+
+def soft_margin_loss(reduction: str = "mean", *, scale: Any = 1) -> tuple[Loss, LossImpl]:
+    """``F.soft_margin_loss`` (labels ±1) and its spec ``Loss("soft_margin")``. PyTorch evaluates
+    log(1 + exp(-y·x)) as written: inf where -y·x is beyond the dtype's log of its largest value."""
+    spec = _spec("soft_margin", reduction, scale=scale)
+    return spec, loss_impl(lambda p, y: _F().soft_margin_loss(p, y, reduction=reduction), spec)
+
+
+def multilabel_soft_margin_loss(weight: Sequence[float] | None = None, reduction: str = "mean", *,
+                                scale: Any = 1) -> tuple[Loss, LossImpl]:
+    """``F.multilabel_soft_margin_loss`` ((N, C) logits, labels in [0, 1]) and its spec ``Loss("multilabel_soft_margin")``."""
+    spec = _spec("multilabel_soft_margin", reduction, weight=weight, scale=scale)
+    return spec, loss_impl(lambda p, y: _F().multilabel_soft_margin_loss(
+        p, y, weight=_per_class(weight, p.dtype), reduction=reduction), spec)
+
+
+def multi_margin_loss(p: int = 1, margin: float = 1.0, weight: Sequence[float] | None = None,
+                      reduction: str = "mean", *, scale: Any = 1) -> tuple[Loss, LossImpl]:
+    """``F.multi_margin_loss`` ((N, C) logits, one class index per row) and its spec ``Loss("multi_margin")``.
+    No hvp: PyTorch has no double backward of it ("derivative for aten::multi_margin_loss_backward is
+    not implemented")."""
+    spec = _spec("multi_margin", reduction, p=p, margin=margin, weight=weight, scale=scale)
+    impl = loss_impl(lambda z, y: _F().multi_margin_loss(z, y, p=p, margin=margin, weight=_per_class(weight, z.dtype),
+                                                         reduction=reduction), spec)
+    return spec, dataclasses.replace(impl, hvp=None)
+
+
+def multilabel_margin_loss(reduction: str = "mean", *, scale: Any = 1) -> tuple[Loss, LossImpl]:
+    """``F.multilabel_margin_loss`` ((N, C) logits, rows of class indices ended by -1) and its spec
+    ``Loss("multilabel_margin")``. No hvp: PyTorch has no double backward of it."""
+    spec = _spec("multilabel_margin", reduction, scale=scale)
+    impl = loss_impl(lambda z, y: _F().multilabel_margin_loss(z, y, reduction=reduction), spec)
+    return spec, dataclasses.replace(impl, hvp=None)
+
+
 def known_loss_defect(config: LossConfig, dtype: Any, transform: str) -> KnownDefect | None:
     """A known PyTorch defect a loss configuration runs into in ``dtype`` under ``transform``
     (``"derivative"`` or ``"hvp"``), or None."""
@@ -213,6 +287,10 @@ _DOUBLE_BACKWARD = (
     "hvp = torch.autograd.grad(g, p, torch.tensor(v))[0].numpy() if g.requires_grad else 0 * pred\n")
 
 
+#: The operands of an op whose pred is not PyTorch's one input (gaussian_nll_loss: the (input, var) pairs).
+_OPERANDS = {"gaussian_nll_loss": "p[..., 0], y[..., 0], p[..., 1]"}
+
+
 def _reproducer(op: str, kwargs: Any) -> str:
     args = []
     for key, value in kwargs.items():
@@ -222,7 +300,7 @@ def _reproducer(op: str, kwargs: Any) -> str:
             args.append(f"{key}=torch.tensor({list(value)!r}, dtype=p.dtype)")
         else:
             args.append(f"{key}={value!r}")
-    call = ", ".join(["p", "y", *args])
+    call = ", ".join([_OPERANDS.get(op, "p, y"), *args])
     return f"import torch\n\n\ndef loss(p, y):\n    return torch.nn.functional.{op}({call})\n\n\n" + _DOUBLE_BACKWARD
 
 
@@ -269,6 +347,10 @@ def _draw(rng: np.random.Generator, op: str) -> LossConfig:
             kwargs["target"] = "probabilities"
             target = probabilities(rng, shape)
         shape = (n,)
+    elif op in _LIKELIHOOD:
+        pred, target, shape = _LIKELIHOOD[op](rng, kwargs, shape, weights)
+    elif op in MARGIN_OPS:
+        pred, target, shape = _draw_margin(rng, op, kwargs, n, c, weights)
     else:  # kl_div: log Q input
         log_target = bool(rng.random() < 0.4)
         kwargs["log_target"] = log_target
@@ -278,14 +360,85 @@ def _draw(rng: np.random.Generator, op: str) -> LossConfig:
     return LossConfig(op, kwargs, pred, target, upstream_for(rng, reduction, shape), " ".join(words))
 
 
+def _nll_draw(rng: np.random.Generator, kwargs: dict[str, Any], shape: tuple[int, ...],
+              weights: Callable[[float, float], tuple[float, ...] | None]) -> tuple[np.ndarray, np.ndarray,
+                                                                                    tuple[int, ...]]:
+    # log-probabilities (any real numbers to nll_loss), a class per row, at times an ignored row
+    n, c = shape
+    kwargs["weight"] = weights(0.25, 3)
+    target = rng.integers(0, c, n)
+    if n > 1 and rng.random() < 0.4:
+        target[int(rng.integers(0, n))] = -100
+    return dyadic(rng, -5, 0, shape), target, (n,)
+
+
+def _poisson_draw(rng: np.random.Generator, kwargs: dict[str, Any], shape: tuple[int, ...],
+                  weights: Any) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+    # log-rates, or rates >= 1/64 (log(z + eps) defined); counts on both sides of the Stirling mask y > 1
+    log_input = bool(rng.random() < 0.6)
+    kwargs.update(log_input=log_input, full=bool(rng.random() < 0.5))
+    pred = dyadic(rng, -3, 2, shape) if log_input else dyadic(rng, 1 / 64, 4, shape)
+    return pred, rng.choice([0.0, 0.5, 1.0, 2.0, 3.5, 6.0], shape), shape
+
+
+def _gaussian_draw(rng: np.random.Generator, kwargs: dict[str, Any], shape: tuple[int, ...],
+                   weights: Any) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+    # (input, var) pairs along a last axis, var from 1/8 (above eps: the clamp does not bind); label (target, 0)
+    kwargs["full"] = bool(rng.random() < 0.5)
+    mean, var, target = dyadic(rng, -3, 3, shape), dyadic(rng, 1 / 8, 4, shape), dyadic(rng, -3, 3, shape)
+    return np.stack([mean, var], axis=-1), np.stack([target, np.zeros(shape)], axis=-1), shape
+
+
+_LIKELIHOOD = {"nll_loss": _nll_draw, "poisson_nll_loss": _poisson_draw, "gaussian_nll_loss": _gaussian_draw}
+
+def _draw_margin(rng: np.random.Generator, op: str, kwargs: dict[str, Any], n: int, c: int,
+                 weights: Callable[[float, float], tuple[float, ...] | None]) -> tuple[Any, Any, tuple[int, ...]]:
+    """The margin family's inputs (issue 32), some on a hinge's kink on purpose: (pred, target, element shape)."""
+    if op in ("hinge_embedding_loss", "soft_margin_loss"):
+        pred, target = dyadic(rng, -3, 3, (n, c)), rng.choice([-1.0, 1.0], (n, c))
+        if op == "hinge_embedding_loss":
+            kwargs["margin"] = margin = float(rng.choice([1.0, 0.5, 2.0]))
+            pred[(target == -1) & (rng.random((n, c)) < 0.3)] = margin  # z = margin at y = -1: the kink
+        return pred, target, (n, c)
+    pred = dyadic(rng, -3, 3, (n, c))
+    if op == "multilabel_soft_margin_loss":
+        kwargs["weight"] = weights(0.25, 2)
+        return pred, rng.choice([0.0, 1.0], (n, c)), (n,)
+    if op == "multi_margin_loss":
+        kwargs.update(p=int(rng.choice([1, 2])), margin=float(rng.choice([1.0, 0.5])), weight=weights(0.25, 2))
+        target = rng.integers(0, c, n)
+        r = int(rng.integers(0, n))
+        pred[r, (target[r] + 1) % c] = pred[r, target[r]] - kwargs["margin"]  # a hinge at its kink
+        return pred, target, (n,)
+    target = np.full((n, c), -1)  # multilabel_margin_loss: each row's targets, then -1
+    for r in range(n):
+        k = int(rng.integers(0, c + 1))
+        target[r, :k] = rng.permutation(c)[:k]
+    return pred, target, (n,)
+
+
+#: The margin family's ops (issue 32), drawn by :func:`_draw_margin`.
+MARGIN_OPS = ("hinge_embedding_loss", "soft_margin_loss", "multilabel_soft_margin_loss", "multi_margin_loss",
+              "multilabel_margin_loss")
 OPS = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
        "binary_cross_entropy_with_logits", "cross_entropy", "cross_entropy", "kl_div")
+#: The likelihood losses: a stream of their own after OPS' (a third of the grid's size, seeded apart), so
+#: the configurations above keep their indices and draws.
+LIKELIHOOD_OPS = tuple(_LIKELIHOOD)
 
 
 def loss_configurations(grid: str = "small") -> Iterator[LossConfig]:
     """``torch.nn.functional`` losses over reductions, weights, pos_weight, label smoothing,
-    ignore_index, both cross-entropy target forms and kl_div's log_target; seeded."""
+    ignore_index, both cross-entropy target forms, kl_div's log_target; then nll_loss, and
+    poisson_nll_loss's and gaussian_nll_loss's log_input and full; then the margin family
+    (issue 32: hinge_embedding, soft_margin, multilabel_soft_margin, multi_margin, multilabel_margin,
+    some inputs on a hinge's kink); seeded."""
     yield from generate_losses(grid, [_drawer(op) for op in OPS])
+    # each family after them (a third as many, seeded apart): the configurations above keep their numbers
+    yield from itertools.islice(generate_losses(grid, [_drawer(op) for op in LIKELIHOOD_OPS], seed=32),
+                                grid_size(grid) // 3)
+    yield from itertools.islice(generate_losses(grid, [_drawer(op) for op in MARGIN_OPS], seed=32),
+                                grid_size(grid) // 3)
 
 
 def _drawer(op: str) -> Callable[[np.random.Generator], LossConfig]:

@@ -8,7 +8,7 @@ runtime already runs with its backend-test runner::
         model.onnx                  one node, Y = Op(X, attributes), opset OPSET
         data.json                   {"atol": the largest rounding bound of Y in the dtype, "rtol": 0}
         test_data_set_0/
-            input_0.pb              X: the case's input (exact in every dtype)
+            input_0.pb              X: the case's input as the dtype holds it (symjac.io.golden._held)
             output_0.pb             Y: symjac's exact forward, correctly rounded to the dtype
 
 ``onnx.backend.test.loader.load_model_tests(data_dir=OUT, kind="onnx")`` lists them, and a
@@ -32,8 +32,8 @@ symjac                          ONNX
 
 lp pooling's values are algebraic (``(Σ x^p)^(1/p)``), not rational, so the other golden
 formats refuse it (their files hold exact fractions). ``--format onnx`` alone exports it: X is
-the case's input rounded to the dtype, Y the exact lp forward *of that X* rounded correctly to
-the dtype (:func:`symjac.pool._lp.round_array`), and ``atol`` the operator's ``forward_bound``
+the case's input as the dtype holds it (generated in it, or rounded to it), Y the exact lp
+forward *of that X* rounded correctly to the dtype (:func:`symjac.pool._lp.round_array`), and ``atol`` the operator's ``forward_bound``
 in the dtype plus half an ULP of Y (Y's own rounding). A run that also asks for json, npz or bin
 refuses the case as before (no format is silently left out of a run that asked for it). ONNX's
 LpPool computes ``(Σ |x|^p)^(1/p)``: for odd p with a negative input in the case that is another
@@ -195,7 +195,8 @@ def write_onnx_algebraic(case: Any, dtypes: list[str], out: Path, stem: str) -> 
     written: list[Path] = []
     for dt in _onnx_dtypes(case, dtypes):
         dtype = float_dtype(dt)
-        x = round_array(np.asarray(x_exact, dtype=object), dtype)
+        # the input as the dtype holds it (generated in it, or rounded to it), exactly
+        x = round_array(np.asarray(pool_input(case, dtype=dt)[1], dtype=object), dtype)
         exact = ExactArray.from_any(x)
         y = round_array(rules.forward(geometry, exact), dtype)
         _, tol, _ = rules.forward_bound(geometry, x, lambda e=exact: e, dtype, unit_roundoff(dt))

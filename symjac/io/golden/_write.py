@@ -25,12 +25,10 @@ timestamp: regenerating gives byte-identical files.
 
 from __future__ import annotations
 
-import decimal
 import hashlib
 import io
 import json
 import math
-import re
 import zipfile
 from collections.abc import Callable, Iterable
 from fractions import Fraction
@@ -39,13 +37,14 @@ from typing import Any
 
 import numpy as np
 
-from symjac._atomic import atomic_folder, atomic_open
+from symjac._atomic import atomic_folder, atomic_open, interrupt_held
 from symjac._errors import SpecError
 from symjac._exact import round_fraction
+from symjac.io.golden._held import file_stems, split
 from symjac.io.golden._ties import NOTE as TIES_NOTE, tie_magnitudes, tie_quantities
 from symjac.io.golden._second import NOTE as SECOND_NOTE, hvp_bounds, jvp_magnitudes, second_quantities
 from symjac.io._operator import golden_operator
-from symjac.io._specfile import check_cases, exact_array, pool_input
+from symjac.io._specfile import check_cases, exact_array, magnitude, pool_input
 from symjac.pool._geometry import resolved
 from symjac.check._rounding import float_dtype, gamma, ulps, unit_roundoff
 
@@ -55,10 +54,6 @@ _FIXED_DATE = (1980, 1, 1, 0, 0, 0)
 DECIMAL_DIGITS = 40
 #: Largest denominator written as an exact fraction; beyond it a loss value is shown in decimal.
 _DYADIC_DENOMINATOR = 2**64
-
-
-def _slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "case"
 
 
 def _fraction(v: Any) -> Fraction:
@@ -129,7 +124,7 @@ def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
                     f"where the result is a binary fraction, else its first {DECIMAL_DIGITS} significant digits",
             "bounds": "max_abs_error[dtype] bounds |implementation - golden[dtype]| for a correct implementation "
                       "computing in dtype: symjac.verify_loss's bound (rounding depth and conditioning of the "
-                      "expression) plus half an ULP of golden[dtype]; absent when an input is not exact in dtype; "
+                      "expression) plus half an ULP of golden[dtype], at inputs every dtype of the file holds exactly; "
                       "max_ulp is max_abs_error in ULPs of golden[dtype] (null where golden[dtype] is 0 and the bound is not)"}
         return qs, loss_meta
     from symjac._exact import ExactArray
@@ -203,21 +198,22 @@ def _bounds(case: Any, qs: dict[str, np.ndarray], dtypes: list[str]) -> dict[str
 
 def _loss_bounds(case: Any, qs: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
     """The loss verifier's own bounds (value and derivative, from the expression's
-    rounding depth and condition) plus half an ULP for the golden value's rounding.
-
-    Empty when an input is not exact in ``dtype``: the implementation would then see
-    other inputs than the golden values were computed at.
+    rounding depth and condition) plus half an ULP for the golden value's rounding, at the
+    case's inputs, which ``dtype`` holds (:mod:`symjac.io.golden._held`).
     """
     from symjac.check._rounding import float_dtype, ulp_mp
     from symjac.loss import _numbers
     from symjac.loss._evaluate import evaluate_checked
     from symjac.loss._bounds import Bounds, ForwardSums
+    from symjac.loss._spec import kind_of
     from symjac.verifiers.loss._inputs import prepare_inputs
 
     dt = float_dtype(dtype)
-    pred, label, upstream, rounded = prepare_inputs(case.operator, qs["pred"], qs.get("label"), qs.get("upstream"), dt)
-    if rounded:
-        return {}
+    label = qs.get("label")
+    if label is not None and kind_of(case.operator).labels_are_indices(case.operator):  # class indices as integers
+        label = np.array([int(v) for v in label.reshape(-1)], dtype=np.int64).reshape(label.shape)
+    pred, label, upstream, rounded = prepare_inputs(case.operator, qs["pred"], label, qs.get("upstream"), dt)
+    assert not rounded, "golden data is computed at inputs its dtypes hold (symjac.io.golden._held)"
     ev = evaluate_checked(case.operator, pred, label, upstream, values=True, derivatives=True, bounds=True)
     bounds = Bounds(ev, dt)
     sums = ForwardSums(bounds)
@@ -336,47 +332,75 @@ def _typed(case: Any, qs: dict[str, np.ndarray], dtypes: list[str]) -> dict[str,
 
 
 def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: list[str],
-                 divisors: bool = False, on_case: Callable[[str], Any] = str) -> list[Path]:
+                 divisors: bool = False, on_case: Callable[[str], Any] = str,
+                 on_written: Callable[[Path], Any] = str) -> list[Path]:
     """Write golden files for ``cases`` (spec-file cases); return the paths written. ``divisors``: the
-    ``operator`` object lists every output window's divisor; ``on_case(name)``: as each case starts."""
+    ``operator`` object lists every output window's divisor; ``on_case(name)``: as each case starts;
+    ``on_written(path)``: as each case's files are in place (an interrupted run knows which are).
+
+    Each file's values are computed from the inputs as its dtypes hold them
+    (:mod:`symjac.io.golden._held`): a case whose inputs the requested dtypes hold differently
+    is written once per dtype, ``<case>__<dtype>``."""
     cases = check_cases(list(cases))  # each operator once: the stages below take them as valid
-    stems = _stems(cases)
+    stems = file_stems(cases, dtypes)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     for case, stem in zip(cases, stems):
         on_case(case.name)  # the command line's progress line
         if set(formats) == {"onnx"} and not case.is_loss:  # lp pooling: onnx alone (symjac.io.golden._onnx)
             from symjac.io.golden._onnx import write_onnx_algebraic  # imports onnx: only for this format
-            if (algebraic := write_onnx_algebraic(case, dtypes, out, stem)) is not None:
-                written += algebraic
+            with interrupt_held():
+                if (algebraic := write_onnx_algebraic(case, dtypes, out, stem)) is not None:
+                    written += _told(algebraic, on_written)
+            if algebraic is not None:
                 continue
-        qs, meta = case_quantities(case)
-        geometry = None if case.is_loss else resolved(case.operator, tuple(meta["input_shape"]))
-        meta = {**meta, "operator": golden_operator(case, geometry, divisors), "operator_repr": meta["operator"]}
-        ties, second = tie_quantities(case, qs, case_quantities), second_quantities(case, qs)
-        qs, meta = {**qs, **ties, **second}, {**meta, **({"ties": TIES_NOTE} if ties else {}), "second": SECOND_NOTE}
-        _refuse_overflow(case, qs, dtypes)
-        prov = provenance(case, qs)
+        for held_case, held_dtypes, suffix in split(case, dtypes):
+            written += _write_case(held_case, case, out, stem, suffix, formats, held_dtypes, divisors, on_written)
+    return written
+
+
+def _told(paths: list[Path], on_written: Callable[[Path], Any]) -> list[Path]:
+    for path in paths:
+        on_written(path)
+    return paths
+
+
+def _write_case(case: Any, given: Any, out: Path, stem: str, suffix: str, formats: list[str], dtypes: list[str],
+                divisors: bool, on_written: Callable[[Path], Any]) -> list[Path]:
+    """The files of one case at inputs its ``dtypes`` all hold (``given``: the case as read, for
+    its provenance), named ``stem + suffix``; ONNX's directories, one per dtype already, ``stem``;
+    ``on_written`` told of each as it is in place."""
+    written: list[Path] = []
+    qs, meta = case_quantities(case)
+    geometry = None if case.is_loss else resolved(case.operator, tuple(meta["input_shape"]))
+    meta = {**meta, "operator": golden_operator(case, geometry, divisors), "operator_repr": meta["operator"]}
+    ties, second = tie_quantities(case, qs, case_quantities), second_quantities(case, qs)
+    qs, meta = {**qs, **ties, **second}, {**meta, **({"ties": TIES_NOTE} if ties else {}), "second": SECOND_NOTE}
+    _refuse_overflow(case, qs, dtypes)
+    prov = provenance(given, qs)
+    name = stem + suffix
+    with interrupt_held():  # each file and the word that it is in place go together: a Ctrl-C lists it
         if "json" in formats:
-            p = out / f"{stem}.json"
+            p = out / f"{name}.json"
             _json(case, qs, meta, prov, dtypes, p)
-            written.append(p)
+            written += _told([p], on_written)
         typed = _typed(case, qs, dtypes) if ("npz" in formats or "bin" in formats) else {}
         if "npz" in formats:
-            p = out / f"{stem}.npz"
+            p = out / f"{name}.npz"
             with atomic_open(p, "wb") as f, zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED) as z:
-                for name in sorted(typed):
-                    z.writestr(zipfile.ZipInfo(f"{name}.npy", date_time=_FIXED_DATE), _npy(typed[name]))
+                for key in sorted(typed):
+                    z.writestr(zipfile.ZipInfo(f"{key}.npy", date_time=_FIXED_DATE), _npy(typed[key]))
                 for key, value in (("operator", meta["operator"]), ("provenance", prov)):
                     z.writestr(zipfile.ZipInfo(f"{key}.json.npy", date_time=_FIXED_DATE),
                                _npy(np.array(json.dumps(value, sort_keys=True))))
-            written.append(p)
+            written += _told([p], on_written)
         if "bin" in formats:
-            written += _write_bin(out / stem, typed, meta, prov)
+            written += _told(_write_bin(out / name, typed, {**meta, "dtypes": dtypes}, prov), on_written)
         if "onnx" in formats:
             from symjac.io.golden._onnx import write_onnx  # imports onnx: only for this format
 
-            written += write_onnx(case, geometry, qs, _bounds(case, qs, dtypes), dtypes, out, stem, _rounded)
+            written += _told(write_onnx(case, geometry, qs, _bounds(case, qs, dtypes), dtypes, out, stem, _rounded),
+                             on_written)
     return written
 
 
@@ -393,30 +417,8 @@ def _refuse_overflow(case: Any, qs: dict[str, np.ndarray], dtypes: list[str]) ->
         largest = max((abs(_fraction(v)) for v in flat[first]), default=Fraction(0))
         for dt in dtypes:
             if math.isinf(float(round_fraction(largest, float_dtype(dt)))):
-                with decimal.localcontext() as ctx:
-                    ctx.prec = 7
-                    value = f"{decimal.Decimal(largest.numerator) / decimal.Decimal(largest.denominator):.6e}"
-                raise SpecError(f"{case.source}: case {case.name!r}: {name} reaches {value} in magnitude, past the largest finite "
+                raise SpecError(f"{case.source}: case {case.name!r}: {name} reaches {magnitude(largest)} in magnitude, past the largest finite "
                                 f"{dt}; give --dtype without {dt}, or smaller values")
-
-
-def _stems(cases: list[Any]) -> list[str]:
-    """Each case's file stem; two cases whose names slug alike (``"a b"``, ``"a/b"``, ``"a_b"``;
-    names with no ASCII letter or digit, which all become ``case``) would overwrite each other's
-    files, so they are refused before anything is written."""
-    seen: dict[str, Any] = {}
-    stems = []
-    for case in cases:
-        stem = _slug(case.name)
-        if stem in seen:
-            first = seen[stem]
-            raise SpecError(
-                f"cases {first.name!r} ({getattr(first, 'source', '?')}) and {case.name!r} "
-                f"({getattr(case, 'source', '?')}) would both be written as {stem!r}: give them names that differ "
-                "in ASCII letters, digits, '.', '-' or '_' (or select one with --case)")
-        seen[stem] = case
-        stems.append(stem)
-    return stems
 
 
 def _write_bin(folder: Path, typed: dict[str, np.ndarray], meta: dict[str, Any], prov: dict[str, Any]) -> list[Path]:

@@ -9,7 +9,7 @@ import numpy as np
 import sympy
 
 from symjac._exact import ExactArray
-from symjac.loss._domain import check_range, per_class, probability_labels
+from symjac.loss._domain import Convention, check_range, near_edge, per_class, probability_labels
 from symjac.loss._kind import ElementwiseKind, real, register
 from symjac.loss._templates import LossTemplate, element_template
 
@@ -45,6 +45,21 @@ class Bce(ElementwiseKind):
 
     def params(self, loss: Loss, z: ExactArray, classes: int) -> list[list[Fraction]]:
         return [[wc] for wc in per_class("weight", loss.weight, int(z.shape[-1]), Fraction(1))]
+
+    def extreme_inputs(self, loss: Loss, dt: np.dtype[Any]) -> tuple[np.ndarray, np.ndarray | None] | None:
+        # probabilities e0 and 1 - e1 at the ends of (0, 1) (2^-30 and 1 - 2^-30 in float64; 2^-30 and
+        # 1 - 2^-24 in float32; 2^-11 and 1 - 2^-11 in float16): the derivative -y/p + (1 - y)/(1 - p)
+        # reaches ±1/e; a clip of p to [1e-7, 1 - 1e-7] (Keras) or a loss through log(max(p, ε)) is off there
+        e0, e1 = near_edge(dt)
+        return (np.array([[e0, 1 - e1, e0], [1 - e1, 2 * e0, 1 - 2 * e1]]),
+                np.array([[1.0, 0.0, 0.5], [1.0, 0.25, 0.75]]))
+
+    def nonfinite(self, loss: Loss) -> Convention:
+        return Convention(values=(float("nan"),), at_nan=("zero",), refuse=True, evidence=(
+            "NaN only (±inf is outside (0, 1)): PyTorch's binary_cross_entropy raises ('all elements of input "
+            "should be between 0 and 1'); Keras' binary_crossentropy clips the probability to [ε, 1 - ε]: loss "
+            "NaN, derivative 0 (the clip's). Raising, NaN and 0 are accepted at that element; every other element "
+            "stays exact"))
 
     def default_inputs(self, loss: Loss) -> tuple[np.ndarray, np.ndarray | None]:
         return (np.array([[0.25, 0.5, 0.75], [0.125, 0.625, 0.875]]),

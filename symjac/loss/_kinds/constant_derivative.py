@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from symjac.loss._domain import Convention
 from symjac.loss._kind import ElementwiseKind, real, register
 from symjac.loss._templates import LossTemplate, element_template
 
@@ -24,3 +25,8 @@ class ConstantDerivative(ElementwiseKind):
 
     def default_inputs(self, loss: Loss) -> tuple[np.ndarray, np.ndarray | None]:
         return np.array([[0.5, -1.0, 2.0], [-0.25, 1.5, -2.0]]), None
+
+    def nonfinite(self, loss: Loss) -> Convention:
+        # no extreme family: ℓ = z overflows only where the exact value does
+        return Convention(evidence="PyTorch (ℓ = z, autograd): a NaN or ±inf prediction gives loss NaN or ±inf at its "
+                                   "element and derivative 1, which does not depend on it (NaN accepted too)")

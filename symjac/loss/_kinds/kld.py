@@ -9,7 +9,7 @@ import sympy
 
 from symjac._errors import SpecError
 from symjac._exact import ExactArray
-from symjac.loss._domain import check_range, probability_labels
+from symjac.loss._domain import Convention, check_range, near_edge, overflow_logit, probability_labels
 from symjac.loss._kind import ElementwiseKind, Put, real, register
 from symjac.loss._templates import LossTemplate, element_template
 
@@ -71,6 +71,29 @@ class Kld(ElementwiseKind):
 
     def stencil_inside(self, loss: Loss, zm: Any, zp: Any) -> bool:
         return bool(loss.log_input or (0 < zm and zp <= 1))
+
+    def extreme_inputs(self, loss: Loss, dt: np.dtype[Any]) -> tuple[np.ndarray, np.ndarray | None] | None:
+        # log Q (log_input) and log P (log_target) of -M, -2M (e^-M underflows the dtype in
+        # float32 and float64, e^-2M in every dtype): a form through Q = e^z takes log 0 = -inf
+        # (loss inf, and a derivative -P/Q·Q = NaN), one through P = e^y forms P·log P = 0·(-inf)
+        # = NaN; Q (and P) near 0 otherwise (2^-30, 2^-11 in float16): a clip to [1e-7, 1] is off there
+        m, (e, _) = overflow_logit(dt), near_edge(dt)
+        pred = (np.array([[-m, -2 * m, -0.5], [-2 * m, -m / 2, -m]]) if loss.log_input
+                else np.array([[e, 0.5, 2 * e], [0.25, e, 1.0]]))
+        label = (np.array([[-m, -0.75, -2 * m], [-1.5, -2 * m, -m]]) if loss.log_target
+                 else np.array([[0.5, 0.25, e], [0.25, 0.5, 0.125]]))
+        return pred, label
+
+    def nonfinite(self, loss: Loss) -> Convention:
+        if loss.log_input:
+            return Convention(evidence=(
+                "log Q NaN: loss NaN and derivative -P at its element, which does not depend on log Q (PyTorch "
+                "kl_div, optax.kl_divergence; NaN accepted too); log Q = ±inf: loss ∓inf (NaN where P = 0: 0·inf) "
+                "and derivative -P (with log_target, -e^y), the limits"))
+        return Convention(values=(float("nan"),), at_nan=("zero",), refuse=True, evidence=(
+            "Q NaN only (±inf is outside (0, 1]): Keras' KLDivergence clips Q to [ε, 1]: loss NaN, derivative 0 (the "
+            "clip's); raising (as PyTorch's range checks do for probabilities), NaN and 0 are accepted at that "
+            "element"))
 
     def default_inputs(self, loss: Loss) -> tuple[np.ndarray, np.ndarray | None]:
         q = np.array([[0.25, 0.5, 0.25], [0.125, 0.375, 0.5]])

@@ -15,6 +15,7 @@ import sympy
 from symjac._errors import SpecError
 from symjac._exact import ExactArray
 from symjac.loss import _fast, _numbers
+from symjac.loss._domain import Convention, square_overflow
 from symjac.loss._fields import number
 from symjac.loss._kind import ElementwiseKind, Put, real, register
 from symjac.loss._templates import LossTemplate, element_template
@@ -40,6 +41,20 @@ class _Regression(ElementwiseKind):
         """(option symbols, ℓ) in terms of ``d = z - y``."""
         raise NotImplementedError
 
+    def extreme_inputs(self, loss: Loss, dt: np.dtype[Any]) -> tuple[np.ndarray, np.ndarray | None] | None:
+        # |d| = |z - y| from 1.5G to 2G + 1/2: d² overflows the dtype and d, 2d and every
+        # derivative do not, so a form through d² (|d| as sqrt(d²), sign(d) as d/sqrt(d²), a
+        # branch chosen by d² < δ²) gives inf or 0, and mse expanded as z² - 2zy + y² gives
+        # inf - inf = NaN where z and y share their sign ((0, 2) and (1, 0))
+        g = square_overflow(dt)
+        return (np.array([[g, -g, 2 * g], [-2 * g, 0.5, g / 2]]),
+                np.array([[-g, g, g / 2], [-g / 2, -2 * g, -g]]))
+
+    def nonfinite(self, loss: Loss) -> Convention:
+        return Convention(evidence=self.nonfinite_evidence)
+
+    nonfinite_evidence = ""
+
 
 @register
 class Mse(_Regression):
@@ -47,6 +62,9 @@ class Mse(_Regression):
 
     name = "mse"
     synonyms = ("l2", "mean_squared_error")
+    nonfinite_evidence = ("PyTorch mse_loss, JAX optax.squared_error and TensorFlow tf.square(p - y) (measured in "
+                          "float64): a NaN prediction gives loss and derivative NaN at its element, every other "
+                          "element exact; ±inf gives loss +inf and derivative ±inf, the limits")
 
     def loss_of(self, d: sympy.Expr) -> tuple[tuple[sympy.Symbol, ...], sympy.Expr]:
         return (), d**2
@@ -84,9 +102,24 @@ class Mae(_Regression):
 
     name = "mae"
     synonyms = ("l1", "mean_absolute_error")
+    nonfinite_evidence = ("NaN: loss NaN in every framework; the derivative is 0 in PyTorch (l1_loss: sign(NaN) = "
+                          "0), -1 in JAX (the gradient of jnp.abs takes its x < 0 branch) and NaN in TensorFlow "
+                          "(tf.abs): any value between the limits -1 and 1 is accepted. ±inf: loss +inf, "
+                          "derivative ±1 (the limits) in all three")
+
+    def nonfinite(self, loss: Loss) -> Convention:
+        return Convention(at_nan=("between_limits",), evidence=self.nonfinite_evidence)
 
     def loss_of(self, d: sympy.Expr) -> tuple[tuple[sympy.Symbol, ...], sympy.Expr]:
         return (), sympy.Abs(d)
+
+
+#: |z - y| of the default inputs at δ = 1 (_Regression.default_inputs): none is 1, and 1 <= δ/m < 2 for m the
+#: power of two at or below δ, so scaled by m none is δ and both branches show (0.125m, 0.25m, 0.75m < δ < 2m, 2.5m).
+BASE_GAPS = (Fraction(1, 8), Fraction(1, 4), Fraction(3, 4), Fraction(2), Fraction(5, 2))
+#: The powers of two 2^e (e in this range) that keep the scaled inputs exact in float16: their values are
+#: multiples of 1/8 of at most 2 (2 * 2^14 = 2^15 < 65504, the largest; 2^-3 * 2^-21 = 2^-24, the least subnormal).
+SCALES = range(-21, 15)
 
 
 class _Delta(_Regression):
@@ -94,6 +127,21 @@ class _Delta(_Regression):
 
     options = ("delta",)
     delta_hint = ""
+    nonfinite_evidence = ("NaN: loss and derivative NaN at its element (PyTorch smooth_l1_loss and huber_loss, "
+                          "optax.huber_loss, Keras Huber); ±inf: loss +inf, derivative the limit ±1 (smooth_l1) "
+                          "or ±δ (huber) in PyTorch and optax, NaN in Keras Huber")
+
+    def default_inputs(self, loss: Loss) -> tuple[np.ndarray, np.ndarray | None]:
+        """The regression defaults times a power of two ``m`` that keeps every ``|d|`` off the kink ``|d| = δ``:
+        ``m = 2^floor(log2 δ)`` (both branches; at δ = 1 the inputs are unchanged), or, for a δ beyond
+        :data:`SCALES`, the nearest power of two in it that puts no ``|d|`` on δ (one branch only)."""
+        assert loss.delta is not None
+        pred, label = super().default_inputs(loss)
+        delta = Fraction(loss.delta)
+        e = delta.numerator.bit_length() - delta.denominator.bit_length()  # floor(log2 δ) or one above
+        e -= Fraction(2) ** e > delta
+        scale = min((x for x in SCALES if delta / Fraction(2) ** x not in BASE_GAPS), key=lambda x: (abs(x - e), x))
+        return pred * 2.0**scale, None if label is None else label * 2.0**scale
 
     def validate(self, loss: Loss, put: Put) -> None:
         delta = number("delta", 1 if loss.delta is None else loss.delta, "a number > 0")

@@ -12,7 +12,7 @@ from sympy.codegen.cfunctions import log1p
 
 from symjac._exact import ExactArray
 from symjac.loss import _fast
-from symjac.loss._domain import per_class, probability_labels
+from symjac.loss._domain import Convention, overflow_logit, per_class, probability_labels
 from symjac.loss._kind import ElementwiseKind, real, register
 from symjac.loss._templates import LossTemplate, element_template
 
@@ -50,6 +50,22 @@ class SigmoidCe(ElementwiseKind):
 
     def check_domain(self, loss: Loss, z: ExactArray, t: ExactArray | None) -> None:
         probability_labels(self.name, t)
+
+    def extreme_inputs(self, loss: Loss, dt: np.dtype[Any]) -> tuple[np.ndarray, np.ndarray | None] | None:
+        # logits of ±M, ±2M, ±M/2 (e^M overflows the dtype): e^-z at z = -M is inf, so the
+        # raw -y·e^-z/(1 + e^-z) is inf/inf = NaN; σ rounds to 0 or 1, so log σ(-M) (y = 1)
+        # and log(1 - σ(M)) (y = 0) are -inf and (1 - y)·log(1 - σ(M/2)) at y = 1 is 0·(-inf)
+        # = NaN, where log1p(e^-|z|) + max(-z, 0) stays finite
+        m = overflow_logit(dt)
+        return (np.array([[m, -m, 2 * m], [-2 * m, m / 2, -m / 2]]),
+                np.array([[0.0, 1.0, 0.5], [0.25, 1.0, 0.75]]))
+
+    def nonfinite(self, loss: Loss) -> Convention:
+        return Convention(evidence=(
+            "NaN: loss and derivative NaN at its element (PyTorch binary_cross_entropy_with_logits, "
+            "optax.sigmoid_binary_cross_entropy, tf.nn.sigmoid_cross_entropy_with_logits, measured in float64); "
+            "±inf: the derivative's limits, w(1 - y) at +inf and -w·p·y at -inf, in all three; the loss its limit "
+            "(+inf, or 0 at y = 1, z = +inf) or NaN (PyTorch and TensorFlow where y > 0 at +inf or y < 1 at -inf)"))
 
     def fast_derivative(self, loss: Loss, z: np.ndarray, y: np.ndarray | None,
                         column: np.ndarray | None = None) -> _fast.FastDerivative | None:

@@ -9,20 +9,22 @@ here is for display and is what the class-generic forms are tested against.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from fractions import Fraction
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import mpmath
 import numpy as np
 import sympy
 
 from symjac._errors import SpecError, did_you_mean
 from symjac._exact import ExactArray
 from symjac.loss import _fast
-from symjac.loss._domain import per_class, probability_labels
+from symjac.loss._domain import Convention, overflow_logit, per_class, probability_labels
 from symjac.loss._fields import is_int, number
 from symjac.loss._kind import LossKind, Put, Template, real, register
 from symjac.loss._softmax import SoftmaxTemplate
-from symjac.loss._templates import LossTemplate, element_template
+from symjac.loss._templates import DIGITS, LossTemplate, element_template
 
 if TYPE_CHECKING:
     from symjac.loss._spec import Loss
@@ -56,7 +58,7 @@ class SoftmaxCe(LossKind):
     name = "softmax_ce"
     options = ("weight", "label_smoothing", "ignore_index", "labels")
     synonyms = ("cross_entropy", "crossentropy", "ce", "categorical_crossentropy", "sparse_categorical_crossentropy",
-                "softmax_cross_entropy", "nll")
+                "softmax_cross_entropy")
     class_axis = True
     explain_classes = 2
     samples = ({}, {"labels": "indices"}, {"weight": (1, 0.5, 2), "label_smoothing": 0.25},
@@ -213,6 +215,62 @@ class SoftmaxCe(LossKind):
     def mean_weights(self, loss: Loss, classes: int) -> list[Fraction] | None:
         # PyTorch with class indices: the mean divides by Σ w[label] over the counted rows
         return per_class("weight", loss.weight, classes, Fraction(1)) if self.labels_are_indices(loss) else None
+
+    def extreme_inputs(self, loss: Loss, dt: np.dtype[Any]) -> tuple[np.ndarray, np.ndarray | None] | None:
+        # rows [M, 0, -M] and [-2M, -3M/2, -7M/4] (e^M overflows the dtype, e^-2M underflows it),
+        # labelled at their lowest logit: exponentiating without the max shift gives e^M = inf
+        # (inf/inf = NaN) or Σ e^z = 0 (log 0 = -inf); log(softmax(z)) after the shift takes the
+        # log of an underflowed p = e^-2M = 0 at the labelled class (or at every class a
+        # label_smoothing reaches): loss inf, derivative NaN. The exact loss is about 2M.
+        m, c = overflow_logit(dt), self.default_classes(loss)
+        pred = np.array([np.resize([m, 0.0, -m], c), np.resize([-2 * m, -1.5 * m, -1.75 * m], c)])
+        low, high = np.argmin(pred, axis=1), np.argmax(pred, axis=1)
+        if self.labels_are_indices(loss):
+            label = np.where(low == loss.ignore_index, high, low)  # the two rows count
+            if loss.ignore_index is not None:  # and a row at ignore_index, as in the defaults
+                pred = np.vstack([pred, np.resize([-m, m, 0.0], c)])
+                label = np.append(label, loss.ignore_index)
+            return pred, label
+        rows = np.zeros((2, c))
+        rows[0, low[0]] = 1.0
+        rows[1, high[1]] += 0.25
+        rows[1, low[1]] += 0.75
+        return pred, rows
+
+    def nonfinite(self, loss: Loss) -> Convention:
+        return Convention(evidence=(
+            "a NaN logit: loss NaN and derivative NaN across its row, every other row exact (PyTorch cross_entropy, "
+            "optax.softmax_cross_entropy and its integer-label form, tf.nn.(sparse_)softmax_cross_entropy_with_"
+            "logits, Keras CategoricalCrossentropy, measured in float64); +inf: a NaN row (PyTorch, TensorFlow) or "
+            "the limits in part (JAX: [0, NaN, -1], loss +inf); -inf: the limits (p = 0 at that class: [0.18, 0, "
+            "-0.18]) in all three, the loss its limit or NaN (0·inf where that class's label is 0)"))
+
+    def limits(self, loss: Loss, template: Template, args: Sequence[Fraction], slot: int,
+               sign: int) -> tuple[Any, list[Any]]:
+        # h_j = W·p_j - a_j and ℓ = Σ_c a_c·(L - z_c), L = log Σ e^z (symjac.loss._softmax). As
+        # z_k -> -inf: p_k -> 0 and p_j -> the softmax of the other logits, ℓ -> inf if a_k > 0
+        # (L - z_k -> inf), else the others' terms at L' = log Σ_{j≠k} e^{z_j}. As z_k -> +inf:
+        # p -> the unit vector at k, so h_k -> W - a_k, h_j -> -a_j, ℓ -> inf if any other a_j > 0,
+        # else 0 (L - z_k -> 0). tests/test_loss_families.py checks these against sympy.limit.
+        c = template.classes
+        z, t, w, eps = args[:c], args[c:2 * c], args[2 * c:3 * c], args[3 * c]
+        a = [((1 - eps) * t[j] + eps / c) * w[j] for j in range(c)]
+        big_w, others = sum(a, Fraction(0)), [j for j in range(c) if j != slot]
+        def mp(q: Fraction) -> Any:
+            return mpmath.mpf(q.numerator) / q.denominator
+
+        with mpmath.workdps(DIGITS):
+            if sign > 0 or not others:
+                h = [mp(big_w - a[j] if j == slot else -a[j]) for j in range(c)]
+                rest = any(a[j] > 0 for j in others)
+                return (mpmath.inf if rest and sign > 0 else mpmath.mpf(0)), h
+            top = max(z[j] for j in others)
+            e = {j: mpmath.exp(mp(z[j] - top)) for j in others}
+            d = mpmath.fsum(e.values())
+            h = [mp(-a[j]) if j == slot else mp(big_w) * e[j] / d - mp(a[j]) for j in range(c)]
+            if a[slot] > 0:
+                return mpmath.inf, h
+            return mpmath.fsum(mp(a[j]) * (mpmath.log(d) + mp(top - z[j])) for j in others), h
 
     def default_inputs(self, loss: Loss) -> tuple[np.ndarray, np.ndarray | None]:
         # C classes (weight's length, else 3); with ignore_index, a row at it (a third row

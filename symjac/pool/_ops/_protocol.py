@@ -22,8 +22,12 @@ operator must give):
 - **rounding model**: :meth:`forward_bound` (the verifier's forward verdict) and
   :meth:`rows` (exact rows with their bounds, the confirmations' predictions).
 - **lowering**: :meth:`lower_forward`, :meth:`lower_vjp`.
-- **inputs**: :meth:`families`, :meth:`default_input`, :meth:`tie_input`, :attr:`extra_families`,
-  :attr:`finite_differences` (:meth:`fd_step`, :meth:`fd_error`).
+- **inputs**: :meth:`families`, :meth:`default_input`, :meth:`tie_input`, :meth:`extreme_input`,
+  :meth:`nonfinite_input`, :attr:`extra_families`, :attr:`finite_differences` (:meth:`fd_step`,
+  :meth:`fd_error`).
+- **non-finite inputs**: :attr:`nan_policies`, :meth:`nonfinite` (the exact forward where it is NaN or
+  ±inf, the rows there: the operator's convention), :meth:`nonfinite_note`; **overflow**:
+  :meth:`overflows` (where a correct float forward may overflow though the exact value is finite).
 - **diagnosis**: :meth:`clarke_ok`, :meth:`outside_clarke`, :meth:`tie_policy`,
   :meth:`zero_window_policy`, :meth:`tied_detail`, :meth:`exact_entry`, :meth:`fd_gaps`,
   :meth:`fd_rounding`.
@@ -52,6 +56,7 @@ if TYPE_CHECKING:
     from symjac.check._report import Finding
     from symjac.pool._beta import Tie
     from symjac.pool._geometry import Geometry
+    from symjac.pool._ops._edges import Nonfinite
     from symjac.pool._spec import Pool
     from symjac.pool._stamp import SparseJacobian, Stamp
     from symjac.pool._symbolic import Template, WindowClass
@@ -66,6 +71,9 @@ class Operator:
 
     Attributes:
       name: the ``mode`` of its specs (``Pool(name, ...)``).
+      spec_type: the public spec class whose windows it pools: ``"Pool"`` (``Pool(name, ...)``,
+        and :class:`symjac.AdaptivePool`/:class:`symjac.GlobalPool` where :attr:`any_geometry`)
+        or an operator's own (``"FractionalMaxPool"``: its windows come from its samples).
       any_geometry: adaptive and global pooling take it too (else only :class:`symjac.Pool`).
       ties: the derivative is set-valued where the window's maximum is attained twice:
         tie sets, a Clarke set, tie policies (``first``/``last``/``split``, :class:`symjac.Beta`).
@@ -82,12 +90,21 @@ class Operator:
       fd_directions: above ``MAX_COLOURS`` input colours the finite differences check random
         directions (:func:`symjac.verifiers.pool._fd.directional_fd`); False: only coordinate
         steps are covered by the error model (lp), so none are taken there.
-      samples: keyword arguments of :class:`symjac.Pool` (beyond mode and kernel) the
+      samples: keyword arguments of :class:`symjac.Pool` (beyond mode and kernel; of the whole
+        spec where :attr:`spec_type` is the operator's own) the
         generic tests over every operator build specs from (``tests/test_pool_ops.py``,
         PyTorch's OpInfo ``sample_inputs``): the operator's own fields and conventions.
+      kernel_windows: :class:`symjac.Pool` takes it as a ``mode`` (False: the operator has its own
+        spec class and gives its windows as a table, :meth:`tables`).
+      spec_name: the public spec class its specs are made with (messages name it).
+      spec_class: that class, for a table operator (the generic tests build its :attr:`samples` with it).
+      nan_policies: the conventions at a window holding NaN a correct implementation may follow,
+        the default first (:meth:`nonfinite`): the verifier reads which one the forward follows and
+        names it (``stats["nan_policy"]``), as it names the tie policy.
     """
 
     name: str = ""
+    spec_type: str = "Pool"
     any_geometry: bool = True
     ties: bool = False
     tie_family: bool = False
@@ -99,6 +116,10 @@ class Operator:
     second_derivative_zero: bool = True
     fd_directions: bool = True
     samples: tuple[dict[str, Any], ...] = ({},)
+    kernel_windows: bool = True
+    spec_name: str = "symjac.Pool"
+    spec_class: Any = None
+    nan_policies: tuple[str, ...] = ("propagate",)
 
     def __repr__(self) -> str:
         return f"<pooling operator {self.name!r}>"
@@ -122,13 +143,38 @@ class Operator:
         """Fields of the operator's own that ``repr(spec)`` shows (reports and golden hashes quote it)."""
         return []
 
-    def spec_table(self, spec: Pool) -> dict[str, Any]:
+    def spec_table(self, spec: Any) -> dict[str, Any]:
         """The operator's own fields in a spec file's ``[operator]`` table."""
         return {}
 
     def counts_padding(self, spec: Pool) -> bool:
         """The divisor counts pad cells (average pooling's ``include_pad``)."""
         return False
+
+    # -- table operators (RoI pooling: windows given as a table, not by a kernel) ---------
+    def tables(self, spec: Any, input_shape: tuple[int, ...]) -> Any:
+        """The windows of a table operator's spec at ``input_shape`` (its own spec class, not
+        :class:`symjac.Pool`): an object with ``out_spatial``, ``cells``/``valid`` (windows, K) over
+        the flat (N, *spatial) input of one channel, and ``starts`` (windows, rank)
+        (:class:`symjac.pool._geometry.TableGeometry`)."""
+        raise SpecError(f"mode={self.name!r} takes kernel windows (symjac.Pool), not a table")
+
+    def table_size(self, spec: Any, input_shape: tuple[int, ...]) -> int:
+        """An upper bound of the (window, cell) pairs of :meth:`tables` over every channel, in O(boxes)."""
+        raise SpecError(f"mode={self.name!r} takes kernel windows (symjac.Pool), not a table")
+
+    def plan_shapes(self, spec: Any, large: bool) -> list[tuple[int, ...]]:
+        """A table operator's coverage plan: the input shapes :func:`symjac.cover` gives."""
+        raise SpecError(f"mode={self.name!r} takes kernel windows (symjac.Pool): its plan is the geometry's")
+
+    def table_expressions(self, g: Geometry, symbol: dict[int, sympy.Symbol]) -> np.ndarray:
+        """A table operator's forward as SymPy expressions in the flat layout order (``symbol``: the
+        input's symbols by flat layout index): :func:`symjac.expressions`."""
+        raise SpecError(f"mode={self.name!r} takes kernel windows: its expressions come from its templates")
+
+    def window_words(self, g: Geometry, w: int) -> str:
+        """Window ``w`` in the operator's own terms, for findings (``""``: the output index says it)."""
+        return ""
 
     # -- symbolic --------------------------------------------------------------------
     def template(self, spec: Any, n: int, divisor: int) -> Template:
@@ -212,7 +258,9 @@ class Operator:
 
     # -- input families --------------------------------------------------------------
     def families(self, g: Geometry, touches_padding: bool) -> tuple[str, ...]:
-        """The extra input families worth a dense pass (beyond ``distinct`` and ``ties``)."""
+        """The extra input families worth a pass (beyond ``distinct`` and ``ties``):
+        ``all_negative``, ``near_ties``, ``orders`` (a dense pass each, for :attr:`extra_families`
+        operators), ``extreme`` and ``nonfinite`` (a probed pass each)."""
         return ()
 
     def default_input(self, g: Geometry, x: np.ndarray) -> np.ndarray:
@@ -223,6 +271,40 @@ class Operator:
         """The tie pass's x (:attr:`tie_family`; zeros and ones from
         :func:`symjac.verifiers.pool._inputs.tie_input`), made to reach the operator's nonsmooth points."""
         return x
+
+    def extreme_magnitude(self, g: Geometry, dtype: np.dtype[Any]) -> tuple[float, str]:
+        """The ``extreme`` family's magnitudes (:meth:`families`): ``(top, signs)``, values distinct
+        within every window with magnitudes in (top/2, top] (exact in ``dtype``), near the
+        dtype's overflow threshold where a correct float evaluation stays finite and the exact
+        value is finite; ``signs``: ``"+"``, ``"-"``, ``"±"`` (per cell) or ``"slices"`` (one
+        sign per (N, C) slice, alternating) (:func:`symjac.verifiers.pool._inputs.extreme_input`)."""
+        raise SpecError(f"mode={self.name!r} has no extreme-magnitude family")
+
+    def nonfinite_input(self, g: Geometry, x: np.ndarray) -> np.ndarray:
+        """The ``nonfinite`` family's x (NaN, +inf and -inf placed among distinct values,
+        :func:`symjac.verifiers.pool._inputs.nonfinite_input`), made valid for the operator."""
+        return x
+
+    # -- non-finite inputs and overflow ------------------------------------------------
+    def nonfinite(self, g: Geometry, x: np.ndarray, policy: str) -> Nonfinite:
+        """The operator's reading of an x (the layout's float array) holding NaN or ±inf under NaN
+        policy ``policy`` (one of :attr:`nan_policies`): the windows whose exact value is not
+        finite and that value, and a finite proxy of x on which the exact rules give the
+        convention's rows (:class:`~symjac.pool._ops._edges.Nonfinite`).
+
+        Raises:
+          InputError: x is outside the operator's domain there.
+        """
+        raise SpecError(f"mode={self.name!r} has no convention at non-finite inputs")
+
+    def nonfinite_note(self, policy: str) -> str:
+        """The convention at non-finite inputs under ``policy``, in words (findings quote it)."""
+        return "NaN propagates and an infinity stays one (IEEE 754)"
+
+    def overflows(self, g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray | None:
+        """(B, W) windows where a correct float forward in ``dtype`` may overflow (return ±inf or
+        NaN) though the exact value is finite (an intermediate beyond the dtype's range), or None."""
+        return None
 
     def fd_step(self, dtype: np.dtype[Any]) -> float:
         """The finite differences' step h (exact steps of a piecewise-linear forward: 1/2)."""
@@ -262,6 +344,11 @@ class Operator:
         """An untied nonzero exact Jacobian entry of window w, as the rational it is."""
         return Fraction(1)
 
+    def slot_entry(self, g: Geometry, w: int, k: int) -> Fraction:
+        """The untied nonzero exact Jacobian entry of window w at slot k (every slot's is
+        :meth:`exact_entry` unless the weights differ within a window, as RoI Align's)."""
+        return self.exact_entry(g, w)
+
     def fd_gaps(self, g: Geometry, x: np.ndarray) -> np.ndarray:
         """(B, W) how far x is from the nearest kink: finite differences of a smaller step stay smooth."""
         return np.full((g.batch, g.n_out), np.inf)
@@ -291,7 +378,7 @@ class Operator:
         """The divisor conventions :func:`symjac.infer` tries."""
         return ("exclude_pad",)
 
-    def neighbour_changes(self, spec: Pool, divisors: tuple[Any, ...]) -> list[dict[str, Any]]:
+    def neighbour_changes(self, spec: Any, divisors: tuple[Any, ...]) -> list[dict[str, Any]]:
         """The operator's own one-convention changes of ``spec`` for hints, tried after the
         divisor (:meth:`infer_divisors`), padding, ceil and layout changes."""
         return []

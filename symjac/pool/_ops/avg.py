@@ -7,9 +7,22 @@ same stamp applied both ways; the second derivative is zero. The divisor is the
 number of valid cells (``exclude_pad``), the padded window's (``include_pad``,
 PyTorch ``count_include_pad``) or a given int (``divisor_override``).
 
-Rounding: a float forward sums n terms and scales once, within ``γ_{n+1}·Σ|x|/D``
-of the exact value; the finite differences carry that bound too. Inputs: the
-near-ties family (accumulation of overlapping windows).
+Rounding: a float forward sums n terms and scales once, within ``γ_{n+1}·Σ|x|/D`` of
+the exact value; the finite differences carry that bound too. A sum may overflow where the
+mean would not: every framework measured sums in the dtype (or wider) and divides after, and
+all four return inf for three float32 cells of 3e38 (PyTorch 2.13, JAX 0.10, TensorFlow 2.21,
+ONNX Runtime); in float16 JAX and TensorFlow overflow at a sum beyond 65504 where PyTorch and
+ONNX Runtime, which accumulate float16 in float32, do not. So a correct forward may return a
+non-finite value where ``Σ|x|`` can reach the dtype's overflow threshold
+(:meth:`Avg.overflows`), and must be finite elsewhere. Inputs: the near-ties family
+(accumulation of overlapping windows) and the extreme family (window sums at most half the
+threshold: an accumulator narrower than the dtype, or a sum scaled up before the divide,
+overflows there, no correct one does).
+
+Non-finite inputs (:meth:`Avg.nonfinite`): the forward is IEEE 754's sum over D: NaN where the
+window holds a NaN or both infinities, else the infinity it holds; the derivative is 1/D at
+every x, so ``J^T dy`` is the same finite stamp at NaN and ±inf (PyTorch, JAX and TensorFlow
+all return 1/D there; ONNX Runtime has no backward).
 """
 
 from __future__ import annotations
@@ -23,6 +36,7 @@ import numpy as np
 import sympy
 
 from symjac.check._rounding import finfo, gamma
+from symjac.pool._ops._edges import Nonfinite, counts, proxy, sum_value
 from symjac.pool._ops._stamped import StampedOperator
 from symjac.pool._stamp import Stamp, apply
 from symjac.pool._symbolic import PAIR, Template, lines, window_weights
@@ -134,6 +148,11 @@ class Avg(StampedOperator):
         xc = g.to_canonical(x)
         scale = _overflow_scales(g, xc)
         acc = np.zeros((g.batch, g.n_out), dtype=x.dtype)
+        with np.errstate(invalid="ignore"):  # inf + -inf is NaN: IEEE's sum, the convention at non-finite x
+            return self._sum_lines(g, x, xc, scale, acc)
+
+    def _sum_lines(self, g: Geometry, x: np.ndarray, xc: np.ndarray, scale: tuple[np.ndarray, np.ndarray] | None,
+                   acc: np.ndarray) -> np.ndarray:
         for line in lines(g):
             values = xc[:, line.cells]
             if scale is not None:
@@ -153,9 +172,44 @@ class Avg(StampedOperator):
             dx[:, line.cells] += up[:, line.w]
         return g.from_canonical(dx, g.in_spatial)
 
+    def overflows(self, g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray | None:
+        """Windows whose sum may overflow in ``dtype`` in some order: ``Σ|x|·(1 + γ_{n+1})`` reaches
+        the overflow threshold (max + half an ulp; below it no partial sum rounds beyond it)."""
+        info = finfo(dtype)
+        threshold = float(info.max) * (1 + float(info.eps) / 4)
+        xc = np.abs(g.to_canonical(np.asarray(x, dtype=np.float64)))
+        if not xc.size or float(xc.max()) * g.cells.shape[1] < threshold / 2:
+            return None  # no window comes near (the common case: one max over x)
+        n = g.valid.sum(axis=1)
+        mass = g.gather(xc * 0.5).sum(axis=2) * 2  # halved: a float64 sum of cells near 1.8e308 stays finite
+        risky = mass * (1 + gamma(n + 1, float(info.eps) / 2)) >= threshold
+        return np.asarray(risky) if risky.any() else None
+
+    # -- non-finite inputs -----------------------------------------------------------
+    def nonfinite(self, g: Geometry, x: np.ndarray, policy: str) -> Nonfinite:
+        """IEEE 754's sum over D at a window holding NaN or ±inf; the rows 1/D at every x (the
+        proxy: x with its non-finite cells 0)."""
+        special, value = sum_value(counts(g, x))
+        finite, exact = proxy(g, x)
+        return Nonfinite(policy, finite, exact, special, value)
+
+    def nonfinite_note(self, policy: str) -> str:
+        return ("average pooling at NaN and ±inf: a window's value is IEEE 754's sum over D (NaN with a NaN or "
+                "with both infinities, else the infinity), its derivative 1/D at every x (J^T dy is finite)")
+
     # -- inputs and diagnosis ----------------------------------------------------------
     def families(self, g: Geometry, touches_padding: bool) -> tuple[str, ...]:
-        return ("near_ties",)  # accumulation of overlapping windows
+        """near_ties (accumulation of overlapping windows), extreme (sums near the overflow
+        threshold), nonfinite (NaN and ±inf propagate)."""
+        return ("near_ties", "extreme", "nonfinite")
+
+    def extreme_magnitude(self, g: Geometry, dtype: np.dtype[Any]) -> tuple[float, str]:
+        """Magnitudes up to ``max/(2n)``, n the largest window's cell count, one sign per slice:
+        every window's ``Σ|x|`` stays within half the overflow threshold (no correct sum, in any
+        order, overflows), while a sum in a narrower accumulator, or one scaled up before the
+        divide, does."""
+        n = max(int(g.valid.sum(axis=1).max(initial=1)), 1)
+        return float(finfo(dtype).max) / (2 * n), "slices"
 
     def exact_entry(self, g: Geometry, w: int) -> Fraction:
         return Fraction(1, int(g.divisor[w]))
@@ -177,6 +231,7 @@ def _overflow_scales(g: Geometry, xc: np.ndarray) -> tuple[np.ndarray, np.ndarra
     big = float(finfo(xc.dtype).max) / 2
     n = np.maximum(g.valid.sum(axis=1), 1)
     ax = np.abs(xc.astype(np.float64))
+    ax[~np.isfinite(ax)] = 0.0  # a NaN or an infinity is the sum's anyway: no scale for it
     if not xc.size or float(ax.max()) < big / int(n.max()):
         return None
     top = np.zeros((g.batch, g.n_out))

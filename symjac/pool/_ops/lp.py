@@ -24,12 +24,26 @@ rounded to float64 with their bounds, the zero-window checks).
   pass (:func:`symjac.pool._lp.zero_window_input`), and finite differences of the
   implementation's forward away from zero windows, at step 2^-⌊prec/2⌋, within its
   curvature (:func:`symjac.pool._lp.fd_truncation`) and its forward bound at both points.
+- **extreme** (:meth:`Lp.extreme_magnitude`, p >= 2): cells whose ``x^p`` overflows the dtype
+  while y stays far below its range: a forward that raises to the power before it scales
+  (PyTorch's ``lp_pool`` and ONNX Runtime's ``LpPool`` both do: float32 cells of 2^65 give
+  inf where y = 5.5e19) is wrong there, as is a backward that forms ``S^(1/p - 1)`` from an
+  overflowed S (its gradient 0). p = 1 is a sum: avg's magnitudes.
+- **non-finite** (:meth:`Lp.nonfinite`): y is IEEE 754's ``(Σ x^p)^(1/p)``: NaN with a NaN; for
+  even p any infinity is +inf (``x^p``); for odd p both infinities make NaN, else the
+  infinity (odd p >= 3 takes no -inf: S < 0 is outside its domain). The derivative: p = 1 is
+  linear, its rows 1 at every x (PyTorch's 0 at a NaN window is its sign(S)·relu(|S|) again,
+  the known defect at S = 0); for p >= 2 at a window whose value is an infinity, the limit
+  ``x_j^(p-1)·S^(1/p - 1) -> 0`` at every finite cell (what PyTorch and JAX return), and any
+  value at an infinite cell (PyTorch: NaN; the limit is ±1 for one such cell, none for two); at
+  a window whose value is NaN, any value (PyTorch: NaN).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import numbers
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -37,9 +51,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import sympy
 
-from symjac._errors import SpecError
-from symjac._exact import ExactArray
-from symjac.check._rounding import precision, unit_roundoff
+from symjac._errors import InputError, SpecError
+from symjac._exact import FINITE, POS_INF, ExactArray
+from symjac.check._rounding import finfo, precision, unit_roundoff
 from symjac.pool._lp import (
     AlgebraicJacobian,
     bounds,
@@ -55,6 +69,7 @@ from symjac.pool._lp import (
     windows,
     zero_window_input,
 )
+from symjac.pool._ops._edges import Nonfinite, cells_read, counts, proxy, sum_value
 from symjac.pool._ops._protocol import ForwardBound, Operator
 from symjac.pool._symbolic import PAIR, Template
 from symjac.pool._lp_rows import clarke_ok, exact_rows, forward_tolerance, zero_window_policy
@@ -219,6 +234,68 @@ class Lp(Operator):
     def tie_input(self, g: Geometry, x: np.ndarray) -> np.ndarray:
         """All-zero windows on purpose (one window colour zeroed), signed ones around them for even p."""
         return zero_window_input(g, x)
+
+    def families(self, g: Geometry, touches_padding: bool) -> tuple[str, ...]:
+        """extreme (a power that overflows before the root) and nonfinite (NaN and ±inf)."""
+        return ("extreme", "nonfinite")
+
+    def extreme_magnitude(self, g: Geometry, dtype: np.dtype[Any]) -> tuple[float, str]:
+        """p >= 2: magnitudes in (2^e, 2^(e+1)] with ``2^(e·p) >= 2·max``, so every ``x^p`` overflows the
+        dtype while ``y <= n^(1/p)·2^(e+1)`` stays far below it; signed for even p, positive for odd
+        p (S > 0). p = 1 (a sum): up to ``max/(2n)``, as average pooling's."""
+        p = power(g)
+        top = float(finfo(dtype).max)
+        if p == 1:
+            return top / (2 * max(int(g.cells.shape[1]), 1)), "slices"
+        e = -(-(int(np.frexp(top)[1]) + 1) // p)  # max < 2^f (f = frexp's exponent), so 2^(e·p) >= 2^(f+1) > 2·max
+        # y <= n^(1/p)·2^(e+1) must stay within max/4: a window of thousands of cells takes smaller cells
+        # (then only their power sum overflows)
+        room = math.floor(math.log2(top / (4 * g.cells.shape[1] ** (1 / p))))
+        return float(2.0 ** min(e + 1, room)), "±" if p % 2 == 0 else "+"
+
+    def overflows(self, g: Geometry, x: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray | None:
+        """Windows whose exact y, with its rounding bound, reaches the dtype's overflow threshold: there the
+        correctly rounded y may be inf, and a scaled evaluation's last multiply may overflow."""
+        top = float(finfo(dtype).max)
+        xa = np.abs(np.asarray(x, dtype=np.float64))
+        if not xa.size or float(xa.max()) * g.cells.shape[1] < top / 2:
+            return None  # y <= n·max|x| (any p >= 1): nowhere near (one max over x)
+        y, tol = forward_tolerance(g, x, dtype)
+        with np.errstate(over="ignore", invalid="ignore"):
+            near = ~(y + np.where(np.isfinite(tol), tol, 0.0) < top * (1 - float(finfo(dtype).eps)))
+        return np.asarray(near) if near.any() else None
+
+    def nonfinite_input(self, g: Geometry, x: np.ndarray) -> np.ndarray:
+        """Odd p >= 3 takes no -inf (S < 0 is outside its domain): those cells are +inf."""
+        p = power(g)
+        return np.where(np.isneginf(x), x.dtype.type(np.inf), x) if p % 2 and p > 1 else x
+
+    def nonfinite(self, g: Geometry, x: np.ndarray, policy: str) -> Nonfinite:
+        """The module docstring's convention. The proxy puts the largest finite magnitude (times
+        2^⌈log2 K⌉ for odd p, so S > 0) at the non-finite cells: rows there are replaced."""
+        p = power(g)
+        c = counts(g, x)
+        if p % 2 and p > 1 and (c.neg > 0).any():
+            b, w = np.argwhere(c.neg > 0)[0].tolist()
+            raise InputError(f"lp pooling with p={p} is undefined where the window's power sum is negative: output "
+                             f"{g.output_index(b, w)} holds -inf (give +inf or NaN, or an even p)")
+        special, value = sum_value(c, signed=p % 2 == 1)
+        finite = np.abs(np.asarray(x, dtype=np.float64))
+        top = float(finite[np.isfinite(finite)].max(initial=0.0)) or 1.0
+        fill = min(top * 2.0 ** int(g.cells.shape[1]).bit_length(), float(np.finfo(np.float64).max)) if p % 2 else top
+        read, exact = proxy(g, x, fill)
+        if p == 1:
+            return Nonfinite(policy, read, exact, special, value)  # linear: its rows are 1 at every x
+        at_nan = special & np.isnan(value)
+        free = cells_read(g, at_nan) | (c.codes >= POS_INF)
+        zero = (special & ~at_nan)[..., None] & g.valid[None] & (g.gather(c.codes, 0) == FINITE)
+        return Nonfinite(policy, read, exact, special, value, free, zero)
+
+    def nonfinite_note(self, policy: str) -> str:
+        return ("lp pooling at NaN and ±inf: y is IEEE 754's (Σ x^p)^(1/p) (NaN with a NaN; +inf with an infinity "
+                "for even p; odd p: NaN with both infinities, else the infinity); its derivative is 1 everywhere "
+                "for p = 1, and for p >= 2 the limit 0 at the finite cells of a window whose value is infinite, "
+                "any value at its infinite cells and at every cell of a window whose value is NaN")
 
     def fd_step(self, dtype: np.dtype[Any]) -> float:
         """2^-⌊prec/2⌋: a smooth forward's one-sided difference errs by O(h) (curvature) plus

@@ -11,8 +11,33 @@ ways, and the second derivative is zero.
 
 Rounding: the forward is exact in any float dtype (a max rounds nothing), the
 Jacobian's entries 0/1 (split: 1/|I|). Inputs: the tie input (exact ties), the
-all-negative family where windows touch padding (a zero-padded max is wrong there)
-and near-ties. With ``Pool(pad_value=0)`` pad cells hold the constant 0 and compete.
+all-negative family where windows touch padding (a zero-padded max is wrong there),
+near-ties, and the extreme family: negative values near the dtype's lowest (a maximum
+started from a finite sentinel such as -1e30, or float32's lowest in a float64 kernel, wins
+over them). With ``Pool(pad_value=0)`` pad cells hold the constant 0 and compete.
+
+Non-finite inputs (:meth:`Max.nonfinite`): +inf and -inf are ordered values (a window's
+maximum may be either; one of -inf cells only is -inf, and its gradient a tie among them). A
+NaN is read by one of two policies, as measured (float32/64, torch 2.13, JAX 0.10, TensorFlow
+2.21, ONNX Runtime 1.2x; ``tests/test_nonfinite_frameworks.py``):
+
+- ``propagate`` (the default; IEEE 754-2019 *maximum*, NumPy's ``max``): NaN is above every
+  value, so a window holding one has the value NaN and its gradient goes to a NaN cell, any
+  of several by the tie policy. PyTorch follows it: its backward picks the *last* NaN cell
+  (``[nan, nan, 1]`` -> ``[0, 1, 0]``), which the report names (``nonfinite_tie_policy``).
+- ``ignore`` (IEEE 754-2019 *maximumNumber*, C's ``fmax``): NaN is below every value, so a
+  window's value is the maximum of its other cells (NaN only where every cell is NaN) and
+  its gradient goes there.
+
+The forward decides which one an implementation follows (a backward alone is checked under
+``propagate``). Measured defects: JAX's forward propagates NaN but its backward routes by
+``select(ge)`` (``[nan, 1, 2]`` -> the 2, ``[inf, nan, 1]`` -> the 1); TensorFlow's forward
+ignores NaN, gives ``-max`` for a window of -inf, and its backward sends some NaN windows'
+gradient to the NaN cell (``[nan, 1, 2]`` -> ``y = 2``, ``dx = [1, 0, 0]``); ONNX Runtime's
+MaxPool ignores NaN and gives ``-max`` for -inf windows as TensorFlow does, and asked for its
+``Indices`` too (another kernel) propagates a NaN only from a window's first cell
+(``[nan, 1, 2]`` -> NaN, ``[1, nan, 2]`` -> 2): the value of a window depends on where its NaN
+sits, which no policy allows.
 """
 
 from __future__ import annotations
@@ -24,11 +49,12 @@ import numpy as np
 import sympy
 
 from symjac._errors import SpecError
-from symjac._exact import ExactArray, _int_array
+from symjac._exact import NAN, NEG_INF, POS_INF, ExactArray, _int_array, nonfinite_codes
 from symjac._lastaxis import any_last, count_last
 from symjac.check._report import fmt_index, listing
-from symjac.check._rounding import gamma
+from symjac.check._rounding import finfo, gamma
 from symjac.pool._beta import Beta, lincomb
+from symjac.pool._ops._edges import Nonfinite, proxy
 from symjac.pool._ops._stamped import StampedOperator
 from symjac.pool._stamp import Stamp, apply
 from symjac.pool._symbolic import Template, lines
@@ -54,7 +80,8 @@ class Max(StampedOperator):
     """Max pooling (:class:`symjac.Pool`, :class:`symjac.AdaptivePool`, :class:`symjac.GlobalPool`)."""
 
     name = "max"
-    samples = ({}, {"padding": 1, "pad_value": 0}, {"padding": "same", "dilation": 2})
+    samples: tuple[dict[str, Any], ...] = ({}, {"padding": 1, "pad_value": 0}, {"padding": "same", "dilation": 2})
+    nan_policies = ("propagate", "ignore")
     ties = True
     tie_family = True
     reuses_exact_input = True
@@ -127,8 +154,11 @@ class Max(StampedOperator):
         return g.from_canonical(acc)
 
     def lower_vjp(self, g: Geometry, x: np.ndarray, dy: np.ndarray, tie: str) -> np.ndarray:
+        """Each window's dy to its tie policy's maximal cells (at NaN and ±inf: by the ``propagate`` order)."""
         xc, dyc = g.to_canonical(x), g.to_canonical(dy, g.out_spatial)
         dx = np.zeros((g.batch, g.n_in), dtype=x.dtype)
+        if nonfinite_codes(x) is not None:  # NaN compares with nothing: route by the convention's order
+            xc = g.to_canonical(self.nonfinite(g, x, "propagate").exact.num)
         support, weight, q = max_support(g, xc, tie)
         up = dyc if q == 1 else dyc * (weight / q).astype(x.dtype)
         for line in lines(g):
@@ -138,8 +168,43 @@ class Max(StampedOperator):
     # -- inputs ------------------------------------------------------------------------
     def families(self, g: Geometry, touches_padding: bool) -> tuple[str, ...]:
         """All-negative inputs where windows touch padding (a zero-padded max wins there), near-ties (routing),
-        and the deterministic orders that decide routing whatever the seed (a wrong window's maximum)."""
-        return (("all_negative",) if touches_padding else ()) + ("near_ties", "orders")
+        the deterministic orders that decide routing whatever the seed (a wrong window's maximum), extreme
+        negative values (a finite sentinel wins over them) and NaN and ±inf (the module's convention)."""
+        return (("all_negative",) if touches_padding else ()) + ("near_ties", "orders", "extreme", "nonfinite")
+
+    def extreme_magnitude(self, g: Geometry, dtype: np.dtype[Any]) -> tuple[float, str]:
+        """Negative values near the dtype's lowest: below any finite sentinel a kernel might start from."""
+        return float(finfo(dtype).max), "-"
+
+    # -- non-finite inputs -------------------------------------------------------------
+    def nonfinite(self, g: Geometry, x: np.ndarray, policy: str) -> Nonfinite:
+        """The module's convention as an order: the proxy keeps every finite value, puts +inf above
+        them (and above a pad cell's 0), -inf below, and NaN above +inf (``propagate``) or below -inf
+        (``ignore``), so its tie sets and routes are the convention's; a window's value is not finite
+        where its maximal cell (the first) is not."""
+        codes = nonfinite_codes(x)
+        finite, exact = proxy(g, x)
+        num = exact.num.astype(object)
+        top = max((abs(int(v)) for v in num.reshape(-1).tolist()), default=0)
+        if codes is not None:
+            num[codes == POS_INF] = top + 1
+            num[codes == NEG_INF] = -(top + 1)
+            num[codes == NAN] = top + 2 if policy == "propagate" else -(top + 2)
+        read = ExactArray(_int_array(num), exact.den)
+        cell = max_route(g, g.to_canonical(read.num), "first")[2]
+        codes_c = np.zeros((g.batch, g.n_in + 1), dtype=np.int8)
+        if codes is not None:
+            codes_c[:, :-1] = g.to_canonical(codes)
+        won = codes_c[np.arange(g.batch)[:, None], cell]  # cell -1 (a pad cell won) reads the finite column
+        value = np.select([won == NAN, won == POS_INF, won == NEG_INF], [np.nan, np.inf, -np.inf], 0.0)
+        return Nonfinite(policy, finite, read, np.asarray(won != 0), np.asarray(value))
+
+    def nonfinite_note(self, policy: str) -> str:
+        if policy == "ignore":
+            return ("max pooling's NaN policy 'ignore' (IEEE 754-2019 maximumNumber, C's fmax): a window is the "
+                    "maximum of its cells other than NaN, its gradient goes there; ±inf are ordered values")
+        return ("max pooling's NaN policy 'propagate' (IEEE 754-2019 maximum, as PyTorch's): a window holding NaN "
+                "is NaN, its gradient goes to a NaN cell; ±inf are ordered values")
 
     # -- diagnosis ---------------------------------------------------------------------
     def clarke_ok(self, g: Geometry, rows: Rows, exact: ExactRows, u: float) -> np.ndarray:

@@ -50,7 +50,7 @@ def prepare_inputs(
     lab: np.ndarray | None
     if label is None:
         lab = None
-    elif kind_of(loss).labels_are_indices(loss):
+    elif kind_of(loss).labels_are_indices(loss) or kind_of(loss).integer_labels:
         raw = np.asarray(label)
         if raw.dtype.kind == "f":
             if not np.all(np.isfinite(raw)) or not np.all(raw == np.round(raw)):
@@ -59,7 +59,7 @@ def prepare_inputs(
                     f"label{_index(raw.shape, bad)} = {raw.reshape(-1)[bad]!r} is not an integer class index"
                 )
         elif raw.dtype.kind not in "iu":
-            raise InputError(f"label has dtype {raw.dtype}; labels='indices' takes integer class indices")
+            raise InputError(f"label has dtype {raw.dtype}; kind={loss.kind!r} takes integer class indices")
         lab = raw.astype(np.int64)
     else:
         lab = cast("label", label)

@@ -54,13 +54,15 @@ finite-difference probes within their bounds in float64 where it can, and
 :mod:`symjac.verifiers.loss.fast._forward_fail` a value beyond its bound (with the exact
 route's findings, every printed number proven); a forward it decides neither way,
 ``"none"`` with a forward, the other kinds, and a misbehaving call take the exact route,
-within ``symjac.loss.MAX_ELEMENTS``; beyond it they are refused.
+within ``symjac.loss.MAX_ELEMENTS``; beyond it they are refused. So does a pred holding NaN
+or ±inf (:mod:`symjac.verifiers.loss._nonfinite`: its finite elements exact, the kind's
+convention at the others): the fast route takes finite inputs only.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -75,12 +77,16 @@ from symjac.loss import _numbers
 from symjac.loss._bounds import Bounds
 from symjac.loss._domain import index as _index
 from symjac.loss._evaluate import evaluate_checked
-from symjac.loss._spec import DPS, Loss, check_loss
+from symjac.loss._families import Nonfinite
+from symjac.loss._spec import DPS, Loss, check_loss, kind_of
 from symjac.verifiers._impl import implementation
 from symjac.verifiers.loss._fd import MAX_FD_PROBES, _ForwardCheck
 from symjac.verifiers.loss.fast._verdict import Fast as FastOutcome
 from symjac.verifiers.loss.fast._verdict import fast_check
+from symjac.verifiers.loss._extras import families_text, family_names, policy_text, run_families
 from symjac.verifiers.loss._inputs import _ArgFactory, prepare_inputs
+from symjac.verifiers.loss._nonfinite import check_nonfinite
+from symjac.verifiers.loss._sequence import verify_whole
 from symjac.verifiers.loss._values import _check_values, _Expected, _Misfit
 
 __all__ = ["MAX_FD_PROBES", "prepare_inputs", "verify_loss"]
@@ -97,14 +103,14 @@ class _Outcome:
 def verify_loss(loss: Loss, impl: Any = None, /, *, derivative: Callable[..., Any] | None = None,
                 forward: Callable[..., Any] | None = None, pred: Any = None, label: Any = None, upstream: Any = None,
                 dtype: Any = None, timeout: float | None = DEFAULT_TIMEOUT, hvp: Callable[..., Any] | None = None,
-                v: Any = None, deterministic: bool = False) -> Report:
+                v: Any = None, deterministic: bool = False, families: Sequence[str] | None = None) -> Report:
     """Check a loss derivative against the exact ``S·dL/dpred``; every fault a finding.
 
-    The implementation is called on NumPy arrays of ``dtype``:
-    ``derivative(pred, label)`` -> ``S·dL/dpred`` (pred's shape and dtype); for
-    ``reduction="none"``, ``derivative(pred, label, upstream)`` -> the VJP
-    ``S·Σ_i u_i·dℓ_i/dpred``. ``forward(pred, label)`` -> ``L`` (one number; one per
-    element for ``"none"``), unscaled.
+    The implementation is called on NumPy arrays of ``dtype``: ``derivative(pred, label)`` ->
+    ``S·dL/dpred`` (pred's shape and dtype); for ``reduction="none"``, ``derivative(pred, label,
+    upstream)`` -> the VJP ``S·Σ_i u_i·dℓ_i/dpred``. ``forward(pred, label)`` -> ``L`` (one number;
+    one per element for ``"none"``), unscaled. ``ctc`` takes PyTorch's arguments instead
+    (:mod:`symjac.verifiers.loss._sequence`; label ``(targets, input_lengths, target_lengths)``).
 
     Findings: ``bad_output`` (raises, wrong shape or dtype, NaN/Inf); ``mutates_inputs``
     (pred, label or upstream changed by a call: sha256 checksums in the message; wrong values
@@ -118,30 +124,35 @@ def verify_loss(loss: Loss, impl: Any = None, /, *, derivative: Callable[..., An
 
     Bounds are derived in the module docstring, reported in ULPs of ``dtype``.
 
+    At the default inputs the kind's ``extreme`` and ``nonfinite`` families run too
+    (:mod:`symjac.verifiers.loss._extras`; ``families`` below); their findings carry the family's name.
+
     Args:
       loss: the spec (its ``scale`` is S).
       impl: the implementation as one object instead of ``derivative``/``forward``: a
         :class:`symjac.LossImpl` (its ``pred``/``label``/``upstream`` too, when not given here)
-        or an object or dict with ``derivative`` (and optionally ``forward``); ``derivative=``/
-        ``forward=`` given too replace its own.
+        or an object or dict with ``derivative`` (and optionally ``forward`` and ``hvp``: an
+        ``hvp`` it defines is checked too; one it lacks is named not checked in the headline and
+        ``stats["hvp"]``); ``derivative=``/``forward=``/``hvp=`` given too replace its own.
       derivative: the implementation's derivative callable (or give ``impl``).
-      forward: the implementation's forward callable, optional (enables the
-        forward and FD checks).
-      pred, label, upstream: inputs; default :func:`symjac.losses.default_inputs`.
-        They are rounded to ``dtype`` first and the exact analysis uses the rounded
-        values. ``upstream`` only for ``reduction="none"``.
-      dtype: ``"float16"``, ``"bfloat16"``, ``"float32"`` or ``"float64"``; default,
-        as :func:`symjac.verify` takes x's: the dtype of a float ``pred`` (else of a
-        float ``label``), else float64. A float32 pred is checked in float32.
-      timeout: seconds each call of the implementation may take (None: no limit);
-        a call that takes longer is a ``timeout`` finding.
+      forward: the implementation's forward callable, optional (the forward and FD checks).
+      pred, label, upstream: inputs; default :func:`symjac.losses.default_inputs`. They are rounded
+        to ``dtype`` first and the exact analysis uses the rounded values. ``upstream`` only for ``"none"``.
+      dtype: ``"float16"``, ``"bfloat16"``, ``"float32"`` or ``"float64"``; default, as :func:`symjac.verify`
+        takes x's: the dtype of a float ``pred`` (else of a float ``label``), else float64.
+      timeout: seconds a call may take (None: no limit); a longer one is a ``timeout`` finding.
       hvp: optional ``hvp(pred, label, v) -> H·v`` (``hvp(pred, label, v, upstream)`` for
         ``"none"``), ``H = S·∂²L/∂pred²``: checked against the exact Hessian within the bound
         derived from the second derivative's expressions (:mod:`symjac.verifiers.loss._hvp`;
         its figures under ``stats["hvp"]``). Give derivative and/or hvp.
       v: the direction of the hvp call (pred's shape; default distinct dyadic values).
-      deterministic: the implementation promises bitwise reproducible results: any
-        bitwise difference between equal calls is a ``nondeterministic`` finding.
+      deterministic: the implementation promises bitwise reproducible results: any bitwise difference
+        between equal calls is a ``nondeterministic`` finding.
+      families: the extra input families to run: ``"extreme"`` magnitudes, where a naive float
+        evaluation overflows and the exact values are finite (a NaN or inf there is ``bad_output``),
+        and ``"nonfinite"`` NaN/±inf predictions, checked against the kind's convention (as a given
+        ``pred`` holding them is). Default: every family the kind has when ``pred`` is not given
+        (after the default inputs show no finding), none when it is; ``()``: none.
 
     Returns:
       The :class:`symjac.report.Report`; ``report.ok`` when there is no finding. A dtype
@@ -164,27 +175,61 @@ def verify_loss(loss: Loss, impl: Any = None, /, *, derivative: Callable[..., An
         ['missing_scale']
     """
     loss = check_loss(loss)  # the one validation: the stages below take the spec as valid
+    unchecked = None  # why an implementation object's hvp is not checked
     if impl is not None:
         derivative, forward, pred, label, upstream = _from_impl(impl, derivative, forward, pred, label, upstream)
+        if hvp is None:  # every derivative the object defines is checked: its hvp too
+            hvp, unchecked = _own_hvp(impl)
+    if kind_of(loss).whole:  # a sequence loss (ctc): its own route, PyTorch's call signature
+        return verify_whole(loss, derivative, forward, pred, label, upstream, dtype, timeout, hvp, families, _dtype)
     if derivative is None and hvp is None:
         raise InputError("verify_loss needs the implementation: give derivative=(pred, label) -> S·dL/dpred, "
                          "hvp=(pred, label, v) -> H·v, or an implementation object as the second argument: there "
                          "is nothing to verify")
-    second = None
-    if hvp is not None:
-        from symjac.verifiers.loss._hvp import check_hvp
-
-        second = check_hvp(loss, hvp, pred, label, upstream, v, _dtype(dtype, pred, label), timeout)
+    second = None if hvp is None else _check_hvp(loss, hvp, pred, label, upstream, v, dtype, timeout)
     if derivative is None:
         assert second is not None
         return second
     first = _verify(loss, derivative, forward, pred, label, upstream, dtype, timeout, fast=True,
-                    deterministic=deterministic).report
+                    deterministic=deterministic, families=families).report
     if second is None:
-        return first
+        if unchecked is None:
+            return first
+        # an object without an hvp (as a pool object of backward and forward alone): said in stats only
+        return dataclasses.replace(first, stats={**first.stats, "hvp": {"checked": False, "why": unchecked}})
     rejected = "; ".join(r for r in (first.unsupported, second.unsupported) if r) or None
     return Report(first.subject, first.findings + second.findings, {**first.stats, **second.stats},
                   f"{first.headline}; {second.headline}", first.notes + second.notes, rejected)
+
+
+def _own_hvp(impl: Any) -> tuple[Callable[..., Any] | None, str | None]:
+    """An implementation object's ``hvp``, or None and why it is not checked."""
+    hvp = impl.get("hvp") if isinstance(impl, dict) else getattr(impl, "hvp", None)
+    if callable(hvp):
+        return hvp, None
+    return None, "hvp not checked: the implementation object has no hvp"
+
+
+def _check_hvp(loss: Loss, hvp: Callable[..., Any], pred: Any, label: Any, upstream: Any, v: Any, dtype: Any,
+               timeout: float | None) -> Report:
+    """The hvp's check (:mod:`symjac.verifiers.loss._hvp`), at finite predictions."""
+    from symjac.verifiers.loss._hvp import check_hvp
+
+    _finite_for_hvp(pred)
+    return check_hvp(loss, hvp, pred, label, upstream, v, _dtype(dtype, pred, label), timeout)
+
+
+def _finite_for_hvp(pred: Any) -> None:
+    """Refuse a pred holding NaN or ±inf for an hvp, whose second derivative has no convention there."""
+    try:
+        values = np.asarray(pred, dtype=np.float64) if pred is not None else None
+    except (TypeError, ValueError):
+        return  # not floats: the exact reading names what is wrong
+    if values is not None and not np.isfinite(values).all():
+        j = int(np.flatnonzero(~np.isfinite(values).reshape(-1))[0])
+        raise InputError(f"pred{_index(values.shape, j)} = {values.reshape(-1)[j]}: hvp= is checked at finite predictions "
+                         "only (the derivative and forward take NaN and ±inf, by each kind's convention); verify the "
+                         "hvp at finite inputs")
 
 
 def _from_impl(impl: Any, derivative: Any, forward: Any, pred: Any, label: Any, upstream: Any) -> tuple[Any, ...]:
@@ -206,25 +251,42 @@ def _verify(
     timeout: float | None = DEFAULT_TIMEOUT,
     fast: bool = False,
     deterministic: bool = False,
+    families: Sequence[str] | None = None,
 ) -> _Outcome:
     """The verification; ``fast``: try the fast route first (no forward; the report
     alone: its outcome has no exact arrays), :mod:`symjac.verifiers.loss.fast._filter`. ``loss``
-    is a valid spec (its caller's entry checked it)."""
+    is a valid spec (its caller's entry checked it). Then the extra ``families``
+    (:func:`symjac.verifiers.loss._extras.family_names`; None: the kind's, at the default inputs)."""
     if not isinstance(deterministic, (bool, np.bool_)):
         raise InputError(f"deterministic={deterministic!r} is not valid: give True or False")
     if not callable(derivative):
         raise InputError(f"derivative={derivative!r} is not callable")
     if forward is not None and not callable(forward):
         raise InputError(f"forward={forward!r} is not callable")
+    names = family_names(loss, families, pred is None)
     dt = _dtype(dtype, pred, label)
     with_forward = forward is not None
     _check_budget(loss, pred, fast, forward=with_forward)
     p0, l0, u0, rounded = prepare_inputs(loss, pred, label, upstream, dt)
+    split = Nonfinite.of(loss, p0)
+    if split is not None:  # NaN or inf in pred: the exact route of its finite elements, the convention at its own
+        _check_budget(loss, pred, False, forward=with_forward)
+        outcome = _nonfinite_outcome(loss, derivative, forward, p0, l0, u0, dt, rounded, timeout, split)
+        return _with_families(loss, outcome, names, derivative, forward, dt, timeout)
     if fast:
         got = fast_check(loss, derivative, p0, l0, u0, dt, timeout, forward)
         if got is not None:
-            return _fast_outcome(loss, dt, p0, l0, u0, rounded, got, with_forward)
+            outcome = _fast_outcome(loss, dt, p0, l0, u0, rounded, got, with_forward)
+            return _with_families(loss, outcome, names, derivative, forward, dt, timeout)
         _check_budget(loss, pred, False, fast_tried=True, forward=with_forward)
+    outcome = _exact_outcome(loss, derivative, forward, p0, l0, u0, dt, rounded, timeout, bool(deterministic))
+    return _with_families(loss, outcome, names, derivative, forward, dt, timeout)
+
+
+def _exact_outcome(loss: Loss, derivative: Callable[..., Any], forward: Callable[..., Any] | None, p0: np.ndarray,
+                   l0: np.ndarray | None, u0: np.ndarray | None, dt: np.dtype[Any], rounded: bool,
+                   timeout: float | None, deterministic: bool) -> _Outcome:
+    """The exact route at finite inputs: three derivative calls, the values, the forward and FD."""
     # the loss values only for the forward check, the bounds where a verdict needs them (Bounds.fill)
     ev = evaluate_checked(loss, p0, l0, u0, values=forward is not None, derivatives=True)
     findings: list[Finding] = []
@@ -235,11 +297,14 @@ def _verify(
         ex = _Expected.of(ev, bounds, dt, p0.shape)
         deriv = Guard(derivative, "derivative", args_of.names, findings, timeout=timeout, restore=False)
         notes: list[str] = []
-        out1 = _purity_calls(deriv, args_of, ex, dt, findings, stats, notes, bool(deterministic))
+        out1 = _purity_calls(deriv, args_of, ex, dt, findings, stats, notes, deterministic)
         scale_found = _check_values(out1, ex, ev, dt, stats, findings)
         fwd = None if forward is None else Guard(forward, "forward", args_of.names[:2], findings, timeout=timeout)
         if fwd is not None:
             _ForwardCheck(fwd, ev, bounds, args_of, dt, stats, findings).run(out1, ex, scale_found)
+        for guard in (deriv, fwd):  # every call is made: the last look at what they returned
+            if guard is not None:
+                guard.finish()
     stats["checksums"] = {
         name: sha256(a) for name, a in zip(("pred", "label", "upstream"), args_of.originals()) if a is not None
     }
@@ -275,6 +340,36 @@ def _fast_outcome(loss: Loss, dt: np.dtype[Any], p0: np.ndarray, l0: np.ndarray 
     none = np.empty(0, dtype=object)
     return _Outcome(Report(f"{loss!r} in {dt.name}", findings, stats,
                            _headline(loss, p0.size, with_forward, stats, list(findings))), got.observed, none, none)
+
+
+def _nonfinite_outcome(loss: Loss, derivative: Callable[..., Any], forward: Callable[..., Any] | None,
+                       p0: np.ndarray, l0: np.ndarray | None, u0: np.ndarray | None, dt: np.dtype[Any], rounded: bool,
+                       timeout: float | None, split: Nonfinite) -> _Outcome:
+    """A given pred holding NaN or ±inf (:mod:`symjac.verifiers.loss._nonfinite`): one call each."""
+    findings, more, out, expected, base = check_nonfinite(loss, derivative, forward, p0, l0, u0, dt, timeout, split)
+    stats = {**_stats(loss, dt, p0, rounded), **more}
+    stats["checksums"] = {name: sha256(a) for name, a in zip(("pred", "label", "upstream"), (p0, l0, u0))
+                          if a is not None}
+    headline = _headline(loss, p0.size - int(split.entries.sum()), forward is not None, stats, findings)
+    if not findings:
+        headline = headline.replace("; forward within bound; FD-consistent at 0 points", "; forward right")
+        headline += f"; at the {int(split.entries.sum())} entries non-finite predictions reach: {policy_text(stats['nonfinite']['policy'])}"
+    return _Outcome(Report(f"{loss!r} in {dt.name}", tuple(findings), stats, headline), out, expected, base)
+
+
+def _with_families(loss: Loss, outcome: _Outcome, names: tuple[str, ...], derivative: Callable[..., Any],
+                   forward: Callable[..., Any] | None, dt: np.dtype[Any], timeout: float | None) -> _Outcome:
+    """The outcome with the extra families run (:func:`symjac.verifiers.loss._extras.run_families`);
+    not when the main inputs already show a finding, nor in a dtype the implementation rejects."""
+    report = outcome.report
+    if not names or report.findings or report.unsupported:
+        return outcome
+    findings, ran = run_families(loss, names, derivative, forward, dt, timeout)
+    stats = {**report.stats, "families": ran}
+    headline = (f"{report.headline}; {families_text(ran)}" if not findings else
+                _headline(loss, int(stats["elements"]), forward is not None, stats, findings))
+    return dataclasses.replace(outcome, report=dataclasses.replace(report, findings=tuple(findings), stats=stats,
+                                                                   headline=headline))
 
 
 def _dtype(dtype: Any, pred: Any, label: Any) -> np.dtype[Any]:

@@ -91,8 +91,10 @@ class Diagnosis:
             for b, w in members[:MAX_LISTED]:
                 d = details[b, w]
                 src = "one-hot probe" if (b, w) in rows.one_hot else "colour probe"
+                words = self.g.operator.window_words(self.g, w)  # RoI: the box, the bin, its sample points
                 self.findings.append(Finding(
-                    cat, f"window {fmt_index(self.g.output_index(b, w))} ({src}){d['note']}",
+                    cat, f"window {fmt_index(self.g.output_index(b, w))} ({src}{', ' + words if words else ''})"
+                         f"{d['note']}",
                     window=self.g.output_index(b, w), cells=tuple(d["cells"]), expected=d["expected"],
                     observed=d["observed"]))
 
@@ -129,14 +131,15 @@ class Diagnosis:
             if missing.any() else ""
         outside = [cells[i] for i in np.flatnonzero(extra_in[valid])] + stray_cells
         note += f"; cells that should get nothing: {listing([fmt_index(c) for c in outside])}" if outside else ""
-        expected = [self._exact_entry(w, v) for v in e[valid]] + [Fraction(0)] * len(stray)
+        expected = [self._exact_entry(w, int(k), e[k]) for k in np.flatnonzero(valid)] + [Fraction(0)] * len(stray)
         return cat, {"cells": cells + stray_cells, "expected": expected, "observed": observed, "note": note}
 
-    def _exact_entry(self, w: int, value: float) -> Fraction:
-        """An untied exact Jacobian entry as the rational it is: 1/divisor (average), 1 or 0."""
+    def _exact_entry(self, w: int, k: int, value: float) -> Fraction:
+        """An untied exact Jacobian entry (window w, slot k) as the rational it is: 1/divisor (average),
+        1 or 0, a RoI Align weight."""
         if value == 0:
             return Fraction(0)
-        return self.g.operator.exact_entry(self.g, w)
+        return self.g.operator.slot_entry(self.g, w, k)
 
     def tie_policy(self, rows: Rows, exact: ExactRows, suspects: list[tuple[int, int]]) -> None:
         """Name the policy the backward follows on tied windows that are in the Clarke set."""

@@ -31,7 +31,8 @@ from symjac.check._rounding import precision, unit_roundoff
 from symjac.pool._geometry import Geometry, check_shape, resolved
 from symjac.pool._jacobian import exact_forward
 from symjac.pool._ops import operator_of
-from symjac.pool._spec import Pool, PoolSpec
+from symjac.pool._spec import AdaptivePool, FractionalMaxPool, GlobalPool, Pool, PoolSpec
+from symjac.verifiers.pool._inputs import EDGES, families
 from symjac.verifiers.pool._run import run
 
 #: Neighbouring values of each convention field, in the order they are tried.
@@ -159,7 +160,9 @@ def _check(spec: PoolSpec, g: Geometry, fwd: Callable[..., Any] | None, bwd: Cal
             return score, diff, None
     if bwd is None and not isolate:
         return 0.0, "", Match(spec, None, "forward")
-    report = run(spec, backward=bwd, forward=fwd, x=x, dtype=dtype, seed=seed, isolate=isolate)
+    # the conventions a spec names decide the match; the edges of the float range (NaN, ±inf, overflow) do not
+    screened = tuple(f for f in families(g) if f not in EDGES)
+    report = run(spec, backward=bwd, forward=fwd, x=x, dtype=dtype, seed=seed, isolate=isolate, families=screened)
     if report.ok:
         return 0.0, "", Match(spec, _tie(report) if operator_of(spec).ties else None,
                               "forward and backward" if fwd else "backward")
@@ -252,11 +255,17 @@ def infer(impl: Any, *, kernel: Any, input_shape: tuple[int, ...], mode: str | N
 
 def neighbours(spec: PoolSpec) -> list[tuple[PoolSpec, str]]:
     """Specs one convention away from ``spec``, each with the changed field as text."""
+    op = operator_of(spec)
+    if not isinstance(spec, (Pool, AdaptivePool, GlobalPool)):  # RoI and fractional pooling: their own conventions
+        changes: list[dict[str, Any]] = op.neighbour_changes(spec, DIVISORS)
+        if isinstance(spec, FractionalMaxPool):  # (the samples' axis order, overlapping) and its layout
+            changes = [{"layout": "channels_last" if spec.layout == "channels_first" else "channels_first"}] + changes
+        return [(dataclasses.replace(spec, **change), ", ".join(f"{k}={v!r}" for k, v in change.items()))
+                for change in changes]
     if not isinstance(spec, Pool):
         other = "channels_last" if spec.layout == "channels_first" else "channels_first"
         return [(dataclasses.replace(spec, layout=other), f"layout={other!r}")]
-    op = operator_of(spec)
-    changes: list[dict[str, Any]] = [{"divisor": d} for d in op.infer_divisors(DIVISORS) if d != spec.divisor]
+    changes = [{"divisor": d} for d in op.infer_divisors(DIVISORS) if d != spec.divisor]
     if isinstance(spec.padding, str) and spec.padding != "valid":
         changes += [{"padding": p} for p in PADDING_NEIGHBOURS if p != spec.padding]
     if not isinstance(spec.padding, str) or spec.padding == "valid":
@@ -279,6 +288,9 @@ def _same_windows(g: Geometry, spec: PoolSpec) -> bool:
         other = resolved(spec, g.input_shape)
     except SpecError:
         return False
+    if not g.axes:  # a table geometry (RoI pooling): the same cells and weights
+        return bool(np.array_equal(g.cells, other.cells) and np.array_equal(np.asarray(g.table.num),  # type: ignore[attr-defined]
+                                                                          np.asarray(other.table.num)))  # type: ignore[attr-defined]
     return (other.spec.layout == g.spec.layout and other.out_spatial == g.out_spatial
             and all(np.array_equal(a.cells, b.cells) and np.array_equal(a.valid, b.valid) for a, b in zip(g.axes, other.axes))
             and np.array_equal(other.divisor, g.divisor)

@@ -14,11 +14,23 @@ the exact analysis does. Each *family* targets a bug class:
 - ``orders``: every cell of a plane distinct, in deterministic orders (:func:`order_input`)
   that decide max pooling's routing whatever the seed: a backward that takes each
   window's maximum over a wrong product of cell progressions (a wrong pad, stride,
-  dilation, kernel or ceil rule) routes some window elsewhere in one of them.
+  dilation, kernel or ceil rule) routes some window elsewhere in one of them;
+- ``extreme``: magnitudes near the dtype's overflow threshold where a correct evaluation
+  stays finite (:func:`extreme_input`; each operator's ``extreme_magnitude`` rule): an lp
+  pooling that raises to the power before it scales, an average summed in a narrower
+  accumulator, a max started from a finite sentinel;
+- ``nonfinite``: NaN, +inf and -inf among distinct values, alone, tied and mixed in a window
+  (:func:`nonfinite_input`), read by each operator's convention (its ``nonfinite`` rule).
+
+Each extra family is one dense call against the exact ``J(x)^T dy``, but for operators without
+one (lp: :data:`PROBED` families only) and at ``nonfinite`` inputs of an operator with ties (max:
+NaN and infinities tie, :data:`TIED`): there a probed pass, every window's row against its own
+(tie sets included).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -26,12 +38,25 @@ import numpy as np
 from symjac._errors import InputError
 from symjac.check._rounding import precision
 from symjac.pool._geometry import Geometry
-from symjac.pool._graph import input_colouring
+from symjac.pool._graph import input_colouring, window_colouring
 
-GENERATORS = ("distinct", "ties", "random", "all_negative", "near_ties", "orders")
+GENERATORS = ("distinct", "ties", "random", "all_negative", "near_ties", "orders", "extreme", "nonfinite")
 #: How messages name each family ("at near-tie inputs: ...").
 FAMILY_NAMES = {"distinct": "distinct", "given": "the given", "ties": "tied", "all_negative": "all-negative",
-                "near_ties": "near-tie", "orders": "ordered"}
+                "near_ties": "near-tie", "orders": "ordered", "extreme": "extreme-magnitude",
+                "nonfinite": "non-finite"}
+#: The extra families the ``families=`` argument of verify names.
+EXTRA = ("all_negative", "near_ties", "orders", "extreme", "nonfinite")
+#: Extra families an operator without an exact rational dense ``J(x)^T dy`` (no ``extra_families``:
+#: lp) runs too, by a probed pass (every window's row against its own).
+PROBED = ("extreme", "nonfinite")
+#: Extra families whose inputs tie for an operator with ties (NaN and infinities: max pooling): a probed pass.
+TIED = ("nonfinite",)
+#: Extra families at the edges of the float range: what they find is no convention of the spec (``infer``
+#: screens neighbouring specs without them).
+EDGES = ("extreme", "nonfinite")
+#: Extra families whose inputs hold NaN or ±inf: no exact golden data (``golden --cover`` leaves them out).
+NONFINITE = ("nonfinite",)
 #: The slab inputs of the ``orders`` family are skipped when they would take more calls than this.
 MAX_SLABS = 64
 #: Precision p (bits) of "the next lower precision" below each working dtype.
@@ -123,6 +148,16 @@ def near_tie_dy(g: Geometry, dtype: np.dtype | type = np.float64, seed: int = 0)
     n = g.batch * g.n_out
     values = _near_tie_values(rng.permutation(n), dt) * rng.choice(np.array([-1, 1], dtype=dt), size=n)
     return g.from_canonical(values.reshape(g.batch, g.n_out), g.out_spatial)
+
+
+def near_tie_tangent(g: Geometry, dtype: np.dtype | type = np.float64, seed: int = 0) -> np.ndarray:
+    """Canonical (B, n_in) tangents +-(1 + q eps) with distinct q (as :func:`near_tie_dy` on the
+    input side): a forward mode that accumulates ``J·t`` in lower precision loses their low bits."""
+    dt = np.dtype(dtype)
+    rng = np.random.default_rng(seed + 7)
+    n = g.batch * g.n_in
+    values = _near_tie_values(rng.permutation(n), dt) * rng.choice(np.array([-1, 1], dtype=dt), size=n)
+    return np.asarray(values.reshape(g.batch, g.n_in), dtype=np.float64)
 
 
 def tie_input(g: Geometry, dtype: np.dtype | type = np.float64, seed: int = 0) -> np.ndarray:
@@ -224,13 +259,96 @@ def order_input(g: Geometry, dtype: np.dtype | type = np.float64, index: int = 0
 
 
 def families(g: Geometry) -> tuple[str, ...]:
-    """The extra input families worth a dense pass for this geometry, beyond
-    ``distinct`` (and ``ties``, which max pooling gets its own probed pass for): the
-    operator's ``families`` rule (``all_negative`` for max pooling whose windows touch
-    padding, ``near_ties`` for max and avg pooling: routing for max, accumulation for avg)."""
-    if not g.operator.extra_families:
-        return ()  # lp pooling: algebraic derivatives, no exact dense J(x)^T dy to compare with
-    return g.operator.families(g, touches_padding(g))
+    """The extra input families worth a pass for this geometry, beyond ``distinct`` (and
+    ``ties``, which max and lp pooling get their own probed pass for): the operator's
+    ``families`` rule (``all_negative`` for max pooling whose windows touch padding,
+    ``near_ties`` for max and avg pooling: routing for max, accumulation for avg; ``extreme``
+    and ``nonfinite`` for every operator). A family needing a dense exact ``J(x)^T dy`` is left
+    out for an operator without one (lp's algebraic rows)."""
+    names = g.operator.families(g, touches_padding(g))
+    return tuple(n for n in names if n in PROBED or g.operator.extra_families)
+
+
+def _ranked_magnitudes(ranks: np.ndarray, top: float, dt: np.dtype[Any]) -> np.ndarray:
+    """Distinct magnitudes in (top/2, top], one per rank: the floats of ``dt`` counted down from the
+    largest one <= ``top`` (the dtype's largest finite value itself when top is it), as far apart as
+    the ranks allow (exact in ``dt``; ranks beyond the 2^(p-1) floats of a binade wrap around)."""
+    uint = np.dtype(f"u{dt.itemsize}")
+    with np.errstate(over="ignore"):
+        start = np.array([top], dtype=np.float64).astype(dt)
+    while not np.isfinite(start[0]) or float(start[0]) > top:  # rounded up (to inf): one float down
+        start = (start.view(uint) - 1).view(dt)
+    p = precision(dt)
+    n = int(ranks.max()) + 1 if ranks.size else 1
+    half = 2 ** (p - 2)  # floats counted down from start stay above start/2 for fewer than 2^(p-1) steps
+    step = max(half // max(n, 1), 1)
+    k = (ranks.astype(np.int64) % half) * step
+    out: np.ndarray = (start.view(uint).astype(np.int64)[0] - k).astype(uint).view(dt)
+    return out
+
+
+def extreme_input(g: Geometry, dtype: np.dtype | type = np.float64, seed: int = 0) -> np.ndarray:
+    """Values near the dtype's overflow threshold, distinct within every window: magnitudes in
+    (top/2, top] and signs from the operator's ``extreme_magnitude`` rule (where a correct float
+    evaluation stays finite, and the exact value is finite)."""
+    dt = np.dtype(dtype)
+    top, signs = g.operator.extreme_magnitude(g, dt)
+    mags = _ranked_magnitudes(_window_ranks(g, seed + 8), top, dt)
+    rng = np.random.default_rng(seed + 9)
+    if signs == "-":
+        sign = -np.ones(mags.shape)
+    elif signs == "±":
+        sign = rng.choice(np.array([-1.0, 1.0]), size=mags.shape)
+    elif signs == "slices":
+        sign = np.where(np.arange(g.batch)[:, None] % 2 == 0, 1.0, -1.0) * np.ones(mags.shape)
+    else:
+        sign = np.ones(mags.shape)
+    return g.from_canonical((mags * sign.astype(dt)).astype(dt), g.in_spatial)
+
+
+#: The non-finite patterns of :func:`nonfinite_input`, one per window of a disjoint set: which
+#: values its first, last and second slots take ("all -inf": every slot).
+NONFINITE_PATTERNS: tuple[tuple[float, ...] | str, ...] = (
+    (np.nan,), (np.nan, np.nan), (np.inf,), (np.inf, np.inf), (-np.inf,), "all -inf", (np.inf, -np.inf),
+    (np.nan, np.inf), (-np.inf, np.nan), (np.nan, np.nan, -np.inf), ())
+
+
+def nonfinite_input(g: Geometry, dtype: np.dtype | type = np.float64, seed: int = 0) -> np.ndarray:
+    """Distinct values (as the default input) with NaN, +inf and -inf placed in windows that read
+    disjoint cells (one window colour): one NaN, two NaN (which one gets the gradient: the tie
+    policy), +inf, two +inf, -inf, all -inf, both infinities, NaN with an infinity, and none,
+    rotating over the windows and the (N, C) slices; the windows around them read some of those
+    cells too. The operator's ``nonfinite_input`` rule makes it valid for it (lp's odd p: no -inf)."""
+    dt = np.dtype(dtype)
+    x = g.operator.default_input(g, distinct_input(g, dt, seed + 7))
+    xc = g.to_canonical(x).copy()
+    colours = window_colouring(g)[0]
+    wins = np.flatnonzero(colours == 0)
+    order = (0, -1, 1)  # slots a pattern fills: the first valid, the last, the second
+    for b in range(g.batch):
+        for i, w in enumerate(wins.tolist()):
+            pattern = NONFINITE_PATTERNS[(i + b + seed) % len(NONFINITE_PATTERNS)]
+            cells = g.cells[w][g.valid[w]]
+            if not cells.size:
+                continue
+            if pattern == "all -inf":
+                xc[b, cells] = -np.inf
+                continue
+            for j, value in enumerate(pattern):
+                xc[b, cells[order[j] if order[j] < cells.size else 0]] = value
+    return g.operator.nonfinite_input(g, g.from_canonical(xc, g.in_spatial))
+
+
+def extra_inputs(g: Geometry, names: Sequence[str] | None = None, *, edges: bool = True) -> list[tuple[str, int]]:
+    """The extra inputs of a verification at this geometry, ``(family, index)`` each: every input
+    of each family ``names`` gives (default: those the operator declares, :func:`families`). The
+    VJP's check and the batched rule's (a VJP per sample) run at this one list; forward mode and
+    second order (``edges=False``) without the :data:`EDGES` families, which have no exact tangent
+    or second derivative model (a NaN has no exact value; near overflow the rounding model is the
+    VJP's): the report says so (``stats["transforms"][name]["families"]``)."""
+    chosen = families(g) if names is None else names
+    return [(name, i) for name in dict.fromkeys(chosen) if edges or name not in EDGES
+            for i in range(family_size(g, name))]
 
 
 def generate_input(g: Geometry, generator: str, dtype: np.dtype | type = np.float64, seed: int = 0,
@@ -248,4 +366,8 @@ def generate_input(g: Geometry, generator: str, dtype: np.dtype | type = np.floa
         return near_tie_input(g, dtype, seed)
     if generator == "orders":
         return order_input(g, dtype, index)
+    if generator == "extreme":
+        return extreme_input(g, dtype, seed)
+    if generator == "nonfinite":
+        return nonfinite_input(g, dtype, seed)
     raise InputError(f"generator={generator!r} is not valid: give one of {', '.join(map(repr, GENERATORS))}")

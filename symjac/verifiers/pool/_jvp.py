@@ -96,7 +96,7 @@ class ColumnProber:
         """Cells of ``colour`` nearest (Chebyshev) to window ``w``'s start."""
         g = self.g
         cells = np.flatnonzero(self.colours == colour)
-        start = np.array([a.starts[i] for a, i in zip(g.axes, g.window_position(w))])
+        start = g.window_starts()[w]
         pos = np.stack(np.unravel_index(cells, g.in_spatial), axis=-1)
         d = np.abs(pos - start).max(axis=1)
         return [int(c) for c in cells[np.argsort(d, kind="stable")[:count]]]

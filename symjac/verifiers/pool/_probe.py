@@ -119,7 +119,7 @@ class Prober:
         """Windows of ``colour`` whose start is nearest (Chebyshev) to ``cell``."""
         wins = np.flatnonzero(self.colours == colour)
         pos = np.array(self.g.cell_position(cell))
-        starts = np.stack(np.meshgrid(*[a.starts for a in self.g.axes], indexing="ij"), axis=-1).reshape(-1, len(pos))
+        starts = self.g.window_starts()
         d = np.abs(starts[wins] - pos).max(axis=1)
         return [int(w) for w in wins[np.argsort(d, kind="stable")[:count]]]
 
@@ -177,4 +177,23 @@ class Prober:
                 rows.stray.setdefault((b, w), []).append((b, cell, value))
         found = mismatches(rows)
         still = set(found)
-        return found, Recanted(before, [k for k in wrong_in_colour if k not in still and k in rows.one_hot])
+        recanted = [k for k in wrong_in_colour if k not in still and k in rows.one_hot]
+        if recanted:  # the difference may be another window's: gradient it sent outside its own window
+            recanted = self._senders(x, rows, before, recanted)
+            found = mismatches(rows)
+        return found, Recanted(before, recanted)
+
+    def _senders(self, x: np.ndarray, rows: Rows, before: Rows, recanted: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Windows of ``recanted`` whose colour-probe row stays unexplained once the windows of
+        its colour nearest to each differing cell are one-hot probed: a window that sent gradient
+        outside itself onto cells another window of its colour reads (a stray row, a finding of its
+        own) made that window's colour row look wrong though its own is right."""
+        g, differing = self.g, {}
+        for b, w in recanted:
+            slots = np.flatnonzero(g.valid[w] & (before.obs[b, w] != rows.obs[b, w]))
+            differing[b, w] = [int(c) for c in g.cells[w][slots]]
+        near = [(b, v) for (b, w), cells in differing.items() for cell in cells
+                for v in self.nearest_windows(int(self.colours[w]), cell, 4) if v != w]
+        self.one_hot(x, rows, near)
+        sent = {(bb, c) for (b, v), hits in rows.stray.items() for bb, c, _ in hits}
+        return [k for k in recanted if not all((k[0], c) in sent for c in differing[k])]

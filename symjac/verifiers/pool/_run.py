@@ -15,10 +15,9 @@ import numpy as np
 
 from symjac._progress import note
 from symjac._errors import InputError
-from symjac._exact import ExactArray
+from symjac._exact import ExactArray, finite_part, nonfinite_codes
 from symjac.check._call import DEFAULT_TIMEOUT
-from symjac.verifiers.pool._inputs import distinct_dy, distinct_input, family_size, tie_input
-from symjac.verifiers.pool._inputs import families as default_families
+from symjac.verifiers.pool._inputs import EXTRA, PROBED, distinct_dy, distinct_input, extra_inputs, tie_input
 from symjac.check._report import CATEGORIES, Finding, Report
 from symjac.check._rounding import float_dtype
 from symjac.check._unsupported import unsupported
@@ -29,6 +28,7 @@ from symjac.pool._ops import operator_of
 from symjac.pool._spec import PoolSpec
 from symjac.pool._symbolic import TIE_POLICIES
 from symjac.pool._beta_fit import beta_name
+from symjac.verifiers.pool._families import nan_policy_words
 from symjac.verifiers.pool._verifier import _Verifier
 
 #: A hint for a failing report: (spec, report, forward, backward, geometry, dtype, seed, isolate) -> report.
@@ -45,11 +45,14 @@ def _inputs(spec: PoolSpec, dt: np.dtype[Any], input_shape: Any, x: Any, dy: Any
         if input_shape is not None and tuple(input_shape) != raw.shape:
             raise InputError(f"input_shape={tuple(input_shape)!r} disagrees with x's shape {raw.shape}: give x alone "
                              "(its shape is the input shape), or input_shape alone (generated inputs)")
-        ExactArray.from_any(raw, "x")  # finite, numeric
+        codes = nonfinite_codes(raw)  # NaN and ±inf are read by the operator's convention; else exact numbers
+        ExactArray.from_any(raw if codes is None else finite_part(raw), "x")
         x_arr = raw.astype(dt)
-        if not np.array_equal(x_arr.astype(np.float64), raw.astype(np.float64)):
+        if not np.array_equal(x_arr.astype(np.float64), raw.astype(np.float64), equal_nan=codes is not None):
             raise InputError(f"x is not exactly representable in {dt}; give values that are (e.g. small dyadic numbers)")
         g = resolved(spec, check_shape(x_arr.shape))
+        if codes is not None:
+            g.operator.nonfinite(g, x_arr, g.operator.nan_policies[0])  # x outside its domain: the InputError now
     else:
         g = resolved(spec, check_shape(input_shape))
         x_arr = distinct_input(g, dt, seed)
@@ -62,6 +65,20 @@ def _inputs(spec: PoolSpec, dt: np.dtype[Any], input_shape: Any, x: Any, dy: Any
             raise InputError(f"dy has shape {raw.shape}; the output shape is {g.output_shape}")
         dy_arr = raw.astype(dt)
     return g, x_arr, dy_arr
+
+
+def check_families(spec: PoolSpec, families: Sequence[str] | None) -> None:
+    """An :class:`InputError` for a ``families=`` that names no extra family, or names one where
+    the operator has none (every derivative's check runs at the same families)."""
+    if families is None:
+        return
+    if isinstance(families, str) or not all(f in EXTRA for f in families):
+        raise InputError(f"families={families!r} is not valid: give a sequence of {', '.join(map(repr, EXTRA))}")
+    dense = [f for f in families if f not in PROBED]
+    if dense and not operator_of(spec).extra_families:
+        raise InputError(f"families={families!r}: {', '.join(map(repr, dense))} check a dense exact J(x)^T dy, "
+                         f"which max and avg pooling have (mode={spec.mode!r} has algebraic derivatives); give "
+                         f"a sequence of {', '.join(map(repr, PROBED))}, or ()")
 
 
 def _dtype(dtype: Any, x: Any) -> np.dtype[Any]:
@@ -92,13 +109,7 @@ def run(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forward: 
         raise InputError(f"timeout={timeout!r} is not valid: give seconds > 0, or None for no limit")
     if not isinstance(deterministic, (bool, np.bool_)):
         raise InputError(f"deterministic={deterministic!r} is not valid: give True or False")
-    if families is not None:
-        if isinstance(families, str) or not all(f in ("all_negative", "near_ties", "orders") for f in families):
-            raise InputError(f"families={families!r} is not valid: give a sequence of 'all_negative', 'near_ties', "
-                             "'orders'")
-        if families and not operator_of(spec).extra_families:
-            raise InputError(f"families={families!r}: the extra input families check max and avg pooling "
-                             f"(mode={spec.mode!r} has algebraic derivatives); give families=()")
+    check_families(spec, families)
     kwargs = dict(backward=backward, forward=forward, dtype=dt, tie=tie, seed=seed, one_hot_budget=one_hot_budget,
                   timeout=timeout, families=families, isolate=isolate, deterministic=deterministic, hint=hint)
     if x is None and input_shape is None and dy is None:
@@ -108,8 +119,7 @@ def run(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forward: 
                          "dy (or drop large)")
     g, x_arr, dy_arr = _inputs(spec, dt, input_shape, x, dy, seed)
     tie_x = g.operator.tie_input(g, tie_input(g, dt, seed)) if g.operator.tie_family else None
-    names = tuple(dict.fromkeys(default_families(g) if families is None else families))
-    extra = [(name, i) for name in names for i in range(family_size(g, name))]
+    extra = extra_inputs(g, families)
     worker = None
     if isolate:
         from symjac.run._isolate import Worker
@@ -184,6 +194,9 @@ def _verify_plan(spec: PoolSpec, kwargs: dict[str, Any], large: bool = False) ->
     stats.update({key: max(r.stats.get(key, 0) for r in reports) for key in _MAX})
     policies = {r.stats["tie_policy"] for r in reports if r.stats.get("tie_policy")}
     stats["tie_policy"] = (next(iter(policies)) if len(policies) == 1 else "varying") if policies else None
+    for key in ("nan_policy", "nonfinite_tie_policy"):  # non-finite inputs' policies, as the tie policy's
+        seen_policies = {r.stats[key] for r in reports if r.stats.get(key)}
+        stats[key] = (next(iter(seen_policies)) if len(seen_policies) == 1 else "varying") if seen_policies else None
     stats["mutated_inputs"] = sorted({m for r in reports for m in r.stats.get("mutated_inputs", [])})
     seen = {role: n for r in reports for role, n in (r.stats.get("nondeterminism") or {}).items()}
     stats["nondeterminism"] = seen or None
@@ -213,6 +226,7 @@ def _verify_plan(spec: PoolSpec, kwargs: dict[str, Any], large: bool = False) ->
             if seen else ""
         headline += "; forward and finite differences agree" if stats["fd_consistent"] else ""
         headline += f"; tie policy {stats['tie_policy']}" if stats["tie_policy"] else ""
+        headline += nan_policy_words(stats["nan_policy"], stats["nonfinite_tie_policy"])
     else:
         ranked = sorted(failing, key=lambda sr: _cause_rank(sr[1]))  # stable: ties keep the plan's order
         shape, first = ranked[0]

@@ -17,7 +17,7 @@ import numpy as np
 
 from symjac._exact import ExactArray
 from symjac.check._call import Guard, call_each, same
-from symjac.verifiers.pool._inputs import FAMILY_NAMES, distinct_dy, generate_input, near_tie_dy
+from symjac.verifiers.pool._inputs import FAMILY_NAMES
 from symjac.check._report import MAX_LISTED, Finding, Report, fmt_index, listing
 from symjac.check._rounding import gamma, unit_roundoff
 from symjac.pool._geometry import Geometry
@@ -27,11 +27,13 @@ from symjac.verifiers.pool._clarke_sum import clarke_sum_slices
 from symjac.verifiers.pool._diagnose import Diagnosis
 from symjac.verifiers.pool._fd import MAX_COLOURS, STEP, check_fd, check_fd_directions, directional_fd, finite_differences
 from symjac.verifiers.pool._probe import Prober
-from symjac.pool._rows import ExactRows, Rows, cell_counts, exact_rows, scatter, scatter_pair
-from symjac.verifiers.pool._summary import BACKWARD_CATEGORIES, Summary
+from symjac.pool._rows import ExactRows, Rows, cell_counts, scatter, scatter_pair
+from symjac.verifiers.pool._families import Families
+from symjac.verifiers.pool._reading import Reading
+from symjac.verifiers.pool._summary import Summary
 
 
-class _Verifier(Summary):
+class _Verifier(Summary, Reading, Families):
     """One verification: the passes over the implementation, in the order :meth:`run` reads."""
 
     def __init__(self, spec: PoolSpec, g: Geometry, backward: Callable[..., Any] | None,
@@ -63,16 +65,28 @@ class _Verifier(Summary):
         self.forward_at: tuple[np.ndarray, np.ndarray] | None = None  # the last checked x and its canonical y
         self.exact_at: tuple[np.ndarray, ExactArray] | None = None  # the last x converted, and its exact array
         self.dys: dict[int, np.ndarray] = {}  # see dense_dy
+        # non-finite inputs (symjac.verifiers.pool._reading): the NaN policy read from the forward, the
+        # last x's reading, the cells whose dx a pass at a non-finite x leaves open, the tie policies seen there
+        self.nan_policy: str | None = None
+        self.nan_mixed: dict[str, int] = {}
+        self.reading_at = None
+        self.free_c: np.ndarray | None = None
+        self.nonfinite_policies: dict[str, set[str]] = {}  # "NaN" / "±inf" windows -> tie policies seen there
 
     def backward_each(self, x: np.ndarray, dys_c: Iterable[np.ndarray]) -> Generator[np.ndarray | None, None, None]:
         """The implementation's backward at x for each canonical (B, n_out) dy, the calls run
         back to back (:meth:`Guard.arrays`: ``dys_c`` is read in the call thread); canonical
         float64 dx, or None when unusable (read no further then)."""
         assert self.bwd is not None
-        g = self.g
+        g, free = self.g, self.free_c  # cells a convention leaves open: any value there, NaN too, read as 0
+        mask = None if free is None else g.from_canonical(free, g.in_spatial)
         calls = ((x, g.from_canonical(dy_c.astype(self.dtype), g.out_spatial)) for dy_c in dys_c)
-        for dx in self.bwd.arrays(calls, shape=g.input_shape, dtype=self.dtype, index_name="dx"):
-            yield None if dx is None else g.to_canonical(dx.astype(np.float64, copy=False))  # dx is a copy
+        for dx in self.bwd.arrays(calls, shape=g.input_shape, dtype=self.dtype, index_name="dx", nonfinite=mask):
+            if dx is None:
+                yield None
+                continue
+            dx_c = g.to_canonical(dx.astype(np.float64, copy=False))  # dx is a copy
+            yield dx_c if free is None else np.where(free, 0.0, dx_c)
 
     def forward_each(self, xs: Iterable[np.ndarray]) -> Generator[np.ndarray | None, None, None]:
         """The implementation's forward at each x, the calls run back to back; float64 y or None."""
@@ -83,7 +97,8 @@ class _Verifier(Summary):
     def forward(self, x: np.ndarray) -> np.ndarray | None:
         """One forward call (:meth:`Guard.array`)."""
         assert self.fwd is not None
-        y = self.fwd.array(x, shape=self.g.output_shape, dtype=self.dtype, index_name="y")
+        y = self.fwd.array(x, shape=self.g.output_shape, dtype=self.dtype, index_name="y",
+                           nonfinite=self.forward_mask(x))
         return None if y is None else y.astype(np.float64, copy=False)  # y is a copy
 
     def forward_backward(self, x: np.ndarray, dy_c: np.ndarray | None,
@@ -95,13 +110,13 @@ class _Verifier(Summary):
         g = self.g
         calls: list[tuple[Any, ...]] = []
         if forward and self.fwd is not None:
-            calls.append((self.fwd, (x,), g.output_shape, self.dtype, "y"))
+            calls.append((self.fwd, (x,), g.output_shape, self.dtype, "y", self.forward_mask(x)))
         if dy_c is not None and self.bwd is not None:
             dy = g.from_canonical(dy_c.astype(self.dtype), g.out_spatial)
-            calls.append((self.bwd, (x, dy), g.input_shape, self.dtype, "dx"))
+            calls.append((self.bwd, (x, dy), g.input_shape, self.dtype, "dx", None))
         got = list(call_each([c[0] for c in calls], calls, 8 * g.batch * max(g.n_in, g.n_out)))
-        for guard, args, shape, dtype, name in calls[len(got):]:  # a raise ends a sequence: the rest alone
-            got.append(guard.array(*args, shape=shape, dtype=dtype, index_name=name))
+        for guard, args, shape, dtype, name, mask in calls[len(got):]:  # a raise ends a sequence: the rest alone
+            got.append(guard.array(*args, shape=shape, dtype=dtype, index_name=name, nonfinite=mask))
         y = dx = None
         for (guard, *_), r in zip(calls, got):
             if r is not None and guard is self.fwd:
@@ -110,33 +125,11 @@ class _Verifier(Summary):
                 dx = g.to_canonical(r.astype(np.float64, copy=False))
         return y, dx
 
-    def exact(self, x: np.ndarray) -> ExactArray:
-        """``x`` as an exact array, converted once for the passes in turn at one x (max
-        pooling's forward check, exact rows and dense check; other modes read x once, and
-        hold no copy); x is never written (the guard restores an argument a call changed),
-        so the same object has the same values."""
-        if not self.op.reuses_exact_input:
-            return ExactArray.from_any(x)
-        if self.exact_at is None or self.exact_at[0] is not x:
-            self.exact_at = (x, ExactArray.from_any(x))
-        return self.exact_at[1]
-
-    def dense_dy(self, family: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        """A family's dense dy (near-tie values for ``near_ties``, else distinct) in the
-        layout and as canonical float64. Max pooling's distinct dy is generated once per
-        seed: the main pass's (seed 0) is the all-negative family's at seed 0. Its canonical
-        form is kept (read-only; the main pass holds it anyway) and the layout array made
-        from it again (the values are the dtype's, so the round trip is exact)."""
-        g = self.g
-        if family != "near_ties" and seed in self.dys:
-            dy_c = self.dys[seed]
-            return g.from_canonical(dy_c.astype(self.dtype), g.out_spatial), dy_c
-        dy = (near_tie_dy if family == "near_ties" else distinct_dy)(g, self.dtype, seed)
-        dy_c = g.to_canonical(dy, g.out_spatial).astype(np.float64)
-        if family != "near_ties" and self.op.reuses_exact_input:  # max: the all-negative family's dy at seed 0
-            dy_c.setflags(write=False)  # shared by the passes that ask for it
-            self.dys[seed] = dy_c
-        return dy, dy_c
+    def finish(self) -> None:
+        """Every call is made: the last look at what they returned (:meth:`Guard.finish`)."""
+        for guard in (self.bwd, self.fwd):
+            if guard is not None:
+                guard.finish()
 
     # -- the passes, in the order run() takes them ---------------------------------------
     def check_forward(self, x: np.ndarray) -> bool | None:
@@ -145,27 +138,39 @@ class _Verifier(Summary):
 
     def forward_verdict(self, x: np.ndarray, y: np.ndarray | None) -> bool:
         """The forward's result ``y`` at x (None: unusable) against the exact forward: exact for
-        max, within γ_{n+1}·Σ|x|/d for avg, within the derived bound for lp."""
+        max, within γ_{n+1}·Σ|x|/d for avg, within the derived bound for lp; at a non-finite x by
+        the operator's convention (the NaN policy read from y first, :meth:`choose_nan_policy`)."""
         g = self.g
         if y is None:
             return False
         y_c = g.to_canonical(y, g.out_spatial)
         self.forward_at = (x, y_c)  # the finite differences start from it
-        e_c, tol, exact_of = self.op.forward_bound(g, x, lambda: self.exact(x), self.dtype, self.u)
-        return self.forward_findings(y_c, e_c, tol, exact_of)
+        self.choose_nan_policy(x, y_c)
+        e_c, tol, exact_of, loose = self.expected(x)
+        return self.forward_findings(y_c, e_c, tol, exact_of, loose, self.convention(x))
 
-    def forward_findings(self, y_c: np.ndarray, e_c: np.ndarray, tol: np.ndarray,
-                         exact_of: Callable[[], np.ndarray]) -> bool:
+    def forward_findings(self, y_c: np.ndarray, e_c: np.ndarray, tol: np.ndarray, exact_of: Callable[[], np.ndarray],
+                         loose: np.ndarray | None = None, convention: str = "") -> bool:
         """A ``forward_values`` finding for outputs off the exact ones (``e_c`` in float64,
-        ``exact_of()`` as exact numbers, built only for a finding) by more than ``tol``."""
+        ``exact_of()`` as exact numbers, built only for a finding) by more than ``tol``
+        (:meth:`agree`: NaN and the infinities where they are exact, and any non-finite value
+        at ``loose`` windows); ``convention``: the operator's at a non-finite x, quoted."""
         g = self.g
-        bad = np.argwhere(np.abs(y_c - e_c) > tol)
+        bad = np.argwhere(~self.agree(y_c, e_c, tol, loose))
         if bad.size:
             exact = exact_of()
             names = [fmt_index(g.output_index(b, w)) for b, w in bad.tolist()]
+            words = g.operator.window_words(g, int(bad[0][1]))  # RoI: the first one's box, bin and sample points
+            if words:
+                names[0] += f" ({words})"
+            said = f" (by {convention}" if convention else ""
+            if said and self.nan_mixed:
+                others = ", ".join(f"{p!r} at {n}" for p, n in self.nan_mixed.items())
+                said += f"; another NaN policy fits some of these windows ({others}): the forward follows no one " \
+                        "policy, a window's value depends on where its NaN sits"
             self.findings.append(Finding(
                 "forward_values", f"forward differs from the exact forward at {len(bad)} of {y_c.size} outputs: "
-                                  f"{listing(names)}",
+                                  f"{listing(names)}{said + ')' if said else ''}",
                 window=g.output_index(*bad[0].tolist()),
                 # the exact values (2/3), not the binary fractions of their float64 roundings
                 expected=[exact[b, w] for b, w in bad[:MAX_LISTED].tolist()],
@@ -175,7 +180,30 @@ class _Verifier(Summary):
     def backward_pass(self, x: np.ndarray, context: str, dense: list[np.ndarray],
                       repeat: bool = True) -> tuple[Rows, ExactRows, list[np.ndarray | None]] | None:
         """Probe, attribute, confirm with each dense dy (the first one twice if ``repeat``:
-        determinism), classify."""
+        determinism), classify. At an x holding NaN or ±inf the exact rows are the operator's
+        convention (:meth:`rows_at`), the cells it leaves open are not read, and the tie
+        policies seen are named apart (``nonfinite_policies``): a NaN window's choice of NaN
+        cell is no tie policy of the finite windows."""
+        view = self.reading(x)
+        if view is None:
+            return self._backward_pass(x, context, dense, repeat)
+        self.free_c, policies, self.diagnosis.policies = view.free, self.diagnosis.policies, set()
+        start = len(self.findings)
+        try:
+            found = self._backward_pass(x, f"{context} (by {self.convention(x)})", dense, repeat)
+            if found is not None and len(self.findings) == start:  # every row right: name the choices at ties
+                rows, exact, _ = found
+                at_nan = view.special & np.isnan(view.value)
+                for where, windows in (("NaN", at_nan), ("±inf", ~at_nan)):
+                    self.diagnosis.policies = set()
+                    self.op.tie_policy(self.diagnosis, rows, dataclasses.replace(exact, tied=exact.tied & windows), [])
+                    self.nonfinite_policies.setdefault(where, set()).update(self.diagnosis.policies)
+            return found
+        finally:
+            self.free_c, self.diagnosis.policies = None, policies
+
+    def _backward_pass(self, x: np.ndarray, context: str, dense: list[np.ndarray],
+                       repeat: bool) -> tuple[Rows, ExactRows, list[np.ndarray | None]] | None:
         calls = (dense[:1] if repeat else []) + dense  # ride on the probes' sequence
         probed = self.prober.probe(x, calls)
         if probed is None:
@@ -183,7 +211,7 @@ class _Verifier(Summary):
         rows, unexplained, found = probed
         got: list[np.ndarray | None] = [*found, *[None] * (len(calls) - len(found))]  # None: unusable, or uncalled
         again = got.pop(1) if dense and repeat else None
-        exact = exact_rows(self.g, x, self.dtype, lambda: self.exact(x))
+        exact = self.rows_at(x)
         self.exact_at = None  # x's last exact use: hold no copy through the passes' (B, W, K) arrays
         suspects, recanted = self.prober.attribute(x, rows, unexplained, lambda r: self.diagnosis.mismatches(r, exact))
         if recanted.keys:  # every call is checked for what it asked: a colour probe's wrong rows stay wrong
@@ -327,6 +355,10 @@ class _Verifier(Summary):
         """The second oracle, on windows where FD with step h stays on one side of every kink."""
         if self.fwd is None or not self.op.finite_differences:
             return None  # lp: the FD error model (exact or γ-summed forward) does not cover the root
+        if self.reading(x) is not None:
+            self.notes.append("finite differences not taken: x holds NaN or ±inf (the steps would move them nowhere "
+                              "and every window reading one)")
+            return None
         g = self.g
         usable = ~exact.tied & (self.op.fd_gaps(g, x) > STEP)
         if self.forward_at is not None and self.forward_at[0] is x:
@@ -349,66 +381,6 @@ class _Verifier(Summary):
             self.stats["fd_gradient"] = g.from_canonical(scatter(g, dy_c, fd), g.in_spatial)
         return check_fd(g, rows, fd, fd_tol, usable, self.u, self.findings)
 
-    def tag(self, start: int, family: str, said: str = "") -> None:
-        """Name the input family on the findings from ``start`` on (and in their message)."""
-        for i in range(start, len(self.findings)):
-            f = self.findings[i]
-            if f.family is None:
-                message = f"{said}: {f.message}" if said else f.message
-                self.findings[i] = dataclasses.replace(f, family=family, message=message)
-
-    def family_pass(self, family: str, seed: int, index: int = 0) -> bool | None:
-        """One dense backward call (and one forward call) at an input of ``family``,
-        against the exact ``J(x)^T dy``: the budget of an extra family.
-
-        A side already found wrong at the earlier inputs is not called again: its
-        report stands, and a second finding about the same bug would only blur it.
-        Returns the forward check's verdict (None: not checked).
-        """
-        g = self.g
-        categories = {f.category for f in self.findings}
-        check_fwd = self.fwd is not None and not self.fwd.bad and "forward_values" not in categories
-        check_bwd = self.bwd is not None and not self.bwd.bad and not categories & set(BACKWARD_CATEGORIES)
-        if not (check_fwd or check_bwd):
-            return None
-        self.families_run.append(family)
-        start = len(self.findings)
-        x = generate_input(g, family, self.dtype, seed, index)  # index: which input of a family of several
-        dy, dy_c = self.dense_dy(family, seed) if check_bwd else (None, None)
-        y, dx = self.forward_backward(x, dy_c if check_bwd else None, check_fwd)
-        forward_ok = self.forward_verdict(x, y) if check_fwd else None
-        if dx is not None and dy is not None:
-            self.dense_check(x, dy, dx)
-        self.tag(start, family, f"at {FAMILY_NAMES[family]} inputs")
-        return forward_ok
-
-    def dense_check(self, x: np.ndarray, dy: np.ndarray, dx: np.ndarray) -> None:
-        """dx against the exact ``J(x)^T dy`` (rounded once to float64), within
-        γ_{m+2}·Σ|terms| for a cell that sums m window contributions."""
-        g = self.g
-        ex = self.exact(x) if self.op.reuses_exact_input else None
-        self.exact_at = None  # x's last exact use
-        exact, bound, count = self.op.dense_terms(g, ex, ExactArray.from_any(dy))
-        want = g.to_canonical(exact.to_numpy(np.float64))
-        tol = gamma(count + 2, self.u) * bound + 2.0**-60 * bound
-        bad = np.argwhere(np.abs(dx - want) > tol)
-        if not bad.size:
-            return
-        b_idx, c_idx = bad[:, 0], bad[:, 1]
-        if ((want[b_idx, c_idx] == 0) & (dx[b_idx, c_idx] != 0)).any():
-            category, what = "wrong_cells", "gradient arrives at cells the exact Jacobian gives none"
-        elif (np.abs(dx[b_idx, c_idx]) < np.abs(want[b_idx, c_idx])).all():
-            category, what = "partial_windows", "gradient is lost"
-        else:
-            category, what = "wrong_weights", "gradient arrives with wrong weights"
-        cells = [g.input_index(b, c) for b, c in bad.tolist()]
-        self.findings.append(Finding(
-            category, f"with a dense dy the backward differs from the exact J(x)^T dy at {len(bad)} of {dx.size} "
-                      f"cells ({what}): {listing([fmt_index(c) for c in cells])}",
-            cells=tuple(cells[:MAX_LISTED]),
-            expected=[float(want[b, c]) for b, c in bad[:MAX_LISTED].tolist()],
-            observed=[float(dx[b, c]) for b, c in bad[:MAX_LISTED].tolist()]))
-
     def run_forward_only(self, x: np.ndarray, tie_x: np.ndarray | None, main_family: str,
                          extra: Sequence[tuple[str, int]], seed: int) -> Report:
         """No backward (a forward-only runtime): the forward at x, at tied inputs (max), at
@@ -426,18 +398,20 @@ class _Verifier(Summary):
         first, again = self.forward(x), self.forward(x)
         if first is not None and again is not None:
             g = self.g
-            e_c, tol, _ = self.op.forward_bound(g, x, lambda: self.exact(x), self.dtype, self.u)
+            e_c, tol, _, loose = self.expected(x)
             f_c, a_c = g.to_canonical(first, g.out_spatial), g.to_canonical(again, g.out_spatial)
-            within = bool((np.abs(f_c - e_c) <= tol).all() and (np.abs(a_c - e_c) <= tol).all())
+            within = bool(self.agree(f_c, e_c, tol, loose).all() and self.agree(a_c, e_c, tol, loose).all())
             self.repeat(self.fwd, "y", g.out_spatial, f_c, a_c, within)
         self.tag(0, main_family)
+        self.finish()
         self.mark_consequences()
         self.stats.update(self.figures(forward_ok, False, None, None))
+        self.stats.update(self.nonfinite_figures(x))
         total = self.g.batch * self.g.n_out
         note = "only the forward was checked (no backward given)"
         if not self.findings:
             line = f"forward matches the exact forward at all {total} outputs in {self.dtype} " \
-                   f"({self.fwd.calls} forward calls){self.nondeterminism_note()}; {note}"
+                   f"({self.fwd.calls} forward calls){self.nondeterminism_note()}{self.nonfinite_note()}; {note}"
         else:
             line = f"{self.findings_line()}; {note}"
         return Report(repr(self.spec), tuple(self.findings), self.stats, line, tuple(self.notes))
@@ -465,11 +439,13 @@ class _Verifier(Summary):
             for family, index in extra:
                 forward_ok = self.family_pass(family, seed, index) is not False and forward_ok
         self.tag(0, main_family)
+        self.finish()
         tie_policy = self.tie_policy_verdict()
         self.mark_consequences()
         self.stats.update(self.figures(forward_ok, probed, fd_ok, tie_policy))
-        return Report(repr(self.spec), tuple(self.findings), self.stats, self.headline(fd_ok, tie_policy, mass),
-                      tuple(self.notes))
+        self.stats.update(self.nonfinite_figures(x))
+        line = self.headline(fd_ok, tie_policy, mass) + ("" if self.findings else self.nonfinite_note())
+        return Report(repr(self.spec), tuple(self.findings), self.stats, line, tuple(self.notes))
 
     def main_pass(self, x: np.ndarray, dense: list[np.ndarray]) -> tuple[bool, bool | None, tuple[float, float]]:
         """The probed pass at x, the FD oracle and the gradient figures of the report:

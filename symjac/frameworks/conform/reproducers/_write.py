@@ -58,10 +58,10 @@ def write_reproducer(out: Path, stem: str, framework: str, r: dict[str, Any], dt
 
     config, category = r["config"], r["category"]
     kwargs = ", ".join(f"{k}={v!r}" for k, v in config["kwargs"].items())
-    transform = config.get("transform", "vjp")
+    transform, compiled = config.get("transform", "vjp"), bool(config.get("compiled"))
     known = "known defect " if r["status"] == "known_defect" else ""
     title = f"{framework} {config['op']}({kwargs}) in {r['dtype']}: {known}{category}" + \
-        ("" if transform == "vjp" else f" in its {transform}")
+        ("" if transform == "vjp" else f" in its {transform}") + (f" in {r.get('mode', 'compiled')}" if compiled else "")
     path = out / f"{stem}.toml"
     try:
         spec, g, x, dy, family = _reproducer_input(r, dt)
@@ -89,7 +89,7 @@ def write_reproducer(out: Path, stem: str, framework: str, r: dict[str, Any], dt
     lines += ["", f"x = {_array_text(x, r['dtype'])}"]
     if not r.get("forward_only"):
         lines.append(f"dy = {_array_text(dy, r['dtype'])}")
-    if transform != "vjp":
+    if transform != "vjp" or compiled:
         from symjac.frameworks.conform.reproducers._transforms import transform_lines
 
         script = out / f"{stem}.py"

@@ -98,6 +98,8 @@ def fast_check(loss: Loss, derivative: Callable[..., Any], p0: np.ndarray, l0: n
     or beyond with the exact route's findings (:mod:`symjac.verifiers.loss.fast._forward_fail`), too (else None)."""
     if p0.size < _loss_fast.FAST_MIN:  # read at call time (tests lower it)
         return None
+    if not np.isfinite(p0).all():  # NaN or inf: the convention's route (verifiers/loss/_nonfinite), exact
+        return None
     try:
         setting = setting_of(loss, p0, l0, u0, dt)
     except _InputFault as fault:  # the input's own fault: the exact route would raise it too

@@ -1,0 +1,97 @@
+"""verify_loss of CTC at T = 50 frames, C = 20 classes, targets of 10, batch 4, float64 (issue 32 item 5).
+
+The time of one ``symjac.verify_loss(Loss("ctc", ...), derivative=..., forward=...)`` (wall and CPU
+seconds), the exact evaluation alone, and the verdict, for PyTorch's ``ctc_loss`` under its declared
+convention (``assume_log_softmax=True``; skipped without torch) and for the NumPy log-space reference
+of ``tests/ctc_reference.py`` (free convention: its finite-difference probes run too). Inputs:
+``log_softmax`` of seeded normal logits; targets drawn from classes 1..19 with a repeated label in
+each; input lengths 50, 48, 45, 50. The issue's target: under 5 s.
+
+Run: ``python benchmarks/ctc_size.py`` (from the repository root).
+
+Measured 2026-12-06 04:53 UTC on the shared 2-core VM, heavily loaded by other runs (wall time
+10-20x the CPU time)::
+
+    exact value and derivative (loss_derivative)         wall   1.97 s   CPU   0.10 s
+    verify_loss, torch ctc_loss, assume_log_softmax=True wall   5.88 s   CPU   0.30 s
+        PASS ... 4000 derivative values within the derived bound (worst 2.63e+04 ulp, bound there 1.34e+08 ulp)
+    verify_loss, NumPy reference (with FD probes)        wall  28.29 s   CPU   1.35 s
+        PASS ... (worst 678 ulp, bound there 2.75e+05 ulp); forward within bound; FD-consistent at 8 points
+
+The NumPy reference is a Python loop over frames and states: most of its wall time is its own
+(19 calls). torch's worst error in ulps is large where ``e^x - γ`` cancels to a small value.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import symjac
+
+T, N, C, L = 50, 4, 20, 10
+
+
+def inputs() -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(32)
+    z = rng.standard_normal((T, N, C))
+    lp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+    targets = rng.integers(1, C, size=(N, L))
+    targets[:, 4] = targets[:, 3]  # a repeated label in each target: a blank must separate them
+    return lp, (targets, np.array([50, 48, 45, 50]), np.full(N, L))
+
+
+def _torch(loss: symjac.Loss) -> tuple[Any, Any] | None:
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return None
+
+    def call(x: Any, tg: np.ndarray, il: np.ndarray, tl: np.ndarray) -> Any:
+        return F.ctc_loss(x, torch.from_numpy(tg), torch.from_numpy(il), torch.from_numpy(tl), blank=loss.blank,
+                          reduction=loss.reduction, zero_infinity=bool(loss.zero_infinity))
+
+    def forward(lp: np.ndarray, tg: np.ndarray, il: np.ndarray, tl: np.ndarray) -> np.ndarray:
+        return call(torch.from_numpy(lp), tg, il, tl).numpy()
+
+    def derivative(lp: np.ndarray, tg: np.ndarray, il: np.ndarray, tl: np.ndarray) -> np.ndarray:
+        x = torch.from_numpy(lp).requires_grad_()
+        call(x, tg, il, tl).backward()
+        return x.grad.numpy()
+
+    return forward, derivative
+
+
+def _timed(label: str, fn: Any) -> Any:
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = fn()
+    print(f"{label:<52} wall {time.perf_counter() - wall:6.2f} s   CPU {time.process_time() - cpu:6.2f} s")
+    return out
+
+
+def main() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from ctc_reference import pair
+
+    lp, label = inputs()
+    free = symjac.Loss("ctc")
+    _timed("exact value and derivative (loss_derivative)", lambda: symjac.loss_derivative(free, lp, label))
+    declared = symjac.Loss("ctc", assume_log_softmax=True)
+    fns = _torch(declared)
+    if fns is not None:
+        r = _timed("verify_loss, torch ctc_loss, assume_log_softmax=True",
+                   lambda: symjac.verify_loss(declared, derivative=fns[1], forward=fns[0], pred=lp, label=label))
+        print("   ", r.verdict, r.headline)
+    forward, derivative = pair(free)
+    r = _timed("verify_loss, NumPy reference (with FD probes)",
+               lambda: symjac.verify_loss(free, derivative=derivative, forward=forward, pred=lp, label=label))
+    print("   ", r.verdict, r.headline)
+
+
+if __name__ == "__main__":
+    main()

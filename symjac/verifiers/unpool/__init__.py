@@ -1,0 +1,1 @@
+"""Max unpooling's verifier: the forward, backward, jvp and double backward against the exact ones."""
