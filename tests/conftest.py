@@ -9,6 +9,11 @@ Markers (registered in pyproject.toml):
 - ``@pytest.mark.slow``: a long grid. Skipped unless ``--run-slow`` is given
   (``.ci/run`` gives it in its full-suite step), so that the README's test command
   stays short.
+
+A worker that dies fails the run instead of being replaced (``pytest_configure``), and
+a test still running after pyproject's ``faulthandler_timeout`` dumps every thread's
+stack and ends its process: a hang or a crash is a red run with its cause, never a
+CI that waits out its time limit.
 """
 
 from __future__ import annotations
@@ -25,6 +30,17 @@ RUN_SLOW = "--run-slow"
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(RUN_SLOW, action="store_true", default=False,
                      help="also run the tests marked slow (long grids; .ci/run's full-suite step runs them)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    # A worker that dies (a crash, the kernel's OOM killer, the per-test watchdog of
+    # pyproject's faulthandler_timeout) fails the run at once, where pytest-xdist would
+    # otherwise replace it, and with --dist loadfile can then wait forever for the
+    # replacement's work (pytest-xdist issues #784 and #1323). An explicit
+    # --max-worker-restart still wins.
+    if getattr(config.option, "maxworkerrestart", "unset") is None:
+        config.option.maxworkerrestart = "0"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
