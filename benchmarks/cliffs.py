@@ -249,7 +249,13 @@ class BoxPool:
         key = x.tobytes()
         if key not in self.saved:
             w = self._windows(x)
-            first = w.reshape(w.shape[:-self.rank] + (self.k ** self.rank,)).argmax(axis=-1)[0, 0]
+            flat = w.reshape(w.shape[:-self.rank] + (self.k ** self.rank,))[0, 0]
+            first = flat.argmax(axis=-1)
+            # a window whose maximum is -inf (every real cell -inf) routes to its first real cell, not padding
+            lost = flat.max(axis=-1) == -np.inf
+            if lost.any():
+                real = self._windows(np.ones_like(x)).reshape(w.shape[:-self.rank] + (-1,))[0, 0] > 0
+                first[lost] = real[lost].argmax(axis=-1)
             offsets = np.unravel_index(first, (self.k,) * self.rank)  # row-major: the first maximum
             grid = np.indices(first.shape)
             self.saved = {key: tuple(g + o - self.p for g, o in zip(grid, offsets))}
