@@ -107,6 +107,19 @@ def _int_array(values: np.ndarray) -> np.ndarray:
     return values
 
 
+def strip_twos(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """``(values >> t, t)`` for the largest t with 2^t dividing every value (int64 where the
+    quotients fit): numbers near a float's overflow threshold are a 53-bit significand times
+    2^971 and more, Python ints as they are, int64 once the common power of two is out."""
+    if values.dtype != object:
+        return values, 0
+    nonzero = [int(v) for v in values.reshape(-1) if v]
+    if not nonzero:
+        return np.zeros(values.shape, dtype=np.int64), 0
+    t = min((v & -v).bit_length() for v in nonzero) - 1
+    return (_int_array(values >> t) if t else values), t
+
+
 def _dyadic_scale(a: np.ndarray, top: float) -> int | None:
     """The smallest k in [1, 62] with every ``a * 2^k`` an integer below 2^62 in
     magnitude, or None (then the significand-by-significand path decides).

@@ -49,3 +49,49 @@ def test_floats_convert_over_the_smallest_power_of_two(values):
     fracs = [Fraction(v) for v in values]
     assert exact.den == max(f.denominator for f in fracs)
     assert [Fraction(int(n), exact.den) for n in exact.num] == fracs
+
+
+@pytest.mark.parametrize("mode, kernel, shape", [("avg", 5, (2, 1, 7, 6)), ("avg", (3, 4), (2, 1, 7, 6)),
+                                                  ("max", 3, (2, 1, 7, 6)), ("avg", 15, (1, 1, 16, 17))])
+@pytest.mark.parametrize("values", ["extreme", "near_ties"])
+def test_products_of_large_numerators_are_exact(mode, kernel, shape, values):
+    # The Jacobian's products where numerator times weight leaves int64: x near float64's largest
+    # value (numerators of ~1024 bits, a common power of two taken out and put back), or near-tie
+    # values 1 + q*2^-33 against the 15x15 SAME windows' weights (divisors 64..225, their lcm ~2^37:
+    # weights cut into limbs), against Fractions summed window by window from the geometry's cells:
+    # y = J x and dx = J^T dy.
+    import symjac
+    from symjac.pool._stamp import apply, stamp
+
+    spec = symjac.Pool(mode, kernel, stride=1, padding="same")
+    g = symjac.resolve(spec, shape)
+    rng = np.random.default_rng(0)
+    out_shape = shape[:2] + g.out_spatial
+    if values == "extreme":
+        x = rng.uniform(0.5, 1.0, shape) * np.finfo(np.float64).max * rng.choice([-1, 1], shape)
+        dy = rng.uniform(0.5, 1.0, out_shape) * 2.0**1000
+    else:
+        x = 1 + rng.integers(0, 2**20, shape) * 2.0**-33
+        dy = -1 - rng.integers(0, 2**20, out_shape) * 2.0**-33
+    ex = ExactArray.from_any(x)
+    st = stamp(g, ex)
+    y = apply(st, ex, transpose=False)
+    dx = apply(st, ExactArray.from_any(dy), transpose=True)
+    xs, dys = g.to_canonical(x), g.to_canonical(dy, g.out_spatial)
+    cells, valid = g.cells, g.valid
+    for b in range(g.batch):
+        want_dx = [Fraction(0)] * g.n_in
+        for w in range(cells.shape[0]):
+            members = [int(c) for c, v in zip(cells[w], valid[w]) if v]
+            if mode == "avg":
+                weights = {c: Fraction(1, len(members)) for c in members}
+            else:  # the first maximum
+                top = max(members, key=lambda c: (Fraction(xs[b, c]), -c))
+                weights = {top: Fraction(1)}
+            want_y = sum(Fraction(xs[b, c]) * wt for c, wt in weights.items())
+            got_y = Fraction(int(g.to_canonical(y.num, g.out_spatial)[b, w]), y.den)
+            assert got_y == want_y
+            for c, wt in weights.items():
+                want_dx[c] += Fraction(dys[b, w]) * wt
+        got = g.to_canonical(dx.num)[b]
+        assert [Fraction(int(n), dx.den) for n in got] == want_dx

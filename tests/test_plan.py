@@ -35,16 +35,53 @@ def test_same_bounding_box_other_cells_fails_at_every_seed():
 
 def test_order_inputs_are_distinct_and_negative():
     g = symjac.resolve(symjac.Pool("max", 3, stride=2, padding=1), (2, 3, 5, 4))
-    # 2 ramps per axis, slabs: windows span 3 cells along each axis (3 + 3)
-    assert order_count(g) == 4 + 6
+    # 2 ramps per axis, slabs: windows span 3 cells along each axis, one input a residue (both axes at once)
+    assert order_count(g) == 4 + 3
     for i in range(order_count(g)):
         x = order_input(g, np.float64, i)
         assert x.shape == (2, 3, 5, 4) and (x < 0).all() and np.unique(x).size == x.size
     ramp = order_input(g, np.float64, 0)[0, 0]
     assert (np.diff(ramp, axis=0) > 0).all()  # axis 0 most significant, ascending
     assert (np.diff(order_input(g, np.float64, 1)[0, 0], axis=0) < 0).all()  # descending
-    slab = order_input(g, np.float64, 4)[0, 0]  # axis 0, residue 0: rows 0 and 3 above the rest
-    assert slab[[0, 3]].min() > slab[[1, 2, 4]].max()
+    slab = order_input(g, np.float64, 4)[0, 0]  # residue 0: rows 0, 3 and columns 0, 3
+    rows, cols = np.array([0, 3]), np.array([0, 3])
+    both = slab[np.ix_(rows, cols)]
+    row_only = slab[np.ix_(rows, [1, 2])]
+    col_only = slab[np.ix_([1, 2, 4], cols)]
+    rest = slab[np.ix_([1, 2, 4], [1, 2])]
+    # ranked by the slabs a cell lies on: both > axis 1's (bit 2) > axis 0's (bit 1) > none
+    assert both.min() > col_only.max() > col_only.min() > row_only.max() > row_only.min() > rest.max()
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3])
+def test_slab_inputs_part_every_pair_of_product_windows_with_one_bounding_box(rank):
+    # order_input's claim: windows S != T, products of per-axis cell sets with the same bounding box
+    # (span <= E_a along axis a), have different maxima at one of the slab inputs. Checked on random
+    # pairs: S differs from T by cells inside the box along one axis or more.
+    rng = np.random.default_rng(rank)
+    kernel = (4, 3, 3)[:rank]
+    g = symjac.resolve(symjac.Pool("max", kernel, stride=1), (1, 1) + (9, 8, 7)[:rank])
+    slabs = [order_input(g, np.float64, 2 * rank + r)[0, 0] for r in range(max(kernel))]
+    assert order_count(g) == 2 * rank + max(kernel)
+    parted = 0
+    for _ in range(300):
+        lo = [int(rng.integers(0, n - k + 1)) for n, k in zip(g.in_spatial, kernel)]
+        span = [int(rng.integers(2, k + 1)) for k in kernel]
+
+        def subset(a):  # the box's two ends along axis a and a random part of its inside
+            inside = [c for c in range(lo[a] + 1, lo[a] + span[a] - 1) if rng.random() < 0.5]
+            return sorted({lo[a], lo[a] + span[a] - 1, *inside})
+
+        s_sets, t_sets = [subset(a) for a in range(rank)], [subset(a) for a in range(rank)]
+        if s_sets == t_sets:
+            continue
+        parted += 1
+        maxima = [(np.unravel_index(x[np.ix_(*s_sets)].argmax(), [len(c) for c in s_sets]),
+                   np.unravel_index(x[np.ix_(*t_sets)].argmax(), [len(c) for c in t_sets])) for x in slabs]
+        cells = [(tuple(s_sets[a][i] for a, i in enumerate(si)), tuple(t_sets[a][i] for a, i in enumerate(ti)))
+                 for si, ti in maxima]
+        assert any(s != t for s, t in cells), (s_sets, t_sets)
+    assert parted > 100
 
 
 def _channel_tail_bug(spec, lanes=8):

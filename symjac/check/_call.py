@@ -35,6 +35,7 @@ import inspect
 import itertools
 import math
 import traceback
+import time
 import weakref
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
@@ -133,6 +134,7 @@ class Guard:
         self.fn, self.role, self.names, self.findings = fn, role, names, findings
         self.timeout, self.restore, self.isolate = timeout, restore, isolate
         self.calls = 0
+        self.seconds = 0.0  # spent inside fn (isolated: the round trip to the worker process)
         self.mutated: set[str] = set()
         self.flagged: set[str] = set()
         self.bad = False  # this callable produced a finding of its own
@@ -147,7 +149,11 @@ class Guard:
         """``fn(*args)``, its array result copied at once in the thread that made the call
         (the copy is what the guard checks and hands on, copied again: the verifier may write
         into its arrays); the original stays watched until :meth:`finish`."""
-        value = self.fn(*args)
+        started = time.perf_counter()
+        try:
+            value = self.fn(*args)
+        finally:
+            self.seconds += time.perf_counter() - started
         if not isinstance(value, np.ndarray):
             return value
         kept = np.array(value, copy=True)
@@ -199,7 +205,9 @@ class Guard:
         elif self.isolate is None:
             status, value = self._thread_bound(*invoke(self._returning, args, self.timeout), args)
         else:
+            started = time.perf_counter()
             status, value = invoke_isolated(*self.isolate, args)
+            self.seconds += time.perf_counter() - started
             self._check_forked(self.isolate[0].forked)
             if self.isolate[0].changed:  # the worker saw a result of the call before change (named by its role)
                 self.flag("changed_after_return", "result_changed_after_return",

@@ -23,7 +23,7 @@ import numpy as np
 import sympy
 
 from symjac._errors import InputError
-from symjac._exact import ExactArray, _int_array, _unique_int64, round_fractions
+from symjac._exact import ExactArray, _int_array, _unique_int64, round_fractions, strip_twos
 from symjac.pool._symbolic import Line, Slab, lines, slabs
 
 if TYPE_CHECKING:
@@ -139,12 +139,22 @@ def apply(st: Stamp, source: ExactArray, transpose: bool) -> ExactArray:
     """
     g = st.geometry
     src_spatial, dst_spatial = (g.out_spatial, g.in_spatial) if transpose else (g.in_spatial, g.out_spatial)
-    s = g.to_canonical(source.num, src_spatial)
+    # J is linear: a power of two common to the source (2^971 and more near float64's overflow
+    # threshold) is taken out, the product made in int64 or float64, and put back on the result
+    s, twos = strip_twos(g.to_canonical(source.num, src_spatial))
+    if twos:
+        out = apply(st, ExactArray(s, source.den), transpose)
+        return ExactArray(_int_array(out.num.astype(object) << twos), out.den)
     n_slots = math.prod(ax.cells.shape[1] for ax in g.axes)  # K, without building the (windows, K) table
     wmax = int(np.abs(st.weight).max()) if st.weight.size else 0
     smax = int(np.abs(s).max()) if s.size else 0
     small = s.dtype != object and smax * wmax * max(n_slots, 1) < 2**62
     n_dst = math.prod(dst_spatial)
+    room = 62 - (smax * max(n_slots, 1)).bit_length()  # bits a weight may have for int64 sums
+    boxes = slabs(g) if not small and st.full and s.dtype != object and room >= 8 else None
+    if boxes is not None:
+        num = _limbs(st, s.astype(np.int64), boxes, transpose, room)
+        return ExactArray(_int_array(g.from_canonical(num, dst_spatial)), source.den * st.q)
     by_weight = None if small or not st.full else _by_weight(st, s, transpose, n_dst)
     if by_weight is not None:
         return ExactArray(_int_array(g.from_canonical(by_weight, dst_spatial)), source.den * st.q)
@@ -153,6 +163,31 @@ def apply(st: Stamp, source: ExactArray, transpose: bool) -> ExactArray:
     acc = np.zeros((g.batch, n_dst), dtype=kind)
     _accumulate(st, s, acc, transpose)
     return ExactArray(_int_array(g.from_canonical(acc, dst_spatial)), source.den * st.q)
+
+
+def _limbs(st: Stamp, s: np.ndarray, boxes: tuple[Slab, ...], transpose: bool, room: int) -> np.ndarray:
+    """:func:`apply` for a full support whose slots are boxes, where a product with its weight leaves
+    int64 (a large common denominator: k15 windows have 36 divisors, lcm ~2^37) but ``s`` times a
+    ``room``-bit weight summed over K slots does not: forward, each window's sum in int64 times its
+    weight in Python ints; transposed, the weights cut into ``room``-bit limbs (w = sum_j limb_j 2^(room j),
+    the top limb signed), one int64 box pass a limb, combined in Python ints. O(limbs x pairs) int64 work
+    and O(targets x limbs) object work."""
+    g = st.geometry
+    weight = st.weight.reshape(st.weight.shape[:1] + g.out_spatial)
+    if not transpose:
+        return (_window_sums(g, s, boxes).astype(object) * weight.astype(object)).reshape(s.shape[0], -1)
+    wide = weight.astype(object)
+    bits = max(int(abs(int(weight.max()))).bit_length(), int(abs(int(weight.min()))).bit_length(), 1)
+    src = s.reshape((s.shape[0],) + g.out_spatial)
+    total: Any = 0
+    for j in reversed(range(-(-bits // room))):
+        limb = (wide >> (room * j)) & ((1 << room) - 1) if j < -(-bits // room) - 1 else wide >> (room * j)
+        part = np.zeros((s.shape[0],) + g.in_spatial, dtype=np.int64)
+        terms = src * limb.astype(np.int64)
+        for box in boxes:
+            part[(slice(None),) + box.cells] += terms[(slice(None),) + box.windows]
+        total = (total << room) + part.astype(object) if j < -(-bits // room) - 1 else part.astype(object)
+    return np.asarray(total).reshape(s.shape[0], -1)
 
 
 def _by_weight(st: Stamp, s: np.ndarray, transpose: bool, n_dst: int) -> np.ndarray | None:
@@ -219,11 +254,17 @@ def _apply_slabs(st: Stamp, s: np.ndarray, acc: np.ndarray, transpose: bool, box
         for box in boxes:
             dst[(slice(None),) + box.cells] += src[(slice(None),) + box.windows]
         return
-    src = s.reshape(lead + g.in_spatial)
-    sums = np.zeros(dst.shape, dtype=acc.dtype)
+    dst += _window_sums(g, s, boxes) * weight
+
+
+def _window_sums(g: Geometry, s: np.ndarray, boxes: tuple[Slab, ...]) -> np.ndarray:
+    """(batch, *out_spatial): each window's sum of the canonical (batch, cells) ``s``, one box
+    slot at a time, in ``s``'s dtype."""
+    src = s.reshape((s.shape[0],) + g.in_spatial)
+    sums = np.zeros((s.shape[0],) + g.out_spatial, dtype=s.dtype)
     for box in boxes:
         sums[(slice(None),) + box.windows] += src[(slice(None),) + box.cells]
-    dst += sums * weight
+    return sums
 
 
 def _apply_pairs(st: Stamp, s: np.ndarray, acc: np.ndarray, transpose: bool) -> None:

@@ -188,27 +188,42 @@ def distinct_dy(g: Geometry, dtype: np.dtype | type = np.float64, seed: int = 0)
 def touches_padding(g: Geometry) -> bool:
     """Whether some window of a :class:`~symjac.Pool` has a kernel slot outside the input."""
     kernel = getattr(g.spec, "kernel", None)  # stored slots are the kernel's, less those outside every window
-    return kernel is not None and (g.cells.shape[1] < np.prod(kernel) or not g.valid.all())
+    if kernel is None:
+        return False
+    if g.axes:  # a product of its axes' windows: read per axis, never the (windows, K) table
+        return any(ax.offsets.size < k or not ax.valid.all() for ax, k in zip(g.axes, kernel))
+    return bool(g.cells.shape[1] < np.prod(kernel) or not g.valid.all())
 
 
 def window_spans(g: Geometry) -> tuple[int, ...]:
-    """Per spatial axis, the largest span (last - first + 1) of the real cells of one window."""
+    """Per spatial axis, the largest span (last - first + 1) of the real cells of one window.
+
+    A geometry whose windows are products of its axes' windows is read per axis (a window has
+    real cells iff each of its axis windows has: O(sum of o_a * k_a)); a table's (RoI pooling's)
+    from its (windows, K) table."""
+    if g.axes:
+        if not all(ax.valid.any() for ax in g.axes):
+            return tuple(1 for _ in g.in_spatial)
+        return tuple(_span(ax.cells, ax.valid) for ax in g.axes)
     cells, valid = g.cells, g.valid
     if not valid.any():
         return tuple(1 for _ in g.in_spatial)
     coords = np.unravel_index(np.where(valid, cells, 0), g.in_spatial)
-    spans = []
-    for c in coords:
-        hi = np.where(valid, c, -1).max(axis=1)
-        lo = np.where(valid, c, np.iinfo(np.int64).max).min(axis=1)
-        spans.append(int((hi - lo)[valid.any(axis=1)].max()) + 1)
-    return tuple(spans)
+    return tuple(_span(c, valid) for c in coords)
+
+
+def _span(coords: np.ndarray, valid: np.ndarray) -> int:
+    """The largest last - first + 1 of the valid coordinates of a row, over the rows with any."""
+    hi = np.where(valid, coords, -1).max(axis=1)
+    lo = np.where(valid, coords, np.iinfo(np.int64).max).min(axis=1)
+    return int((hi - lo)[valid.any(axis=1)].max()) + 1
 
 
 def order_count(g: Geometry) -> int:
-    """How many inputs the ``orders`` family has: 2 ramps per axis, and one slab input
-    per residue of every axis (:func:`order_input`) unless that exceeds :data:`MAX_SLABS`."""
-    slabs = sum(window_spans(g))
+    """How many inputs the ``orders`` family has: 2 ramps per axis, and one slab input per
+    residue r < max_a E_a, on every axis at once (:func:`order_input`), unless that exceeds
+    :data:`MAX_SLABS`."""
+    slabs = max(window_spans(g))
     return 2 * len(g.in_spatial) + (slabs if slabs <= MAX_SLABS else 0)
 
 
@@ -227,12 +242,16 @@ def order_input(g: Geometry, dtype: np.dtype | type = np.float64, index: int = 0
     bounding box differs from the true one (along axis a) routes elsewhere at the
     ramp of axis a in the direction where the boxes' ends differ.
 
-    Slabs (the next sum of spans E_a, :func:`window_spans`): along axis a, residue r:
-    the cells with i_a = r mod E_a rank above all others (ramp order within). A box
-    of span <= E_a meets the slab in one hyperplane i_a = v, so for windows S != T
-    with one bounding box that are products of per-axis cell sets, some axis has a
-    coordinate v in one set only; at its slab one window's maximum lies in the slab
-    and the other's does not.
+    Slabs (the next max_a E_a, the largest span of a window's real cells along each axis,
+    :func:`window_spans`): input r puts a slab on every axis at once, H_a = {i_a = r mod
+    E_a}, and ranks a cell by the set of slabs it lies on (the bitmask sum of 2^a: a
+    superset ranks higher), ramp order within. A box of span <= E_a meets H_a in one
+    hyperplane i_a = v_a. A window T that is a product of per-axis cell sets has a cell on
+    every slab it meets at once, so its maximum lies on each H_a that T meets. For windows
+    S != T with one bounding box, both products, some axis a has a coordinate v in one set
+    only; at the input with r = v mod E_a one window meets H_a, its maximum lies there,
+    and the other's does not (it never meets H_a). One slab a residue per axis (sum E_a
+    inputs) shows the same, at max E_a inputs: rank-many fewer.
 
     Values -1 - rank, ranks over the whole batch (planes apart too): all negative, so a
     zero-padded max wins at padding here as at ``all_negative``.
@@ -242,14 +261,11 @@ def order_input(g: Geometry, dtype: np.dtype | type = np.float64, index: int = 0
     if index < 2 * rank:
         axis, sign = index // 2, (1 if index % 2 == 0 else -1)
         keys = [coords[a] for a in reversed(range(rank)) if a != axis] + [sign * coords[axis]]
-        high = np.zeros(coords.shape[1], dtype=bool)
+        high = np.zeros(coords.shape[1], dtype=np.int64)
     else:
         spans, r = window_spans(g), index - 2 * rank
-        axis = 0
-        while r >= spans[axis]:
-            r, axis = r - spans[axis], axis + 1
         keys = [coords[a] for a in reversed(range(rank))]
-        high = coords[axis] % spans[axis] == r
+        high = sum((coords[a] % spans[a] == r % spans[a]).astype(np.int64) << a for a in range(rank))
     order = np.lexsort([*keys, high])  # last key most significant: slab cells last (highest)
     ranks = np.empty(coords.shape[1], dtype=np.int64)
     ranks[order] = np.arange(coords.shape[1])

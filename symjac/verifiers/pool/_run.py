@@ -206,6 +206,13 @@ def _verify_plan(spec: PoolSpec, kwargs: dict[str, Any], large: bool = False) ->
         for name, n in r.stats.get("families", {}).items():
             families_seen[name] = families_seen.get(name, 0) + n
     stats["families"] = families_seen
+    cost: dict[str, dict[str, float]] = {}
+    for r in reports:
+        for name, figures in r.stats.get("family_cost", {}).items():
+            into = cost.setdefault(name, dict.fromkeys(figures, 0))
+            for key, value in figures.items():
+                into[key] += value
+    stats["family_cost"] = cost
     stats["coverage_plan"] = [list(shape) for shape in shapes]
     stats["shapes"] = [{"input_shape": list(shape), "ok": r.ok, "summary": r.summary()} for shape, r in zip(plan, reports)]
     failing = [(shape, r) for shape, r in zip(plan, reports) if not r.ok]

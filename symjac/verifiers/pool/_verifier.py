@@ -9,8 +9,10 @@ written by :class:`~symjac.verifiers.pool._summary.Summary`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Generator, Iterable, Sequence
+import time
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,6 +33,10 @@ from symjac.pool._rows import ExactRows, Rows, cell_counts, scatter, scatter_pai
 from symjac.verifiers.pool._families import Families
 from symjac.verifiers.pool._reading import Reading
 from symjac.verifiers.pool._summary import Summary
+
+
+#: What ``stats["family_cost"]`` holds for each input family of a verification.
+COST_KEYS = ("seconds", "implementation_seconds", "backward_calls", "forward_calls")
 
 
 class _Verifier(Summary, Reading, Families):
@@ -387,14 +393,17 @@ class _Verifier(Summary, Reading, Families):
         each extra family's input, and once more at x for determinism; the report says that
         only the forward was checked."""
         assert self.fwd is not None
-        forward_ok = self.check_forward(x)
+        with self.charged(main_family):
+            forward_ok = self.check_forward(x)
         self.tag(0, main_family)
         if tie_x is not None:
             start = len(self.findings)
-            forward_ok = bool(self.check_forward(tie_x)) and bool(forward_ok)
+            with self.charged("ties"):
+                forward_ok = bool(self.check_forward(tie_x)) and bool(forward_ok)
             self.tag(start, "ties", f"at {FAMILY_NAMES['ties']} inputs")
         for family, index in extra:
-            forward_ok = bool(self.family_pass(family, seed, index)) and bool(forward_ok)
+            with self.charged(family):
+                forward_ok = bool(self.family_pass(family, seed, index)) and bool(forward_ok)
         first, again = self.forward(x), self.forward(x)
         if first is not None and again is not None:
             g = self.g
@@ -416,28 +425,46 @@ class _Verifier(Summary, Reading, Families):
             line = f"{self.findings_line()}; {note}"
         return Report(repr(self.spec), tuple(self.findings), self.stats, line, tuple(self.notes))
 
+    @contextlib.contextmanager
+    def charged(self, family: str) -> Iterator[None]:
+        """Add what the block costs to ``stats["family_cost"][family]``: seconds in all, seconds inside
+        the implementation's calls, and its backward and forward calls (``benchmarks/family_cost.py``)."""
+        guards = [gd for gd in (self.bwd, self.fwd) if gd is not None]
+        before = time.perf_counter(), sum(gd.seconds for gd in guards), [0 if gd is None else gd.calls for gd in (self.bwd, self.fwd)]
+        try:
+            yield
+        finally:
+            cost = self.stats.setdefault("family_cost", {}).setdefault(family, dict.fromkeys(COST_KEYS, 0))
+            cost["seconds"] += time.perf_counter() - before[0]
+            cost["implementation_seconds"] += sum(gd.seconds for gd in guards) - before[1]
+            for key, gd, calls in zip(("backward_calls", "forward_calls"), (self.bwd, self.fwd), before[2]):
+                cost[key] += 0 if gd is None else gd.calls - calls
+
     def run(self, x: np.ndarray, dy: np.ndarray | None, tie_x: np.ndarray | None, *, main_family: str = "distinct",
             extra: Sequence[tuple[str, int]] = (), seed: int = 0) -> Report:
         g = self.g
         self.families_run = [main_family] + (["ties"] if tie_x is not None else [])
         if self.bwd is None:
             return self.run_forward_only(x, tie_x, main_family, extra, seed)
-        forward_ok = self.check_forward(x)
-        # The dense confirmation uses distinct dy values, so gradient swapped between
-        # windows shows; a caller's dy is one more dense call, reported in the stats.
-        dense = [self.dense_dy("distinct", 0)[1]]
-        if dy is not None:
-            dense.append(g.to_canonical(dy, g.out_spatial).astype(np.float64))
-        probed, fd_ok, mass = self.main_pass(x, dense)
+        with self.charged(main_family):
+            forward_ok = self.check_forward(x)
+            # The dense confirmation uses distinct dy values, so gradient swapped between
+            # windows shows; a caller's dy is one more dense call, reported in the stats.
+            dense = [self.dense_dy("distinct", 0)[1]]
+            if dy is not None:
+                dense.append(g.to_canonical(dy, g.out_spatial).astype(np.float64))
+            probed, fd_ok, mass = self.main_pass(x, dense)
         if probed:
             self.tag(0, main_family)
             if tie_x is not None:
                 start = len(self.findings)
                 # one dense call at ties too: its own Clarke choice may differ from the probes' (varying)
-                self.backward_pass(tie_x, " at tied inputs", [self.dense_dy("distinct", 0)[1]], repeat=False)
+                with self.charged("ties"):
+                    self.backward_pass(tie_x, " at tied inputs", [self.dense_dy("distinct", 0)[1]], repeat=False)
                 self.tag(start, "ties")
             for family, index in extra:
-                forward_ok = self.family_pass(family, seed, index) is not False and forward_ok
+                with self.charged(family):
+                    forward_ok = self.family_pass(family, seed, index) is not False and forward_ok
         self.tag(0, main_family)
         self.finish()
         tie_policy = self.tie_policy_verdict()
