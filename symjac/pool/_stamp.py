@@ -175,7 +175,8 @@ def _limbs(st: Stamp, s: np.ndarray, boxes: tuple[Slab, ...], transpose: bool, r
     g = st.geometry
     weight = st.weight.reshape(st.weight.shape[:1] + g.out_spatial)
     if not transpose:
-        return (_window_sums(g, s, boxes).astype(object) * weight.astype(object)).reshape(s.shape[0], -1)
+        products: np.ndarray = _window_sums(g, s, boxes).astype(object) * weight.astype(object)
+        return products.reshape(s.shape[0], -1)
     wide = weight.astype(object)
     bits = max(int(abs(int(weight.max()))).bit_length(), int(abs(int(weight.min()))).bit_length(), 1)
     src = s.reshape((s.shape[0],) + g.out_spatial)
