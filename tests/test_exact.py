@@ -51,10 +51,12 @@ def test_floats_convert_over_the_smallest_power_of_two(values):
     assert [Fraction(int(n), exact.den) for n in exact.num] == fracs
 
 
-@pytest.mark.parametrize("mode, kernel, shape", [("avg", 5, (2, 1, 7, 6)), ("avg", (3, 4), (2, 1, 7, 6)),
-                                                  ("max", 3, (2, 1, 7, 6)), ("avg", 15, (1, 1, 16, 17))])
+@pytest.mark.parametrize("mode, kernel, shape, layout", [
+    ("avg", 5, (2, 1, 7, 6), "channels_first"), ("avg", (3, 4), (2, 1, 7, 6), "channels_first"),
+    ("max", 3, (2, 1, 7, 6), "channels_first"), ("avg", 15, (1, 1, 16, 17), "channels_first"),
+    ("avg", 3, (2, 5, 4, 3), "channels_last"), ("max", 2, (2, 5, 4, 3), "channels_last")])
 @pytest.mark.parametrize("values", ["extreme", "near_ties"])
-def test_products_of_large_numerators_are_exact(mode, kernel, shape, values):
+def test_products_of_large_numerators_are_exact(mode, kernel, shape, layout, values):
     # The Jacobian's products where numerator times weight leaves int64: x near float64's largest
     # value (numerators of ~1024 bits, a common power of two taken out and put back), or near-tie
     # values 1 + q*2^-33 against the 15x15 SAME windows' weights (divisors 64..225, their lcm ~2^37:
@@ -63,10 +65,10 @@ def test_products_of_large_numerators_are_exact(mode, kernel, shape, values):
     import symjac
     from symjac.pool._stamp import apply, stamp
 
-    spec = symjac.Pool(mode, kernel, stride=1, padding="same")
+    spec = symjac.Pool(mode, kernel, stride=1, padding="same", layout=layout)
     g = symjac.resolve(spec, shape)
     rng = np.random.default_rng(0)
-    out_shape = shape[:2] + g.out_spatial
+    out_shape = g.output_shape
     if values == "extreme":
         x = rng.uniform(0.5, 1.0, shape) * np.finfo(np.float64).max * rng.choice([-1, 1], shape)
         dy = rng.uniform(0.5, 1.0, out_shape) * 2.0**1000

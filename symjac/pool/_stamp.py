@@ -141,10 +141,11 @@ def apply(st: Stamp, source: ExactArray, transpose: bool) -> ExactArray:
     src_spatial, dst_spatial = (g.out_spatial, g.in_spatial) if transpose else (g.in_spatial, g.out_spatial)
     # J is linear: a power of two common to the source (2^971 and more near float64's overflow
     # threshold) is taken out, the product made in int64 or float64, and put back on the result
-    s, twos = strip_twos(g.to_canonical(source.num, src_spatial))
+    num, twos = strip_twos(source.num)
     if twos:
-        out = apply(st, ExactArray(s, source.den), transpose)
+        out = apply(st, ExactArray(num, source.den), transpose)
         return ExactArray(_int_array(out.num.astype(object) << twos), out.den)
+    s = g.to_canonical(num, src_spatial)
     n_slots = math.prod(ax.cells.shape[1] for ax in g.axes)  # K, without building the (windows, K) table
     wmax = int(np.abs(st.weight).max()) if st.weight.size else 0
     smax = int(np.abs(s).max()) if s.size else 0
@@ -256,6 +257,19 @@ def _apply_slabs(st: Stamp, s: np.ndarray, acc: np.ndarray, transpose: bool, box
             dst[(slice(None),) + box.cells] += src[(slice(None),) + box.windows]
         return
     dst += _window_sums(g, s, boxes) * weight
+
+
+def window_mass(g: Geometry, values: np.ndarray) -> np.ndarray:
+    """(B, W): an upper bound of each window's sum of the canonical (B, n_in) nonnegative float64
+    ``values`` over its real cells (a rounding bound's mass): one slice a slot where the slots are
+    boxes (:func:`slabs`: no (B, W, K) gather), else the gathered rows summed; either float sum of K
+    nonnegative terms is within a factor 1 - γ_{K-1} of the exact one, so it is raised by 2K·2^-53."""
+    boxes = slabs(g)
+    if boxes is None:
+        sums = g.gather(values).sum(axis=2)
+    else:
+        sums = _window_sums(g, np.ascontiguousarray(values, dtype=np.float64), boxes).reshape(values.shape[0], -1)
+    return np.asarray(sums * (1 + 2 * max(g.cells.shape[1], 1) * 2.0**-53))
 
 
 def _window_sums(g: Geometry, s: np.ndarray, boxes: tuple[Slab, ...]) -> np.ndarray:

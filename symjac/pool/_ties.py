@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import sympy
 
+from symjac._exact import _int_array, strip_twos
 from symjac._lastaxis import max_last
 from symjac.pool._beta import check_tie, pick_slot, policy_support
 from symjac.pool._symbolic import PAIR, Template
@@ -166,6 +167,13 @@ def max_route(geometry: Geometry, xc: np.ndarray, tie: str) -> tuple[np.ndarray,
     check_tie(tie)
     if tie not in ("first", "last"):
         raise ValueError(f"tie={tie!r}: only first/last route to one slot a window")
+    if xc.dtype == object:  # near the overflow threshold: a common power of two out keeps the order, and 0
+        small, twos = strip_twos(xc)
+        if twos and small.dtype != object:
+            slot, top, cell = max_route(geometry, small, tie)
+            top = _int_array(top.astype(object) << twos)
+            top.setflags(write=False)
+            return slot, top, cell
     key = (geometry, xc.dtype.str, xc.shape, np.ascontiguousarray(xc).tobytes()) if xc.dtype != object else None
     last = _LAST_ROUTE.get(tie)
     if key is not None and last is not None and last[0] == key:

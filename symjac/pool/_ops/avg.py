@@ -38,7 +38,7 @@ import sympy
 from symjac.check._rounding import finfo, gamma
 from symjac.pool._ops._edges import Nonfinite, counts, proxy, sum_value
 from symjac.pool._ops._stamped import StampedOperator
-from symjac.pool._stamp import Stamp, apply
+from symjac.pool._stamp import Stamp, apply, window_mass
 from symjac.pool._symbolic import PAIR, Template, lines, window_weights
 from symjac.pool._rows import ExactRows, stamp_rows
 
@@ -127,9 +127,9 @@ class Avg(StampedOperator):
         # there sum |x|·2^-s (2^s >= the largest window; exact scalings) and scale back after the /D
         shift = int(max(int(n.max()) if n.size else 1, 1) - 1).bit_length()
         if xc.size and float(xc.max()) * 2.0**shift >= 2.0**1023:
-            mass = g.gather(xc * 2.0**-shift).sum(axis=2) / g.divisor * 2.0**shift
+            mass = window_mass(g, xc * 2.0**-shift) / g.divisor * 2.0**shift
         else:
-            mass = g.gather(xc).sum(axis=2) / g.divisor
+            mass = window_mass(g, xc) / g.divisor
         return np.asarray(gamma(n + 1, u) * mass + 2.0**-60 * np.abs(e_c))
 
     def rows(self, g: Geometry, x: np.ndarray, dtype: np.dtype[Any], exact_of: Callable[[], ExactArray]) -> ExactRows:
@@ -181,7 +181,7 @@ class Avg(StampedOperator):
         if not xc.size or float(xc.max()) * g.cells.shape[1] < threshold / 2:
             return None  # no window comes near (the common case: one max over x)
         n = g.valid.sum(axis=1)
-        mass = g.gather(xc * 0.5).sum(axis=2) * 2  # halved: a float64 sum of cells near 1.8e308 stays finite
+        mass = window_mass(g, xc * 0.5) * 2  # halved: a float64 sum of cells near 1.8e308 stays finite
         risky = mass * (1 + gamma(n + 1, float(info.eps) / 2)) >= threshold
         return np.asarray(risky) if risky.any() else None
 

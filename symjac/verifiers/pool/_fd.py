@@ -37,6 +37,7 @@ from symjac.check._rounding import gamma
 from symjac.pool._graph import input_colouring
 from symjac.pool._symbolic import lines
 from symjac.pool._rows import Rows, tolerance
+from symjac.pool._stamp import window_mass
 
 if TYPE_CHECKING:
     from symjac.pool._geometry import Geometry
@@ -125,7 +126,7 @@ def _window_error(g: Geometry, xp: np.ndarray, x: np.ndarray, u: float) -> np.nd
     """The forward's rounding bound at x + h·v and x, over h: ``γ_{n+1}·(Σ|x + h·v| + Σ|x|)/(d·h)`` (avg)."""
     if not g.operator.fd_rounding():
         return 0.0
-    mass = sum(g.gather(np.abs(a)).sum(axis=2) for a in (xp, x)) / g.divisor
+    mass = sum(window_mass(g, np.abs(a)) for a in (xp, x)) / g.divisor
     return np.asarray(gamma(g.valid.sum(axis=1) + 1, u) * mass / STEP)
 
 
