@@ -181,14 +181,15 @@ def _limbs(st: Stamp, s: np.ndarray, boxes: tuple[Slab, ...], transpose: bool, r
     wide = weight.astype(object)
     bits = max(int(abs(int(weight.max()))).bit_length(), int(abs(int(weight.min()))).bit_length(), 1)
     src = s.reshape((s.shape[0],) + g.out_spatial)
+    top = -(-bits // room) - 1  # the top limb keeps the sign; the others are masked to room bits
     total: Any = 0
-    for j in reversed(range(-(-bits // room))):
-        limb = (wide >> (room * j)) & ((1 << room) - 1) if j < -(-bits // room) - 1 else wide >> (room * j)
+    for j in reversed(range(top + 1)):
+        limb = wide >> (room * j) if j == top else (wide >> (room * j)) & ((1 << room) - 1)
         part = np.zeros((s.shape[0],) + g.in_spatial, dtype=np.int64)
         terms = src * limb.astype(np.int64)
         for box in boxes:
             part[(slice(None),) + box.cells] += terms[(slice(None),) + box.windows]
-        total = (total << room) + part.astype(object) if j < -(-bits // room) - 1 else part.astype(object)
+        total = (total << room) + part.astype(object)  # the top limb's: 0 << room + part
     return np.asarray(total).reshape(s.shape[0], -1)
 
 
