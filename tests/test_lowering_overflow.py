@@ -103,6 +103,17 @@ def test_avg_lowering_near_overflow_stays_within_its_bound(dtype: str, k: int, s
     _within_own_bound(spec, x)
 
 
+@pytest.mark.parametrize("divisor", ["exclude_pad", "include_pad"])
+def test_avg_bound_of_windows_of_the_largest_values_is_finite(divisor: str) -> None:
+    # Every cell ±max (one +max): a 2x2 window's mean is at most max in magnitude, its rounding
+    # bound γ_5·Σ|x|/D at most ~5·2^-53·max, finite. Σ|x| itself (4·max) overflows; a bound that
+    # scaled it back before multiplying by γ (or raised max·2^-2·4 by its own rounding) was inf.
+    top = float(np.finfo(np.float64).max)
+    x = np.full((1, 1, 4, 4), -top)
+    x[0, 0, 3, 3] = top
+    _within_own_bound(Pool("avg", (2, 2), stride=1, padding=1, divisor=divisor), x)
+
+
 @hypothesis.settings(max_examples=20, deadline=None)
 @hypothesis.given(st.sampled_from(["float16", "float32", "float64"]), st.sampled_from([1, 2, 3, 4]), st.data())
 def test_lp_lowering_near_overflow_stays_within_its_bound(dtype: str, p: int, data: Any) -> None:

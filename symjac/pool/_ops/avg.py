@@ -124,13 +124,14 @@ class Avg(StampedOperator):
         xc = np.abs(g.to_canonical(x).astype(np.float64))
         n = g.valid.sum(axis=1)
         # Σ|x| of four cells of 1e308 overflows float64 (an inf tolerance would pass anything):
-        # there sum |x|·2^-s (2^s >= the largest window; exact scalings) and scale back after the /D
-        shift = int(max(int(n.max()) if n.size else 1, 1) - 1).bit_length()
+        # there sum |x|·2^-s (2^s > the largest window, so the mass, raised to a bound by
+        # window_mass, stays finite; exact scalings) and scale back once multiplied by γ
+        shift = int(max(int(n.max()) if n.size else 1, 1)).bit_length()
         if xc.size and float(xc.max()) * 2.0**shift >= 2.0**1023:
-            mass = window_mass(g, xc * 2.0**-shift) / g.divisor * 2.0**shift
+            scaled = gamma(n + 1, u) * (window_mass(g, xc * 2.0**-shift) / g.divisor) * 2.0**shift
         else:
-            mass = window_mass(g, xc) / g.divisor
-        return np.asarray(gamma(n + 1, u) * mass + 2.0**-60 * np.abs(e_c))
+            scaled = gamma(n + 1, u) * (window_mass(g, xc) / g.divisor)
+        return np.asarray(scaled + 2.0**-60 * np.abs(e_c))
 
     def rows(self, g: Geometry, x: np.ndarray, dtype: np.dtype[Any], exact_of: Callable[[], ExactArray]) -> ExactRows:
         return stamp_rows(g, self.stamp(g, None, "first"), dtype)
