@@ -218,10 +218,31 @@ def test_budget_grows_by_one_dense_call_per_family():
                                             "nonfinite"]
     # one call each for all_negative, near_ties and extreme; orders: 2 ramps per axis (4) and one slab
     # input per residue, windows spanning 3 cells along both axes (3): 3 + 7; nonfinite (NaN and the
-    # infinities tie): a probed pass, one call per window colour (4: 2 per axis) and one dense call
+    # infinities tie): a probe of the windows that tie and one dense call. Its patterns sit in the windows
+    # of one colour here (one window an axis is apart: too few to hold all 11 patterns over 6 slices):
+    # windows (0, 0), (0, 2), (2, 0), (2, 2), the k-th of slice b taking pattern (k + b) mod 11. In
+    # slice 3, window (0, 0) (cells 0..1 an axis, cut by the padding) takes pattern 3, +inf at its first
+    # and last cells (0, 0) and (1, 1), and window (2, 2) pattern 6, +inf at its first cell (3, 3): so
+    # windows (0, 0) and (1, 1) (cells 1..3) each hold two +inf, and share cell (1, 1): 2 probe colours
     assert full.stats["window_colours"] == 4
-    assert full.stats["backward_calls"] - base.stats["backward_calls"] == 10 + 5
+    assert full.stats["backward_calls"] - base.stats["backward_calls"] == 10 + 2 + 1
     assert full.stats["forward_calls"] - base.stats["forward_calls"] == 10 + 1
+
+
+def test_the_nonfinite_family_probes_only_the_windows_that_tie():
+    # 3x3 windows at stride 1 on 24x24: 22 windows an axis, each [i, i + 2]. The windows apart (no window
+    # reads cells of two) along an axis: 0, then the first whose cells lie beyond what the windows meeting
+    # the last one taken read (window 0: windows 0..2 meet it, reading up to cell 4): 0, 5, 10, 15, 20;
+    # 25 windows a slice, enough for the 11 patterns. A pattern's two NaN (or +inf) sit at its window's
+    # first and last cells, opposite corners: no other 3x3 window holds both, and no window reads cells
+    # of two patterns, so the windows that tie are disjoint: one probe call for all, and one dense call
+    # (the probe plan takes 9, one a window colour: 3 an axis).
+    spec = Pool("max", 3, stride=1)
+    impl = Lowered(spec)
+    base = check(spec, impl, input_shape=(1, 1, 24, 24), families=())
+    full = check(spec, impl, input_shape=(1, 1, 24, 24), families=("nonfinite",))
+    assert full.ok and base.stats["window_colours"] == 9
+    assert full.stats["backward_calls"] - base.stats["backward_calls"] == 1 + 1
 
 
 def test_families_argument_is_checked():

@@ -117,6 +117,26 @@ def window_colouring(geometry: Geometry) -> tuple[np.ndarray, int]:
     return _per_axis(geometry, _axis_window_colours)
 
 
+def subset_colouring(geometry: Geometry, windows: np.ndarray) -> tuple[np.ndarray, int]:
+    """(colour of each of ``windows``, number of colours): windows of one colour share no cell.
+
+    The fewer-coloured of two valid colourings: the probe plan's (:func:`window_colouring`)
+    restricted to ``windows`` and renumbered, and, for a few windows apart from each other
+    (a probe of the windows that tie at one input), a greedy colouring of their own conflict
+    graph (:func:`_colour`), which needs as many colours as windows meet at one cell among them.
+    """
+    restricted = window_colouring(geometry)[0][windows]
+    used, colours = np.unique(restricted, return_inverse=True)
+    best = (colours.reshape(-1), int(used.size))
+    if used.size > 1 and windows.size * geometry.cells.shape[1] <= 2**20:
+        node, slot = np.nonzero(geometry.valid[windows])
+        own = _colour(windows.size, node, geometry.cells[windows[node], slot])
+        count = int(own.max(initial=-1)) + 1
+        if count < best[1]:
+            best = (own, count)
+    return best
+
+
 @functools.lru_cache(maxsize=64)
 def input_colouring(geometry: Geometry) -> tuple[np.ndarray, int]:
     """(colour of each spatial input cell, number of colours); no window reads two

@@ -52,25 +52,38 @@ class Diagnosis:
         return ok
 
     def mismatches(self, rows: Rows, exact: ExactRows) -> list[tuple[int, int]]:
-        """(b, w) whose observed row is not an exact row (untied) or not in the Clarke set (tied)."""
-        err = np.abs(rows.obs - exact.rows)
-        err *= self.g.valid[None]
-        bad = any_last(err > row_tolerance(exact, self.u))
-        if exact.tied.any():  # the Clarke test only where some window ties (nnz passes otherwise)
-            bad &= ~exact.tied
-            bad |= exact.tied & ~self.clarke_ok(rows, exact)
-            err *= ~exact.tied[..., None]
+        """(b, w) whose observed row is not an exact row (untied) or not in the Clarke set (tied).
+
+        In blocks of windows of about 2^16 entries: each block's few temporaries stay in cache,
+        where whole (B, W, K) temporaries cost a pass through memory each (~1 s at k15 256^2)."""
+        g = self.g
+        batch, n_out, k = rows.obs.shape
+        bad = np.zeros((batch, n_out), dtype=bool)
+        tied = exact.tied if exact.tied.any() else None  # the Clarke test only where some window ties
+        step = max(1, 2**16 // max(1, batch * k))
+        for start in range(0, n_out, step):
+            block = slice(start, start + step)
+            e = exact.rows[:, block]
+            err = np.abs(rows.obs[:, block] - e)
+            err *= g.valid[None, block]
+            bad[:, block] = any_last(err > row_tolerance(exact, self.u, block))
+            if tied is not None:
+                err *= ~tied[:, block, None]
+            self.max_abs = max(self.max_abs, float(err.max(initial=0.0)))
+            # ULPs over the untied entries the backward delivered: a missing entry (observed 0,
+            # exact nonzero) is counted as missing (edges_missing), not as an error of 4.5e15
+            # ULP. An entry with no error is 0 ULP, so only entries with err > 0 are read.
+            at = np.nonzero(err > 0)
+            if at[0].size:
+                e_at, o_at = np.broadcast_to(e, err.shape)[at], rows.obs[:, block][at]
+                arrived = (e_at != 0) & (o_at != 0)
+                if arrived.any():
+                    self.max_ulp = max(self.max_ulp, float(ulps(err[at][arrived], e_at[arrived], self.dtype).max()))
+        if tied is not None:
+            bad &= ~tied
+            bad |= tied & ~self.clarke_ok(rows, exact)
         for key in rows.stray:
             bad[key] = True
-        self.max_abs = max(self.max_abs, float(err.max(initial=0.0)))
-        # ULPs over the untied entries the backward delivered: a missing entry (observed 0,
-        # exact nonzero) is counted as missing (edges_missing), not as an error of 4.5e15
-        # ULP. An entry with no error is 0 ULP, so only entries with err > 0 are read.
-        at = np.nonzero(err > 0)
-        e, o = exact.rows[at], rows.obs[at]
-        arrived = (e != 0) & (o != 0)
-        if arrived.any():
-            self.max_ulp = max(self.max_ulp, float(ulps(err[at][arrived], e[arrived], self.dtype).max()))
         return [(int(b), int(w)) for b, w in np.argwhere(bad)]
 
     def classify(self, rows: Rows, exact: ExactRows, suspects: list[tuple[int, int]], context: str) -> None:

@@ -96,8 +96,9 @@ class Families:
         x = generate_input(g, family, self.dtype, seed, index)  # index: which input of a family of several
         if not self.op.extra_families or (self.op.ties and family in TIED):  # every window's row, tie sets included
             forward_ok = self.check_forward(x) if check_fwd else None
-            if check_bwd:
-                self.backward_pass(x, "", [self.dense_dy(family, seed)[1]], repeat=False)
+            if check_bwd:  # with a rational dense J^T dy only the tied rows need a probe
+                self.backward_pass(x, "", [self.dense_dy(family, seed)[1]], repeat=False,
+                                   open_only=self.op.extra_families)
         else:
             dy, dy_c = self.dense_dy(family, seed) if check_bwd else (None, None)
             y, dx = self.forward_backward(x, dy_c if check_bwd else None, check_fwd)

@@ -159,20 +159,32 @@ def check_fd_directions(g: Geometry, rows: Rows, found: list[tuple[np.ndarray, n
     """Observed rows times each direction vs the directional differences."""
     bad = np.zeros(usable.shape, dtype=bool)
     first: tuple[float, float] | None = None
+    for v, _, _ in found:
+        assert np.all(np.abs(v) == 1), "directional FD directions are sign vectors"
     # Directions are sign vectors, so |v_k| is 1 on every valid slot (and rows are 0 on
     # the others): the rounding terms sum |row| and tolerance(row) over the window,
-    # the same for every direction.
-    weights = tolerance(rows.obs, u).sum(axis=2) + gamma(g.cells.shape[1], 2.0**-53) * np.abs(rows.obs).sum(axis=2)
-    for v, slope, err in found:
-        assert np.all(np.abs(v) == 1), "directional FD directions are sign vectors"
-        predicted = (rows.obs * g.gather(v)).sum(axis=2)
+    # the same for every direction. In blocks of windows of about 2^16 entries: a block's
+    # temporaries stay in cache (each whole (B, W, K) one is a pass through memory).
+    extended = [np.concatenate([v, np.zeros(v.shape[:-1] + (1,))], axis=-1) for v, _, _ in found]  # cell -1: 0
+    batch, n_out, k = rows.obs.shape
+    step = max(1, 2**16 // max(1, batch * k))
+    predicted = [np.empty((batch, n_out)) for _ in found]
+    weights = np.empty((batch, n_out))
+    for start in range(0, n_out, step):
+        block = slice(start, start + step)
+        obs = rows.obs[:, block]
+        weights[:, block] = tolerance(obs, u).sum(axis=2) + gamma(g.cells.shape[1], 2.0**-53) * np.abs(obs).sum(axis=2)
+        cells = g.cells[block]
+        for ext, out in zip(extended, predicted):
+            out[:, block] = (obs * ext[..., cells]).sum(axis=2)
+    for (_, slope, err), pred in zip(found, predicted):
         tol = err + weights
-        off = np.abs(predicted - slope) > tol
+        off = np.abs(pred - slope) > tol
         for b, w in rows.stray:
             off[b, w] = True
         if first is None and (off & usable).any():
             b, w = np.argwhere(off & usable)[0].tolist()
-            first = (float(slope[b, w]), float(predicted[b, w]))
+            first = (float(slope[b, w]), float(pred[b, w]))
         bad |= off
     where = np.argwhere(bad & usable)
     if where.size:

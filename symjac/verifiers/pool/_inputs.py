@@ -38,7 +38,7 @@ import numpy as np
 from symjac._errors import InputError
 from symjac.check._rounding import precision
 from symjac.pool._geometry import Geometry
-from symjac.pool._graph import input_colouring, window_colouring
+from symjac.pool._graph import _axis_window_colours, input_colouring, window_colouring
 
 GENERATORS = ("distinct", "ties", "random", "all_negative", "near_ties", "orders", "extreme", "nonfinite")
 #: How messages name each family ("at near-tie inputs: ...").
@@ -329,17 +329,67 @@ NONFINITE_PATTERNS: tuple[tuple[float, ...] | str, ...] = (
     (np.nan, np.inf), (-np.inf, np.nan), (np.nan, np.nan, -np.inf), ())
 
 
+def apart_windows(g: Geometry) -> np.ndarray:
+    """Windows no window reads cells of two of: per axis, axis windows two reads apart (no axis
+    window's bounding interval meets two of theirs), whole windows (no slot in the padding) first,
+    each taken in index order where it is apart from those taken; their products. A table's
+    windows (RoI pooling: no axes) are one colour of the probe plan's (they read disjoint cells)."""
+    if not g.axes:
+        return np.flatnonzero(window_colouring(g)[0] == 0)
+    per_axis = [_apart_axis(ax) for ax in g.axes]
+    grid = np.meshgrid(*per_axis, indexing="ij")
+    return np.sort(np.ravel_multi_index(tuple(a.reshape(-1) for a in grid), g.out_spatial))
+
+
+def _apart_axis(ax: Any) -> np.ndarray:
+    """The axis windows of :func:`apart_windows` along one axis (sorted indices). Windows' first and
+    last cells rise with their index (every pooling axis), so the windows meeting window i's
+    interval are an index range and a scan in index order compares with the last one taken only."""
+    valid = ax.valid
+    idx = np.flatnonzero(valid.any(axis=1))
+    if not idx.size:
+        return np.zeros(1, dtype=np.int64)
+    k = valid.shape[1]  # slots' cells rise with the slot: a window's first and last valid slots bound it
+    lo = ax.cells[idx, valid[idx].argmax(axis=1)]
+    hi = ax.cells[idx, k - 1 - valid[idx, ::-1].argmax(axis=1)]
+    if (np.diff(lo) < 0).any() or (np.diff(hi) < 0).any():  # not ordered: windows of one colour
+        return np.flatnonzero(_axis_window_colours(ax) == 0)
+    # the interval the windows meeting window i's interval cover: [reach_lo[i], reach_hi[i]]
+    reach_lo = lo[np.searchsorted(hi, lo, side="left")]
+    reach_hi = hi[np.searchsorted(lo, hi, side="right") - 1]
+    whole = valid[idx].sum(axis=1) == ax.offsets.size
+    taken: list[int] = []
+    last = None
+    for i in np.flatnonzero(whole).tolist():  # whole windows, in index order
+        if last is None or lo[i] > last:
+            taken.append(i)
+            last = int(reach_hi[i])
+    cut = np.flatnonzero(~whole)
+    if cut.size <= 4096:  # then windows cut by the padding, where apart from those taken
+        r_lo, r_hi = reach_lo[taken], reach_hi[taken]
+        for i in cut.tolist():
+            if not ((lo[i] <= r_hi) & (hi[i] >= r_lo)).any():
+                taken.append(i)
+                r_lo, r_hi = np.append(r_lo, reach_lo[i]), np.append(r_hi, reach_hi[i])
+    return np.sort(idx[np.array(taken, dtype=np.int64)])
+
+
 def nonfinite_input(g: Geometry, dtype: np.dtype | type = np.float64, seed: int = 0) -> np.ndarray:
-    """Distinct values (as the default input) with NaN, +inf and -inf placed in windows that read
-    disjoint cells (one window colour): one NaN, two NaN (which one gets the gradient: the tie
+    """Distinct values (as the default input) with NaN, +inf and -inf placed in windows apart
+    (:func:`apart_windows`): one NaN, two NaN (which one gets the gradient: the tie
     policy), +inf, two +inf, -inf, all -inf, both infinities, NaN with an infinity, and none,
     rotating over the windows and the (N, C) slices; the windows around them read some of those
-    cells too. The operator's ``nonfinite_input`` rule makes it valid for it (lp's odd p: no -inf)."""
+    cells too. The operator's ``nonfinite_input`` rule makes it valid for it (lp's odd p: no -inf).
+
+    A window reads the cells of one pattern at most, so the windows that tie are the patterns'
+    own (and, at a window cut by padding, those holding all of its cells): few and apart, their
+    rows take a probe call or two (:meth:`~symjac.verifiers.pool._verifier._Verifier.backward_pass`)."""
     dt = np.dtype(dtype)
     x = g.operator.default_input(g, distinct_input(g, dt, seed + 7))
     xc = g.to_canonical(x).copy()
-    colours = window_colouring(g)[0]
-    wins = np.flatnonzero(colours == 0)
+    wins = apart_windows(g)
+    if wins.size * g.batch < len(NONFINITE_PATTERNS):  # too few to hold every pattern: windows of one colour
+        wins = np.flatnonzero(window_colouring(g)[0] == 0)
     order = (0, -1, 1)  # slots a pattern fills: the first valid, the last, the second
     for b in range(g.batch):
         for i, w in enumerate(wins.tolist()):

@@ -18,8 +18,7 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 import numpy as np
 
 from symjac.check._report import MAX_LISTED
-from symjac.pool._graph import window_colouring
-from symjac.pool._symbolic import lines
+from symjac.pool._graph import subset_colouring, window_colouring
 from symjac.pool._rows import Rows
 
 if TYPE_CHECKING:
@@ -50,10 +49,14 @@ def colour_plan(g: Geometry) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
     colours, n = window_colouring(g)
     order = np.argsort(colours, kind="stable")
     wins = np.split(order, np.cumsum(np.bincount(colours, minlength=n))[:-1])
-    read = np.zeros((n, g.n_in), dtype=bool)  # read[c, cell]: some window of colour c reads it
-    for line in lines(g):  # min(windows, slots) passes with O(line) temporaries
-        read[colours[line.w], line.cells] = True
-    plan = tuple((wins[c], np.flatnonzero(~read[c])) for c in range(n))
+    width = g.n_in + 1  # read[c, 1 + cell]: some window of colour c reads it; column 0: invalid slots (cell -1)
+    read = np.zeros(n * width, dtype=bool)
+    step = max(1, 2**20 // max(1, g.cells.shape[1]))
+    for start in range(0, g.n_out, step):  # blocks of about 2^20 (window, slot) pairs
+        block = slice(start, start + step)
+        read[(colours[block, None] * width + g.cells[block] + 1).ravel()] = True
+    unread = ~read.reshape(n, width)[:, 1:]
+    plan = tuple((wins[c], np.flatnonzero(unread[c])) for c in range(n))
     for pair in plan:
         for a in pair:
             a.setflags(write=False)  # shared by every verification at this geometry
@@ -66,6 +69,7 @@ class Prober:
     def __init__(self, g: Geometry, backward_each: BackwardEach, budget: int):
         self.g, self.backward_each, self.budget = g, backward_each, budget
         self.colours, self.n_colours = window_colouring(g)
+        self.colour_of = self.colours  # the last probe's colour of each window (-1: not probed)
         self.one_hot_calls = 0
 
     def plan(self) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
@@ -73,13 +77,32 @@ class Prober:
         probe's dx must be 0); built once per geometry (:func:`colour_plan`)."""
         return colour_plan(self.g)
 
-    def probe(self, x: np.ndarray, dense: Sequence[np.ndarray] = ()) -> tuple[Rows, Unexplained, list[np.ndarray]] | None:
+    def subset_plan(self, among: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per colour of the windows some batch item of ``among`` (B, W) holds (:func:`subset_colouring`):
+        its windows and the input cells none of them reads."""
+        g = self.g
+        wins = np.flatnonzero(among.any(axis=0))
+        colours, n = subset_colouring(g, wins)
+        self.colour_of = np.full(g.n_out, -1, dtype=np.int64)
+        self.colour_of[wins] = colours
+        plan = []
+        for c in range(n):
+            mine = wins[colours == c]
+            read = np.zeros(g.n_in + 1, dtype=bool)
+            read[g.cells[mine] + 1] = True
+            plan.append((mine, np.flatnonzero(~read[1:])))
+        return plan
+
+    def probe(self, x: np.ndarray, dense: Sequence[np.ndarray] = (),
+              among: np.ndarray | None = None) -> tuple[Rows, Unexplained, list[np.ndarray]] | None:
         """One backward call per window colour with dy = indicator of the colour.
 
         Args:
           x: the input.
           dense: further (B, n_out) dys called right after the probes, in the same
             sequence (one hand-over for all; the confirmation reads their dx later).
+          among: (B, W) the windows to probe (the rest are not asked: dy 0, their rows 0
+            here), coloured apart (:meth:`subset_plan`); None: every window, by the probe plan.
 
         Returns the rows, the unexplained gradient: (colour, b, cell, value) for
         nonzero dx on cells no window of the probed colour reads, and the dense calls'
@@ -89,11 +112,16 @@ class Prober:
         obs = np.zeros((g.batch, g.n_out, g.cells.shape[1]))
         unexplained: Unexplained = []
         padded = np.zeros((g.batch, g.n_in + 1))  # column -1 stays 0: what an invalid slot (cell -1) reads
-        plan = [(colour, wins, uncovered) for colour, (wins, uncovered) in enumerate(self.plan()) if wins.size]
+        if among is None:
+            self.colour_of = self.colours
+            pairs = list(self.plan())
+        else:
+            pairs = self.subset_plan(among)
+        plan = [(colour, wins, uncovered) for colour, (wins, uncovered) in enumerate(pairs) if wins.size]
 
         def indicator(wins: np.ndarray) -> np.ndarray:
             dy = np.zeros((g.batch, g.n_out))
-            dy[:, wins] = 1.0
+            dy[:, wins] = 1.0 if among is None else among[:, wins]
             return dy
 
         calls = self.backward_each(x, itertools.chain((indicator(wins) for _, wins, _ in plan), dense))
@@ -117,7 +145,7 @@ class Prober:
 
     def nearest_windows(self, colour: int, cell: int, count: int) -> list[int]:
         """Windows of ``colour`` whose start is nearest (Chebyshev) to ``cell``."""
-        wins = np.flatnonzero(self.colours == colour)
+        wins = np.flatnonzero(self.colour_of == colour)
         pos = np.array(self.g.cell_position(cell))
         starts = self.g.window_starts()
         d = np.abs(starts[wins] - pos).max(axis=1)
@@ -193,7 +221,7 @@ class Prober:
             slots = np.flatnonzero(g.valid[w] & (before.obs[b, w] != rows.obs[b, w]))
             differing[b, w] = [int(c) for c in g.cells[w][slots]]
         near = [(b, v) for (b, w), cells in differing.items() for cell in cells
-                for v in self.nearest_windows(int(self.colours[w]), cell, 4) if v != w]
+                for v in self.nearest_windows(int(self.colour_of[w]), cell, 4) if v != w]
         self.one_hot(x, rows, near)
         sent = {(bb, c) for (b, v), hits in rows.stray.items() for bb, c, _ in hits}
         return [k for k in recanted if not all((k[0], c) in sent for c in differing[k])]

@@ -29,7 +29,7 @@ from symjac.verifiers.pool._clarke_sum import clarke_sum_slices
 from symjac.verifiers.pool._diagnose import Diagnosis
 from symjac.verifiers.pool._fd import MAX_COLOURS, STEP, check_fd, check_fd_directions, directional_fd, finite_differences
 from symjac.verifiers.pool._probe import Prober
-from symjac.pool._rows import ExactRows, Rows, cell_counts, scatter, scatter_pair
+from symjac.pool._rows import ExactRows, Rows, cell_counts, deviates, open_windows, scatter, scatter_pair
 from symjac.verifiers.pool._families import Families
 from symjac.verifiers.pool._reading import Reading
 from symjac.verifiers.pool._summary import Summary
@@ -183,20 +183,25 @@ class _Verifier(Summary, Reading, Families):
                 observed=[float(y_c[b, w]) for b, w in bad[:MAX_LISTED].tolist()]))
         return not bad.size
 
-    def backward_pass(self, x: np.ndarray, context: str, dense: list[np.ndarray],
-                      repeat: bool = True) -> tuple[Rows, ExactRows, list[np.ndarray | None]] | None:
+    def backward_pass(self, x: np.ndarray, context: str, dense: list[np.ndarray], repeat: bool = True,
+                      open_only: bool = False) -> tuple[Rows, ExactRows, list[np.ndarray | None]] | None:
         """Probe, attribute, confirm with each dense dy (the first one twice if ``repeat``:
         determinism), classify. At an x holding NaN or ±inf the exact rows are the operator's
         convention (:meth:`rows_at`), the cells it leaves open are not read, and the tie
         policies seen are named apart (``nonfinite_policies``): a NaN window's choice of NaN
-        cell is no tie policy of the finite windows."""
+        cell is no tie policy of the finite windows.
+
+        ``open_only``: probe only the windows whose exact row is open (:func:`open_windows`); the
+        dense calls check every other row against the exact one (a wrong one is then one-hot probed,
+        :meth:`rediagnose`). For an operator with a rational dense ``J(x)^T dy`` at an input whose
+        ties are few and apart (the ``nonfinite`` family's): a probe call or two, not a probe plan."""
         view = self.reading(x)
         if view is None:
-            return self._backward_pass(x, context, dense, repeat)
+            return self._backward_pass(x, context, dense, repeat, open_only)
         self.free_c, policies, self.diagnosis.policies = view.free, self.diagnosis.policies, set()
         start = len(self.findings)
         try:
-            found = self._backward_pass(x, f"{context} (by {self.convention(x)})", dense, repeat)
+            found = self._backward_pass(x, f"{context} (by {self.convention(x)})", dense, repeat, open_only)
             if found is not None and len(self.findings) == start:  # every row right: name the choices at ties
                 rows, exact, _ = found
                 at_nan = view.special & np.isnan(view.value)
@@ -208,16 +213,21 @@ class _Verifier(Summary, Reading, Families):
         finally:
             self.free_c, self.diagnosis.policies = None, policies
 
-    def _backward_pass(self, x: np.ndarray, context: str, dense: list[np.ndarray],
-                       repeat: bool) -> tuple[Rows, ExactRows, list[np.ndarray | None]] | None:
+    def _backward_pass(self, x: np.ndarray, context: str, dense: list[np.ndarray], repeat: bool,
+                       open_only: bool = False) -> tuple[Rows, ExactRows, list[np.ndarray | None]] | None:
         calls = (dense[:1] if repeat else []) + dense  # ride on the probes' sequence
-        probed = self.prober.probe(x, calls)
+        exact = self.rows_at(x) if open_only else None
+        among = open_windows(exact) if exact is not None and dense else None
+        probed = self.prober.probe(x, calls, among)
         if probed is None:
             return None
         rows, unexplained, found = probed
         got: list[np.ndarray | None] = [*found, *[None] * (len(calls) - len(found))]  # None: unusable, or uncalled
         again = got.pop(1) if dense and repeat else None
-        exact = self.rows_at(x)
+        if exact is None:
+            exact = self.rows_at(x)
+        if among is not None:  # the rows not asked for: the exact ones, for the dense calls to confirm
+            rows.obs[~among] = np.broadcast_to(exact.rows, rows.obs.shape)[~among]
         self.exact_at = None  # x's last exact use: hold no copy through the passes' (B, W, K) arrays
         suspects, recanted = self.prober.attribute(x, rows, unexplained, lambda r: self.diagnosis.mismatches(r, exact))
         if recanted.keys:  # every call is checked for what it asked: a colour probe's wrong rows stay wrong
@@ -273,16 +283,12 @@ class _Verifier(Summary, Reading, Families):
                 predicted[bb, c] += dy[b, w] * v
                 bound[bb, c] += abs(dy[b, w] * v)
                 count[bb, c] += 1
-        # rows within their own tolerance (atomics' last bits) shift the superposition by what they are
-        # off the exact rows (at untied windows; plus u·|row|, a bound of the exact rows' own rounding)
-        # off the exact rows (u·|J| ≤ u·(|obs| + |obs − J|) covers the exact rows' own rounding)
-        dev = rows.obs - exact.rows  # one (B, W, K) temporary, in place from here
-        np.abs(dev, out=dev)
-        dev *= ~np.broadcast_to(exact.tied[..., None], dev.shape)
+        # rows within their own tolerance (atomics' last bits) shift the superposition by what they are off
+        # the exact rows at untied windows (u·|J| ≤ u·(|obs| + |obs − J|) covers the exact rows' own rounding)
         shift = 2.0**-52 * bound
-        if dev.any():
-            shift = shift + (1 + 2.0**-52) * scatter_pair(g, dy, dev)[1]
-        del dev
+        if deviates(rows, exact):  # (B, W, K) temporaries, rarely (read blockwise first), freed at once
+            untied = ~np.broadcast_to(exact.tied[..., None], rows.obs.shape)
+            shift = shift + (1 + 2.0**-52) * scatter_pair(g, dy, np.abs(rows.obs - exact.rows) * untied)[1]
         tol = (gamma(count + 2, self.u) + 2.0**-60) * bound + (1 + gamma(count + 2, self.u)) * shift
         want = want_tol = None
         if self.op.extra_families:  # a rational dense J^T dy (avg, max); lp has its rows' derived bounds only
