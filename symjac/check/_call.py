@@ -446,7 +446,8 @@ def call_each(guards: list[Guard], calls: Iterable[tuple[Any, ...]],
       calls: ``(guard, args, shape, dtype, index_name)`` per call, or with a sixth entry, its
         ``nonfinite`` mask (:meth:`Guard.array`), iterated in the call thread as the calls go
         (build arguments lazily there, with no side effects).
-      size: bytes of the largest result (at most :data:`AHEAD_BYTES` of results wait).
+      size: bytes of the largest result (at most :data:`AHEAD_BYTES` of results, with the
+        arguments they hold, wait).
 
     Yields each call's checked result, or None when it is unusable (the reason flagged
     by its guard; stop reading then: the calls not yet started are cancelled).
@@ -458,7 +459,7 @@ def call_each(guards: list[Guard], calls: Iterable[tuple[Any, ...]],
         return
     ahead = max(1, AHEAD_BYTES // max(size, 1))
     seq = CallSequence(((guard._returning, args, guard, shape, dtype, index_name, _mask(mask))
-                        for guard, args, shape, dtype, index_name, *mask in calls), ahead)
+                        for guard, args, shape, dtype, index_name, *mask in calls), ahead, AHEAD_BYTES)
     timeout = guards[0].timeout
     assert timeout is not None
     results = invoke_each(seq, timeout)

@@ -12,7 +12,7 @@ continues without it, in another thread.
 :meth:`symjac.check._call.Guard.arrays` hands a whole sequence of calls (a probe plan's
 colours, the finite differences' moved inputs) to that thread at once (:class:`CallSequence`):
 it runs them back to back and wakes the caller once the sequence has ended (or
-:data:`symjac.check._call.AHEAD_BYTES` of results wait, or a call failed). Handing each call to
+:data:`symjac.check._call.AHEAD_BYTES` of results and their arguments wait, or a call failed). Handing each call to
 another thread and back costs two wake-ups of a sleeping core (~0.2 ms a call on a shared VM,
 more than a small implementation's whole call); a sequence pays them once. Reading each result
 while the next calls run would overlap the two threads, but they then contend for the GIL:
@@ -72,8 +72,10 @@ class CallSequence:
     woken caller takes the GIL from the runner).
     """
 
-    def __init__(self, calls: Iterable[tuple[Any, ...]], ahead: int):
-        self.calls, self.ahead = calls, ahead
+    def __init__(self, calls: Iterable[tuple[Any, ...]], ahead: int, budget: int | None = None):
+        self.calls, self.ahead, self.budget = calls, ahead, budget
+        self.held = 0  # bytes of the arrays the results not yet taken hold (their values and arguments)
+        self.sizes: collections.deque[int] = collections.deque()
         self.iterator = iter(calls)  # (the calls not yet made, once the sequence has ended)
         self.made = 0  # calls made
         self.given: collections.deque[tuple[Any, ...]] = collections.deque()  # the calls made, not yet taken
@@ -86,7 +88,7 @@ class CallSequence:
         iterator = self.iterator
         while True:
             with self.changed:
-                while len(self.results) >= self.ahead and not self.cancelled:
+                while self.results and self._full() and not self.cancelled:
                     self.changed.wait()
             self.started = time.monotonic()  # the next call's clock (building its arguments included)
             try:
@@ -103,16 +105,24 @@ class CallSequence:
             status, value = _run(fn, passed)
             # the copies are kept for the mutation finding only if the call wrote into one
             wrote = any(isinstance(a, np.ndarray) and not same(a, b) for a, b in zip(passed, args))
-            self._put((status, value, passed if wrote else args))
+            kept = passed if wrote else args
+            self._put((status, value, kept), sum(a.nbytes for a in (value, *kept) if isinstance(a, np.ndarray)))
             del value, passed, args, call
             if status != "ok":  # a raise ends the sequence, as it ends the caller's loop
                 break
         self._put(None)
 
-    def _put(self, item: Any) -> None:
+    def _full(self) -> bool:
+        """Whether the results waiting fill the look-ahead: ``ahead`` of them, or ``budget`` bytes
+        (arguments included: a long kernel's 4096 probe tangents of 3.6 MB each held 15 GB)."""
+        return len(self.results) >= self.ahead or (self.budget is not None and self.held >= self.budget)
+
+    def _put(self, item: Any, size: int = 0) -> None:
         with self.changed:
             self.results.append(item)
-            if item is None or item[0] != "ok" or len(self.results) >= self.ahead:
+            self.sizes.append(size)
+            self.held += size
+            if item is None or item[0] != "ok" or self._full():
                 self.changed.notify()
 
     def take(self, timeout: float) -> Any:
@@ -125,6 +135,7 @@ class CallSequence:
                     return "timeout"
                 self.changed.wait(left)
             item = self.results.popleft()
+            self.held -= self.sizes.popleft()
             self.changed.notify()  # a runner waiting for room
             return item
 

@@ -258,7 +258,7 @@ def check_double_backward(g: Geometry, x: np.ndarray, dt: np.dtype[Any], double_
     if got is not None and g.operator.tie_family:
         start = len(findings)
         tx = g.operator.tie_input(g, tie_input(g, dt, seed))  # the VJP's tie input
-        second.calls.clear()
+        second.clear()
         if p.at(tx, [], context) is not None:
             second.check_ddx(tx, findings, dense=None)
         _tag(findings, start, "double_backward", "ties")
@@ -266,9 +266,9 @@ def check_double_backward(g: Geometry, x: np.ndarray, dt: np.dtype[Any], double_
     if got is not None:
         def ddx(xf: np.ndarray, tf: np.ndarray) -> None:
             second.check_ddx(xf, findings, dense=tf)
-            second.calls.clear()
+            second.clear()
 
-        second.calls.clear()
+        second.clear()
         run += _families(p, extra, seed, "double_backward", context, after=ddx)
     stats = {"dtype": str(dt), "double_backward_calls": guard.calls, "max_ulp_error": p.diagnosis.max_ulp,
              "ddx_max_abs": second.ddx_max_abs, "families": _counts(run)}
