@@ -32,7 +32,6 @@ from __future__ import annotations
 import collections
 import hashlib
 import inspect
-import itertools
 import math
 import traceback
 import time
@@ -466,8 +465,13 @@ def call_each(guards: list[Guard], calls: Iterable[tuple[Any, ...]],
     taken: collections.deque[tuple[str, Any, tuple[Any, ...], Any]] = collections.deque()
     try:
         while True:
-            if not taken:  # a chunk at a time: one wake-up a chunk
-                taken.extend(itertools.islice(results, ahead))
+            if not taken:  # a chunk at a time (one wake-up a chunk), of at most AHEAD_BYTES with its arguments
+                held = 0
+                for item in results:
+                    taken.append(item)
+                    held += sum(a.nbytes for a in (item[1], *item[2]) if isinstance(a, np.ndarray))
+                    if len(taken) >= ahead or held >= AHEAD_BYTES:
+                        break
                 if not taken:
                     break
             status, value, passed, call = taken.popleft()

@@ -53,6 +53,9 @@ def packed(double_backward: Callable[..., Any], g: Geometry) -> Callable[..., An
     return call
 
 
+_READ = np.zeros(0)  # what a tangent read already is replaced with
+
+
 class SecondOrder:
     """Calls the double backward with a fixed dy, hands ddy to the JVP probes and reads ddx.
 
@@ -102,7 +105,7 @@ class SecondOrder:
                 return
             flat = out.astype(np.float64)
             self._read(kept[i], g.to_canonical(flat[:n_x].reshape(g.input_shape)))
-            kept[i] = flat[:0]  # read: let it go
+            kept[i] = _READ  # read: let it go (not a view of flat, which would keep flat)
             yield g.to_canonical(flat[n_x:].reshape(g.output_shape), g.out_spatial)
 
     def check_ddx(self, x: np.ndarray, findings: list[Finding], dense: np.ndarray | None) -> None:
