@@ -346,3 +346,29 @@ def test_a_raise_ends_a_mixed_sequence_and_the_family_pass_still_calls_the_backw
     assert len(raised_at) == 2 and np.array_equal(raised_at[0], raised_at[1])
     x_near = raised_at[0]
     assert any(np.array_equal(x, x_near) for x in backward_at)  # the backward was still checked there
+
+
+def test_a_sequence_holds_a_few_megabytes_of_arguments_however_small_its_results():
+    # 64 calls, each given a fresh 1 MiB argument and returning 8 bytes, read slowly (the call thread
+    # runs ahead). The look-ahead counts results with their arguments (AHEAD_BYTES = 4 MiB, waiting in
+    # the call thread and again in the reader's chunk): about 8 MiB of arguments at most, where counting
+    # the 8-byte results alone (2^19 of them) let all 64 MiB wait (long kernels' probe tangents: 15 GB).
+    import time
+    import tracemalloc
+
+    findings: list[Finding] = []
+    guard = Guard(lambda a: np.zeros(1), "backward", ("a",), findings, timeout=60.0)
+
+    def calls():
+        for _ in range(64):
+            yield (np.ones(2**17),)
+
+    tracemalloc.start()
+    try:
+        for out in guard.arrays(calls(), shape=(1,), dtype=np.dtype(np.float64)):
+            assert out is not None
+            time.sleep(0.002)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert not findings and peak < 16 * 2**20, peak / 2**20
