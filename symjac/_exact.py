@@ -13,6 +13,7 @@ import dataclasses
 import gc
 import math
 import re
+import weakref
 from fractions import Fraction
 from collections.abc import Iterator
 from typing import Any
@@ -107,12 +108,30 @@ def _int_array(values: np.ndarray) -> np.ndarray:
     return values
 
 
+#: Object arrays of Python ints made as ``small << t`` (an int64 ``small``), by identity: id -> (a weak
+#: reference to the array, small, t); :func:`strip_twos` reads them back without a pass over the ints.
+_BUILT: dict[int, tuple[weakref.ref[np.ndarray], np.ndarray, int]] = {}
+
+
+def _shifted(small: np.ndarray, t: int) -> np.ndarray:
+    """``small << t`` as an object array of Python ints, remembered for :func:`strip_twos`."""
+    values: np.ndarray = small.astype(object) << t
+    if len(_BUILT) >= 8:  # the last few: a verification's inputs and results at one x
+        _BUILT.clear()
+    _BUILT[id(values)] = (weakref.ref(values), small, t)
+    return values
+
+
 def strip_twos(values: np.ndarray) -> tuple[np.ndarray, int]:
-    """``(values >> t, t)`` for the largest t with 2^t dividing every value (int64 where the
-    quotients fit): numbers near a float's overflow threshold are a 53-bit significand times
-    2^971 and more, Python ints as they are, int64 once the common power of two is out."""
+    """``(values >> t, t)`` for a t with 2^t dividing every value (int64 where the quotients fit):
+    the largest, or the one an array made by :func:`_shifted` was made with. Numbers near a
+    float's overflow threshold are a 53-bit significand times 2^971 and more, Python ints as they
+    are, int64 once the common power of two is out."""
     if values.dtype != object:
         return values, 0
+    built = _BUILT.get(id(values))
+    if built is not None and built[0]() is values:
+        return built[1], built[2]
     nonzero = [int(v) for v in values.reshape(-1) if v]
     if not nonzero:
         return np.zeros(values.shape, dtype=np.int64), 0
@@ -257,9 +276,10 @@ class ExactArray:
         bits = np.frexp(m.astype(np.float64))[1] + shift
         if int(bits.max()) + lift <= 62:
             num = m << (shift + lift)
+        elif int(bits.max()) <= 62:  # near the overflow threshold: (m << shift) << lift, 2^lift common to all
+            num = _shifted(m << shift, lift)
         else:
-            num = np.array([int(v) << int(s + lift) for v, s in zip(m.ravel(), shift.ravel())] + [0],
-                           dtype=object)[:-1].reshape(a.shape)
+            num = m.astype(object) << (shift + lift).astype(object)
         return cls(num, 1 << den_exp)
 
     def distinct(self) -> tuple[list[int], list[int], np.ndarray]:

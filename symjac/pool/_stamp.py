@@ -23,7 +23,7 @@ import numpy as np
 import sympy
 
 from symjac._errors import InputError
-from symjac._exact import ExactArray, _int_array, _unique_int64, round_fractions, strip_twos
+from symjac._exact import ExactArray, _int_array, _shifted, _unique_int64, round_fractions, strip_twos
 from symjac.pool._symbolic import Line, Slab, lines, slabs
 
 if TYPE_CHECKING:
@@ -144,7 +144,10 @@ def apply(st: Stamp, source: ExactArray, transpose: bool) -> ExactArray:
     num, twos = strip_twos(source.num)
     if twos:
         out = apply(st, ExactArray(num, source.den), transpose)
-        return ExactArray(_int_array(out.num.astype(object) << twos), out.den)
+        if out.num.dtype == object:
+            return ExactArray(_int_array(out.num << twos), out.den)
+        top = int(np.abs(out.num).max()) if out.num.size else 0
+        return ExactArray(out.num << twos if top.bit_length() + twos <= 62 else _shifted(out.num, twos), out.den)
     s = g.to_canonical(num, src_spatial)
     n_slots = math.prod(ax.cells.shape[1] for ax in g.axes)  # K, without building the (windows, K) table
     wmax = int(np.abs(st.weight).max()) if st.weight.size else 0
