@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -89,13 +89,18 @@ def open_windows(exact: ExactRows) -> np.ndarray:
     return np.asarray(found)
 
 
+def window_blocks(shape: tuple[int, ...], entries: int = 2**16) -> Iterator[slice]:
+    """Slices of the windows axis of a (B, W, K) array, about ``entries`` entries a block: a
+    block's temporaries stay in cache, where whole (B, W, K) ones cost a pass through memory each."""
+    batch, n_out, k = shape
+    step = max(1, entries // max(1, batch * k))
+    return (slice(start, start + step) for start in range(0, n_out, step))
+
+
 def deviates(rows: Rows, exact: ExactRows) -> bool:
     """Whether an observed row differs from its exact row at some untied window (tied windows
-    are the Clarke test's), read in blocks of about 2^16 entries (no (B, W, K) temporary)."""
-    batch, n_out, k = rows.obs.shape
-    step = max(1, 2**16 // max(1, batch * k))
-    for start in range(0, n_out, step):
-        block = slice(start, start + step)
+    are the Clarke test's), read in blocks (:func:`window_blocks`: no (B, W, K) temporary)."""
+    for block in window_blocks(rows.obs.shape):
         differ = rows.obs[:, block] != exact.rows[:, block]
         if (differ & ~exact.tied[:, block, None]).any():
             return True

@@ -20,7 +20,7 @@ from symjac.check._rounding import gamma, ulps
 from symjac.pool._symbolic import TIE_POLICIES
 from symjac.pool._beta import policy_weights
 from symjac.pool._beta_fit import name_policy
-from symjac.pool._rows import ExactRows, Rows, row_tolerance, tolerance
+from symjac.pool._rows import ExactRows, Rows, row_tolerance, tolerance, window_blocks
 
 if TYPE_CHECKING:
     from symjac.pool._geometry import Geometry
@@ -54,15 +54,11 @@ class Diagnosis:
     def mismatches(self, rows: Rows, exact: ExactRows) -> list[tuple[int, int]]:
         """(b, w) whose observed row is not an exact row (untied) or not in the Clarke set (tied).
 
-        In blocks of windows of about 2^16 entries: each block's few temporaries stay in cache,
-        where whole (B, W, K) temporaries cost a pass through memory each (~1 s at k15 256^2)."""
+        In blocks of windows (:func:`window_blocks`: whole (B, W, K) temporaries took ~1 s at k15 256^2)."""
         g = self.g
-        batch, n_out, k = rows.obs.shape
-        bad = np.zeros((batch, n_out), dtype=bool)
+        bad = np.zeros(rows.obs.shape[:2], dtype=bool)
         tied = exact.tied if exact.tied.any() else None  # the Clarke test only where some window ties
-        step = max(1, 2**16 // max(1, batch * k))
-        for start in range(0, n_out, step):
-            block = slice(start, start + step)
+        for block in window_blocks(rows.obs.shape):
             e = exact.rows[:, block]
             err = np.abs(rows.obs[:, block] - e)
             err *= g.valid[None, block]

@@ -36,7 +36,7 @@ from symjac.check._report import Finding, fmt_index, listing
 from symjac.check._rounding import gamma
 from symjac.pool._graph import input_colouring
 from symjac.pool._symbolic import lines
-from symjac.pool._rows import Rows, tolerance
+from symjac.pool._rows import Rows, tolerance, window_blocks
 from symjac.pool._stamp import window_mass
 
 if TYPE_CHECKING:
@@ -163,15 +163,11 @@ def check_fd_directions(g: Geometry, rows: Rows, found: list[tuple[np.ndarray, n
         assert np.all(np.abs(v) == 1), "directional FD directions are sign vectors"
     # Directions are sign vectors, so |v_k| is 1 on every valid slot (and rows are 0 on
     # the others): the rounding terms sum |row| and tolerance(row) over the window,
-    # the same for every direction. In blocks of windows of about 2^16 entries: a block's
-    # temporaries stay in cache (each whole (B, W, K) one is a pass through memory).
+    # the same for every direction. In blocks of windows (window_blocks).
     extended = [np.concatenate([v, np.zeros(v.shape[:-1] + (1,))], axis=-1) for v, _, _ in found]  # cell -1: 0
-    batch, n_out, k = rows.obs.shape
-    step = max(1, 2**16 // max(1, batch * k))
-    predicted = [np.empty((batch, n_out)) for _ in found]
-    weights = np.empty((batch, n_out))
-    for start in range(0, n_out, step):
-        block = slice(start, start + step)
+    predicted = [np.empty(rows.obs.shape[:2]) for _ in found]
+    weights = np.empty(rows.obs.shape[:2])
+    for block in window_blocks(rows.obs.shape):
         obs = rows.obs[:, block]
         weights[:, block] = tolerance(obs, u).sum(axis=2) + gamma(g.cells.shape[1], 2.0**-53) * np.abs(obs).sum(axis=2)
         cells = g.cells[block]
