@@ -106,6 +106,21 @@ def test_cover_refuses_a_plan_past_the_budget_up_front():
         symjac.cover(Pool("avg", 10**6, padding="same"))
 
 
+@pytest.mark.parametrize("padding", ["valid", "same_lower"])
+def test_cover_refuses_a_huge_dilation_before_listing_its_windows(padding):
+    # Hypothesis's CI profile (derandomized) drew this spec in tests/test_fuzz.py: a window extent of
+    # d(k-1)+1 = 2*10^9 + 1 cells. The long-kernel plan's candidates reach the steady length,
+    # extent + pads + 2 strides (a padding string counts one extent of pads), 4*10^9 + 10 at most
+    # (steady_length plus a residue); listing the windows
+    # of one such length (10^9 of them at stride 3) took 24 GB before the kernel's OOM killer ended
+    # the worker. 2 x 3 planes of that length hold 2.4*10^10 cells, past the budget of 2^26.
+    spec = Pool("max", (3, 1, 3), stride=(3, 1, 3), padding=padding, dilation=10**9, layout="channels_last")
+    with pytest.raises(SpecError, match=r"too large to plan: along axis 0 its window spans 2000000001 cells .*"
+                                        r"lengths up to 4000000010.* 24000000060 cells, beyond the budget of "
+                                        r"67108864 .*give input_shape explicitly"):
+        symjac.cover(spec)
+
+
 def test_cover_is_public_and_deterministic():
     spec = Pool("max", (2, 3), stride=(1, 2), padding=((0, 1), (1, 0)))
     assert symjac.cover(spec) == symjac.cover(spec)

@@ -278,8 +278,10 @@ def long_lengths(spec: Pool, axis: int) -> list[int]:
     """A few lengths that together produce every *kind* of window the axis has at any length, each
     kind at its least and its greatest cut (module doc, "Long kernels"): a greedy set cover over
     candidate lengths derived from the kernel, stride, dilation and pads, not an enumeration."""
+    lengths = sorted(_long_candidates(spec, axis))
+    _within_budget(spec, axis, lengths[-1])
     candidates = {}
-    for length in sorted(_long_candidates(spec, axis)):
+    for length in lengths:
         items = long_items(spec, axis, length)
         if items is not None:
             candidates[length] = items
@@ -289,6 +291,22 @@ def long_lengths(spec: Pool, axis: int) -> list[int]:
     lengths = _greedy(_extremes(candidates))
     assert lengths is not None
     return lengths
+
+
+def _within_budget(spec: Pool, axis: int, length: int) -> None:
+    """Refuse, before any window is listed, a long-kernel plan whose candidates reach a length no
+    shape of the plan could have: ``BATCH * CHANNELS * length`` cells exceed the Jacobian budget
+    (a window extent of 2*10^9 would list 10^9 windows per candidate, minutes and tens of GB)."""
+    import symjac.pool
+
+    budget = symjac.pool.MAX_NNZ
+    if BATCH * CHANNELS * length > budget:
+        k, d = spec.kernel[axis], spec.dilation[axis]  # type: ignore[index]
+        raise SpecError(f"cover: {spec!r} is too large to plan: along axis {axis} its window spans "
+                        f"{d * (k - 1) + 1} cells (kernel {k}, dilation {d}), so the long-kernel plan needs "
+                        f"lengths up to {length}, and a shape of {BATCH} x {CHANNELS} planes that long has "
+                        f"{BATCH * CHANNELS * length} cells, beyond the budget of {budget} (symjac.pool.MAX_NNZ); "
+                        "give input_shape explicitly")
 
 
 def long_items(spec: Pool, axis: int, length: int) -> set[Item] | None:
@@ -354,7 +372,7 @@ def _long_candidates(spec: Pool, axis: int) -> set[int]:
         targets = {extent - lo - hi + r for r in turns}
     base = steady_length(spec, axis)
     out = {base + (t - base) % s for t in targets}
-    shortest = max(1, extent - lo - hi - s + 1) if not same else 1
+    shortest = _shortest(spec, axis)
     for length in range(shortest, shortest + SCAN_LIMIT):
         if axis_items(spec, axis, length) is not None:
             out |= {length, length + 1, length + 2}
@@ -364,6 +382,16 @@ def _long_candidates(spec: Pool, axis: int) -> set[int]:
         out |= {reach + j for j in (-2, -1, 0, 1)}
     out |= {extent - 1, extent, extent + 1}
     return {length for length in out if length >= 1}
+
+
+def _shortest(spec: Pool, axis: int) -> int:
+    """No length below this has a window along ``axis`` (SAME pads fit every length; other pads need
+    ``L + lo + hi`` past the extent, less up to a stride in ceil mode)."""
+    if isinstance(spec.padding, str) and spec.padding != "valid":
+        return 1
+    lo, hi = (0, 0) if isinstance(spec.padding, str) else spec.padding[axis]
+    extent = spec.dilation[axis] * (spec.kernel[axis] - 1) + 1  # type: ignore[index]
+    return max(1, extent - lo - hi - spec.stride[axis] + 1)  # type: ignore[index]
 
 
 def _wide_spatial(spec: PoolSpec) -> tuple[int, ...]:
@@ -381,7 +409,7 @@ def _long_length(spec: PoolSpec, axis: int, least: int) -> int:
             least, spec.output_size[axis] + spec.kernel[axis] - 1)  # type: ignore[index]
     if not isinstance(spec, Pool):
         return least  # a global window fits every length
-    length = least
+    length = max(least, _shortest(spec, axis))
     while axis_items(spec, axis, length) is None:
         length += 1
     return length
