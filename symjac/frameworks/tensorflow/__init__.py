@@ -201,8 +201,11 @@ def limitation(config: Config, dtype: Any) -> str | None:
 #: The categories of findings uninitialized memory in a gradient gives: any wrong value, run to run.
 _GARBAGE = ("crashed", "bad_output", "nondeterministic", "wrong_cells", "wrong_weights", "partial_windows",
             "missing_windows", "not_fd_consistent", "tie_not_subgradient", "wrong_second_derivative")
-#: The categories of a JVP or double backward zero in some windows, a different number from call to call.
-_ZEROED = ("missing_windows", "nondeterministic", "wrong_cells", "wrong_weights", "tie_not_subgradient")
+#: The categories of a JVP or double backward zero in some windows, a different number from call to call
+#: (partial_windows: the one-hot probes came back right and the dense call zeroed some windows, so the JVP
+#: is not linear in t; in 3 of 25 conform runs of Keras adaptive max pooling under vmap, TF 2.21, orders family).
+_ZEROED = ("missing_windows", "nondeterministic", "wrong_cells", "wrong_weights", "tie_not_subgradient",
+           "partial_windows")
 
 
 def _is_max(config: Config) -> bool:
