@@ -165,7 +165,7 @@ def test_golden_loss_with_default_inputs(tmp_path):
 # ------------------------------------------------------------ several files, case selection
 
 def _status_lines(stdout):
-    return [line for line in stdout.splitlines() if line.startswith(("PASS", "FAIL", "SKIP"))]
+    return [line for line in stdout.splitlines() if line.startswith(("PASS", "FAIL", "SKIP", "ERROR"))]
 
 
 def test_verify_takes_a_directory_a_quoted_glob_and_several_files():
@@ -471,3 +471,75 @@ def test_timeout_flag_turns_a_hanging_backward_into_a_finding(tmp_path):
     assert "did not return within 0.5 s" in doc["findings"][0]["message"]
     r = symjac("verify", SEED000, "--impl", str(tmp_path / "hang.py"), "--timeout", "-1")
     assert r.returncode == 2 and "--timeout -1" in r.stderr
+
+
+_AVG_CASES = """
+[[case]]
+name = "avg2"
+[case.operator]
+kind = "pool"
+mode = "avg"
+kernel = [2]
+stride = [2]
+
+[[case]]
+name = "unplannable"
+[case.operator]
+kind = "pool"
+mode = "avg"
+kernel = [1]
+padding = [[1, 1]]
+
+[[case]]
+name = "avg3"
+[case.operator]
+kind = "pool"
+mode = "avg"
+kernel = [3]
+stride = [3]
+"""
+
+# Non-overlapping 1-D average pooling written out (valid padding, (N, C, L)): each output is the
+# mean of k cells, so each of those cells gets dy/k; the cells past the last window get nothing.
+_AVG_IMPL = """
+import numpy as np
+from types import SimpleNamespace
+
+def _avg(k, scale):
+    def forward(x):
+        n = x.shape[-1] // k * k
+        return x[..., :n].reshape(*x.shape[:-1], n // k, k).mean(axis=-1)
+    def backward(x, dy):
+        dx = np.zeros_like(x)
+        dx[..., :dy.shape[-1] * k] = np.repeat(dy * scale(k), k, axis=-1)
+        return dx
+    return SimpleNamespace(forward=forward, backward=backward)
+
+avg2 = _avg(2, lambda k: 1 / k)
+avg3 = _avg(3, lambda k: {BUG})
+unplannable = avg2
+"""
+
+
+@pytest.mark.parametrize("bug", [False, True])
+def test_a_case_symjac_cannot_verify_is_named_and_the_others_still_run(tmp_path, bug):
+    # issue 33 item 13: a case whose coverage plan cannot be built (kernel 1 with padding 1: the end
+    # windows read only padding at every length) aborted the whole run with exit 2, naming no case.
+    # Now it is an ERROR line naming it; the other cases are verified; the exit code is 1 if any of
+    # them has a finding, else 2 (not everything asked was verified).
+    (tmp_path / "cases.toml").write_text(_AVG_CASES)
+    (tmp_path / "impl.py").write_text(_AVG_IMPL.replace("{BUG}", "1.0" if bug else "1 / k"))
+    r = symjac("verify", "cases.toml", "--impl", "impl.py", cwd=tmp_path)
+    assert r.returncode == (1 if bug else 2), r.stdout + r.stderr
+    lines = _status_lines(r.stdout)
+    # in the file's order
+    assert lines[0].startswith("PASS avg2: ") and lines[2].startswith("FAIL avg3: " if bug else "PASS avg3: ")
+    assert lines[1].startswith("ERROR unplannable: not verified: cover: ") and "fits no input length" in lines[1]
+    assert f"3 cases in float64: {1 if bug else 2} passed, {1 if bug else 0} failed, 1 not verified (ERROR), " \
+           "0 skipped" in r.stdout
+    doc = json.loads(symjac("verify", "cases.toml", "--impl", "impl.py", "--json", cwd=tmp_path).stdout)
+    assert [(d["case"], d["ok"], d.get("error", "")[:7]) for d in doc] == [
+        ("avg2", True, ""), ("unplannable", False, "cover: "), ("avg3", not bug, "")]
+    # alone, the case is the usage error it was: nothing else was asked
+    r = symjac("verify", "cases.toml", "--impl", "impl.py", "--case", "unplannable", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.startswith("symjac verify: error: cover: ") and not r.stdout

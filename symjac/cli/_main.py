@@ -67,16 +67,23 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
         child = sjp.Child(args.exec, timeout=sjp.deadline_below(args.timeout))  # BadCommand: exit 2
     try:
-        reports, skipped = _verify_cases(args, cases, child)
+        reports, skipped, errors = _verify_cases(args, cases, child)
     finally:
         if child is not None:
             child.close()  # the kernel, and whatever it started, ends here
     failed = any(not r.ok for _, r in reports)
+    code = EXIT_FINDING if failed else EXIT_USAGE if errors else EXIT_OK
+    outcomes = sorted([*reports, *errors], key=lambda pair: cases.index(pair[0]))  # the files' order
     if args.json:
-        out = [{"case": c.name, "file": c.source.split("#")[0], **r.to_dict()} for c, r in reports]
+        out = [{"case": c.name, "file": c.source.split("#")[0],
+                **({"ok": False, "error": str(r), "summary": f"not verified: {r}"} if isinstance(r, Exception) else r.to_dict())}
+               for c, r in outcomes]
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
-        return EXIT_FINDING if failed else EXIT_OK
-    for case, report in reports:
+        return code
+    for case, report in outcomes:
+        if isinstance(report, Exception):
+            print(f"ERROR {case.name}: not verified: {report}")
+            continue
         summary = report.summary()
         named = summary.startswith((f"{case.name}: ", f"{case.name} in "))  # a loss headline starts with its kind
         print(f"{report.verdict} {summary if named else f'{case.name}: {summary}'}")
@@ -87,12 +94,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if len(cases) > 1:
         passed = sum(r.ok for _, r in reports)
         print(f"{len(cases)} cases in {args.dtype}: {passed} passed, {len(reports) - passed} failed, "
-              f"{len(skipped)} skipped")
-    return EXIT_FINDING if failed else EXIT_OK
+              + (f"{len(errors)} not verified (ERROR), " if errors else "") + f"{len(skipped)} skipped")
+    return code
 
 
-def _verify_cases(args: argparse.Namespace, cases: list[Any], child: Any) -> tuple[list[Any], list[Any]]:
-    """Each runnable case's report, and the cases skipped (with why); ``child``: the ``--exec`` kernel."""
+def _verify_cases(args: argparse.Namespace, cases: list[Any],
+                  child: Any) -> tuple[list[Any], list[Any], list[Any]]:
+    """Each runnable case's report, the cases skipped (with why) and those symjac could not verify (a
+    spec or an input it refuses, with the error; the other cases still run); ``child``: the ``--exec``
+    kernel."""
+    from symjac._errors import InputError, SpecError
     from symjac.io._case import verify_case
 
     impl = load_impl(args.impl) if child is None else None
@@ -111,17 +122,24 @@ def _verify_cases(args: argparse.Namespace, cases: list[Any], child: Any) -> tup
             skipped.append((case, exc))
     if not runnable:
         raise skipped[0][1]
-    reports = []
+    reports, errors = [], []
     ledger = _interrupt.LEDGER  # what a Ctrl-C reports
     ledger.begin(len(runnable), "case", "verified")
     with Progress("symjac verify", len(runnable), enabled=not args.quiet) as progress:  # after 2 s, on a terminal
         for case, case_impl in runnable:
             progress.step(case.name)
             ledger.step(case.name)
-            reports.append((case, verify_case(case, case_impl, args.dtype, args.timeout or None,
-                                              args.deterministic, large=args.large)))
+            try:
+                reports.append((case, verify_case(case, case_impl, args.dtype, args.timeout or None,
+                                                  args.deterministic, large=args.large)))
+            except (SpecError, InputError) as exc:  # this case only: no plan, an input refused
+                if len(runnable) == 1:
+                    raise
+                errors.append((case, exc))
+                ledger.finish("not verified")
+                continue
             ledger.finish("passed" if reports[-1][1].ok else "failed")
-    return reports, skipped
+    return reports, skipped, errors
 
 
 def _comma_list(option: str, value: str, valid: tuple[str, ...]) -> list[str]:
