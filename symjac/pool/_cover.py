@@ -278,10 +278,10 @@ def long_lengths(spec: Pool, axis: int) -> list[int]:
     """A few lengths that together produce every *kind* of window the axis has at any length, each
     kind at its least and its greatest cut (module doc, "Long kernels"): a greedy set cover over
     candidate lengths derived from the kernel, stride, dilation and pads, not an enumeration."""
-    lengths = sorted(_long_candidates(spec, axis))
-    _within_budget(spec, axis, lengths[-1])
+    ordered = sorted(_long_candidates(spec, axis))
+    _within_budget(spec, axis, ordered[-1])
     candidates = {}
-    for length in lengths:
+    for length in ordered:
         items = long_items(spec, axis, length)
         if items is not None:
             candidates[length] = items
@@ -301,7 +301,7 @@ def _within_budget(spec: Pool, axis: int, length: int) -> None:
 
     budget = symjac.pool.MAX_NNZ
     if BATCH * CHANNELS * length > budget:
-        k, d = spec.kernel[axis], spec.dilation[axis]  # type: ignore[index]
+        k, d = spec.kernel[axis], spec.dilation[axis]
         raise SpecError(f"cover: {spec!r} is too large to plan: along axis {axis} its window spans "
                         f"{d * (k - 1) + 1} cells (kernel {k}, dilation {d}), so the long-kernel plan needs "
                         f"lengths up to {length}, and a shape of {BATCH} x {CHANNELS} planes that long has "
@@ -390,7 +390,7 @@ def _shortest(spec: Pool, axis: int) -> int:
     if isinstance(spec.padding, str) and spec.padding != "valid":
         return 1
     lo, hi = (0, 0) if isinstance(spec.padding, str) else spec.padding[axis]
-    extent = spec.dilation[axis] * (spec.kernel[axis] - 1) + 1  # type: ignore[index]
+    extent = spec.dilation[axis] * (spec.kernel[axis] - 1) + 1
     return max(1, extent - lo - hi - spec.stride[axis] + 1)  # type: ignore[index]
 
 
