@@ -26,9 +26,13 @@ class VerificationError(SymjacError, AssertionError):
     """An implementation disagrees with the exact derivative; ``.report`` says how."""
 
     def __init__(self, report: Any) -> None:
-        # The one-line summary first (what a test runner shows on one line), then the
-        # details, without repeating it.
-        super().__init__(f"{report.summary()}\n{report.details()}")
+        # The one-line summary first (what a test runner shows on one line), then the details
+        # cut to one screen as str(report) cuts them (a report of 500 findings is 500+ lines);
+        # ``.report.details()`` has them all, and the pytest plugin shows them under -vv.
+        rest = str(report).splitlines()[1:]
+        if rest and rest[-1].startswith("... "):
+            rest[-1] = rest[-1].replace("print(report.details())", "the error's .report.details() (pytest -vv)")
+        super().__init__("\n".join([report.summary(), *rest]))
         self.report = report
 
 

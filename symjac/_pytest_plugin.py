@@ -41,6 +41,19 @@ def pytest_configure(config: Any) -> None:
                                        "(globs allowed), passing the case as the symjac_spec fixture")
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: Any, call: Any) -> Any:
+    """Under ``-vv``, a test failing with a :class:`symjac.VerificationError` gets a section holding
+    the whole report (its message is cut to one screen)."""
+    outcome = yield
+    if call.excinfo is None or item.config.getoption("verbose") < 2:
+        return
+    from symjac._errors import VerificationError
+
+    if isinstance(call.excinfo.value, VerificationError):
+        outcome.get_result().sections.append(("symjac report, every finding", call.excinfo.value.report.details()))
+
+
 def _spec_paths(metafunc: Any, patterns: tuple[str, ...]) -> list[Path]:
     here = Path(str(metafunc.definition.fspath)).parent
     root = Path(str(metafunc.config.rootpath))

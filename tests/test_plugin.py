@@ -164,3 +164,29 @@ def test_assert_loss_matches():
         assert str(exc).count(exc.report.summary()) == 1
     else:
         raise AssertionError("an unscaled derivative passed")
+
+
+def test_a_long_report_fails_a_test_in_one_screen_and_shows_whole_under_vv(pytester):
+    # issue 33 item 1: a failing test printed the whole report (557 lines with --tb=line). A backward
+    # that sends 1/2 to every cell of 2x2 max windows (the exact one sends 1 to one cell each) is wrong
+    # at every window: the report's details run to hundreds of lines; the failure shows one screen.
+    pytester.makepyfile("""
+        import numpy as np
+        import symjac
+        from symjac.testing import assert_backward_matches
+
+        def test_halves():
+            assert_backward_matches(symjac.Pool("max", 2, stride=2), lambda x, dy: np.zeros_like(x) + 0.5,
+                                    input_shape=(1, 1, 8, 8))
+    """)
+    short = pytester.runpytest_subprocess("--tb=short", "-p", "no:cacheprovider")
+    short.assert_outcomes(failed=1)
+    failure = [line for line in short.stdout.lines if line.startswith("E ")]
+    assert 10 < len(failure) <= 41  # SCREEN_LINES (40) and the exception's own line
+    assert failure[-1].endswith("more lines: the error's .report.details() (pytest -vv) shows every finding")
+    assert not any("symjac report, every finding" in line for line in short.stdout.lines)
+    whole = pytester.runpytest_subprocess("--tb=short", "-vv", "-p", "no:cacheprovider")
+    whole.assert_outcomes(failed=1)
+    at = next(i for i, line in enumerate(whole.stdout.lines) if "symjac report, every finding" in line)
+    more = int(failure[-1].split("... ")[1].split()[0])  # the lines the cut left out, all shown here
+    assert len(whole.stdout.lines) - at > more
