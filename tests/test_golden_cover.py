@@ -57,3 +57,17 @@ def test_one_case_per_plan_shape_and_family_with_pytorch_values(tmp_path):
             assert ("tied" in a) == (family == "ties")
             if family == "all_negative":
                 assert max(a["x"]["float64"]) < 0
+
+
+def test_a_case_without_input_writes_nothing_and_names_cover(tmp_path):
+    # issue 33 item 5: given A (with [input]) then a case without one, golden wrote A's file
+    # unlisted and exited 2 with no word of --cover, which writes the plan's shapes for it
+    (tmp_path / "mp.toml").write_text(SPEC)
+    seed = ROOT / "specs" / "seeds" / "textbook_4x4_max.toml"  # has [input]
+    out = tmp_path / "g"
+    r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(seed), str(tmp_path / "mp.toml"),
+                        "--out", str(out), "--dtype", "float64"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2, r.stderr
+    assert not out.exists() or not list(out.iterdir())
+    assert str(tmp_path / "mp.toml") in r.stderr and "--cover" in r.stderr
+    assert r.stdout == ""

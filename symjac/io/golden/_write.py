@@ -44,7 +44,7 @@ from symjac.io.golden._held import file_stems, split
 from symjac.io.golden._ties import NOTE as TIES_NOTE, tie_magnitudes, tie_quantities
 from symjac.io.golden._second import NOTE as SECOND_NOTE, hvp_bounds, jvp_magnitudes, second_quantities
 from symjac.io._operator import golden_operator
-from symjac.io._specfile import check_cases, exact_array, magnitude, pool_input
+from symjac.io._specfile import check_cases, exact_array, has_input, magnitude, pool_input
 from symjac.pool._geometry import resolved
 from symjac.check._rounding import float_dtype, gamma, ulps, unit_roundoff
 
@@ -342,6 +342,7 @@ def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: li
     (:mod:`symjac.io.golden._held`): a case whose inputs the requested dtypes hold differently
     is written once per dtype, ``<case>__<dtype>``."""
     cases = check_cases(list(cases))  # each operator once: the stages below take them as valid
+    _check_inputs(cases)  # before any file: a refusal writes nothing
     stems = file_stems(cases, dtypes)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -357,6 +358,19 @@ def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: li
         for held_case, held_dtypes, suffix in split(case, dtypes):
             written += _write_case(held_case, case, out, stem, suffix, formats, held_dtypes, divisors, on_written)
     return written
+
+
+def _check_inputs(cases: list[Any]) -> None:
+    """A SpecError naming the first pooling case whose input is missing or does not fit its
+    operator (:func:`symjac.io._specfile.pool_input`'s checks), before anything is written."""
+    for case in cases:
+        if case.is_loss:
+            continue
+        if not has_input(case):
+            raise SpecError(f"{case.source}: case {case.name!r} has no [input] shape or x, and golden data is "
+                            "written at given inputs: add [input] shape = [...], or pass --cover to write the "
+                            "coverage plan's shapes (every input family) for it")
+        pool_input(case)
 
 
 def _told(paths: list[Path], on_written: Callable[[Path], Any]) -> list[Path]:
