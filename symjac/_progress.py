@@ -24,6 +24,13 @@ DELAY, INTERVAL = 2.0, 0.2
 _active: Progress | None = None
 
 
+def on_terminal(stream: Any) -> bool:
+    """``stream`` is a terminal: the one test of whether a progress line (with its ``\\r``) may be
+    drawn on it; never on a pipe or a log file."""
+    isatty = getattr(stream, "isatty", None)
+    return callable(isatty) and bool(isatty())
+
+
 def note(text: str) -> None:
     """Tell the open progress line (if any) what the current step is doing."""
     if _active is not None:
@@ -48,8 +55,7 @@ class Progress:
         self.delay = DELAY if delay is None else delay
         self.interval = INTERVAL if interval is None else interval
         self.stream = stream if stream is not None else sys.stderr
-        isatty = getattr(self.stream, "isatty", None)
-        self.enabled = enabled and callable(isatty) and bool(isatty())
+        self.enabled = enabled and on_terminal(self.stream)
         self.done, self.name, self.detail = 0, "", ""
         self.drawn = 0  # the width of the line on screen (0: nothing drawn)
         self._stop = threading.Event()

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from symjac._errors import UsageError
+from symjac._progress import on_terminal
 from symjac.cli import _interrupt
 
 
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     if args.reproducers:
         _folder_to_write("--reproducers", args.reproducers)
     grid = args.grid or ("full" if args.budget is not None else "small")
-    _interrupt.LEDGER.bar = not args.quiet  # what a Ctrl-C reports: the bar's line, the files written at the end
+    _interrupt.LEDGER.bar = not args.quiet and on_terminal(sys.stderr)  # what a Ctrl-C reports: the bar's line, the files written at the end
     _interrupt.LEDGER.pending += [f"{option} {path} (written at the end)" for option, path in
                                   (("--json", args.json), ("--reproducers", args.reproducers)) if path]
     result = conform(args.framework, grid=grid, budget=args.budget, dtypes=_list("--dtype", args.dtype, DTYPES),

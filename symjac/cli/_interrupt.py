@@ -25,6 +25,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from symjac._progress import on_terminal
+
 #: The exit code of an interrupted command.
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 
@@ -134,8 +136,7 @@ def interruptible(command: str, run: Callable[[], int]) -> int:
         for path in LEDGER.written:
             print(path)
         sys.stdout.flush()
-        isatty = getattr(sys.stderr, "isatty", None)
-        fresh = LEDGER.bar or (callable(isatty) and isatty())  # after a bar or the terminal's ^C: a new line
+        fresh = LEDGER.bar or on_terminal(sys.stderr)  # after a bar or the terminal's ^C: a new line
         print(("\n" if fresh else "") + LEDGER.line(command), file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
