@@ -103,3 +103,46 @@ def test_bfloat16_picture_draws(tmp_path):
     fns = {"backward": nntrainer_pool.fixed.backward, "forward": nntrainer_pool.fixed.forward}
     messages, ok = write_graph(case, tmp_path / "g.png", fns, dtype="bfloat16")
     assert ok and (tmp_path / "g.png").exists(), messages
+
+
+class _AllTies:
+    """3x3 stride-2 max pooling whose backward sends dy to every maximum of a window: right where
+    maxima are unique, wrong at ties (issue 33 item 6's reproducer, in NumPy)."""
+
+    @staticmethod
+    def _windows(x):
+        n, c, h, w = x.shape
+        for i in range((h - 3) // 2 + 1):
+            for j in range((w - 3) // 2 + 1):
+                yield i, j, (slice(None), slice(None), slice(2 * i, 2 * i + 3), slice(2 * j, 2 * j + 3))
+
+    def forward(self, x):
+        import numpy as np
+
+        out = np.empty(x.shape[:2] + ((x.shape[2] - 3) // 2 + 1, (x.shape[3] - 3) // 2 + 1), dtype=x.dtype)
+        for i, j, win in self._windows(x):
+            out[:, :, i, j] = x[win].max(axis=(2, 3))
+        return out
+
+    def backward(self, x, dy):
+        import numpy as np
+
+        dx = np.zeros_like(x)
+        for i, j, win in self._windows(x):
+            top = x[win].max(axis=(2, 3), keepdims=True)
+            dx[win] += (x[win] == top) * dy[:, :, i:i + 1, j:j + 1]
+        return dx
+
+
+def test_a_failure_at_ties_is_drawn_at_the_tied_input(drawn, tmp_path):
+    # issue 33 item 6: without [input] the picture was drawn at the plan shape's distinct input, where
+    # this backward is right: both panes equal under a FAIL title
+    spec = tmp_path / "mp.toml"
+    spec.write_text('name = "mp"\n[operator]\nkind = "pool"\nmode = "max"\nkernel = 3\nstride = 2\n')
+    fig, messages, ok = drawn(spec, tmp_path / "mp.png", _AllTies())
+    assert not ok
+    assert any("tied input, where the check failed" in m for m in messages)
+    exact, implementation = ([float(t.get_text()) for t in ax.texts] for ax in fig.axes[:2])
+    # the plan's shape is 3x3 (one window: the whole input); at dy = 1 the exact gradient of max
+    # is one-hot (sum 1), this backward gives 1 to each tied maximum: at a tied input, more than one
+    assert sum(exact) == 1 and sum(implementation) > 1 and exact != implementation

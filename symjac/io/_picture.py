@@ -114,9 +114,21 @@ def write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str = "
     return messages, report is None or report.ok
 
 
+def failing_family(report: Any) -> str | None:
+    """The input family of the report's first root-cause finding, when it is not the input the
+    report's own x was (``given`` or ``distinct``): a picture at x would show no difference."""
+    for f in report.findings:
+        if f.consequence_of is None and f.family is not None:
+            return None if f.family in ("given", "distinct") else str(f.family)
+    return None
+
+
 def _write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str,
                  slice_nc: tuple[int, int] | None) -> tuple[list[str], Any]:
+    from symjac._exact import ExactArray
     from symjac.io._specfile import has_input, pool_input
+    from symjac.check._rounding import float_dtype
+    from symjac.verifiers.pool._inputs import FAMILY_NAMES, family_input
     from symjac.pool._graph import window_graph
     from symjac.verifiers.pool._verify import verify
 
@@ -130,6 +142,13 @@ def _write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str,
         # dy = ones: the report's observed/expected gradients are the picture's panels.
         report = verify(case.operator, **fns, x=x64, dy=np.ones(g.output_shape), dtype=dtype)
         messages.append(f"{'PASS' if report.ok else 'FAIL'} {case.name}: {report.summary()}")
+        family = failing_family(report)
+        if family is not None:  # drawn where it failed: at x both panes could agree
+            fx = family_input(g, family, float_dtype(dtype), int(case.inputs.get("seed", 0)))
+            at = verify(case.operator, **fns, x=fx, dy=np.ones(g.output_shape), dtype=dtype)
+            if not at.ok:  # the report at the input drawn: its gradient is the second pane
+                x, x64, report = ExactArray.from_any(fx).to_fractions(), fx.astype(np.float64), at
+                slice_label += f" at the {FAMILY_NAMES[family]} input, where the check failed"
     states = window_states(report)
     graph = window_graph(case.operator, x64 if g.operator.graph_needs_x else g.input_shape)
     dot = to_dot(graph, states)

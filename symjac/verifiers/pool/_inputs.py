@@ -417,6 +417,14 @@ def extra_inputs(g: Geometry, names: Sequence[str] | None = None, *, edges: bool
             for i in range(family_size(g, name))]
 
 
+def family_input(g: Geometry, family: str, dtype: np.dtype | type = np.float64, seed: int = 0,
+                 index: int = 0) -> np.ndarray:
+    """The x ``symjac.verify`` checks for ``family`` at ``g``'s shape: :func:`generate_input`'s, but
+    the tie pass's ``ties`` made to reach the operator's nonsmooth points (its ``tie_input``)."""
+    x = generate_input(g, family, dtype, seed, index)
+    return g.operator.tie_input(g, x) if family == "ties" and g.operator.tie_family else x
+
+
 def generate_input(g: Geometry, generator: str, dtype: np.dtype | type = np.float64, seed: int = 0,
                    index: int = 0) -> np.ndarray:
     """x by name: one of :data:`GENERATORS` (``index``: which input of ``orders``)."""

@@ -17,7 +17,7 @@ from symjac._progress import note
 from symjac._errors import InputError
 from symjac._exact import ExactArray, finite_part, nonfinite_codes
 from symjac.check._call import DEFAULT_TIMEOUT
-from symjac.verifiers.pool._inputs import EXTRA, PROBED, distinct_dy, distinct_input, extra_inputs, tie_input
+from symjac.verifiers.pool._inputs import EXTRA, PROBED, distinct_dy, distinct_input, extra_inputs, family_input
 from symjac.check._report import CATEGORIES, Finding, Report
 from symjac.check._rounding import float_dtype
 from symjac.check._unsupported import unsupported
@@ -118,7 +118,7 @@ def run(spec: PoolSpec, *, backward: Callable[..., Any] | None = None, forward: 
         raise InputError("large=True adds the index-width shapes to the coverage plan: give no input_shape, x or "
                          "dy (or drop large)")
     g, x_arr, dy_arr = _inputs(spec, dt, input_shape, x, dy, seed)
-    tie_x = g.operator.tie_input(g, tie_input(g, dt, seed)) if g.operator.tie_family else None
+    tie_x = family_input(g, "ties", dt, seed) if g.operator.tie_family else None
     extra = extra_inputs(g, families)
     worker = None
     if isolate:
