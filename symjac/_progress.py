@@ -31,10 +31,12 @@ def on_terminal(stream: Any) -> bool:
     return callable(isatty) and bool(isatty())
 
 
-def note(text: str) -> None:
-    """Tell the open progress line (if any) what the current step is doing."""
+def note(text: str, done: int = 0, total: int = 0) -> None:
+    """Tell the open progress line (if any) what the current step is doing: ``text``, and
+    ``done`` of its ``total`` sub-steps finished (``total`` 0: not counted), which moves the bar
+    within the step (one case's coverage plan moves it shape by shape)."""
     if _active is not None:
-        _active.detail = text
+        _active.detail, _active.part = text, (min(done, total) / total if total > 0 else 0.0)
 
 
 class Progress:
@@ -57,6 +59,7 @@ class Progress:
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = enabled and on_terminal(self.stream)
         self.done, self.name, self.detail = 0, "", ""
+        self.part = 0.0  # the fraction of the current step done (its sub-steps, told by note)
         self.drawn = 0  # the width of the line on screen (0: nothing drawn)
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -67,11 +70,11 @@ class Progress:
         """Start the next step (call before its work): ``done`` counts the steps finished."""
         if self.name:
             self.done += 1
-        self.name, self.detail = name, ""
+        self.name, self.detail, self.part = name, "", 0.0
 
     def line(self) -> str:
         width = 20
-        filled = width * min(self.done, self.total) // self.total
+        filled = int(width * min(self.done + self.part, self.total) / self.total)
         detail = f" · {self.detail}" if self.detail else ""
         text = (f"{self.what} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {self.name}"
                 f"{detail} · {time.monotonic() - self._start:.0f} s")

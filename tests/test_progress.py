@@ -94,3 +94,16 @@ def test_golden_on_a_terminal_shows_its_cases(tmp_path, monkeypatch, capsys):
     assert main(["golden", str(spec), "--out", str(tmp_path / "g"), "--format", "json,npz"]) == 0
     assert "symjac golden [" in tty.getvalue() and "maxpool_ties_3x3" in tty.getvalue()
     assert capsys.readouterr().out.strip().endswith(".npz")  # the paths still go to stdout
+
+
+def test_one_case_moves_the_bar_with_its_sub_steps():
+    # issue 33 item 4b: a single case's line stayed at an empty bar while its coverage plan ran
+    with Progress("symjac verify", 1, stream=io.StringIO()) as p:  # not a terminal: nothing drawn, line() still renders
+        p.step("c")
+        assert "[....................] 0/1 c" in p.line()
+        note("shape 3/4 of the coverage plan", 2, 4)  # 2 of 4 shapes done: 20 cells * 2/4 = 10
+        assert "[##########..........] 0/1 c · shape 3/4 of the coverage plan" in p.line()
+        note("shape 4/4 of the coverage plan", 3, 4)  # 20 * 3/4 = 15
+        assert "[###############.....] 0/1" in p.line()
+        p.step("d")  # a new step starts with no sub-step done: 20 * (1 + 0)/1 = the whole bar
+        assert "[####################] 1/1 d" in p.line()

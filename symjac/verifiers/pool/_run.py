@@ -171,7 +171,7 @@ def _verify_plan(spec: PoolSpec, kwargs: dict[str, Any], large: bool = False) ->
     shapes = coverage_plan(spec, large=large)
     reports: list[Report] = []
     for i, shape in enumerate(shapes):
-        note(f"shape {i + 1}/{len(shapes)} of the coverage plan, {shape}")
+        note(f"shape {i + 1}/{len(shapes)} of the coverage plan, {shape}", i, len(shapes))
         reports.append(run(spec, input_shape=shape, **kwargs))
         if "timeout" in reports[-1].categories():
             break  # each further shape would wait out the timeout again
