@@ -1,5 +1,9 @@
 """A progress line on stderr for a long command-line run (``verify``, ``golden``): plain stdlib.
 
+The Python API's ``progress=`` argument (:func:`symjac.verify`, :func:`symjac.verify_loss`) listens
+to the same :func:`note` calls (:func:`with_progress`): a hook, this line on a terminal, or an
+updating display in a Jupyter notebook.
+
 The command opens a :class:`Progress` over its steps (the cases); it draws nothing for the
 first ``delay`` seconds (a quick run stays silent), nothing at all when the stream is not a
 terminal (a pipe, a CI log) or with ``-q``, and then redraws one line from a ticker thread:
@@ -10,18 +14,24 @@ erased when the run ends, so the command's own output is unchanged.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import shutil
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar, cast
+
+from symjac._errors import InputError
 
 #: Seconds before the first draw, and between redraws.
 DELAY, INTERVAL = 2.0, 0.2
 
-#: The open progress line of this process, if any: :func:`note` tells it the current sub-step.
-_active: Progress | None = None
+#: The open listener of this process, if any (a progress line, the API's hook): :func:`note` tells it
+#: the current sub-step.
+_active: Listener | None = None
 
 
 def on_terminal(stream: Any) -> bool:
@@ -36,10 +46,48 @@ def note(text: str, done: int = 0, total: int = 0) -> None:
     ``done`` of its ``total`` sub-steps finished (``total`` 0: not counted), which moves the bar
     within the step (one case's coverage plan moves it shape by shape)."""
     if _active is not None:
-        _active.detail, _active.part = text, (min(done, total) / total if total > 0 else 0.0)
+        _active.tell(text, done, total)
 
 
-class Progress:
+class Listener:
+    """What :func:`note` tells, while open (``with``): the listener open before it is restored at
+    the end, so a call inside a command's progress line leaves that line listening."""
+
+    def tell(self, text: str, done: int, total: int) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Any:
+        global _active
+        self._outer, _active = _active, self
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> Any:
+        global _active
+        _active = self._outer
+        return None
+
+
+class Hook(Listener):
+    """The API's ``progress=hook``: ``hook(done, total, detail)`` at each sub-step, and
+    ``hook(total, total, "done")`` when the call returns (``total`` 1 when no sub-step was told)."""
+
+    def __init__(self, hook: Callable[[int, int, str], Any]):
+        self.hook, self.total = hook, 1
+
+    def tell(self, text: str, done: int, total: int) -> None:
+        self.total = max(total, 1)
+        self.hook(done, total, text)
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> Any:
+        super().__exit__(kind, value, traceback)
+        if kind is None:
+            self.hook(self.total, self.total, "done")
+        return None
+
+
+class Progress(Listener):
     """``with Progress("verify", n) as p: ... p.step(name) ...``: a progress line over ``n`` steps.
 
     Args:
@@ -72,6 +120,9 @@ class Progress:
             self.done += 1
         self.name, self.detail, self.part = name, "", 0.0
 
+    def tell(self, text: str, done: int, total: int) -> None:
+        self.detail, self.part = text, (min(done, total) / total if total > 0 else 0.0)
+
     def line(self) -> str:
         width = 20
         filled = int(width * min(self.done + self.part, self.total) / self.total)
@@ -96,8 +147,7 @@ class Progress:
             self._stop.wait(self.interval)
 
     def __enter__(self) -> Progress:
-        global _active
-        _active = self
+        super().__enter__()
         if self.enabled:
             self._thread = threading.Thread(target=self._tick, name="symjac-progress", daemon=True)
             self._thread.start()
@@ -105,8 +155,7 @@ class Progress:
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
                  traceback: TracebackType | None) -> Any:
-        global _active
-        _active = None
+        super().__exit__(kind, value, traceback)
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -114,3 +163,77 @@ class Progress:
             self.stream.write("\r" + " " * self.drawn + "\r")
             self.stream.flush()
         return None
+
+
+class Notebook(Progress):
+    """The line as an updating display in a Jupyter notebook (IPython's ``display_id``): no
+    ``\\r``, no ticker thread; redrawn at each sub-step and at the end."""
+
+    def __init__(self, name: str):
+        display: Any = importlib.import_module("IPython.display")  # optional: untyped here
+
+        super().__init__("symjac", 1, enabled=False)
+        self.step(name)
+        self._pretty = display.Pretty
+        self.handle = display.display(self._pretty(self.line()), display_id=True)
+
+    def tell(self, text: str, done: int, total: int) -> None:
+        super().tell(text, done, total)
+        self.handle.update(self._pretty(self.line()))
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> Any:
+        super().__exit__(kind, value, traceback)
+        self.step("done")  # the bar full: 1/1
+        self.handle.update(self._pretty(self.line()))
+        return None
+
+
+def in_notebook() -> bool:
+    """Running in a Jupyter kernel (IPython importable, its shell a kernel's)."""
+    if "ipykernel" not in sys.modules:
+        return False
+    try:
+        ipython: Any = importlib.import_module("IPython")  # optional: untyped here
+    except ImportError:
+        return False
+    shell = ipython.get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def listener(progress: Any, name: str) -> Listener | None:
+    """The listener of the API's ``progress=`` argument to the function ``name`` (None: silent).
+
+    Raises:
+      InputError: ``progress`` is none of None, True/False or a callable.
+    """
+    if progress is None or progress is False:
+        return None
+    if progress is True:
+        if in_notebook():
+            return Notebook(name)
+        line = Progress("symjac", 1)  # drawn on a terminal only, after DELAY, as the command line's
+        line.step(name)
+        return line
+    if callable(progress):
+        return Hook(progress)
+    raise InputError(f"progress={progress!r} is not valid: give None (silent), True (a progress line on stderr "
+                     "when it is a terminal, an updating display in Jupyter) or a callable hook(done, total, detail)")
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def with_progress(name: str) -> Callable[[F], F]:
+    """A decorator taking the API's ``progress=`` keyword off a call and listening to its
+    :func:`note` calls while it runs (:func:`listener`)."""
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def call(*args: Any, progress: Any = None, **kwargs: Any) -> Any:
+            found = listener(progress, name)
+            if found is None:
+                return fn(*args, **kwargs)
+            with found:
+                return fn(*args, **kwargs)
+        return cast(F, call)
+    return wrap

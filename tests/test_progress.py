@@ -107,3 +107,90 @@ def test_one_case_moves_the_bar_with_its_sub_steps():
         assert "[###############.....] 0/1" in p.line()
         p.step("d")  # a new step starts with no sub-step done: 20 * (1 + 0)/1 = the whole bar
         assert "[####################] 1/1 d" in p.line()
+
+
+_AVG2 = '''
+import numpy as np
+
+def backward(x, dy):  # kernel 2, stride 2, no padding: dx_i = dy_(i//2) / 2, a last odd cell in no window
+    dx = np.zeros_like(x)
+    dx[..., :2 * dy.shape[-1]] = np.repeat(dy, 2, axis=-1) / 2
+    return dx
+'''
+
+
+def _avg2():
+    namespace: dict = {}
+    exec(_AVG2, namespace)
+    return namespace["backward"]
+
+
+def test_verify_calls_a_progress_hook_shape_by_shape(capfd):
+    # issue 33 item 4c: the Python API had no progress; a hook hears each coverage-plan shape
+    import symjac
+
+    spec = symjac.Pool("avg", (2,))
+    calls = []
+    report = symjac.verify(spec, backward=_avg2(), progress=lambda *a: calls.append(a))
+    assert report.ok
+    n = len(symjac.cover(spec))  # verify without a shape checks every shape of the plan (its docstring)
+    assert n > 1
+    # before shape i+1 is verified, i shapes are done; then n of n, "done"
+    assert [(d, t) for d, t, _ in calls] == [(i, n) for i in range(n)] + [(n, n)]
+    assert all(f"shape {i + 1}/{n} of the coverage plan" in detail for i, (_, _, detail) in enumerate(calls[:-1]))
+    assert calls[-1][2] == "done"
+    assert capfd.readouterr() == ("", "")  # a hook alone writes nothing
+
+
+def test_verify_is_silent_by_default_and_off_a_terminal(capfd):
+    import symjac
+
+    spec = symjac.Pool("avg", (2,))
+    symjac.verify(spec, backward=_avg2())
+    symjac.verify(spec, backward=_avg2(), progress=True)  # stderr is captured here: not a terminal
+    symjac.verify_loss(symjac.Loss("mse"), derivative=lambda p, y: (2 * (p - y) / p.size).astype(p.dtype),
+                       progress=True)
+    assert capfd.readouterr() == ("", "")
+
+
+def test_verify_loss_hook_hears_the_end():
+    import symjac
+
+    calls = []
+    symjac.verify_loss(symjac.Loss("mse"), derivative=lambda p, y: (2 * (p - y) / p.size).astype(p.dtype),
+                       progress=lambda *a: calls.append(a))
+    assert calls == [(1, 1, "done")]  # one loss call is one step
+
+
+def test_a_bad_progress_argument_is_named():
+    import symjac
+    from symjac._errors import InputError
+
+    with pytest.raises(InputError, match=r"progress='yes' is not valid: give None .*True .*callable"):
+        symjac.verify(symjac.Pool("avg", (2,)), backward=_avg2(), progress="yes")
+
+
+def test_in_a_notebook_the_line_is_an_updating_display(monkeypatch):
+    pytest.importorskip("IPython")
+    import IPython.display
+
+    import symjac
+
+    shown = []
+
+    class Handle:
+        def update(self, obj):
+            shown.append(obj.data)
+
+    def display(obj, display_id=False):
+        assert display_id is True
+        shown.append(obj.data)
+        return Handle()
+
+    monkeypatch.setattr(IPython.display, "display", display)
+    monkeypatch.setattr(_progress, "in_notebook", lambda: True)
+    symjac.verify(symjac.Pool("avg", (2,)), backward=_avg2(), progress=True)
+    assert shown[0].startswith("symjac [....................] 0/1 verify")
+    assert any("shape 2/" in s for s in shown)
+    assert shown[-1].startswith("symjac [####################] 1/1 done")
+    assert not any("\r" in s for s in shown)

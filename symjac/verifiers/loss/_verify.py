@@ -69,6 +69,7 @@ import numpy as np
 
 from symjac import loss as _loss_package
 from symjac._errors import InputError
+from symjac._progress import with_progress
 from symjac.check._call import DEFAULT_TIMEOUT, Guard, same, sha256
 from symjac.check._report import Finding, Report
 from symjac.check._rounding import finfo, float_dtype, is_float
@@ -100,10 +101,12 @@ class _Outcome:
     base: np.ndarray
 
 
+@with_progress("verify_loss")
 def verify_loss(loss: Loss, impl: Any = None, /, *, derivative: Callable[..., Any] | None = None,
                 forward: Callable[..., Any] | None = None, pred: Any = None, label: Any = None, upstream: Any = None,
                 dtype: Any = None, timeout: float | None = DEFAULT_TIMEOUT, hvp: Callable[..., Any] | None = None,
-                v: Any = None, deterministic: bool = False, families: Sequence[str] | None = None) -> Report:
+                v: Any = None, deterministic: bool = False, families: Sequence[str] | None = None,
+                progress: Any = None) -> Report:
     """Check a loss derivative against the exact ``S·dL/dpred``; every fault a finding.
 
     The implementation is called on NumPy arrays of ``dtype``: ``derivative(pred, label)`` ->
@@ -153,6 +156,9 @@ def verify_loss(loss: Loss, impl: Any = None, /, *, derivative: Callable[..., An
         and ``"nonfinite"`` NaN/±inf predictions, checked against the kind's convention (as a given
         ``pred`` holding them is). Default: every family the kind has when ``pred`` is not given
         (after the default inputs show no finding), none when it is; ``()``: none.
+      progress: as :func:`symjac.verify`'s: None (default) silent, True a line on a terminal (a
+        display in Jupyter), a callable ``progress(done, total, detail)`` (one loss call is one step:
+        ``progress(1, 1, "done")`` when it returns).
 
     Returns:
       The :class:`symjac.report.Report`; ``report.ok`` when there is no finding. A dtype

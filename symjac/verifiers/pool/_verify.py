@@ -29,6 +29,7 @@ import numpy as np
 
 from symjac._errors import InputError
 from symjac._exact import nonfinite_codes
+from symjac._progress import with_progress
 from symjac.check._call import DEFAULT_TIMEOUT
 from symjac.check._report import Report
 from symjac.pool._beta import Beta
@@ -76,6 +77,7 @@ def _by_spec_type(fn: Callable[..., Report]) -> Callable[..., Report]:
 DERIVATIVES = {"vjp": "vjp", "jvp": "jvp", "double_backward": "double backward", "vmap": "batched rule (vmap)"}
 
 
+@with_progress("verify")
 @_by_spec_type
 def verify(spec: PoolSpec, impl: Any = None, /, *, backward: Callable[..., Any] | None = None,
            forward: Callable[..., Any] | None = None,
@@ -84,7 +86,7 @@ def verify(spec: PoolSpec, impl: Any = None, /, *, backward: Callable[..., Any] 
            input_shape: tuple[int, ...] | None = None, x: Any = None, dy: Any = None, dtype: Any = None,
            tie: str | Beta = "any", seed: int = 0, one_hot_budget: int = 64,
            timeout: float | None = DEFAULT_TIMEOUT, families: Sequence[str] | None = None, isolate: bool = False,
-           deterministic: bool = False, hints: bool = True, large: bool = False) -> Report:
+           deterministic: bool = False, hints: bool = True, large: bool = False, progress: Any = None) -> Report:
     """Verify every derivative an implementation defines against the exact ones (docs/transforms.md).
 
     Args:
@@ -151,6 +153,11 @@ def verify(spec: PoolSpec, impl: Any = None, /, *, backward: Callable[..., Any] 
         matches exactly (``stats["hint"]`` and the headline).
       large: with no shape given, also verify the plan's index-width shapes
         (``symjac.cover(spec, large=True)``), where 16-bit indices wrap.
+      progress: None (default): silent. True: a progress line on stderr when it is a terminal
+        (after 2 s, erased at the end; the bar moves shape by shape over the coverage plan), an
+        updating display in a Jupyter notebook. A callable: ``progress(done, total, detail)`` at
+        each step (``done`` of ``total`` coverage-plan shapes finished, ``detail`` naming the
+        next), and ``progress(total, total, "done")`` when the call returns.
 
     Returns:
       A :class:`Report`; ``report.ok`` is True when nothing was found. ``stats["transforms"]``
