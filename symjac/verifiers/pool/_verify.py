@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from symjac._errors import InputError
+from symjac._errors import InputError, known_keywords
 from symjac._exact import nonfinite_codes
 from symjac.check._call import DEFAULT_TIMEOUT
 from symjac.check._report import Report
@@ -76,6 +76,11 @@ def _by_spec_type(fn: Callable[..., Report]) -> Callable[..., Report]:
 DERIVATIVES = {"vjp": "vjp", "jvp": "jvp", "double_backward": "double backward", "vmap": "batched rule (vmap)"}
 
 
+#: Other libraries' words for :func:`verify`'s keywords, which spelling distance would not find.
+KEYWORD_SYNONYMS = {"bwd": "backward", "fwd": "forward", "grad": "backward", "vjp": "backward", "shape": "input_shape"}
+
+
+@known_keywords(KEYWORD_SYNONYMS)
 @_by_spec_type
 def verify(spec: PoolSpec, impl: Any = None, /, *, backward: Callable[..., Any] | None = None,
            forward: Callable[..., Any] | None = None,
