@@ -30,3 +30,14 @@ def test_verify_of_an_unpool_spec_names_a_mistyped_keyword_too():
 def test_valid_keywords_still_pass_through():
     report = symjac.verify(symjac.Pool("avg", 2), backward=lambda x, dy: x * 0, input_shape=(2, 2))
     assert not report.ok  # a zero backward of 2x2 average pooling is wrong: the keywords reached the verifier
+
+
+@pytest.mark.parametrize("spec", [symjac.Pool("max", 2), symjac.Pool("avg", 2)])
+def test_verify_refuses_a_ragged_x_with_an_input_error(spec):
+    with pytest.raises(symjac.InputError, match="x is ragged"):
+        symjac.verify(spec, backward=_backward, x=[[1, 2], [3]])
+
+
+def test_verify_refuses_a_ragged_dy_with_an_input_error():
+    with pytest.raises(symjac.InputError, match="dy is ragged"):
+        symjac.verify(symjac.Pool("max", 2), backward=_backward, input_shape=(2, 2), dy=[[1, 2], [3]])
