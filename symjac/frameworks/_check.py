@@ -34,6 +34,18 @@ def ops(module: ModuleType) -> dict[str, Callable[..., Any]]:
     return found
 
 
+#: The names an adapter module defines for ``check``, ``verify`` and ``conform`` beside its ops
+#: (docs/frameworks.md), where it defines them.
+PROTOCOL = ("wrap", "adapt", "check", "configurations", "make", "limitation", "known_defect", "loss_configurations",
+            "make_loss", "known_loss_defect", "loss_impl", "COMPILED_MODE", "COMPILED_BY_DEFAULT")
+
+
+def public_names(module: ModuleType, *extra: str) -> list[str]:
+    """An adapter module's ``__all__`` (and ``dir()``): its ops, the :data:`PROTOCOL` names it
+    defines and ``extra`` (its own documented helpers); not what it imports for itself."""
+    return sorted({*ops(module), *(n for n in PROTOCOL if hasattr(module, n)), *extra})
+
+
 def _snake(name: str) -> str:
     """``MaxPool2d`` -> ``max_pool2d``, ``AdaptiveAvgPool1d`` -> ``adaptive_avg_pool1d``."""
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z][a-z])", "_", name).lower()
