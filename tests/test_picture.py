@@ -103,3 +103,21 @@ def test_bfloat16_picture_draws(tmp_path):
     fns = {"backward": nntrainer_pool.fixed.backward, "forward": nntrainer_pool.fixed.forward}
     messages, ok = write_graph(case, tmp_path / "g.png", fns, dtype="bfloat16")
     assert ok and (tmp_path / "g.png").exists(), messages
+
+
+def test_cell_text_is_the_short_fraction_a_float_rounds_from():
+    # (issue 33 item 7b) Python's 1/9 is by definition the float64 nearest 1/9, so the cell says 1/9
+    # (the old code said 0.1111: Fraction(float) is short for dyadic values only); np.float32(1/9)
+    # is float32's nearest. The float next to it is no fraction of denominator <= 64 (their spacing,
+    # >= 1/64^2, dwarfs one ulp): the decimal.
+    import numpy as np
+
+    from symjac.io._picture import _cell_text, _short_fraction
+
+    for v in (1 / 9, np.float64(1 / 9), np.float32(1 / 9)):
+        assert _cell_text(_short_fraction(v), float(v)) == "1/9"
+    assert _cell_text(_short_fraction(0.25), 0.25) == "1/4"
+    assert _cell_text(_short_fraction(2 / 3), 2 / 3) == "2/3"
+    beside = np.nextafter(1 / 9, 1.0)
+    assert _short_fraction(beside) is None and _cell_text(None, beside) == "0.1111"
+    assert _short_fraction(float("nan")) is None
