@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping
-from typing import Any
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 class SymjacError(Exception):
@@ -62,6 +66,25 @@ def did_you_mean(value: Any, choices: Iterable[str], synonyms: Mapping[str, str]
         matches = difflib.get_close_matches(key, choices, n=1)
         near = matches[0] if matches else None
     return f" (did you mean {near!r}?)" if near else ""
+
+
+def known_keywords(synonyms: Mapping[str, str] | None = None) -> Callable[[_F], _F]:
+    """A decorator: the function, raising an :class:`InputError` for a keyword argument it does not
+    take, naming it, the nearest valid one (``synonyms`` as for :func:`did_you_mean`) and every
+    valid one (Python's own TypeError names the unknown keyword alone)."""
+    def decorate(fn: _F) -> _F:
+        names = [p.name for p in inspect.signature(fn).parameters.values()
+                 if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+        @functools.wraps(fn)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            for key in kwargs:
+                if key not in names:
+                    raise InputError(f"{fn.__name__}() takes no keyword argument {key!r}"
+                                     f"{did_you_mean(key, names, synonyms)}; its keywords: {', '.join(names)}")
+            return fn(*args, **kwargs)
+        return checked  # type: ignore[return-value]
+    return decorate
 
 
 for _cls in (SymjacError, SpecError, InputError, VerificationError):

@@ -58,6 +58,16 @@ def to_fraction(value: Any, name: str = "value") -> Fraction:
     raise InputError(f"{name}={value!r} of type {type(value).__name__} is not a number")
 
 
+def as_array(data: Any, name: str = "x") -> np.ndarray:
+    """``np.asarray(data)``; a ragged nesting (rows of different lengths) is an :class:`InputError`
+    naming ``name``, not NumPy's ValueError."""
+    try:
+        return np.asarray(data)
+    except ValueError:
+        raise InputError(f"{name} is ragged (its nested sequences differ in length, so it has no shape); "
+                         "give a rectangular array") from None
+
+
 def _check_exponent(text: str, name: str) -> None:
     """Refuse decimal exponents beyond +-MAX_EXPONENT before Fraction expands them:
     "1e999999999" would build a billion-digit integer (minutes), for a value no float

@@ -48,6 +48,42 @@ def test_torch_check_runs_an_autograd_function_and_finds_its_bug():
     assert not report.ok and "wrong_weights" in report.categories()
 
 
+def test_torch_check_runs_an_autograd_functions_apply_as_the_class():
+    # (issue 33 item 3) Fn.apply's signature is (*args, **kwargs), yet torch hands its arguments to
+    # Fn.forward(ctx, x): the check calls it as it calls Fn, with x alone, and names it Fn.
+    torch = pytest.importorskip("torch")
+    import symjac.frameworks.torch as sjt
+
+    class MaxPool2dK3(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return torch.nn.functional.max_pool2d(x, 3)
+
+        @staticmethod
+        def backward(ctx, dy):
+            (x,) = ctx.saved_tensors
+            with torch.enable_grad():
+                xx = x.detach().requires_grad_()
+                return torch.autograd.grad(torch.nn.functional.max_pool2d(xx, 3), xx, dy)[0]  # torch's own: the oracle
+
+    report = sjt.check(MaxPool2dK3.apply, kernel_size=3, input_shape=(1, 1, 6, 6))  # op from the class's name
+    assert report.ok, report.headline
+    assert "MaxPool2dK3" in report.headline and "apply" not in report.headline
+
+    class AvgPool2x2(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return torch.nn.functional.avg_pool2d(x, 2)
+
+        @staticmethod
+        def backward(ctx, dy):
+            return torch.repeat_interleave(torch.repeat_interleave(dy, 2, -1), 2, -2) / 2  # the weight is 1/4
+
+    wrong = sjt.check(AvgPool2x2.apply, "avg_pool2d", kernel_size=2, input_shape=(1, 1, 4, 4))
+    assert "wrong_weights" in wrong.categories(), wrong.headline  # the old code: bad_output (forward got kernel_size)
+
+
 def test_torch_check_names_the_op_and_the_arguments_it_takes():
     pytest.importorskip("torch")
     import symjac.frameworks.torch as sjt

@@ -146,3 +146,21 @@ def test_a_failure_at_ties_is_drawn_at_the_tied_input(drawn, tmp_path):
     # the plan's shape is 3x3 (one window: the whole input); at dy = 1 the exact gradient of max
     # is one-hot (sum 1), this backward gives 1 to each tied maximum: at a tied input, more than one
     assert sum(exact) == 1 and sum(implementation) > 1 and exact != implementation
+
+
+def test_cell_text_is_the_short_fraction_a_float_rounds_from():
+    # (issue 33 item 7b) Python's 1/9 is by definition the float64 nearest 1/9, so the cell says 1/9
+    # (the old code said 0.1111: Fraction(float) is short for dyadic values only); np.float32(1/9)
+    # is float32's nearest. The float next to it is no fraction of denominator <= 64 (their spacing,
+    # >= 1/64^2, dwarfs one ulp): the decimal.
+    import numpy as np
+
+    from symjac.io._picture import _cell_text, _short_fraction
+
+    for v in (1 / 9, np.float64(1 / 9), np.float32(1 / 9)):
+        assert _cell_text(_short_fraction(v), float(v)) == "1/9"
+    assert _cell_text(_short_fraction(0.25), 0.25) == "1/4"
+    assert _cell_text(_short_fraction(2 / 3), 2 / 3) == "2/3"
+    beside = np.nextafter(1 / 9, 1.0)
+    assert _short_fraction(beside) is None and _cell_text(None, beside) == "0.1111"
+    assert _short_fraction(float("nan")) is None

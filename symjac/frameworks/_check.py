@@ -34,6 +34,18 @@ def ops(module: ModuleType) -> dict[str, Callable[..., Any]]:
     return found
 
 
+#: The names an adapter module defines for ``check``, ``verify`` and ``conform`` beside its ops
+#: (docs/frameworks.md), where it defines them.
+PROTOCOL = ("wrap", "adapt", "check", "configurations", "make", "limitation", "known_defect", "loss_configurations",
+            "make_loss", "known_loss_defect", "loss_impl", "COMPILED_MODE", "COMPILED_BY_DEFAULT")
+
+
+def public_names(module: ModuleType, *extra: str) -> list[str]:
+    """An adapter module's ``__all__`` (and ``dir()``): its ops, the :data:`PROTOCOL` names it
+    defines and ``extra`` (its own documented helpers); not what it imports for itself."""
+    return sorted({*ops(module), *(n for n in PROTOCOL if hasattr(module, n)), *extra})
+
+
 def _snake(name: str) -> str:
     """``MaxPool2d`` -> ``max_pool2d``, ``AdaptiveAvgPool1d`` -> ``adaptive_avg_pool1d``."""
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z][a-z])", "_", name).lower()
@@ -96,6 +108,16 @@ def _spec_of(module: ModuleType, op: str, arguments: dict[str, Any]) -> Any:
     return spec
 
 
+def _as_object(module: ModuleType, fn: Any) -> Any:
+    """The framework object a bound classmethod stands for: ``Fn.apply`` of a ``torch.autograd.Function``
+    subclass is checked (called, named) as ``Fn``, the class the adapter's ``adapt`` takes; any other
+    ``fn`` itself. (``Fn.apply``'s signature is ``(*args, **kwargs)``, yet its arguments go to
+    ``Fn.forward``, which takes x alone.)"""
+    owner = getattr(fn, "__self__", None)
+    adapt = getattr(module, "adapt", None)
+    return owner if inspect.isclass(owner) and adapt is not None and adapt(owner) is not None else fn
+
+
 def _is_layer(fn: Any) -> bool:
     """An instance of a callable class (an ``nn.Module``, a Keras layer), not a function or a class."""
     return not (inspect.isclass(fn) or inspect.isroutine(fn) or hasattr(fn, "func"))
@@ -116,8 +138,8 @@ def check(module: ModuleType, fn: Any, op: str | None, arguments: dict[str, Any]
 
     ``fn`` is wrapped by ``module.wrap``: called as ``fn(x, **arguments)`` when its signature
     takes the arguments (the framework's op itself, a function written after it), else as
-    ``fn(x)`` (an ``nn.Module`` or Keras layer, a ``torch.autograd.Function``, a function with
-    the arguments built in). A layer instance's own attributes fill arguments not given.
+    ``fn(x)`` (an ``nn.Module`` or Keras layer, a ``torch.autograd.Function`` or its ``apply``, a
+    function with the arguments built in). A layer instance's own attributes fill arguments not given.
 
     Returns:
       The :class:`symjac.Report`.
@@ -128,6 +150,7 @@ def check(module: ModuleType, fn: Any, op: str | None, arguments: dict[str, Any]
     """
     from symjac.verifiers.pool._verify import verify  # deferred: importing an adapter stays light
 
+    fn = _as_object(module, fn)
     op = op_of(module, fn, op)
     if _is_layer(fn):  # its arguments are its own: called as fn(x)
         spec, impl = _spec_of(module, op, _from_layer(fn, op, module, arguments)), module.wrap(fn)
@@ -154,7 +177,8 @@ _OPTIONS = """
 
     ``fn`` is called as ``fn(x, **arguments)`` when its signature takes the arguments (the
     framework's op itself, a function written after it), else as ``fn(x)`` (a module or layer, a
-    custom-gradient function, a function with the arguments built in); a module or layer instance's
+    custom-gradient function, a ``torch.autograd.Function`` or its ``apply``, a function with the
+    arguments built in); a module or layer instance's
     own attributes (``kernel_size``, ``pool_size``, ...) fill the arguments not given.
 
     Returns:

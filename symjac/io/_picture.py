@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from symjac._atomic import atomic_open, write_text
+from symjac._exact import round_fraction
 
 PLOT_HINT = "matplotlib is not installed: pip install 'symjac[plot]' to draw PNG/SVG"
 CATEGORY_COLOURS = {"missing_windows": "#d62728", "partial_windows": "#ff7f0e",
@@ -246,11 +247,13 @@ def _draw(case: Any, g: Any, x: np.ndarray, b: int, slice_label: str, report: An
 
 
 def _short_fraction(v: float) -> Any:
-    """A float's exact value when it is a short fraction (halves, quarters, ...)."""
+    """The fraction of denominator at most 64 a float is the rounding of (``1/9`` for the
+    float64 or float32 nearest 1/9, ``1/4``), or None: a float no such fraction rounds to."""
     if not np.isfinite(v):
         return None
-    f = Fraction(float(v))
-    return f if f.denominator <= 64 else None
+    dtype = np.asarray(v).dtype if np.asarray(v).dtype.kind == "f" else np.dtype(np.float64)
+    f = Fraction(float(v)).limit_denominator(64)
+    return f if round_fraction(f, dtype) == v else None
 
 
 def _outline_windows(ax: Any, g: Any, b: int, states: dict[tuple[int, ...], str]) -> None:

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from symjac.frameworks._check import jax_check as check  # noqa: F401 - symjac.frameworks.jax.check
+from symjac.frameworks._check import public_names, jax_check as check  # noqa: F401 - symjac.frameworks.jax.check
 from symjac.frameworks._adapter import Config, Impl, KnownDefect, Unsupported, call_text, generate, label, make as _make, require
 from symjac.frameworks.jax._context import cpu as _cpu, precision as precision
 from symjac.frameworks.jax._eager import JIT, with_eager
@@ -366,3 +366,11 @@ from symjac.frameworks.jax._losses import (  # noqa: E402 - the losses are their
     softmax_cross_entropy_with_integer_labels as softmax_cross_entropy_with_integer_labels,
     squared_error as squared_error,
 )
+
+
+#: (issue 33 item 7a) ``dir()`` and ``import *`` show the documented names only.
+__all__ = public_names(sys.modules[__name__])
+
+
+def __dir__() -> list[str]:
+    return list(__all__)

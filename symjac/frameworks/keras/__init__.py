@@ -15,6 +15,8 @@ documented arguments onto specs is the table of :mod:`symjac.frameworks.tensorfl
 
 from __future__ import annotations
 
+import sys
+
 import dataclasses
 
 from collections.abc import Callable
@@ -23,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from symjac.frameworks._adapter import Config, Impl, Unsupported, call_text, label
-from symjac.frameworks._check import keras_check as check  # noqa: F401 - symjac.frameworks.keras.check
+from symjac.frameworks._check import public_names, keras_check as check  # noqa: F401 - symjac.frameworks.keras.check
 from symjac.frameworks.keras._backend import backend_impl, dtype_name, import_keras
 from symjac.frameworks.keras._backend import wrap as wrap
 from symjac.frameworks.keras._tape import draw_ints, draw_shape, tf_layout, tf_padding, tf_sizes
@@ -319,3 +321,11 @@ def _adaptive_family(mode: str, rank: int) -> Callable[[np.random.Generator], Co
 #: The Keras draws of the configuration matrix, each made per mode and rank, in the order
 #: :func:`symjac.frameworks.tensorflow.configurations` draws them after ``tf.nn``'s.
 FAMILIES = (_keras_family, _keras_ops_family, _global_family, _adaptive_family)
+
+
+#: (issue 33 item 7a) ``dir()`` and ``import *`` show the documented names only.
+__all__ = public_names(sys.modules[__name__])
+
+
+def __dir__() -> list[str]:
+    return list(__all__)

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from symjac.frameworks._check import tensorflow_check as check  # noqa: F401 - symjac.frameworks.tensorflow.check
+from symjac.frameworks._check import public_names, tensorflow_check as check  # noqa: F401 - symjac.frameworks.tensorflow.check
 from symjac.frameworks._adapter import Config, Impl, KnownDefect, Unsupported, call_text, combine, generate, grid_size, label
 from symjac.frameworks._adapter import make as _make
 from symjac.frameworks.keras._tape import FRAMEWORK as FRAMEWORK, GRAPH
@@ -392,3 +392,11 @@ from symjac.frameworks.tensorflow._losses import (  # noqa: E402 - the losses ar
     sparse_softmax_cross_entropy_with_logits as sparse_softmax_cross_entropy_with_logits,
     weighted_cross_entropy_with_logits as weighted_cross_entropy_with_logits,
 )
+
+
+#: (issue 33 item 7a) ``dir()`` and ``import *`` show the documented names only.
+__all__ = public_names(sys.modules[__name__])
+
+
+def __dir__() -> list[str]:
+    return list(__all__)

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from symjac.frameworks._check import torch_check as check  # noqa: F401 - symjac.frameworks.torch.check
+from symjac.frameworks._check import public_names, torch_check as check  # noqa: F401 - symjac.frameworks.torch.check
 from symjac.frameworks.torch._arrays import ints, to_numpy as to_numpy, to_torch as to_torch
 from symjac.frameworks.torch._autodiff import FRAMEWORK, autodiff as _autodiff, lacks as _lacks
 from symjac.frameworks.torch._compiled import COMPILE, with_compiled
@@ -473,3 +473,11 @@ from symjac.frameworks.torch._losses import (  # noqa: E402 - the losses are the
     multi_margin_loss as multi_margin_loss,
     multilabel_margin_loss as multilabel_margin_loss,
 )
+
+
+#: (issue 33 item 7a) ``dir()`` and ``import *`` show the documented names only.
+__all__ = public_names(sys.modules[__name__], "to_numpy", "to_torch")
+
+
+def __dir__() -> list[str]:
+    return list(__all__)

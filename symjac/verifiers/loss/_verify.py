@@ -68,7 +68,7 @@ from typing import Any
 import numpy as np
 
 from symjac import loss as _loss_package
-from symjac._errors import InputError
+from symjac._errors import InputError, known_keywords
 from symjac._progress import with_progress
 from symjac.check._call import DEFAULT_TIMEOUT, Guard, same, sha256
 from symjac.check._report import Finding, Report
@@ -101,6 +101,12 @@ class _Outcome:
     base: np.ndarray
 
 
+#: Other libraries' words for :func:`verify_loss`'s keywords, which spelling distance would not find.
+KEYWORD_SYNONYMS = {"backward": "derivative", "bwd": "derivative", "grad": "derivative", "fwd": "forward",
+                    "target": "label", "input": "pred"}
+
+
+@known_keywords(KEYWORD_SYNONYMS)
 @with_progress("verify_loss")
 def verify_loss(loss: Loss, impl: Any = None, /, *, derivative: Callable[..., Any] | None = None,
                 forward: Callable[..., Any] | None = None, pred: Any = None, label: Any = None, upstream: Any = None,

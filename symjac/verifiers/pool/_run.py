@@ -15,7 +15,7 @@ import numpy as np
 
 from symjac._progress import note
 from symjac._errors import InputError
-from symjac._exact import ExactArray, finite_part, nonfinite_codes
+from symjac._exact import ExactArray, as_array, finite_part, nonfinite_codes
 from symjac.check._call import DEFAULT_TIMEOUT
 from symjac.verifiers.pool._inputs import EXTRA, PROBED, distinct_dy, distinct_input, extra_inputs, family_input
 from symjac.check._report import CATEGORIES, Finding, Report
@@ -41,7 +41,7 @@ def _inputs(spec: PoolSpec, dt: np.dtype[Any], input_shape: Any, x: Any, dy: Any
     if x is None and input_shape is None:
         raise InputError("give input_shape or x")
     if x is not None:
-        raw = np.asarray(x)
+        raw = as_array(x, "x")
         if input_shape is not None and tuple(input_shape) != raw.shape:
             raise InputError(f"input_shape={tuple(input_shape)!r} disagrees with x's shape {raw.shape}: give x alone "
                              "(its shape is the input shape), or input_shape alone (generated inputs)")
@@ -59,7 +59,7 @@ def _inputs(spec: PoolSpec, dt: np.dtype[Any], input_shape: Any, x: Any, dy: Any
         x_arr = g.operator.default_input(g, x_arr)  # lp: odd p needs Σ x^p > 0 in every window
     dy_arr = None
     if dy is not None:
-        raw = np.asarray(dy)
+        raw = as_array(dy, "dy")
         ExactArray.from_any(raw, "dy")
         if raw.shape != g.output_shape:
             raise InputError(f"dy has shape {raw.shape}; the output shape is {g.output_shape}")

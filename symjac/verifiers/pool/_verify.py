@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from symjac._errors import InputError
-from symjac._exact import nonfinite_codes
+from symjac._errors import InputError, known_keywords
+from symjac._exact import as_array, nonfinite_codes
 from symjac._progress import with_progress
 from symjac.check._call import DEFAULT_TIMEOUT
 from symjac.check._report import Report
@@ -77,6 +77,11 @@ def _by_spec_type(fn: Callable[..., Report]) -> Callable[..., Report]:
 DERIVATIVES = {"vjp": "vjp", "jvp": "jvp", "double_backward": "double backward", "vmap": "batched rule (vmap)"}
 
 
+#: Other libraries' words for :func:`verify`'s keywords, which spelling distance would not find.
+KEYWORD_SYNONYMS = {"bwd": "backward", "fwd": "forward", "grad": "backward", "vjp": "backward", "shape": "input_shape"}
+
+
+@known_keywords(KEYWORD_SYNONYMS)
 @with_progress("verify")
 @_by_spec_type
 def verify(spec: PoolSpec, impl: Any = None, /, *, backward: Callable[..., Any] | None = None,
@@ -189,7 +194,7 @@ def _at_nonfinite_x(x: Any, runs: list[str], skipped: dict[str, str],
                     explicit: set[str]) -> tuple[list[str], dict[str, str]]:
     """At an x holding NaN or ±inf, an object's own jvp, double backward and batching rule are not
     checked (no exact tangent there), and said so; one the caller named is run (and refuses the x)."""
-    if x is None or nonfinite_codes(np.asarray(x)) is None:
+    if x is None or nonfinite_codes(as_array(x, "x")) is None:
         return runs, skipped
     dropped = [n for n in runs if n in BEYOND_VJP and n not in explicit]
     return [n for n in runs if n not in dropped], {**skipped, **dict.fromkeys(
