@@ -17,6 +17,8 @@ SIZES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int64": 8, "i
 MODE = sys.argv[1]
 MARKER = sys.argv[2] if len(sys.argv) > 2 else None
 IN, OUT = sys.stdin.buffer, sys.stdout.buffer
+#: strict mode: the request's call keys and a loss's mandatory settings (docs/native.md)
+STRICT_KEYS = {"id", "op", "poison", "perturb", "repeat", "bytes", "operator", "kind", "reduction", "scale"}
 
 
 def size(words):
@@ -56,6 +58,9 @@ def main():
                 fields[key] = value
         IN.read(int(fields["bytes"]))
         fault = MODE if faulty() else "ok"
+        if fault == "strict":  # a loss driver that refuses every setting it does not know
+            unknown = sorted(set(fields) - STRICT_KEYS)
+            fault = "refuse" if unknown else "ok"
         lines = ["symjac 1 response", f"id {fields['id']}", f"op {fields['op']}", "status ok",
                  "output " + " ".join(output)]
         data = b"\0" * size(output)
@@ -68,7 +73,8 @@ def main():
         if fault == "wrong_id":
             lines[1] = f"id {int(fields['id']) + 1}"
         if fault == "refuse":
-            lines[3:] = ["status error", "message no such kernel here"]
+            lines[3:] = ["status error", "message unknown setting " + " ".join(unknown) if MODE == "strict"
+                         else "message no such kernel here"]
             data = b""
         lines.append(f"bytes {len(data) + (8 if fault == 'wrong_bytes' else 0)}")
         message = ("\n".join(lines) + "\n\n").encode() + data

@@ -543,3 +543,71 @@ def test_a_case_symjac_cannot_verify_is_named_and_the_others_still_run(tmp_path,
     # alone, the case is the usage error it was: nothing else was asked
     r = symjac("verify", "cases.toml", "--impl", "impl.py", "--case", "unplannable", cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.startswith("symjac verify: error: cover: ") and not r.stdout
+
+
+# Seed 003's mse and constant_derivative (S = 8), right in float32 and refused in every other dtype:
+# mse's derivative is S·2·(z - y)/n (mean over n entries), constant_derivative's S·1 (ℓ = z).
+_FLOAT32_ONLY = """
+import numpy as np
+from types import SimpleNamespace as NS
+
+def _float32_only(f):
+    def derivative(z, y=None):
+        if z.dtype != np.float32:
+            raise TypeError(f"only float32 here, not {z.dtype}")
+        return f(z, y)
+    return NS(derivative=derivative)
+
+mse = _float32_only(lambda z, y: np.float32(8) * 2 * (z - y) / np.float32(z.size))
+constant_derivative = _float32_only(lambda z, y: np.full_like(z, 8))
+sigmoid_ce = NS(derivative=lambda z, y: 1 / (1 + np.exp(-z)) - y)  # seed 003's missing S: a finding
+"""
+
+
+def test_a_rejected_dtype_is_unsupported_not_failed_and_exits_4_with_a_hint(tmp_path):
+    # issue 33 item 10: an implementation that raises on every call in float64 and returns in float32
+    # was counted "2 failed" and exited 1, with no hint. Now: "2 unsupported", exit 4, the dtype it
+    # returns in named (symjac calls it in float32 to explain the refusal: docs/cli.md).
+    (tmp_path / "impl.py").write_text(_FLOAT32_ONLY)
+    seeds = str(ROOT / "specs/seeds/loss_scale_family.toml")
+    two = (seeds, "--impl", "impl.py", "--case", "mse", "--case", "constant_derivative")
+    r = symjac("verify", *two, cwd=tmp_path)
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert [line.split(":")[0] for line in r.stdout.splitlines()] == [  # in the file's order
+        "UNSUPPORTED constant_derivative", "UNSUPPORTED mse", "2 cases in float64", "hint"], r.stdout
+    assert "2 cases in float64: 0 passed, 0 failed, 2 unsupported, 0 skipped" in r.stdout
+    assert r.stdout.splitlines()[-1] == "hint: the implementation returns float32: try --dtype float32"
+    doc = json.loads(symjac("verify", *two, "--json", cwd=tmp_path).stdout)
+    assert [(d["case"], d["ok"], d["returns_in"]) for d in doc] == [
+        ("constant_derivative", False, ["float32"]), ("mse", False, ["float32"])]
+    # in the dtype it takes, both pass
+    r = symjac("verify", *two, "--dtype", "float32", cwd=tmp_path)
+    assert r.returncode == 0 and "2 cases in float32: 2 passed, 0 failed, 0 skipped" in r.stdout, r.stdout
+    # a finding elsewhere makes it exit 1, as before; the rejected dtype is still no failure
+    r = symjac("verify", *two, "--case", "sigmoid_ce", cwd=tmp_path)
+    assert r.returncode == 1 and "3 cases in float64: 0 passed, 1 failed, 2 unsupported, 0 skipped" in r.stdout
+
+
+_FLOAT32_POOL = """
+import sys
+import numpy as np
+sys.path.insert(0, {examples!r})
+import nntrainer_pool
+
+def _float32_only(f):
+    def call(x, *rest):
+        if x.dtype != np.float32:
+            raise TypeError(f"only float32 here, not {x.dtype}")
+        return f(x, *rest)
+    return call
+
+forward, backward = _float32_only(nntrainer_pool.fixed.forward), _float32_only(nntrainer_pool.fixed.backward)
+"""
+
+
+def test_graph_of_a_rejected_dtype_says_unsupported_and_exits_4(tmp_path):
+    # issue 33 item 10: it said FAIL and exited 1, as verify did
+    (tmp_path / "impl.py").write_text(_FLOAT32_POOL.replace("{examples!r}", repr(str(ROOT / "examples"))))
+    r = symjac("graph", str(ROOT / SEED000), "--impl", "impl.py", "--out", "g.dot", cwd=tmp_path)
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "UNSUPPORTED nntrainer_avgpool_same_2x2: unsupported in float64: " in r.stdout, r.stdout

@@ -178,3 +178,21 @@ def test_c_test_builds_the_layer_from_index_json(tmp_path):
     # what the reference kernels cannot compute, the test refuses by reading the operator
     r = subprocess.run([str(fixed), str(out / "adaptive")], capture_output=True, text=True)
     assert r.returncode == 2 and "not a 2-D NCHW pool case" in r.stderr
+
+
+def test_a_loss_sends_only_options_away_from_its_kinds_default():
+    # docs/native.md: `operator loss`, `kind`, `reduction`, `scale`, then the kind's options that differ from
+    # its default (docs/golden-data.md's operator object alike). Seed 003 sets only kind and scale = 8 (its
+    # reduction the default mean): no option line for any case (issue 33 item 8: softmax_ce sent
+    # label_smoothing 0 and labels probabilities, kld log_input 0 and log_target 0).
+    from symjac.io._specfile import load
+    for case in load(SEEDS / "loss_scale_family.toml").cases:
+        assert settings(case.operator) == ["operator loss", f"kind {case.name}", "reduction mean", "scale 8"]
+        assert operator_json(case.operator) == {"operator": "loss", "kind": case.name, "reduction": "mean",
+                                                "scale": 8}
+    # an option given at its default (softmax_ce's label_smoothing 0, kld's log_target False) is not sent;
+    # one away from it is, as the spec holds it, in the spec's field order (ignore_index before labels)
+    assert settings(Loss("softmax_ce", label_smoothing=0, labels="indices", ignore_index=-100)) == [
+        "operator loss", "kind softmax_ce", "reduction mean", "scale 1", "ignore_index -100", "labels indices"]
+    assert settings(Loss("kld", log_input=True, log_target=False)) == [
+        "operator loss", "kind kld", "reduction mean", "scale 1", "log_input 1"]

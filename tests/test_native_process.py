@@ -357,3 +357,21 @@ def test_symjac_verify_exec(kernels: dict[str, str]) -> None:
     assert by_case["mse"]["findings"] == []  # nntrainer's mse applies S
     neither = _cli("verify", seed000)
     assert neither.returncode == 2 and "give --impl MODULE_OR_PATH[:ATTR] or --exec CMD" in neither.stderr
+
+
+def test_a_driver_refusing_unknown_settings_takes_the_seed_losses(tmp_path: pathlib.Path) -> None:
+    # issue 33 item 8: docs/native.md sends a loss's `operator`, `kind`, `reduction`, `scale`, then only the
+    # options that differ from the kind's default. The seed-003 cases set none, so a driver that knows only
+    # the mandatory keys takes every one (before: softmax_ce sent `label_smoothing 0`, `labels probabilities`,
+    # kld `log_input 0`, `log_target 0`, and this driver refused them).
+    from symjac.io._specfile import load
+    cases = load(ROOT / "specs" / "seeds" / "loss_scale_family.toml").cases
+    pred, label = np.zeros((1, 2)), np.zeros((1, 2))
+    with sjp.Child([sys.executable, CHILD, "strict"], timeout=5.0) as child:
+        for case in cases:
+            impl = sjp.impl_for(child, case.operator)
+            assert impl.derivative(pred, label).shape == (1, 2), case.name
+        # the driver does refuse what it does not know: an option away from its default is sent
+        impl = sjp.impl_for(child, symjac.Loss("kld", log_input=True))
+        with pytest.raises(sjp.KernelRefused, match="unknown setting log_input"):
+            impl.derivative(pred, label)

@@ -28,10 +28,10 @@ def drawn(monkeypatch):
     def draw(spec, out, impl=None, slice_nc=None):
         case = load(spec).cases[0]
         fns = None if impl is None else {"backward": impl.backward, "forward": impl.forward}
-        messages, ok = write_graph(case, out, fns, slice_nc=slice_nc)
+        messages, verdict = write_graph(case, out, fns, slice_nc=slice_nc)
         fig = figures[-1]
         fig.canvas.draw()
-        return fig, messages, ok
+        return fig, messages, verdict
 
     return draw
 
@@ -54,8 +54,8 @@ def test_title_is_never_clipped(drawn, tmp_path):
 def test_exact_fractions_colour_bar_and_wrong_cells(drawn, tmp_path):
     import nntrainer_pool
 
-    fig, messages, ok = drawn(SEED000, tmp_path / "g.png", nntrainer_pool.buggy)
-    assert not ok and messages[-1] == f"wrote {tmp_path / 'g.png'}"
+    fig, messages, verdict = drawn(SEED000, tmp_path / "g.png", nntrainer_pool.buggy)
+    assert verdict == "FAIL" and messages[-1] == f"wrote {tmp_path / 'g.png'}"
     exact_panel, impl_panel, colour_bar = fig.axes
     # Seed 000: the exact gradient at dy = 1 is [[1/4, 3/4], [3/4, 9/4]]; the buggy backward gives 1/4 everywhere.
     assert sorted(t.get_text() for t in exact_panel.texts) == ["1/4", "3/4", "3/4", "9/4"]
@@ -101,8 +101,8 @@ def test_bfloat16_picture_draws(tmp_path):
 
     case = load(SEED000).cases[0]
     fns = {"backward": nntrainer_pool.fixed.backward, "forward": nntrainer_pool.fixed.forward}
-    messages, ok = write_graph(case, tmp_path / "g.png", fns, dtype="bfloat16")
-    assert ok and (tmp_path / "g.png").exists(), messages
+    messages, verdict = write_graph(case, tmp_path / "g.png", fns, dtype="bfloat16")
+    assert verdict == "PASS" and (tmp_path / "g.png").exists(), messages
 
 
 class _AllTies:
@@ -139,8 +139,8 @@ def test_a_failure_at_ties_is_drawn_at_the_tied_input(drawn, tmp_path):
     # this backward is right: both panes equal under a FAIL title
     spec = tmp_path / "mp.toml"
     spec.write_text('name = "mp"\n[operator]\nkind = "pool"\nmode = "max"\nkernel = 3\nstride = 2\n')
-    fig, messages, ok = drawn(spec, tmp_path / "mp.png", _AllTies())
-    assert not ok
+    fig, messages, verdict = drawn(spec, tmp_path / "mp.png", _AllTies())
+    assert verdict == "FAIL"
     assert any("tied input, where the check failed" in m for m in messages)
     exact, implementation = ([float(t.get_text()) for t in ax.texts] for ax in fig.axes[:2])
     # the plan's shape is 3x3 (one window: the whole input); at dy = 1 the exact gradient of max

@@ -49,6 +49,8 @@ def test_a_float32_only_implementation_is_unsupported_in_float64_with_its_reason
         in rep.unsupported
     assert str(rep).startswith("UNSUPPORTED: unsupported in float64")
     assert rep.to_dict()["unsupported"] == rep.unsupported
+    # the dtype it returns in, found by calling it in float32 (NotImplementedError: its own word, no call)
+    assert rep.returns_in == (() if error is NotImplementedError else ("float32",)) == tuple(rep.to_dict()["returns_in"])
     # and in float32 it is verified, and passes
     assert symjac.verify(SPEC, forward=forward, backward=backward, input_shape=(1, 2, 4, 4), dtype="float32").ok
 
@@ -58,6 +60,7 @@ def test_the_coverage_plan_of_a_float32_only_implementation_is_unsupported():
     rep = symjac.verify(SPEC, forward=forward, backward=backward)
     assert rep.verdict == "UNSUPPORTED" and rep.findings == ()
     assert rep.summary().startswith("unsupported in float64 at every shape of the coverage plan: ")
+    assert rep.returns_in == ("float32",)
 
 
 def test_raising_at_some_inputs_only_is_a_defect():
@@ -248,7 +251,9 @@ def test_the_command_line_prints_unsupported(tmp_path):
                               text=True, timeout=300, env=env)
 
     r = run("float64")
-    assert r.returncode == 1 and r.stdout.startswith("UNSUPPORTED textbook_4x4_max"), r.stdout + r.stderr
+    # exit 4: the dtype is rejected, nothing failed (docs/cli.md; it was 1 before issue 33 item 10)
+    assert r.returncode == 4 and r.stdout.startswith("UNSUPPORTED textbook_4x4_max"), r.stdout + r.stderr
     assert "backward raised TypeError on every call in float64: no float64 kernel (it returns in float32)" in r.stdout
+    assert r.stdout.splitlines()[-1] == "hint: the implementation returns float32: try --dtype float32"
     r = run("float32")
     assert r.returncode == 0 and r.stdout.startswith("PASS textbook_4x4_max"), r.stdout + r.stderr

@@ -143,6 +143,7 @@ class Guard:
         self.tried_here = self.here
         self.raises: dict[str, str] = {}  # exception type name -> the first message, of the calls that raised
         self.watch = Watch()  # what the calls returned, compared with their copies at return (_returning)
+        self.returns_in: np.dtype[Any] | None = None  # the other dtype it returned in (rejects' probe)
 
     def _returning(self, *args: Any) -> Any:
         """``fn(*args)``, its array result copied at once in the thread that made the call
@@ -330,6 +331,8 @@ class Guard:
         ``NotImplementedError`` (its own word) or a call in another float dtype
         (``args_in(other)``: the arguments in it) returns: the dtype is what it rejects, not
         the inputs. A callable that raises on some calls only, or in every dtype, is a defect.
+        Only then, to explain the refusal, is it called in the other dtypes (float32, float64,
+        float16, until one returns: :attr:`returns_in`), also when one dtype was asked for.
         """
         if self.answered or len(self.raises) != 1 or self.calls == 0:
             return None
@@ -342,6 +345,7 @@ class Guard:
             return said
         for other in (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16)):
             if other != dtype and probe.call(*args_in(other))[0]:
+                self.returns_in = other
                 return f"{said} (it returns in {other})"
         return None
 

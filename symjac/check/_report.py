@@ -208,6 +208,8 @@ class Report:
       unsupported: why nothing could be verified in this dtype, when the implementation
         rejects it (every call raised, and it runs in another dtype: a limitation, not a
         defect; the report is not ok, and has no finding of its own for it).
+      returns_in: with ``unsupported``: the dtypes the rejecting callables were found to return
+        in (probed only to explain the refusal; empty when it said ``NotImplementedError``).
     """
 
     subject: str
@@ -216,6 +218,7 @@ class Report:
     headline: str
     notes: tuple[str, ...] = ()
     unsupported: str | None = None
+    returns_in: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -290,12 +293,14 @@ class Report:
                 f"{html.escape(self.headline)}</p><p><small>{html.escape(self.subject)}</small></p>{table}</div>")
 
     def to_dict(self) -> dict[str, Any]:
-        """Stable keys: ``ok``, ``subject``, ``summary``, the stats, ``notes``, ``findings``. The stats
-        that are timings (:data:`TIMINGS`: measured seconds, not verdicts) stay in ``stats`` only, so
-        that two runs with the same result give the same dict (and JSON)."""
+        """Stable keys: ``ok``, ``subject``, ``summary`` (then ``unsupported`` and ``returns_in`` when
+        the dtype is rejected), the stats, ``notes``, ``findings``. The stats that are timings
+        (:data:`TIMINGS`: measured seconds, not verdicts) stay in ``stats`` only, so that two runs
+        with the same result give the same dict (and JSON)."""
         out: dict[str, Any] = {"ok": self.ok, "subject": self.subject, "summary": self.headline}
         if self.unsupported is not None:
             out["unsupported"] = self.unsupported
+            out["returns_in"] = list(self.returns_in)
         out.update({k: jsonable(v) for k, v in self.stats.items() if k not in TIMINGS})
         out["notes"] = list(self.notes)
         out["findings"] = [f.to_dict() for f in self.findings]

@@ -24,7 +24,7 @@ ArgumentsIn = Callable[[np.dtype[Any]], tuple[Any, ...]]
 def unsupported(report: Report, dtype: np.dtype[Any], guards: Iterable[tuple[Guard | None, ArgumentsIn]]) -> Report:
     """``report`` with the raises of each callable that rejects ``dtype`` dropped and
     ``unsupported`` set to their reasons; ``report`` itself when none rejects it."""
-    reasons, dropped = [], []
+    reasons, dropped, found = [], [], []
     for guard, arguments_in in guards:
         if guard is None:
             continue
@@ -32,12 +32,21 @@ def unsupported(report: Report, dtype: np.dtype[Any], guards: Iterable[tuple[Gua
         if reason:
             reasons.append(reason)
             dropped += guard.raise_findings()
+            if guard.returns_in is not None and str(guard.returns_in) not in found:
+                found.append(str(guard.returns_in))
     if not reasons:
         return report
     kept = tuple(f for f in report.findings if not any(f is d for d in dropped))
     reason = "; ".join(reasons)
     headline = f"unsupported in {dtype}: {reason}" if not kept else report.headline
-    return dataclasses.replace(report, findings=kept, headline=headline, unsupported=reason)
+    return dataclasses.replace(report, findings=kept, headline=headline, unsupported=reason,
+                               returns_in=tuple(found))
+
+
+def returns_in(reports: Iterable[Report]) -> tuple[str, ...]:
+    """The dtypes the rejecting callables of ``reports`` were found to return in, in order, once
+    each: what a report combined from them holds (:attr:`Report.returns_in`)."""
+    return tuple(dict.fromkeys(d for r in reports for d in r.returns_in))
 
 
 def cast_floats(args: tuple[Any, ...], dtype: np.dtype[Any]) -> tuple[Any, ...]:

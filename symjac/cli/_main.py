@@ -28,6 +28,8 @@ from symjac.cli import _offline
 from symjac.run._load import impl_candidates, load_impl
 
 EXIT_OK, EXIT_FINDING, EXIT_USAGE = 0, 1, 2
+#: every case that did not pass is UNSUPPORTED: the implementation rejects the dtype (docs/cli.md)
+EXIT_UNSUPPORTED = 4
 DTYPES = ("float16", "bfloat16", "float32", "float64")  # bfloat16 needs symjac[bfloat16] (ml_dtypes)
 DEFAULT_DTYPE = "float64"
 
@@ -71,8 +73,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     finally:
         if child is not None:
             child.close()  # the kernel, and whatever it started, ends here
-    failed = any(not r.ok for _, r in reports)
-    code = EXIT_FINDING if failed else EXIT_USAGE if errors else EXIT_OK
+    verdicts = [r.verdict for _, r in reports]
+    unsupported = [r for _, r in reports if r.verdict == "UNSUPPORTED"]
+    code = (EXIT_FINDING if "FAIL" in verdicts else EXIT_USAGE if errors else EXIT_UNSUPPORTED if unsupported
+            else EXIT_OK)
     outcomes = sorted([*reports, *errors], key=lambda pair: cases.index(pair[0]))  # the files' order
     if args.json:
         out = [{"case": c.name, "file": c.source.split("#")[0],
@@ -92,10 +96,22 @@ def cmd_verify(args: argparse.Namespace) -> int:
     for case, reason in skipped:
         print(f"SKIP {case.name}: {str(reason).split(': ', 1)[-1]}")
     if len(cases) > 1:
-        passed = sum(r.ok for _, r in reports)
-        print(f"{len(cases)} cases in {args.dtype}: {passed} passed, {len(reports) - passed} failed, "
+        print(f"{len(cases)} cases in {args.dtype}: {verdicts.count('PASS')} passed, {verdicts.count('FAIL')} failed, "
+              + (f"{len(unsupported)} unsupported, " if unsupported else "")
               + (f"{len(errors)} not verified (ERROR), " if errors else "") + f"{len(skipped)} skipped")
+    if unsupported:
+        print(_dtype_hint(args.dtype, [d for r in unsupported for d in r.returns_in]))
     return code
+
+
+def _dtype_hint(dtype: str, found: list[str]) -> str:
+    """The hint after UNSUPPORTED results: the dtypes the implementation was found to return in
+    (:attr:`symjac.Report.returns_in`), when known."""
+    returns_in = sorted(set(found))
+    if not returns_in:
+        return f"hint: the implementation rejects {dtype}: try another --dtype"
+    return (f"hint: the implementation returns {' and '.join(returns_in)}: "
+            + " or ".join(f"try --dtype {d}" for d in returns_in))
 
 
 def _verify_cases(args: argparse.Namespace, cases: list[Any],
@@ -138,7 +154,7 @@ def _verify_cases(args: argparse.Namespace, cases: list[Any],
                 errors.append((case, exc))
                 ledger.finish("not verified")
                 continue
-            ledger.finish("passed" if reports[-1][1].ok else "failed")
+            ledger.finish({"PASS": "passed", "FAIL": "failed", "UNSUPPORTED": "unsupported"}[reports[-1][1].verdict])
     return reports, skipped, errors
 
 
@@ -216,10 +232,10 @@ def cmd_graph(args: argparse.Namespace) -> int:
     print(f"case {case.name!r} from {case.source.split('#')[0]}{note}")
     impl = load_impl(args.impl) if args.impl else None
     fns = _callables(impl, case, args.impl) if impl is not None else None
-    messages, ok = write_graph(case, out, fns, dtype=args.dtype, slice_nc=_slice(args.slice))
+    messages, verdict = write_graph(case, out, fns, dtype=args.dtype, slice_nc=_slice(args.slice))
     for message in messages:
         print(message)
-    return EXIT_OK if ok else EXIT_FINDING
+    return {"PASS": EXIT_OK, "FAIL": EXIT_FINDING, "UNSUPPORTED": EXIT_UNSUPPORTED}[verdict]
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -230,9 +246,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     _interrupt.LEDGER.bar = not args.quiet  # the sweep's bar is on stderr's line until the end
     if args.out:
         _interrupt.LEDGER.pending.append(f"--out {args.out} (left as it was: results are written at the end)")
-    failures = run_sweep(args.sweep, impl_target, jobs=args.jobs, scheduler=args.scheduler,
-                         out=Path(args.out) if args.out else None, dtype=args.dtype, progress=not args.quiet)
-    return EXIT_FINDING if failures else EXIT_OK
+    results = run_sweep(args.sweep, impl_target, jobs=args.jobs, scheduler=args.scheduler,
+                        out=Path(args.out) if args.out else None, dtype=args.dtype, progress=not args.quiet)
+    statuses = {r["status"] for r in results}
+    unsupported = [r for r in results if r["status"] == "unsupported"]
+    if unsupported:
+        print(_dtype_hint(args.dtype, [d for r in unsupported for d in r["returns_in"]]))
+    return EXIT_FINDING if statuses & {"fail", "error"} else EXIT_UNSUPPORTED if unsupported else EXIT_OK
 
 
 # ------------------------------------------------------------------ the parser

@@ -23,19 +23,20 @@ def table(results: list[dict[str, Any]]) -> str:
         op = ", ".join(f"{k}={v}" for k, v in r["config"]["operator"].items() if k != "kind")
         shape = "x".join(map(str, r["config"]["input"]["shape"]))
         lines.append(f"{r['status']:7} {op[:60]:60} {shape:16} {r.get('summary', r.get('reason', ''))[:100]}")
-    counts = {s: sum(r["status"] == s for r in results) for s in ("pass", "fail", "error", "skipped", "not_run")
-              if s != "not_run" or any(r["status"] == s for r in results)}
+    counts = {s: sum(r["status"] == s for r in results)
+              for s in ("pass", "fail", "unsupported", "error", "skipped", "not_run")
+              if s not in ("unsupported", "not_run") or any(r["status"] == s for r in results)}
     lines.append(" ".join(f"{v} {k}" for k, v in counts.items()) + f" of {len(results)} configurations")
     return "\n".join(lines)
 
 
 def run_sweep(path: str | Path, impl_target: str, *, jobs: int = 1, scheduler: str | None = None,
-              out: Path | None = None, dtype: str = "float64", progress: bool = True) -> int:
-    """The ``symjac sweep`` command: returns the number of failing configurations."""
+              out: Path | None = None, dtype: str = "float64", progress: bool = True) -> list[dict[str, Any]]:
+    """The ``symjac sweep`` command: prints the table and returns the results (:func:`verify_grid`)."""
     grid = load_grid(path)
     results = verify_grid(grid, impl_target, jobs=jobs, scheduler=scheduler, dtype=dtype, progress=progress)
     lines = "".join(json.dumps(r, sort_keys=True) + "\n" for r in results)
     if out is not None:
         write_text(out, lines)  # atomically: an interrupted run leaves the previous file
     print(table(results))
-    return sum(r["status"] in ("fail", "error") for r in results)
+    return results

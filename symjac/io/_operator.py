@@ -1,7 +1,8 @@
 """An operator's settings as data: what the native wire's settings lines and the golden
 metadata's ``operator`` object both say (one serializer, so the two never disagree).
 
-The spec's fields are written generically (every field that is set, under its own name),
+The spec's fields are written generically (every field that is set, under its own name;
+a loss option only where it differs from its kind's default, :meth:`symjac.Loss.at_default`),
 after the ``operator`` type (``pool``, ``adaptive_pool``, ``global_pool``, ``loss``) and
 followed, for a pool at one input shape, by its ``rank`` (where the spec has no such
 field) and resolved ``pads`` (``[low, high]`` per spatial axis). Nothing here depends on
@@ -27,11 +28,12 @@ OPERATORS: dict[type, str] = {Pool: "pool", AdaptivePool: "adaptive_pool", Globa
 def operator_fields(spec: PoolSpec | Loss, pads: tuple[tuple[int, int], ...] | None = None) -> dict[str, Any]:
     """``{"operator": type, field: value, ..., "rank": n, "pads": ((lo, hi), ...)}``, in that
     order: the spec's fields that are set (values as the spec holds them: ints, bools,
-    words, Fractions, tuples), and for a pool the resolved ``pads`` at one input shape."""
+    words, Fractions, tuples; a loss option at its kind's default is left out, as if unset),
+    and for a pool the resolved ``pads`` at one input shape."""
     out: dict[str, Any] = {"operator": OPERATORS[type(spec)]}
     for field in dataclasses.fields(spec):
         value = getattr(spec, field.name)
-        if value is not None:
+        if value is not None and not (isinstance(spec, Loss) and spec.at_default(field.name)):
             out[field.name] = value
     if pads is not None:
         out.setdefault("rank", len(pads))  # GlobalPool has it as a field

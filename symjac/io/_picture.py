@@ -107,12 +107,12 @@ def _cell_text(exact: Any, value: float) -> str:
 
 
 def write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str = "float64",
-                slice_nc: tuple[int, int] | None = None) -> tuple[list[str], bool]:
-    """Write ``out`` (.dot, .png or .svg); return messages for the user and whether
-    the implementation (if any) verified. ``slice_nc`` picks the (N, C) slice a
-    picture shows (default (0, 0))."""
+                slice_nc: tuple[int, int] | None = None) -> tuple[list[str], str]:
+    """Write ``out`` (.dot, .png or .svg); return messages for the user and the
+    implementation's verdict (:attr:`symjac.Report.verdict`; ``"PASS"`` without one).
+    ``slice_nc`` picks the (N, C) slice a picture shows (default (0, 0))."""
     messages, report = _write_graph(case, out, fns, dtype, slice_nc)
-    return messages, report is None or report.ok
+    return messages, "PASS" if report is None else report.verdict
 
 
 def failing_family(report: Any) -> str | None:
@@ -142,7 +142,7 @@ def _write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str,
     if fns is not None:
         # dy = ones: the report's observed/expected gradients are the picture's panels.
         report = verify(case.operator, **fns, x=x64, dy=np.ones(g.output_shape), dtype=dtype)
-        messages.append(f"{'PASS' if report.ok else 'FAIL'} {case.name}: {report.summary()}")
+        messages.append(f"{report.verdict} {case.name}: {report.summary()}")
         family = failing_family(report)
         if family is not None:  # drawn where it failed: at x both panes could agree
             fx = family_input(g, family, float_dtype(dtype), int(case.inputs.get("seed", 0)))

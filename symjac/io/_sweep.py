@@ -82,8 +82,10 @@ def run_one(config: dict[str, Any], impl_target: str, dtype: str = "float64") ->
     """Verify one configuration; never raises (errors become the result).
 
     The runner of :func:`verify_grid` (module level: worker processes and Dask import it);
-    ``status`` is ``"pass"``, ``"fail"``, ``"error"`` (the factory failed) or ``"skipped"``
-    (no valid operator at the shape, or the factory raised ``NotImplementedError``).
+    ``status`` is ``"pass"``, ``"fail"``, ``"unsupported"`` (the implementation rejects the
+    dtype: :attr:`symjac.Report.verdict`; ``returns_in`` the dtypes it was found to return in),
+    ``"error"`` (the factory failed) or ``"skipped"`` (no valid operator at the shape, or the
+    factory raised ``NotImplementedError``).
     """
     result: dict[str, Any] = {"config": config}
     try:
@@ -106,8 +108,10 @@ def run_one(config: dict[str, Any], impl_target: str, dtype: str = "float64") ->
     except InputError as exc:
         return {**result, "status": "error", "reason": str(exc)}
     report = verify(spec, **fns, input_shape=shape, dtype=dtype, seed=int(config["input"].get("seed", 0)))
-    return {**result, "status": "pass" if report.ok else "fail", "summary": report.summary(),
-            "categories": report.categories(), "backward_calls": report.stats["backward_calls"]}
+    status = {"PASS": "pass", "FAIL": "fail", "UNSUPPORTED": "unsupported"}[report.verdict]
+    return {**result, "status": status, "summary": report.summary(), "categories": report.categories(),
+            "backward_calls": report.stats["backward_calls"],
+            **({"returns_in": list(report.returns_in)} if status == "unsupported" else {})}
 
 
 def verify_grid(grid: list[dict[str, Any]], impl_target: str, *, jobs: int = 1, scheduler: str | None = None,

@@ -6,6 +6,7 @@ See :mod:`symjac.loss._evaluate` for what is computed from it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from fractions import Fraction
 from typing import Any
 
@@ -194,6 +195,12 @@ class Loss:
             put(self, "weight", _weights("weight", self.weight))
         kind.validate(self, lambda name, value: put(self, name, value))
 
+    def at_default(self, name: str) -> bool:
+        """Does option ``name`` hold its kind's default (what ``Loss(kind)`` holds, None where it
+        has none)? What the native wire and the golden ``operator`` object leave out; ``kind``,
+        ``reduction`` and ``scale`` are no options: never."""
+        return name in _ALL_OPTIONS and getattr(self, name) == getattr(_bare(self.kind), name)
+
     def __repr__(self) -> str:
         parts = [repr(self.kind), f"reduction={self.reduction!r}", f"scale={_fmt(self.scale)}"]
         for name in REGISTRY[self.kind].options:
@@ -205,6 +212,12 @@ class Loss:
             elif value is not None:
                 parts.append(f"{name}={value!r}")
         return f"Loss({', '.join(parts)})"
+
+
+@functools.cache
+def _bare(kind: str) -> Loss:
+    """``Loss(kind)``: every option at its default."""
+    return Loss(kind)
 
 
 def _fmt(value: Fraction) -> str:

@@ -73,7 +73,7 @@ from symjac._progress import with_progress
 from symjac.check._call import DEFAULT_TIMEOUT, Guard, same, sha256
 from symjac.check._report import Finding, Report
 from symjac.check._rounding import finfo, float_dtype, is_float
-from symjac.check._unsupported import cast_floats, unsupported
+from symjac.check._unsupported import cast_floats, returns_in, unsupported
 from symjac.loss import _numbers
 from symjac.loss._bounds import Bounds
 from symjac.loss._domain import index as _index
@@ -211,7 +211,8 @@ def verify_loss(loss: Loss, impl: Any = None, /, *, derivative: Callable[..., An
         return dataclasses.replace(first, stats={**first.stats, "hvp": {"checked": False, "why": unchecked}})
     rejected = "; ".join(r for r in (first.unsupported, second.unsupported) if r) or None
     return Report(first.subject, first.findings + second.findings, {**first.stats, **second.stats},
-                  f"{first.headline}; {second.headline}", first.notes + second.notes, rejected)
+                  f"{first.headline}; {second.headline}", first.notes + second.notes, rejected,
+                  returns_in((first, second)))
 
 
 def _own_hvp(impl: Any) -> tuple[Callable[..., Any] | None, str | None]:

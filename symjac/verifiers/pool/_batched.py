@@ -17,6 +17,7 @@ from typing import Any
 
 from symjac.check._call import DEFAULT_TIMEOUT
 from symjac.check._report import Finding, Report
+from symjac.check._unsupported import returns_in
 from symjac.pool._spec import PoolSpec
 from symjac.verifiers._vmap import ROLES, PerSample
 
@@ -109,4 +110,4 @@ def _summary(spec: PoolSpec, sample: PerSample, given: list[str], reports: list[
     else:
         headline = f"vmap: the batched {what} match the exact derivatives one sample at a time at {where}"
     return Report(repr(spec), tuple(findings), {"vmap": stats}, headline,
-                  tuple(f"vmap: {n}" for r in reports for n in r.notes), unsupported)
+                  tuple(f"vmap: {n}" for r in reports for n in r.notes), unsupported, returns_in(reports))

@@ -20,7 +20,7 @@ from symjac.check._call import DEFAULT_TIMEOUT
 from symjac.verifiers.pool._inputs import EXTRA, PROBED, distinct_dy, distinct_input, extra_inputs, family_input
 from symjac.check._report import CATEGORIES, Finding, Report
 from symjac.check._rounding import float_dtype
-from symjac.check._unsupported import unsupported
+from symjac.check._unsupported import returns_in, unsupported
 from symjac.pool._beta import Beta, parse_tie
 from symjac.pool._cover import plan as coverage_plan
 from symjac.pool._geometry import Geometry, check_shape, resolved
@@ -218,7 +218,7 @@ def _verify_plan(spec: PoolSpec, kwargs: dict[str, Any], large: bool = False) ->
     failing = [(shape, r) for shape, r in zip(plan, reports) if not r.ok]
     if rejected and len(rejected) == len(reports) and not findings:
         headline = (f"unsupported in {kwargs['dtype']} at every shape of the coverage plan: {rejected[0]}")
-        return Report(repr(spec), (), stats, headline, unsupported=rejected[0])
+        return Report(repr(spec), (), stats, headline, unsupported=rejected[0], returns_in=returns_in(reports))
     if not failing:
         shapes_text = f"all {len(plan)} shapes" if len(plan) > 1 else "the one shape"
         if kwargs["backward"] is None:

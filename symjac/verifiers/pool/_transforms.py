@@ -36,7 +36,7 @@ from symjac.verifiers.pool._inputs import (FAMILY_NAMES, distinct_dy, extra_inpu
                                            near_tie_tangent, tie_input)
 from symjac.check._report import MAX_LISTED, Finding, Report, fmt_index, listing
 from symjac.check._rounding import gamma, unit_roundoff
-from symjac.check._unsupported import unsupported
+from symjac.check._unsupported import returns_in, unsupported
 from symjac.pool._cover import plan as coverage_plan
 from symjac.pool._geometry import Geometry
 from symjac.pool._rows import ExactRows, Rows, row_tolerance
@@ -403,4 +403,5 @@ def combine(subject: str, reports: list[Report]) -> Report:
             parts.append(last if len(rs) == 1 else f"{last} (at all {len(rs)} shapes)")
     reasons = [str(per[name][0].unsupported) for name in per if name in everywhere]
     return Report(subject, tuple(findings), {"transforms": summary}, "; ".join(parts),
-                  unsupported="; ".join(reasons) or None)
+                  unsupported="; ".join(reasons) or None,
+                  returns_in=returns_in(per[name][0] for name in per if name in everywhere))

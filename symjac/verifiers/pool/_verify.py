@@ -32,6 +32,7 @@ from symjac._exact import as_array, nonfinite_codes
 from symjac._progress import with_progress
 from symjac.check._call import DEFAULT_TIMEOUT
 from symjac.check._report import Report
+from symjac.check._unsupported import returns_in
 from symjac.pool._beta import Beta
 from symjac.pool._geometry import Geometry
 from symjac.pool._ops.unpool import MaxUnpool
@@ -294,7 +295,7 @@ def _merge(subject: str, parts: dict[str, Report], skipped: dict[str, str], name
         headline += "; not checked: " + _not_checked(unnamed)
     return Report(subject, tuple(f for r in reports for f in r.findings), stats, headline,
                   tuple(n for r in reports for n in r.notes),
-                  "; ".join(r.unsupported for r in reports if r.unsupported) or None)
+                  "; ".join(r.unsupported for r in reports if r.unsupported) or None, returns_in(reports))
 
 
 def _not_checked(unnamed: dict[str, str]) -> str:
