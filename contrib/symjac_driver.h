@@ -1,7 +1,8 @@
 /* symjac_driver.h: let symjac verify a C or C++ pooling or loss kernel, with no Python glue.
 
-   One header, C99 (or C++11), the C standard library only. The kernel author writes ONE
-   function, the dispatch, that reads a request and calls their kernels:
+   One header, C99 (or C++11), the C standard library only (and on POSIX systems <unistd.h>'s
+   dup, dup2 and write). The kernel author writes ONE function, the dispatch, that reads a
+   request and calls their kernels:
 
        #include "symjac_driver.h"
 
@@ -24,10 +25,12 @@
    expects, which the kernel may change within the capacity); write every element of it,
    and nothing past it: the output starts filled with a signalling NaN and every buffer
    sits between guard regions, checked after the call (a kernel that accumulates into its
-   output calls symjac_zero_output(r) first, as its framework zeroes it); never write to
-   stdout (the protocol runs there: diagnostics go to stderr); return 0, or
-   symjac_fail(r, "why", ...) for a request the kernel cannot serve. Inputs may be written
-   to: symjac is told, and reports it.
+   output calls symjac_zero_output(r) first, as its framework zeroes it); return 0, or
+   symjac_fail(r, "why", ...) for a request the kernel cannot serve. In C++, let no exception
+   leave the dispatch: catch it and return symjac_fail(r, "%s", e.what()) (uncaught, it aborts
+   the program, or on the ctypes route Python). Inputs may be written to: symjac is told, and
+   reports it. Printing to stdout is harmless: symjac_serve moves the protocol to a descriptor
+   of its own first and points stdout at stderr (POSIX; docs/native.md, "stdout and the protocol").
 
    The wire format (docs/native.md): ASCII header lines, an empty line, then the arrays as
    raw little-endian C-order bytes (the golden `bin` layout). */
@@ -39,6 +42,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__unix__) || defined(__unix) || defined(__APPLE__) /* POSIX: the protocol moves off fd 1 */
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+#define SYMJAC__POSIX 1
+#else
+#define SYMJAC__POSIX 0
+#endif
 
 #if defined(__GLIBC__) /* the request's perturb line sets the byte glibc's allocator fills with */
 #include <malloc.h>
@@ -88,7 +100,7 @@ typedef struct {
     int64_t output_size[SYMJAC_MAX_RANK];/* adaptive pools */
     char kind[SYMJAC_NAME];              /* losses: "mse", "sigmoid_ce", ... */
     char reduction[SYMJAC_NAME];         /* "mean", "batch_mean", "sum", "none" */
-    double scale;                        /* the loss scale S (exactly: symjac_setting(r, "scale"), "p" or "p/q") */
+    double scale;                        /* the loss scale S (exactly: the setting "scale", "p" or "p/q") */
 } symjac_request;
 
 #define SYMJAC_ABI ((int64_t)SYMJAC_PROTOCOL << 32 | (int64_t)sizeof(symjac_request))
@@ -123,8 +135,8 @@ static inline int symjac_fail(symjac_request *r, const char *format, ...) {
     return 1;
 }
 
-/* The text of setting key (up to the end of its line), or NULL when the request has none. */
-static inline const char *symjac_setting(const symjac_request *r, const char *key) {
+/* Where the value of setting key starts in r->settings (it runs to the '\n' ending its line), or NULL. */
+static inline const char *symjac__setting_at(const symjac_request *r, const char *key) {
     size_t n = strlen(key);
     const char *p = r->settings;
     while (*p) {
@@ -136,9 +148,32 @@ static inline const char *symjac_setting(const symjac_request *r, const char *ke
     return NULL;
 }
 
+/* The text of setting key, up to the end of its line, as snprintf gives it: copied into out
+   (at most size - 1 characters and a '\0'; out may be NULL when size is 0). Returns the text's
+   length (size or more: it was cut), or -1 when the request has no such setting, e.g.
+
+       char kind[32];
+       if (symjac_setting(r, "kind", kind, sizeof kind) < 0) ...     absent
+       if (symjac_setting(r, "weight", NULL, 0) >= 0) ...            present */
+static inline int symjac_setting(const symjac_request *r, const char *key, char *out, size_t size) {
+    const char *p = symjac__setting_at(r, key);
+    size_t n = 0;
+    if (p == NULL) {
+        if (size) out[0] = '\0';
+        return -1;
+    }
+    while (p[n] != '\0' && p[n] != '\n') n++;
+    if (size) {
+        size_t k = n < size - 1 ? n : size - 1;
+        memcpy(out, p, k);
+        out[k] = '\0';
+    }
+    return (int)n;
+}
+
 /* Setting key as a number ("2", "0.25", "1/3" exactly as p/q), or fallback when absent. */
 static inline double symjac_setting_number(const symjac_request *r, const char *key, double fallback) {
-    const char *p = symjac_setting(r, key);
+    const char *p = symjac__setting_at(r, key);
     char *end;
     double value;
     if (p == NULL) return fallback;
@@ -149,7 +184,7 @@ static inline double symjac_setting_number(const symjac_request *r, const char *
 
 /* Up to max integers of setting key into out; returns how many were read. */
 static inline int symjac_setting_ints(const symjac_request *r, const char *key, int64_t *out, int max) {
-    const char *p = symjac_setting(r, key);
+    const char *p = symjac__setting_at(r, key);
     int n = 0;
     while (p != NULL && n < max && *p != '\n' && *p != '\0') {
         char *end;
@@ -186,13 +221,13 @@ static inline void symjac__word(const char *p, char *out) {
 static inline void symjac_parse_settings(symjac_request *r) {
     int64_t pads[2 * SYMJAC_MAX_RANK] = {0}, v = 0;
     int i, n;
-    symjac__word(symjac_setting(r, "operator"), r->operator_name);
+    symjac__word(symjac__setting_at(r, "operator"), r->operator_name);
     symjac__word(r->n_inputs ? r->inputs[0].dtype : "", r->dtype);
-    symjac__word(symjac_setting(r, "mode"), r->mode);
-    symjac__word(symjac_setting(r, "layout"), r->layout);
-    symjac__word(symjac_setting(r, "divisor"), r->divisor);
-    symjac__word(symjac_setting(r, "kind"), r->kind);
-    symjac__word(symjac_setting(r, "reduction"), r->reduction);
+    symjac__word(symjac__setting_at(r, "mode"), r->mode);
+    symjac__word(symjac__setting_at(r, "layout"), r->layout);
+    symjac__word(symjac__setting_at(r, "divisor"), r->divisor);
+    symjac__word(symjac__setting_at(r, "kind"), r->kind);
+    symjac__word(symjac__setting_at(r, "reduction"), r->reduction);
     r->rank = symjac_setting_ints(r, "rank", &v, 1) ? (int32_t)v : 0;
     r->ceil_mode = symjac_setting_ints(r, "ceil_mode", &v, 1) ? (int32_t)v : 0;
     symjac_setting_ints(r, "kernel", r->kernel, SYMJAC_MAX_RANK);
@@ -256,11 +291,89 @@ static inline int symjac__array_line(const char *p, symjac_array *a) {
     return 0;
 }
 
-static inline void symjac__array_text(FILE *out, const char *role, const symjac_array *a) {
+/* ---------------------------------------------------------------- the protocol's stream */
+
+/* Where responses go: stdout, until symjac_serve moves the protocol to a descriptor of its own
+   (fd >= 0, written through buf) and points fd 1 at stderr (symjac__move_protocol). */
+typedef struct {
+    int fd;
+    size_t used;
+    char buf[1 << 16];
+} symjac__stream;
+
+static symjac__stream symjac__protocol = {-1, 0, {0}};
+
+static inline void symjac__flush(void) {
+#if SYMJAC__POSIX
+    size_t done = 0;
+    while (symjac__protocol.fd >= 0 && done < symjac__protocol.used) {
+        ssize_t n = write(symjac__protocol.fd, symjac__protocol.buf + done, symjac__protocol.used - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break; /* symjac has gone: nothing to answer */
+        done += (size_t)n;
+    }
+    symjac__protocol.used = 0;
+#endif
+    fflush(stdout); /* a response, or what the kernel printed (on stderr once the protocol moved) */
+}
+
+static inline void symjac__put(const void *data, size_t n) {
+    const char *p = (const char *)data;
+    if (symjac__protocol.fd < 0) {
+        fwrite(p, 1, n, stdout);
+        return;
+    }
+    while (n > 0) {
+        size_t k = sizeof symjac__protocol.buf - symjac__protocol.used;
+        if (k == 0) {
+            symjac__flush();
+            continue;
+        }
+        if (k > n) k = n;
+        memcpy(symjac__protocol.buf + symjac__protocol.used, p, k);
+        symjac__protocol.used += k, p += k, n -= k;
+    }
+}
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 1, 2)))
+#endif
+static inline void symjac__say(const char *format, ...) {
+    char text[SYMJAC_MESSAGE + 512]; /* the longest: a message line */
+    va_list args;
+    int n;
+    va_start(args, format);
+    n = vsnprintf(text, sizeof text, format, args);
+    va_end(args);
+    if (n > 0) symjac__put(text, (size_t)n < sizeof text ? (size_t)n : sizeof text - 1);
+}
+
+/* Keep the protocol off stdout (POSIX): fd 1, the pipe symjac reads responses from, is copied to
+   a new descriptor the driver writes to (closed in programs the kernel runs), and fd 1 becomes a
+   copy of stderr. What the kernel or a library it calls prints to stdout (printf, std::cout,
+   write(1, ...)) then reaches stderr, line by line, where symjac drains it and quotes its end in
+   messages, instead of corrupting a response. Called by symjac_serve before the first request. */
+static inline void symjac__move_protocol(void) {
+#if SYMJAC__POSIX
+    int fd;
+    if (symjac__protocol.fd >= 0) return;
+    setvbuf(stdout, NULL, _IOLBF, BUFSIZ); /* before any output: the kernel's lines reach stderr as written */
+    fd = dup(1);
+    if (fd < 0) return;
+    if (dup2(2, 1) < 0) {
+        close(fd);
+        return;
+    }
+    (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+    symjac__protocol.fd = fd;
+#endif
+}
+
+static inline void symjac__array_text(const char *role, const symjac_array *a) {
     int i;
-    fprintf(out, "%s %s %s %d", role, a->name, a->dtype, (int)a->ndim);
-    for (i = 0; i < a->ndim; i++) fprintf(out, " %lld", (long long)a->shape[i]);
-    fputc('\n', out);
+    symjac__say("%s %s %s %d", role, a->name, a->dtype, (int)a->ndim);
+    for (i = 0; i < a->ndim; i++) symjac__say(" %lld", (long long)a->shape[i]);
+    symjac__put("\n", 1);
 }
 
 static inline int symjac__read_line(char *line, size_t size) {
@@ -335,7 +448,7 @@ static inline void symjac__outside(const symjac__buffers *b, int i, const char *
             last = k;
             found = 1;
         }
-    if (found) printf("outside %s %lld %lld\n", name, first, last);
+    if (found) symjac__say("outside %s %lld %lld\n", name, first, last);
 }
 
 static inline void symjac__guards(const symjac__buffers *b, const symjac_request *r) {
@@ -415,7 +528,7 @@ static inline void symjac__answer(symjac_request *r, const symjac__buffers *b, i
     const unsigned char *out = b->data[r->n_inputs];
     long long need;
     int i, same;
-    printf("symjac 1 response\nid %lld\nop %s\n", (long long)r->id, r->op);
+    symjac__say("symjac 1 response\nid %lld\nop %s\n", (long long)r->id, r->op);
     o->count = 1;
     for (i = 0; i < o->ndim; i++) o->count *= o->shape[i];
     if (!status && o->count > r->output_capacity) {
@@ -425,31 +538,31 @@ static inline void symjac__answer(symjac_request *r, const symjac__buffers *b, i
     if (status) {
         for (i = 0; r->message[i]; i++)
             if (r->message[i] == '\n') r->message[i] = ' ';
-        printf("status error\nmessage %s\n", r->message[0] ? r->message : "the kernel refused");
+        symjac__say("status error\nmessage %s\n", r->message[0] ? r->message : "the kernel refused");
         symjac__guards(b, r);
-        printf("bytes 0\n\n");
+        symjac__say("bytes 0\n\n");
         return;
     }
     need = o->count * o->itemsize;
-    printf("status ok\n");
-    symjac__array_text(stdout, "output", o);
+    symjac__say("status ok\n");
+    symjac__array_text("output", o);
     for (i = 0; i < r->n_inputs; i++) {
         symjac_array *a = &r->inputs[i];
         same = memcmp(b->saved[i], b->data[i], (size_t)(a->count * a->itemsize)) == 0;
-        if (same) printf("input %s same\n", a->name);
-        else symjac__array_text(stdout, "input", a);
+        if (same) symjac__say("input %s same\n", a->name);
+        else symjac__array_text("input", a);
         if (!same) need += a->count * a->itemsize;
     }
-    if (b->poisoned) printf("poison %s\n", b->hex);
+    if (b->poisoned) symjac__say("poison %s\n", b->hex);
     symjac__guards(b, r);
-    printf("bytes %lld\n\n", need);
+    symjac__say("bytes %lld\n\n", need);
     symjac__to_host((void *)out, o->count, o->itemsize); /* host to little-endian: the same swap */
-    fwrite(out, (size_t)o->itemsize, (size_t)o->count, stdout);
+    symjac__put(out, (size_t)(o->itemsize * o->count));
     for (i = 0; i < r->n_inputs; i++) {
         symjac_array *a = &r->inputs[i];
         if (memcmp(b->saved[i], b->data[i], (size_t)(a->count * a->itemsize)) == 0) continue;
         symjac__to_host(b->data[i], a->count, a->itemsize);
-        fwrite(b->data[i], (size_t)a->itemsize, (size_t)a->count, stdout);
+        symjac__put(b->data[i], (size_t)(a->itemsize * a->count));
     }
 }
 
@@ -477,24 +590,27 @@ static inline int symjac__serve_one(symjac_dispatch_fn dispatch, symjac_request 
     if (unknown) { /* skip the payload and refuse: the stream stays in step */
         for (; bytes > 0; bytes--)
             if (getchar() == EOF) return 2;
-        printf("symjac 1 response\nid %lld\nop %s\nstatus error\nmessage an array of this request has a dtype the "
-               "driver does not know (docs/native.md lists them)\nbytes 0\n\n", (long long)r->id, r->op);
+        symjac__say("symjac 1 response\nid %lld\nop %s\nstatus error\nmessage an array of this request has a dtype "
+                    "the driver does not know (docs/native.md lists them)\nbytes 0\n\n", (long long)r->id, r->op);
     } else {
         status = symjac__call(dispatch, r, &b);
         if (status == -1) return 2;
         symjac__answer(r, &b, status);
     }
-    fflush(stdout);
+    symjac__flush();
     for (i = 0; i < b.n; i++) free(b.data[i] - SYMJAC_GUARD);
     for (i = 0; i < r->n_inputs; i++) free(b.saved[i]);
     return 0;
 }
 
-/* The request loop: answer every request on stdin until it ends. Returns main's exit code. */
+/* The request loop: answer every request on stdin until it ends. Returns main's exit code.
+   First it moves the protocol off stdout (POSIX; symjac__move_protocol): the kernel's printf
+   goes to stderr. */
 static inline int symjac_serve(symjac_dispatch_fn dispatch) {
     static symjac_request request;
     static char line[SYMJAC_SETTINGS];
     int status;
+    symjac__move_protocol();
     while ((status = symjac__serve_one(dispatch, &request, line, sizeof line)) == 0) {
     }
     if (status == 2) fprintf(stderr, "symjac_driver: malformed request (see docs/native.md); stopping\n");

@@ -26,6 +26,7 @@
 #define SYMJAC_GOLDEN_H
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,37 @@ typedef struct {
     double *max_abs_error;  /* per-element bound, or NULL (integer arrays) */
     double max_ulp;         /* the worst bound in ULPs of a golden value that is not 0, or -1 without a bound */
 } symjac_golden_array;
+
+#if defined(__GNUC__)
+#define SYMJAC_GOLDEN__PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define SYMJAC_GOLDEN__PRINTF(f, a)
+#endif
+
+/* err = "WHERE: REASON" (REASON formatted as printf does), cut to errlen bytes with its NUL. Where
+   both do not fit, WHERE (a path) keeps its end, after "...", so that its file name and the reason
+   stay whole; a reason too long for err is cut at its end. */
+SYMJAC_GOLDEN__PRINTF(4, 5)
+static inline void symjac_golden__error(char *err, size_t errlen, const char *where, const char *format, ...) {
+    char reason[512];
+    size_t room, n = strlen(where), r, skip = 0, at = 0;
+    va_list args;
+    if (err == NULL || errlen == 0) return;
+    va_start(args, format);
+    vsnprintf(reason, sizeof reason, format, args);
+    va_end(args);
+    r = strlen(reason);
+    room = errlen - 1; /* characters err holds */
+    if (n + 2 + r > room && room >= r + 2 + 3 + 8) { /* at least "..." and 8 characters of WHERE */
+        skip = n - (room - r - 2 - 3);
+        memcpy(err, "...", 3);
+        at = 3;
+    }
+    for (; skip < n && at < room; skip++) err[at++] = where[skip];
+    for (skip = 0; skip < 2 && at < room; skip++) err[at++] = ": "[skip];
+    for (skip = 0; skip < r && at < room; skip++) err[at++] = reason[skip];
+    err[at] = '\0';
+}
 
 /* ---------------------------------------------------------------- index.json */
 
@@ -159,19 +191,20 @@ static inline int symjac_golden__read_bin(const char *path, const char *dtype, s
     unsigned char b[8];
     FILE *f = fopen(path, "rb");
     if (strcmp(dtype, "<f2") && strcmp(dtype, "<f4") && strcmp(dtype, "<f8") && strcmp(dtype, "<i8")) {
-        snprintf(err, errlen, "%s: dtype %s is not one of <f2, <f4, <f8, <i8", path, dtype);
+        symjac_golden__error(err, errlen, path, "dtype %s is not one of <f2, <f4, <f8, <i8", dtype);
         if (f != NULL) fclose(f);
         return 1;
     }
     if (f == NULL) {
-        snprintf(err, errlen, "%s: cannot open", path);
+        symjac_golden__error(err, errlen, path, "cannot open");
         return 1;
     }
     for (i = 0; i < count; i++) {
         uint64_t bits = 0;
         int k;
         if (fread(b, size, 1, f) != 1) {
-            snprintf(err, errlen, "%s: holds fewer than the %lu elements index.json lists", path, (unsigned long)count);
+            symjac_golden__error(err, errlen, path, "holds fewer than the %lu elements index.json lists",
+                                 (unsigned long)count);
             fclose(f);
             return 1;
         }
@@ -194,7 +227,8 @@ static inline int symjac_golden__read_bin(const char *path, const char *dtype, s
         }
     }
     if (fgetc(f) != EOF) {
-        snprintf(err, errlen, "%s: holds more than the %lu elements index.json lists", path, (unsigned long)count);
+        symjac_golden__error(err, errlen, path, "holds more than the %lu elements index.json lists",
+                             (unsigned long)count);
         fclose(f);
         return 1;
     }
@@ -219,12 +253,20 @@ static inline const char *symjac_golden__path(const char *index, const char *pat
     return p;
 }
 
-static inline char *symjac_golden__index(const char *folder, char *err, size_t errlen) {
-    char path[4096];
+/* The text of folder/index.json (path gets its name, size >= 16), or NULL (err says why). */
+static inline char *symjac_golden__index(const char *folder, char *path, size_t size, char *err, size_t errlen) {
     char *index;
-    snprintf(path, sizeof path, "%s/index.json", folder);
+    size_t n = strlen(folder);
+    if (n + sizeof "/index.json" > size) {
+        symjac_golden__error(err, errlen, folder, "a folder name longer than %lu characters",
+                             (unsigned long)(size - sizeof "/index.json"));
+        memcpy(path, "index.json", sizeof "index.json");
+        return NULL;
+    }
+    memcpy(path, folder, n);
+    memcpy(path + n, "/index.json", sizeof "/index.json");
     index = symjac_golden__read_text(path);
-    if (index == NULL) snprintf(err, errlen, "%s: cannot read", path);
+    if (index == NULL) symjac_golden__error(err, errlen, path, "cannot read");
     return index;
 }
 
@@ -235,14 +277,15 @@ static inline char *symjac_golden__index(const char *folder, char *err, size_t e
    or a value that is not integers, such as the divisor rule "exclude_pad"). */
 static inline int symjac_golden_meta_ints(const char *folder, const char *path, long long *out, int max, char *err,
                                           size_t errlen) {
-    char *index = symjac_golden__index(folder, err, errlen);
+    char file[4096];
+    char *index = symjac_golden__index(folder, file, sizeof file, err, errlen);
     const char *p, *end;
     int n = 0;
     if (index == NULL) return -1;
     p = symjac_golden__path(index, path);
     end = p ? symjac_golden__skip(p) : NULL;
     if (end == NULL) {
-        snprintf(err, errlen, "%s/index.json: no \"%s\"", folder, path);
+        symjac_golden__error(err, errlen, file, "no \"%s\"", path);
         free(index);
         return -1;
     }
@@ -264,7 +307,7 @@ static inline int symjac_golden_meta_ints(const char *folder, const char *path, 
         n++;
     }
     if (p < end) {
-        snprintf(err, errlen, "%s/index.json: \"%s\" is not integers", folder, path);
+        symjac_golden__error(err, errlen, file, "\"%s\" is not integers", path);
         n = -1;
     }
     free(index);
@@ -275,12 +318,14 @@ static inline int symjac_golden_meta_ints(const char *folder, const char *path, 
    success, else 1 (err says why: no such key, not a string, or longer than size - 1). */
 static inline int symjac_golden_meta_string(const char *folder, const char *path, char *out, size_t size, char *err,
                                             size_t errlen) {
-    char *index = symjac_golden__index(folder, err, errlen);
+    char file[4096];
+    char *index = symjac_golden__index(folder, file, sizeof file, err, errlen);
     int status;
     if (index == NULL) return 1;
     status = symjac_golden__string(symjac_golden__path(index, path), out, size);
-    if (status) snprintf(err, errlen, "%s/index.json: \"%s\" is no string of fewer than %lu characters", folder, path,
-                         (unsigned long)size);
+    if (status)
+        symjac_golden__error(err, errlen, file, "\"%s\" is no string of fewer than %lu characters", path,
+                             (unsigned long)size);
     free(index);
     return status;
 }
@@ -302,22 +347,18 @@ static inline int symjac_golden_load(const char *folder, const char *name, symja
     int status = 1;
     memset(a, 0, sizeof *a);
     a->max_ulp = -1;
-    snprintf(path, sizeof path, "%s/index.json", folder);
-    index = symjac_golden__read_text(path);
-    if (index == NULL) {
-        snprintf(err, errlen, "%s: cannot read", path);
-        return 1;
-    }
+    index = symjac_golden__index(folder, path, sizeof path, err, errlen);
+    if (index == NULL) return 1;
     entry = symjac_golden__get(index, "arrays");
     entry = entry ? symjac_golden__get(entry, name) : NULL;
     if (entry == NULL) {
-        snprintf(err, errlen, "%s: no array \"%s\" (see its \"arrays\")", path, name);
+        symjac_golden__error(err, errlen, path, "no array \"%s\" (see its \"arrays\")", name);
         goto done;
     }
     if (symjac_golden__string(symjac_golden__get(entry, "file"), file, sizeof file) ||
         symjac_golden__string(symjac_golden__get(entry, "dtype"), a->dtype, sizeof a->dtype) ||
         (p = symjac_golden__get(entry, "count")) == NULL) {
-        snprintf(err, errlen, "%s: array \"%s\" lacks file, dtype or count", path, name);
+        symjac_golden__error(err, errlen, path, "array \"%s\" lacks file, dtype or count", name);
         goto done;
     }
     a->count = (size_t)strtoul(p, NULL, 10);
@@ -332,7 +373,7 @@ static inline int symjac_golden_load(const char *folder, const char *name, symja
     if ((p = symjac_golden__get(entry, "max_ulp")) != NULL) a->max_ulp = strtod(p, NULL);
     a->values = (double *)malloc((a->count ? a->count : 1) * sizeof(double));
     if (a->values == NULL) {
-        snprintf(err, errlen, "out of memory");
+        symjac_golden__error(err, errlen, name, "out of memory");
         goto done;
     }
     snprintf(path, sizeof path, "%s/%s", folder, file);
@@ -392,14 +433,15 @@ static inline const char *symjac_golden_tie_policy(const char *folder, const cha
         size_t bad;
         snprintf(name, sizeof name, "dx_%s.%s", policies[i], dtype);
         if (symjac_golden_load(folder, name, &a, err, errlen)) {
-            snprintf(err, errlen, "%s: no %s: the case has no tied windows (or no dtype %s)", folder, name, dtype);
+            symjac_golden__error(err, errlen, folder, "no %s: the case has no tied windows (or no dtype %s)", name,
+                                 dtype);
             return NULL;
         }
         bad = symjac_golden_check(&a, got, NULL);
         symjac_golden_free(&a);
         if (bad == 0) return policies[i];
     }
-    snprintf(err, errlen, "%s: dx follows none of the tie policies first, last, split", folder);
+    symjac_golden__error(err, errlen, folder, "dx follows none of the tie policies first, last, split");
     return NULL;
 }
 

@@ -23,10 +23,12 @@ static void put(symjac_array *a, const char *dtype, int64_t i, double v) {
 
 /* Setting key's numbers ("3/4 2 1/4"), up to max; returns how many. */
 static int numbers(const symjac_request *r, const char *key, double *out, int max) {
-    const char *p = symjac_setting(r, key);
+    static char text[SYMJAC_SETTINGS];
+    const char *p = text;
     char *end;
     int n = 0;
-    while (p && n < max && *p && *p != '\n') {
+    if (symjac_setting(r, key, text, sizeof text) < 0) return 0;
+    while (n < max && *p) {
         out[n] = strtod(p, &end);
         if (end == p) break;
         if (*end == '/') out[n] /= strtod(end + 1, &end);
@@ -44,7 +46,7 @@ static int64_t elements(symjac_request *r, const symjac_array *z, const symjac_a
     int64_t n = z->count / per, i, c;
     double eps = symjac_setting_number(r, "eps", 0), w[256];
     int nw = numbers(r, "weight", w, 256), full = (int)symjac_setting_number(r, "full", 0);
-    int has_ignore = symjac_setting(r, "ignore_index") != NULL;
+    int has_ignore = symjac_setting(r, "ignore_index", NULL, 0) >= 0;
     int64_t ignore = (int64_t)symjac_setting_number(r, "ignore_index", 0);
     for (i = 0; i < n; i++) {
         if (symjac_is(r->kind, "nll")) {

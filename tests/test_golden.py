@@ -197,6 +197,67 @@ int main(int argc, char **argv) {
     assert missing.returncode == 1 and 'no array "nothing"' in missing.stderr
 
 
+METADATA_READER = r'''
+#include <stdio.h>
+#include "symjac_golden.h"
+/* argv: a case folder, then a missing one; err's size is a constant (sizeof), as in most callers */
+int main(int argc, char **argv) {
+    symjac_golden_array dx;
+    char err[256], small[96], tiny[8], mode[32];
+    long long pads[8];
+    double got[36] = {0};
+    size_t first = 0;
+    int n;
+    if (argc != 3) return 2;
+    if (symjac_golden_load(argv[1], "dx.float32", &dx, err, sizeof err)) { puts(err); return 1; }
+    n = symjac_golden_meta_ints(argv[1], "operator.pads", pads, 8, err, sizeof err);
+    if (n != 4 || symjac_golden_meta_string(argv[1], "operator.mode", mode, sizeof mode, err, sizeof err)) {
+        puts(err);
+        return 1;
+    }
+    printf("pads %lld %lld %lld %lld, mode %s, %lu of %lu off\n", pads[0], pads[1], pads[2], pads[3], mode,
+           (unsigned long)symjac_golden_check(&dx, got, &first), (unsigned long)dx.count);
+    printf("%s\n", symjac_golden_tie_policy(argv[1], "float32", dx.values, err, sizeof err) ? "tied" : err);
+    symjac_golden_free(&dx);
+    if (symjac_golden_load(argv[2], "dx.float32", &dx, small, sizeof small)) puts(small);
+    if (symjac_golden_meta_ints(argv[2], "operator.pads", pads, 8, small, sizeof small) < 0) puts(small);
+    if (symjac_golden_meta_string(argv[2], "operator.mode", mode, sizeof mode, small, sizeof small)) puts(small);
+    if (symjac_golden_load(argv[2], "dx.float32", &dx, tiny, sizeof tiny)) puts(tiny);
+    return 0;
+}
+'''
+
+
+@pytest.mark.parametrize("compiler", ["gcc", "g++"])
+def test_the_metadata_readers_compile_without_warnings_at_o3(tmp_path, compiler):
+    # issue 33 item 14: gcc -O3 -Wall -Wextra warned -Wformat-truncation 12 times (a 4096-byte path
+    # formatted into the caller's err); the messages now cut a long path from its start
+    if shutil.which(compiler) is None:
+        pytest.skip(f"{compiler} is not installed")
+    src = tmp_path / ("meta.c" if compiler == "gcc" else "meta.cpp")
+    src.write_text(METADATA_READER)
+    std = ["-std=c99"] if compiler == "gcc" else ["-std=c++11"]
+    exe = tmp_path / "meta"
+    built = subprocess.run([compiler, *std, "-O3", "-Wall", "-Wextra", "-pedantic", "-Wformat=2",
+                            "-Wformat-truncation=2", "-Werror", "-I", str(ROOT / "contrib"), "-o", str(exe), str(src),
+                            "-lm"], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    folder = golden(AVG3, tmp_path, "--format", "bin", "--dtype", "float32") / "avg3"
+    missing = "/nowhere/" + "deep/" * 60 + "case"
+    run = subprocess.run([str(exe), str(folder), missing], capture_output=True, text=True, check=True)
+    lines = run.stdout.splitlines()
+    # AVG3: valid 3x3 average pooling of a 6x6 input, so no pads and dx has 36 elements; every cell is in
+    # a window and dy is random, so no golden dx is 0 and all 36 differ from the zeros given
+    assert lines[0] == "pads 0 0 0 0, mode avg, 36 of 36 off"
+    assert lines[1] == f"{folder}: no dx_first.float32: the case has no tied windows (or no dtype float32)"
+    # each message fits the 96 bytes given, its path's end and its reason whole
+    assert lines[2:5] == ["..." + f"{missing}/index.json"[-(95 - 3 - 2 - len("cannot read")):] + ": cannot read"] * 3
+    assert all(len(line) == 95 for line in lines[2:5])  # 96 bytes: 95 characters and the '\0'
+    assert lines[5:] == ["/nowher"]  # 8 bytes: too few for the reason, cut at err's size
+    short = subprocess.run([str(exe), str(folder), "/nowhere/case"], capture_output=True, text=True, check=True)
+    assert short.stdout.splitlines()[2:5] == ["/nowhere/case/index.json: cannot read"] * 3
+
+
 def test_half_conversion_matches_numpy(tmp_path):
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed")

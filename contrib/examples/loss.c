@@ -16,7 +16,8 @@ static int dispatch(symjac_request *r) {
     else if (symjac_is(r->reduction, "sum")) reduce = REDUCE_SUM;
     else if (symjac_is(r->reduction, "none")) reduce = REDUCE_NONE;
     else return symjac_fail(r, "reduction %s is not implemented", r->reduction);
-    if (symjac_setting(r, "weight") || symjac_setting(r, "pos_weight")) return symjac_fail(r, "no weights here");
+    if (symjac_setting(r, "weight", NULL, 0) >= 0 || symjac_setting(r, "pos_weight", NULL, 0) >= 0)
+        return symjac_fail(r, "no weights here");
     if (!f32 && !symjac_is(r->dtype, "float64")) return symjac_fail(r, "dtype %s is not implemented", r->dtype);
     if (z == NULL || y == NULL || !symjac_is(y->dtype, z->dtype) || y->count != z->count)
         return symjac_fail(r, "pred and label must have one dtype and size");

@@ -14,7 +14,7 @@ static int dispatch(symjac_request *r) {
         return symjac_fail(r, "this kernel is 2-D NCHW pooling only");
     if (!avg && !symjac_is(r->mode, "max")) return symjac_fail(r, "mode %s is not implemented", r->mode);
     if (!f32 && !symjac_is(r->dtype, "float64")) return symjac_fail(r, "dtype %s is not implemented", r->dtype);
-    if (r->dilation[0] != 1 || r->dilation[1] != 1 || symjac_setting(r, "pad_value") != NULL)
+    if (r->dilation[0] != 1 || r->dilation[1] != 1 || symjac_setting(r, "pad_value", NULL, 0) >= 0)
         return symjac_fail(r, "dilation and pad_value are not implemented");
     if (avg && !symjac_is(r->divisor, "exclude_pad") && !symjac_is(r->divisor, "include_pad"))
         return symjac_fail(r, "divisor %s is not implemented", r->divisor);

@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import itertools
 import os
+import re
 import selectors
 import shlex
 import shutil
@@ -47,6 +48,16 @@ from symjac.frameworks.native._wire import (
 DEFAULT_TIMEOUT = 30.0
 #: Bytes of the child's stderr kept for messages (the latest).
 STDERR_TAIL = 4096
+#: Characters of the stderr tail a message quotes.
+QUOTED_TAIL = 600
+#: A stderr line that says what went wrong, kept (the first one a process writes) even when it scrolls
+#: out of the tail: a sanitizer's report (AddressSanitizer's or LeakSanitizer's `ERROR:` line, UBSan's
+#: `runtime error:`, ThreadSanitizer's `WARNING:`/`ERROR:`), or a C++ exception that ended the program
+#: (`terminate called ...`, then `  what():  ...`). Its report's legend and stack follow it, and
+#: the quoted tail shows only those.
+NOTABLE = re.compile(rb"(?:ERROR|WARNING): [A-Za-z]*Sanitizer|runtime error:|terminate called|what\(\):")
+#: Bytes of one stderr line examined and quoted (a longer line is cut).
+_LINE_MAX = 1024
 _CHUNK = 1 << 16
 _FIRST_LINE = RESPONSE.encode() + b"\n"
 
@@ -182,6 +193,9 @@ class Child:
         self._last = "none yet"  # the last request answered, for messages
         self._stderr: collections.deque[bytes] = collections.deque()
         self._stderr_size = 0
+        self._notable: list[bytes] = []  # the running process's first NOTABLE line (and a what() right after it)
+        self._notable_done = False
+        self._partial = b""  # the start of its stderr's unfinished line
 
     @property
     def command(self) -> str:
@@ -209,6 +223,26 @@ class Child:
 
     def stderr_tail(self) -> str:
         return b"".join(self._stderr).decode("utf-8", "replace")[-STDERR_TAIL:]
+
+    def stderr_notable(self) -> list[str]:
+        """The first line of the running (or last) process's stderr that says what went wrong
+        (:data:`NOTABLE`: a sanitizer's `ERROR:` line, UBSan's `runtime error:`, a C++ exception's
+        `terminate called ...`), and the line right after it if it matches too (the exception's
+        `what():`); kept wherever the tail has moved since. Empty when there is none."""
+        lines = list(self._notable)
+        if not self._notable_done and NOTABLE.search(self._partial):  # a last line with no newline
+            lines.append(self._partial)
+        return [line.decode("utf-8", "replace").strip() for line in lines[:2]]
+
+    def _stderr_says(self) -> str:
+        """For a message: the notable lines the quoted tail does not show, then the tail."""
+        err = self.stderr_tail().strip()
+        tail = err[-QUOTED_TAIL:]
+        notable = [line for line in self.stderr_notable() if line and line not in tail]
+        said = f"; its stderr says {' '.join(repr(line) for line in notable)}" if notable else ""
+        if not err:
+            return said
+        return said + (" and ends: " if said else "; its stderr ends: ") + repr(tail)
 
     # ------------------------------------------------------------------ one request
 
@@ -267,6 +301,7 @@ class Child:
             os.set_blocking(stream.fileno(), False)
         self.starts += 1
         self._served = 0
+        self._notable, self._notable_done, self._partial = [], False, b""
         self._proc = proc
         self._finalizer = weakref.finalize(self, _stop, proc)
         return proc
@@ -283,12 +318,48 @@ class Child:
         self._stderr_size += len(data)
         while self._stderr_size > STDERR_TAIL and len(self._stderr) > 1:
             self._stderr_size -= len(self._stderr.popleft())
+        if not self._notable_done:
+            self._find_notable(data)
+
+    def _find_notable(self, data: bytes) -> None:
+        """Look for the first NOTABLE line (and a matching line right after it) in the lines ``data``
+        completes; the unfinished last line waits for the next data (its first _LINE_MAX bytes)."""
+        text = self._partial + data
+        end = text.rfind(b"\n")
+        if end < 0:
+            self._partial = text[:_LINE_MAX]
+            return
+        done, self._partial = text[:end], text[end + 1:end + 1 + _LINE_MAX]
+        if not self._notable and NOTABLE.search(done) is None:
+            return  # the common case: nothing to keep, no line split
+        for line in done.split(b"\n"):
+            if not self._notable:
+                if NOTABLE.search(line):
+                    self._notable.append(line[:_LINE_MAX])
+                continue
+            if NOTABLE.search(line):  # right after the first: a C++ exception's what()
+                self._notable.append(line[:_LINE_MAX])
+            self._notable_done = True
+            return
+
+    def _drain_stderr(self, proc: subprocess.Popen[bytes]) -> None:
+        """Keep what the (ended) child left in its stderr pipe: a sanitizer writes its report just
+        before it exits, and symjac may see stdout close before reading it. Bounded (a process the
+        kernel started may hold the pipe open and go on writing)."""
+        if proc.stderr is None or proc.stderr.closed:
+            return
+        for _ in range(64):
+            try:
+                data = os.read(proc.stderr.fileno(), _CHUNK)
+            except (BlockingIOError, OSError):
+                return
+            if not data:
+                return
+            self._keep_stderr(data)
 
     def _where(self, req: Request, got: int, total: int | None) -> str:
         of = f" of {total}" if total is not None else ""
-        err = self.stderr_tail().strip()
-        return (f"(request {req.id}, {req.op}: {got}{of} response bytes received)"
-                + (f"; its stderr ends: {err[-600:]!r}" if err else ""))
+        return f"(request {req.id}, {req.op}: {got}{of} response bytes received)" + self._stderr_says()
 
     def _reap(self, proc: subprocess.Popen[bytes]) -> tuple[int | None, str]:
         """Its exit status and how it ended, once it closed its stdout (killed after 2 s if it runs on)."""
@@ -298,6 +369,7 @@ class Child:
         if not _exited(proc):
             _end(proc)
             return None, "closed its stdout but kept running (killed)"
+        self._drain_stderr(proc)
         code = _end(proc)
         return code, describe_exit(code)
 
@@ -313,6 +385,7 @@ class Child:
         proc = self._proc
         if proc is not None and _exited(proc):
             ours = self._killed is proc
+            self._drain_stderr(proc)
             code = _end(proc)
             self.close()
             self._killed = None
@@ -320,7 +393,7 @@ class Child:
             # a crash between requests is the kernel's
             if code and not ours:
                 raise ChildCrashed(f"{self._name} {describe_exit(code)} between requests, after answering "
-                                   f"{self._last}; its stderr ends: {self.stderr_tail().strip()[-600:]!r}")
+                                   f"{self._last}{self._stderr_says()}")
             proc = None
         if proc is None or self._finalizer is None or not self._finalizer.alive:
             proc = self._start()
