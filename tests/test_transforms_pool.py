@@ -321,3 +321,21 @@ def test_pytorch_transforms_pass_over_a_grid_of_configurations() -> None:
         assert r.ok, f"{spec} at {shape}: {r}"
         checked += 1
     assert checked >= 50
+
+
+def test_a_wrong_jvp_leads_the_headline_and_the_repr() -> None:
+    # issue 33 item 2: a report whose JVP is wrong began "backward matches the exact Jacobian ...",
+    # and its repr was cut before it said which derivative failed. 1-D average pooling k=2 s=2:
+    # the backward gives each cell dy/2 (right), the JVP twice J·t (wrong weights everywhere).
+    spec = symjac.Pool("avg", kernel=(2,), stride=(2,))
+
+    def backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
+        return np.repeat(dy / 2, 2, axis=-1).astype(x.dtype)
+
+    def doubled(x: np.ndarray, t: np.ndarray) -> np.ndarray:
+        return 2 * _np_avg_jvp(2, 2)(x, t)
+
+    r = symjac.verify(spec, backward=backward, jvp=doubled, input_shape=(1, 1, 8))
+    assert not r.ok and r.stats["transforms"]["vjp"]["ok"] and not r.stats["transforms"]["jvp"]["ok"]
+    assert r.summary().startswith("jvp: ") and "backward matches the exact Jacobian" in r.summary()
+    assert repr(r).startswith("<Report FAIL wrong_weights: jvp: ")

@@ -627,3 +627,19 @@ def test_one_verify_loss_call_checks_its_loss_once(monkeypatch: pytest.MonkeyPat
 
     assert verify_loss(loss, derivative=d).ok
     assert calls == [loss]
+
+
+def test_a_wrong_hvp_leads_the_headline():
+    # issue 33 item 2, for losses: mean MSE over n entries, L = Σ(z - y)²/n, dL/dz = 2(z - y)/n and
+    # H = 2I/n, so H·v = 2v/n; the hvp below forgets the 2. Its finding comes first in the headline,
+    # before the derivative's "matches".
+    def derivative(z, y):
+        return (2 * (z - y) / z.size).astype(z.dtype)
+
+    def half_hvp(z, y, v):
+        return (v / z.size).astype(z.dtype)
+
+    rep = symjac.verify_loss(symjac.Loss("mse"), derivative=derivative, hvp=half_hvp)
+    assert not rep.ok and rep.summary().startswith("mse: hvp: "), rep.summary()
+    assert symjac.verify_loss(symjac.Loss("mse"), derivative=derivative,
+                              hvp=lambda z, y, v: (2 * v / z.size).astype(z.dtype)).ok

@@ -211,7 +211,8 @@ def verify_loss(loss: Loss, impl: Any = None, /, *, derivative: Callable[..., An
         return dataclasses.replace(first, stats={**first.stats, "hvp": {"checked": False, "why": unchecked}})
     rejected = "; ".join(r for r in (first.unsupported, second.unsupported) if r) or None
     return Report(first.subject, first.findings + second.findings, {**first.stats, **second.stats},
-                  f"{first.headline}; {second.headline}", first.notes + second.notes, rejected,
+                  "; ".join(r.headline for r in sorted((first, second), key=lambda r: r.ok)),  # failing first
+                  first.notes + second.notes, rejected,
                   returns_in((first, second)))
 
 

@@ -289,7 +289,8 @@ def _merge(subject: str, parts: dict[str, Report], skipped: dict[str, str], name
             summary[name] = {"checked": False, "why": skipped[name]}
     reports = list(parts.values())
     stats = {**(parts["vjp"].stats if "vjp" in parts else {}), "transforms": summary}
-    headline = "; ".join(r.headline for r in reports)
+    # the derivatives that fail (or turn the dtype down) lead: a wrong JVP is not the tail of "backward matches"
+    headline = "; ".join(r.headline for r in sorted(reports, key=lambda r: r.ok))
     unnamed = {name: text for name, text in skipped.items() if (named and loud) or name in rejected}
     if unnamed:
         headline += "; not checked: " + _not_checked(unnamed)
