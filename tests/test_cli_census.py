@@ -54,3 +54,36 @@ def test_census_usage_errors(tmp_path):
     assert r.returncode == 2 and "give two values" in r.stderr
     r = run("c.toml", "--x", "missing.npy", cwd=tmp_path)
     assert r.returncode == 2 and "missing.npy" in r.stderr
+
+
+SHAPE_ONLY = """
+[operator]
+kind = "pool"
+mode = "max"
+kernel = [2, 2]
+[input]
+shape = [1, 1, 7, 7]
+"""
+
+
+def test_census_generates_the_input_from_shape(tmp_path):
+    (tmp_path / "c.toml").write_text(SHAPE_ONLY)
+    # 7x7, kernel 2, stride 2, valid: floor((7 - 2) / 2) + 1 = 3 windows per axis, 9 in all;
+    # the default generator ("distinct") gives distinct values: every window untied.
+    r = run("c.toml", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "input (1, 1, 7, 7) generated (distinct, seed 0) from [input] shape" in r.stdout
+    assert "float64: 9 windows: untied 9, exact 0, rounding 0, broken 0" in r.stdout
+
+
+def test_census_without_input_uses_the_coverage_plan(tmp_path):
+    (tmp_path / "c.toml").write_text(SHAPE_ONLY.split("[input]")[0])
+    r = run("c.toml", "--dtype", "float16", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["input"].startswith("no [input]: input (1, 1, ")
+    assert "the largest shape of the coverage plan" in doc["input"]
+    shape = [int(n) for n in doc["input"].split("(")[1].split(")")[0].split(",")]
+    # kernel 2 = stride 2, valid: each spatial axis of length n has n // 2 windows.
+    windows = (shape[2] // 2) * (shape[3] // 2)
+    assert doc["totals"] == {"untied": windows, "exact": 0, "rounding": 0, "broken": 0}
