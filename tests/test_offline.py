@@ -205,6 +205,62 @@ def test_cli_observed_reads_npy_npz_and_golden_bin(tmp_path, suffix):
     assert main(["check", SEED000, "--observed", str(path)]) == 1
 
 
+MAXPOOL = """
+[operator]
+kind = "pool"
+mode = "max"
+kernel = [2, 2]
+[input]
+shape = [%s]
+"""
+
+
+def test_cli_observed_takes_x_and_dy_from_a_golden_case_folder(tmp_path, capsys):
+    """A kernel run on a golden folder's x and dy, its dx written over the folder's dx: the
+    diagnosis uses the folder's inputs (shape 1x1x2x4), not the spec's (1x1x4x4 here)."""
+    from symjac.cli._main import main
+
+    (tmp_path / "golden.toml").write_text(MAXPOOL % "1, 1, 2, 4")
+    (tmp_path / "m.toml").write_text(MAXPOOL % "1, 1, 4, 4")
+    assert main(["golden", str(tmp_path / "golden.toml"), "--format", "bin", "--dtype", "float32",
+                 "--out", str(tmp_path / "g")]) == 0
+    folder = tmp_path / "g" / "golden"
+    arrays = json.loads((folder / "index.json").read_text())["arrays"]
+    x = np.fromfile(folder / "x.float32.bin", np.float32).reshape(1, 1, 2, 4)
+    dy = np.fromfile(folder / "dy.float32.bin", np.float32).reshape(1, 1, 1, 2)
+    assert arrays["dx.float32"]["shape"] == [1, 1, 2, 4]
+    assert np.all(dy != 0)  # each window has a gradient to drop
+    # By hand: kernel 2x2, stride 2, valid: windows (0,0,0,0) (columns 0-1) and (0,0,0,1)
+    # (columns 2-3); each window's dy goes to its largest x (distinct within each window).
+    dx = np.zeros((1, 1, 2, 4), np.float32)
+    for w in range(2):
+        block = x[0, 0, :, 2 * w:2 * w + 2]
+        assert len(set(block.reshape(-1).tolist())) == 4
+        i, j = np.unravel_index(int(np.argmax(block)), block.shape)
+        dx[0, 0, i, 2 * w + j] = dy[0, 0, 0, w]
+    dx.tofile(folder / "dx.float32.bin")
+    capsys.readouterr()
+    assert main(["check", str(tmp_path / "m.toml"), "--observed", str(folder), "--dtype", "float32"]) == 0
+    assert "matches the exact J^T dy at all 8 cells" in capsys.readouterr().out
+    # planted defect: window (0,0,0,1)'s gradient dropped
+    dx[0, 0, :, 2:] = 0
+    dx.tofile(folder / "dx.float32.bin")
+    assert main(["check", str(tmp_path / "m.toml"), "--observed", str(folder), "--dtype", "float32"]) == 1
+    out = capsys.readouterr().out
+    assert "  windows (0,0,0,1) get nothing" in out and "  windows (0,0,0,0) arrive" in out
+
+
+def test_cli_observed_names_the_files_it_takes(tmp_path, capsys):
+    from symjac.cli._main import main
+
+    np.zeros(4, np.float32).tofile(tmp_path / "dx.float32.bin")
+    (tmp_path / "empty").mkdir()
+    for path in (tmp_path / "dx.float32.bin", tmp_path / "empty"):
+        assert main(["check", SEED000, "--observed", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert "--observed takes a .npy file, an .npz archive" in err and "golden bin case folder" in err
+
+
 @pytest.mark.skipif(__import__("shutil").which("cc") is None and __import__("shutil").which("gcc") is None,
                     reason="no C compiler")
 @pytest.mark.parametrize("defines", [("-DSEED000_BUG",), ()], ids=["bug", "fixed"])

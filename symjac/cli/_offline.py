@@ -37,8 +37,8 @@ def add_check_arguments(p: argparse.ArgumentParser) -> None:
     which.add_argument("--responses", metavar="DIR",
                        help="the folder of requests and their response files (the next round's requests go there)")
     which.add_argument("--observed", metavar="FILE",
-                       help="instead: one observed dx for the case's x and dy (.npy, .npz or a golden bin folder), "
-                            "diagnosed against the exact Jacobian at window level")
+                       help="instead: one observed dx for the case's x and dy (.npy, .npz), or a golden bin case folder "
+                            "(its dx.DTYPE for its own x and dy), diagnosed against the exact Jacobian at window level")
     _dtype(p)
 
 
@@ -98,9 +98,9 @@ def _observed(args: argparse.Namespace) -> int:
     if len(cases) != 1:
         raise UsageError(f"--observed diagnoses one case; {len(cases)} are selected (pick one with --case)")
     try:
-        dx = load_observed(args.observed)
+        got = load_observed(args.observed, args.dtype)
     except (OSError, ValueError, KeyError) as exc:
         raise UsageError(f"--observed {args.observed!r}: {exc}") from None
-    result = diagnose_observed(cases[0], dx)
+    result = diagnose_observed(cases[0], got.dx, got.x, got.dy)
     print("\n".join(result.lines))
     return EXIT_OK if result.ok else EXIT_FINDING

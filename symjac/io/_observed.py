@@ -23,24 +23,62 @@ from symjac.io._specfile import pool_input
 from symjac.pool._jacobian import jacobian
 
 
-def load_observed(path: str | Path) -> np.ndarray:
+OBSERVED_FILES = ("a .npy file, an .npz archive (its dx array, or its only one) or a golden bin case folder "
+                  "(holding index.json, as symjac golden --format bin writes it)")
+
+
+@dataclasses.dataclass(frozen=True)
+class ObservedInput:
+    """An observed ``dx``, with the ``x`` and ``dy`` it was computed for where its file holds them
+    (a golden case folder: exact Fractions of the values stored there), else None."""
+
+    dx: np.ndarray
+    x: np.ndarray | None = None
+    dy: np.ndarray | None = None
+
+
+def load_observed(path: str | Path, dtype: str | None = None) -> ObservedInput:
     """A dx from a ``.npy`` file, an ``.npz`` archive (its ``dx`` array, or its only one) or a
-    golden ``bin`` folder (the first ``dx`` array its ``index.json`` names)."""
+    golden ``bin`` case folder: its ``dx.DTYPE`` array (``dtype``'s if it has one, else the first
+    ``dx`` array its ``index.json`` names), with the folder's ``x.DTYPE`` and ``dy.DTYPE`` of the
+    same dtype (the inputs the kernel ran on), where it has them.
+
+    Raises:
+      InputError: ``path`` is none of those files (the message says which it takes), or the
+        folder names no dx array.
+    """
     path = Path(path)
     if path.is_dir():
-        index = json.loads((path / "index.json").read_text())
-        names = [n for n in index["arrays"] if n.split(".")[0] == "dx"]
+        if not (path / "index.json").is_file():
+            raise InputError(f"{path}: a folder without index.json; --observed takes {OBSERVED_FILES}")
+        arrays = json.loads((path / "index.json").read_text())["arrays"]
+        names = [n for n in arrays if n.split(".")[0] == "dx" and len(n.split(".")) == 2]
         if not names:
             raise InputError(f"{path}/index.json names no dx array")
-        e = index["arrays"][names[0]]
-        return np.fromfile(path / e["file"], dtype=e["dtype"]).reshape(e["shape"])
+        name = f"dx.{dtype}" if f"dx.{dtype}" in names else names[0]
+        suffix = name.split(".", 1)[1]
+
+        def read(entry: dict[str, Any]) -> np.ndarray:
+            return np.fromfile(path / entry["file"], dtype=entry["dtype"]).reshape(entry["shape"])
+
+        def exact(key: str) -> np.ndarray | None:
+            from symjac._exact import ExactArray
+
+            return ExactArray.from_any(read(arrays[key])).to_fractions() if key in arrays else None
+
+        return ObservedInput(read(arrays[name]), exact(f"x.{suffix}"), exact(f"dy.{suffix}"))
     if path.suffix == ".npz":
         with np.load(path) as archive:
             keys = [k for k in archive.files if k.split(".")[0] == "dx"] or archive.files
             if len(keys) != 1 and "dx" not in archive.files:
                 raise InputError(f"{path}: give an archive with one dx array (it has {', '.join(archive.files)})")
-            return np.asarray(archive["dx" if "dx" in archive.files else keys[0]])
-    return np.asarray(np.load(path))
+            return ObservedInput(np.asarray(archive["dx" if "dx" in archive.files else keys[0]]))
+    if path.suffix != ".npy":
+        raise InputError(f"{path}: not a .npy or .npz file; --observed takes {OBSERVED_FILES}")
+    try:
+        return ObservedInput(np.asarray(np.load(path, allow_pickle=False)))
+    except ValueError as exc:
+        raise InputError(f"{path}: not a .npy array ({exc}); --observed takes {OBSERVED_FILES}") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,11 +93,15 @@ def _cell(shape: tuple[int, ...], flat: int) -> str:
     return "(" + ",".join(str(int(i)) for i in np.unravel_index(flat, shape)) + ")"
 
 
-def diagnose_observed(case: Any, dx: np.ndarray) -> Observed:
-    """Diagnose ``dx``, observed for the pooling ``case``'s ``x`` and ``dy``, at window level."""
+def diagnose_observed(case: Any, dx: np.ndarray, x: np.ndarray | None = None, dy: np.ndarray | None = None) -> Observed:
+    """Diagnose ``dx``, observed for ``x`` and ``dy`` (exact Fractions; each not given: the pooling
+    ``case``'s), at window level."""
     if case.is_loss:
         raise InputError(f"{case.name}: --observed diagnoses a pooling backward's dx; this case is a loss")
-    _, x, dy = pool_input(case)
+    if x is None or dy is None:
+        _, case_x, case_dy = pool_input(case)
+        x = case_x if x is None else x
+        dy = case_dy if dy is None else dy
     jac = jacobian(case.operator, x, tie=case.tie if case.tie not in (None, "any") else "first")
     if dx.shape != tuple(jac.input_shape):
         raise InputError(f"{case.name}: the observed dx has shape {dx.shape}; the case's x has {jac.input_shape}")
