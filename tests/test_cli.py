@@ -611,3 +611,13 @@ def test_graph_of_a_rejected_dtype_says_unsupported_and_exits_4(tmp_path):
     r = symjac("graph", str(ROOT / SEED000), "--impl", "impl.py", "--out", "g.dot", cwd=tmp_path)
     assert r.returncode == 4, r.stdout + r.stderr
     assert "UNSUPPORTED nntrainer_avgpool_same_2x2: unsupported in float64: " in r.stdout, r.stdout
+
+
+def test_explain_of_max_pooling_says_what_heaviside_0_means_and_avg_does_not():
+    # The note is max's (its operator's explain_note): ties, the Clarke set and the spec's tie option.
+    r = symjac("explain", "specs/seeds/maxpool_ties.toml")
+    assert r.returncode == 0 and "Heaviside(x[0,0] - Max(" in r.stdout
+    note = [line for line in r.stdout.splitlines() if line.startswith("note: Heaviside(0)")]
+    assert len(note) == 1 and "Clarke subgradient" in note[0] and 'tie = "first"' in note[0]
+    r = symjac("explain", SEED000)
+    assert r.returncode == 0 and "Heaviside" not in r.stdout and "note:" not in r.stdout
