@@ -621,3 +621,15 @@ def test_explain_of_max_pooling_says_what_heaviside_0_means_and_avg_does_not():
     assert len(note) == 1 and "Clarke subgradient" in note[0] and 'tie = "first"' in note[0]
     r = symjac("explain", SEED000)
     assert r.returncode == 0 and "Heaviside" not in r.stdout and "note:" not in r.stdout
+
+
+def test_a_mistyped_impl_file_or_spec_path_names_the_nearest_file_in_its_folder(tmp_path):
+    (tmp_path / "shape.toml").write_text((ROOT / "specs/seeds/maxpool_ties.toml").read_text())
+    (tmp_path / "all_tie.py").write_text("def impl(x):\n    return x\n")
+    (tmp_path / "other.txt").write_text("")
+    r = symjac("verify", "shape.toml", "--impl", "alltie.py:impl", cwd=tmp_path)
+    assert r.returncode == 2 and "no such file alltie.py (did you mean 'all_tie.py'?)" in r.stderr
+    r = symjac("explain", "shap.toml", cwd=tmp_path)
+    assert r.returncode == 2 and "shap.toml: no such spec file (did you mean 'shape.toml'?)" in r.stderr
+    r = symjac("explain", "zzzzzz.toml", cwd=tmp_path)  # nothing near: no suggestion
+    assert r.returncode == 2 and "no such spec file" in r.stderr and "did you mean" not in r.stderr
