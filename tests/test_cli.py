@@ -633,3 +633,22 @@ def test_a_mistyped_impl_file_or_spec_path_names_the_nearest_file_in_its_folder(
     assert r.returncode == 2 and "shap.toml: no such spec file (did you mean 'shape.toml'?)" in r.stderr
     r = symjac("explain", "zzzzzz.toml", cwd=tmp_path)  # nothing near: no suggestion
     assert r.returncode == 2 and "no such spec file" in r.stderr and "did you mean" not in r.stderr
+
+
+def test_max_nnz_sets_the_budget_and_the_message_names_it(tmp_path):
+    # avg 2x2, stride 1 on 6x6: 25 windows x 4 slots = 100 Jacobian entries (and 36 inputs).
+    spec = tmp_path / "big.toml"
+    spec.write_text('name = "big"\n[operator]\nkind = "pool"\nmode = "avg"\nkernel = 2\nstride = 1\n'
+                    '[input]\nshape = [1, 1, 6, 6]\n')
+    for command in (("golden", str(spec), "--out", str(tmp_path / "o")), ("explain", str(spec)),
+                    ("graph", str(spec), "--out", str(tmp_path / "g.dot"))):
+        r = symjac(*command, "--max-nnz", "99")
+        assert r.returncode == 2, (command, r.stderr)
+        assert "= 100 Jacobian entries exceed the budget of 99" in r.stderr and "--max-nnz N" in r.stderr
+        assert "symjac.pool.MAX_NNZ" not in r.stderr
+        r = symjac(*command, "--max-nnz", "100")
+        assert r.returncode == 0, (command, r.stderr)
+    r = symjac("verify", str(spec), "--impl", FIXED, "--max-nnz", "99")
+    assert r.returncode == 2 and "--max-nnz N" in r.stderr
+    r = symjac("explain", str(spec), "--max-nnz", "0")
+    assert r.returncode == 2 and "--max-nnz: '0' is no positive integer" in r.stderr
