@@ -57,15 +57,34 @@ def did_you_mean(value: Any, choices: Iterable[str], synonyms: Mapping[str, str]
     ``synonyms`` maps other libraries' words to ours (``"average"`` -> ``"avg"``,
     ``"cross_entropy"`` -> ``"softmax_ce"``), which spelling distance would not find.
     """
+    near = _nearest(value, choices, synonyms)
+    return f" (did you mean {near!r}?)" if near else ""
+
+
+def _nearest(value: Any, choices: Iterable[str], synonyms: Mapping[str, str] | None = None) -> str | None:
     if not isinstance(value, str):
-        return ""
+        return None
     choices = list(choices)
     key = value.lower().replace("-", "_")
     near = (synonyms or {}).get(key)
     if near not in choices:
         matches = difflib.get_close_matches(key, choices, n=1)
         near = matches[0] if matches else None
-    return f" (did you mean {near!r}?)" if near else ""
+    return near
+
+
+def nearest_file(path: Any, pattern: str) -> str:
+    """:func:`did_you_mean` for a missing file: ``" (did you mean 'specs/shape.toml'?)"`` for the
+    file matching ``pattern`` (``"*.toml"``) in ``path``'s folder whose name is nearest, or ``""``."""
+    from pathlib import Path
+
+    p = Path(path)
+    try:
+        names = sorted(q.name for q in p.parent.glob(pattern) if q.is_file())
+    except OSError:  # the folder is missing or unreadable: nothing to suggest
+        return ""
+    near = _nearest(p.name, names)
+    return f" (did you mean {str(p.parent / near)!r}?)" if near else ""
 
 
 def known_keywords(synonyms: Mapping[str, str] | None = None) -> Callable[[_F], _F]:

@@ -611,3 +611,44 @@ def test_graph_of_a_rejected_dtype_says_unsupported_and_exits_4(tmp_path):
     r = symjac("graph", str(ROOT / SEED000), "--impl", "impl.py", "--out", "g.dot", cwd=tmp_path)
     assert r.returncode == 4, r.stdout + r.stderr
     assert "UNSUPPORTED nntrainer_avgpool_same_2x2: unsupported in float64: " in r.stdout, r.stdout
+
+
+def test_explain_of_max_pooling_says_what_heaviside_0_means_and_avg_does_not():
+    # The note is max's (its operator's explain_note): ties, the Clarke set and the spec's tie option.
+    r = symjac("explain", "specs/seeds/maxpool_ties.toml")
+    assert r.returncode == 0 and "Heaviside(x[0,0] - Max(" in r.stdout
+    note = [line for line in r.stdout.splitlines() if line.startswith("note: Heaviside(0)")]
+    assert len(note) == 1 and "Clarke subgradient" in note[0] and 'tie = "first"' in note[0]
+    r = symjac("explain", SEED000)
+    assert r.returncode == 0 and "Heaviside" not in r.stdout and "note:" not in r.stdout
+
+
+def test_a_mistyped_impl_file_or_spec_path_names_the_nearest_file_in_its_folder(tmp_path):
+    (tmp_path / "shape.toml").write_text((ROOT / "specs/seeds/maxpool_ties.toml").read_text())
+    (tmp_path / "all_tie.py").write_text("def impl(x):\n    return x\n")
+    (tmp_path / "other.txt").write_text("")
+    r = symjac("verify", "shape.toml", "--impl", "alltie.py:impl", cwd=tmp_path)
+    assert r.returncode == 2 and "no such file alltie.py (did you mean 'all_tie.py'?)" in r.stderr
+    r = symjac("explain", "shap.toml", cwd=tmp_path)
+    assert r.returncode == 2 and "shap.toml: no such spec file (did you mean 'shape.toml'?)" in r.stderr
+    r = symjac("explain", "zzzzzz.toml", cwd=tmp_path)  # nothing near: no suggestion
+    assert r.returncode == 2 and "no such spec file" in r.stderr and "did you mean" not in r.stderr
+
+
+def test_max_nnz_sets_the_budget_and_the_message_names_it(tmp_path):
+    # avg 2x2, stride 1 on 6x6: 25 windows x 4 slots = 100 Jacobian entries (and 36 inputs).
+    spec = tmp_path / "big.toml"
+    spec.write_text('name = "big"\n[operator]\nkind = "pool"\nmode = "avg"\nkernel = 2\nstride = 1\n'
+                    '[input]\nshape = [1, 1, 6, 6]\n')
+    for command in (("golden", str(spec), "--out", str(tmp_path / "o")), ("explain", str(spec)),
+                    ("graph", str(spec), "--out", str(tmp_path / "g.dot"))):
+        r = symjac(*command, "--max-nnz", "99")
+        assert r.returncode == 2, (command, r.stderr)
+        assert "= 100 Jacobian entries exceed the budget of 99" in r.stderr and "--max-nnz N" in r.stderr
+        assert "symjac.pool.MAX_NNZ" not in r.stderr
+        r = symjac(*command, "--max-nnz", "100")
+        assert r.returncode == 0, (command, r.stderr)
+    r = symjac("verify", str(spec), "--impl", FIXED, "--max-nnz", "99")
+    assert r.returncode == 2 and "--max-nnz N" in r.stderr
+    r = symjac("explain", str(spec), "--max-nnz", "0")
+    assert r.returncode == 2 and "--max-nnz: '0' is no positive integer" in r.stderr

@@ -359,3 +359,53 @@ def test_json_is_strict_where_terms_cancel_to_zero(tmp_path):
     index = json.loads(next(out.glob("*/index.json")).read_text())
     worst = index["arrays"]["y.float64"]["max_ulp"]
     assert 0 < worst < 1e6
+
+
+MAX_NONOVERLAP = AVG3.replace('name = "avg3"', 'name = "mx"').replace('mode = "avg"', 'mode = "max"').replace(
+    "kernel = 3\nstride = 1", "kernel = 2\nstride = 2")
+
+
+def test_max_pool_without_overlap_is_exact_in_every_format(tmp_path):
+    # y is one of the inputs (rounding to a dtype is monotone: the max of the rounded inputs is
+    # the rounded max), each Jacobian entry is 1, and with stride = kernel each cell's dx is at
+    # most one window's dy: a correct float implementation reproduces every golden value, bound 0.
+    # (Old code: gamma(k) * mass, e.g. y 1.9e-06 in float32.)
+    out = golden(MAX_NONOVERLAP, tmp_path, "--format", "json,onnx", "--dtype", "float32,float16")
+    arrays = json.loads((out / "mx.json").read_text())["arrays"]
+    for name in ("y", "dx", "jac_values"):
+        for dt in ("float32", "float16"):
+            assert set(arrays[name]["max_abs_error"][dt]) == {0.0}, (name, dt)
+    for dt in ("float32", "float16"):
+        data = json.loads((out / "onnx" / f"test_symjac_mx_{dt}" / "data.json").read_text())
+        assert data["atol"] == 0
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_overlapping_max_pool_bounds_the_sum_of_windows_only(tmp_path, dtype):
+    # kernel 3, stride 1: a cell chosen by several windows sums their dy, which rounds; a cell
+    # chosen by one window copies its dy (bound 0). y stays exact (one of the inputs).
+    spec = MAX_NONOVERLAP.replace("kernel = 2\nstride = 2", "kernel = 3\nstride = 1")
+    arrays = json.loads((golden(spec, tmp_path, "--dtype", dtype) / "mx.json").read_text())["arrays"]
+    assert set(arrays["y"]["max_abs_error"][dtype]) == {0.0}
+    windows = np.bincount(arrays["jac_cols"]["values"], minlength=36)  # windows routing to each cell
+    bound = np.array(arrays["dx"]["max_abs_error"][dtype])
+    assert np.any(windows >= 2) and np.all(bound[windows >= 2] > 0) and np.all(bound[windows < 2] == 0)
+    torch = pytest.importorskip("torch")
+    tdt = getattr(torch, dtype)
+    x = torch.tensor(np.array(arrays["x"][dtype]).reshape(1, 1, 6, 6), dtype=tdt, requires_grad=True)
+    dy = torch.tensor(np.array(arrays["dy"][dtype]).reshape(1, 1, 4, 4), dtype=tdt)
+    y = torch.nn.functional.max_pool2d(x, 3, stride=1)
+    y.backward(dy)
+    assert np.array_equal(y.detach().double().numpy().reshape(-1), np.array(arrays["y"][dtype]))
+    got = x.grad.double().numpy().reshape(-1)
+    assert np.all(np.abs(got - np.array(arrays["dx"][dtype])) <= bound)
+
+
+def test_avg_pool_bounds_keep_the_gamma_model(tmp_path):
+    # BOUND_NOTE's model by hand: y = sum of 9 terms x/9, k = 9 + 3, M = sum |x| / 9.
+    arrays = json.loads((golden(AVG3, tmp_path) / "avg3.json").read_text())["arrays"]
+    x = np.array([float(Fraction(v)) for v in arrays["x"]["exact"]]).reshape(6, 6)
+    u = 2.0**-24
+    mass = np.array([[np.abs(x[i:i + 3, j:j + 3]).sum() / 9 for j in range(4)] for i in range(4)]).reshape(-1)
+    want = 12 * u / (1 - 12 * u) * mass * (1 + 2.0**-30)
+    assert np.allclose(arrays["y"]["max_abs_error"]["float32"], want, rtol=1e-12, atol=0)

@@ -263,8 +263,25 @@ QUIET_HELP = "no progress line (it shows on a terminal once a run passes 2 s, on
 DTYPE_HELP = f"dtype of the arrays the implementation receives (default {DEFAULT_DTYPE})"
 
 
+def _max_nnz_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-nnz", type=_positive_int, default=None, metavar="N",
+                   help="the size budget of one pooling geometry (batch x windows x kernel slots, and batch x "
+                        "input cells; default symjac.pool.MAX_NNZ = 2^26): a larger shape is refused")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is no positive integer (give e.g. 100000000)")
+    return value
+
+
 def _verify_args(p: argparse.ArgumentParser) -> None:
     add_spec_arguments(p)
+    _max_nnz_arg(p)
     p.add_argument("--impl", metavar="MODULE_OR_PATH[:ATTR]", help=IMPL_HELP + " (or give --exec)")
     p.add_argument("--exec", metavar="CMD", help="instead of --impl: a native kernel program speaking symjac's "
                    "protocol on stdin/stdout (contrib/symjac_driver.h; docs/native.md), started once")
@@ -285,6 +302,7 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
 
 def _golden_args(p: argparse.ArgumentParser) -> None:
     add_spec_arguments(p)
+    _max_nnz_arg(p)
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (created if missing)")
     p.add_argument("--format", default="json", metavar="FORMATS", help="comma-separated subset of json,npz,bin,onnx "
                    "(default json; onnx: ONNX backend-test directories, pooling cases ONNX can express)")
@@ -299,11 +317,13 @@ def _golden_args(p: argparse.ArgumentParser) -> None:
 
 def _explain_args(p: argparse.ArgumentParser) -> None:
     add_spec_arguments(p)
+    _max_nnz_arg(p)
     p.add_argument("--latex", action="store_true", help="render the expressions as LaTeX")
 
 
 def _graph_args(p: argparse.ArgumentParser) -> None:
     add_spec_arguments(p)
+    _max_nnz_arg(p)
     p.add_argument("--impl", default=None, metavar="MODULE_OR_PATH[:ATTR]",
                    help="also verify this implementation and mark the windows it gets wrong; " + IMPL_HELP)
     p.add_argument("--out", required=True, metavar="FILE", help="a .dot (window graph), .png or .svg (picture) file")
@@ -408,6 +428,12 @@ def main(argv: list[str] | None = None) -> int:
             parsers[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:  # argparse already printed its usage line
         return EXIT_USAGE if exc.code else EXIT_OK
+    if hasattr(args, "max_nnz"):  # the budget's message names this run's option, not the Python settings
+        import symjac.pool
+
+        symjac.pool.BUDGET_HINT = "--max-nnz N"
+        if args.max_nnz is not None:
+            symjac.pool.MAX_NNZ = args.max_nnz
     try:
         return _interrupt.interruptible(args.command, lambda: int(args.run(args)))  # Ctrl-C: one line, exit 130
     except (UsageError, SymjacError) as exc:

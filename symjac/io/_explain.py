@@ -46,6 +46,8 @@ def explain_pool(case: Any, latex: bool = False) -> str:
         for cell, d in zip(cells, c.template.derivatives):
             lhs = sympy.Derivative(y, cell) if latex else f"d{y}/d{cell}"
             lines.append(f"  {_equation(lhs, d.xreplace(sub), latex)}")
+    if g.operator.explain_note:
+        lines.append(f"note: {g.operator.explain_note}")
     return "\n".join(lines)
 
 

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from symjac._errors import InputError, SpecError, SymjacError, did_you_mean
+from symjac._errors import InputError, SpecError, SymjacError, did_you_mean, nearest_file
 from symjac.loss._spec import KINDS, SYNONYMS, Loss, check_loss
 from symjac.pool._foreign import foreign_hint, toml_text
 from symjac.pool._ops.unpool import MaxUnpool, refuse_scatter
@@ -330,7 +330,7 @@ def unreadable(p: Path, exc: OSError, what: str = "spec file") -> str:
         if isinstance(exc, FileNotFoundError):
             return f"{p}: a symbolic link to {os.readlink(p)}, which does not exist; {give}"
     if isinstance(exc, FileNotFoundError):
-        return f"{p}: no such {what}"
+        return f"{p}: no such {what}{nearest_file(p, '*.toml')}"
     if isinstance(exc, IsADirectoryError):
         return f"{p}: a directory, not a {what}; {give}"
     if isinstance(exc, PermissionError):

@@ -399,7 +399,7 @@ def _check_budget(spec: PoolSpec, shape: tuple[int, ...], max_nnz: int | None) -
         if size > budget:
             raise SpecError(f"{spec!r} at input_shape={shape!r} is too large: its windows read {size} (window, "
                             f"cell) pairs over all channels, beyond the budget of {budget}; use a smaller shape or "
-                            "fewer boxes, or raise the budget with resolve(..., max_nnz=...) or symjac.pool.MAX_NNZ")
+                            f"fewer boxes, or raise the budget with {symjac.pool.BUDGET_HINT}")
         return
     lead, spatial, trail = _split_shape(spec, shape)
     windows = slots = 1
@@ -425,7 +425,7 @@ def _check_budget(spec: PoolSpec, shape: tuple[int, ...], max_nnz: int | None) -
             f"{spec!r} at input_shape={shape!r} is too large: {batch} slices x {windows} windows x {slots} "
             f"kernel slots (or {batch} x {math.prod(spatial)} inputs) = {size} Jacobian entries exceed the "
             f"budget of {budget}; use a smaller shape or kernel, or raise the budget with "
-            f"resolve(..., max_nnz=...) or symjac.pool.MAX_NNZ"
+            f"{symjac.pool.BUDGET_HINT}"
         )
 
 

@@ -14,7 +14,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from symjac._errors import UsageError
+from symjac._errors import UsageError, nearest_file
 
 
 def impl_candidates(holder: Any, needed: tuple[str, ...] = ("backward", "derivative")) -> list[str]:
@@ -47,7 +47,7 @@ def load_impl(target: str) -> Any:
     try:
         if module_part.endswith(".py") or path.exists():
             if not path.is_file():
-                raise UsageError(f"--impl {target!r}: no such file {module_part}")
+                raise UsageError(f"--impl {target!r}: no such file {module_part}{nearest_file(path, '*.py')}")
             name = f"_symjac_impl_{abs(hash(str(path.resolve())))}"
             spec = importlib.util.spec_from_file_location(name, path)
             if spec is None or spec.loader is None:

@@ -159,7 +159,9 @@ BOUND_NOTE = ("max_abs_error[dtype] bounds |implementation - golden[dtype]| for 
               "dtype from the golden inputs: gamma(k) * M (Higham), gamma(k) = k*u/(1 - k*u), u the unit roundoff, "
               "M the sum of |terms| of the entry and k = (number of terms) + 3 (input rounding, weight and product, "
               "the golden value's own rounding), and where k*u >= 1 (gamma(k) undefined) (1 - u)^-k - 1, the bound "
-              "gamma(k) stands for; inputs (x, dy) have none; max_ulp is max_abs_error in ULPs of golden[dtype] "
+              "gamma(k) stands for; an entry that is one term of weight 1 (a copy of an input: max pooling's dx where one window "
+              "routes to the cell, a Jacobian entry 1) rounds nothing and has 0, as has y where the verifier's forward "
+              "tolerance is 0 (max pooling: y is one of its inputs); inputs (x, dy) have none; max_ulp is max_abs_error in ULPs of golden[dtype] "
               "(null where golden[dtype] is 0 and the bound is not: terms that cancel)")
 
 
@@ -171,13 +173,17 @@ def _pool_magnitudes(qs: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, n
     weights = np.abs(_per_object(qs["jac_values"], float, np.float64))
     x, dy = (np.abs(qs[k].astype(np.float64)).reshape(-1) for k in ("x", "dy"))
 
+    copy = weights == 1  # a term x * 1 rounds nothing: an entry of one such term is a copy of a held input
+
     def gather(n: int, at: np.ndarray, terms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return np.bincount(at, weights=terms, minlength=n), np.bincount(at, minlength=n) + 3.0
+        count = np.bincount(at, minlength=n)
+        copied = (count == 1) & (np.bincount(at, weights=copy, minlength=n) == 1)
+        return np.where(copied, 0.0, np.bincount(at, weights=terms, minlength=n)), count + 3.0
 
     out = {}
     out["y"] = gather(qs["y"].size, rows, weights * x[cols])
     out["dx"] = gather(qs["dx"].size, cols, weights * dy[rows])
-    out["jac_values"] = (weights, np.full(weights.size, 3.0))
+    out["jac_values"] = (np.where(copy, 0.0, weights), np.full(weights.size, 3.0))
     out.update({**tie_magnitudes(qs), **jvp_magnitudes(qs)})
     return out
 
@@ -193,7 +199,21 @@ def _bounds(case: Any, qs: dict[str, np.ndarray], dtypes: list[str]) -> dict[str
         # float64 evaluation of an exact bound: the factor covers its own rounding errors.
         out[dt] = {name: (gamma(k, u) * mass * (1 + 2.0**-30)).reshape(qs[name].shape)
                    for name, (mass, k) in magnitudes.items()}
+        out[dt]["y"] = np.where(_forward_exact(case, qs, dt), 0.0, out[dt]["y"])
     return out
+
+
+def _forward_exact(case: Any, qs: dict[str, np.ndarray], dtype: str) -> np.ndarray:
+    """Where the verifier's forward tolerance (the operator's :meth:`forward_bound`) is 0:
+    a correct forward in ``dtype`` is exact there (max pooling: y is one of its inputs, and
+    rounding the inputs to ``dtype`` rounds their maximum alike)."""
+    from symjac._exact import ExactArray
+
+    g = resolved(case.operator, tuple(qs["x"].shape))
+    x = np.asarray(qs["x"])
+    tol = g.operator.forward_bound(g, x.astype(np.float64), lambda: ExactArray.from_any(x), float_dtype(dtype),
+                                   unit_roundoff(dtype))[1]
+    return np.asarray(g.from_canonical(tol, g.out_spatial) == 0).reshape(qs["y"].shape)
 
 
 def _loss_bounds(case: Any, qs: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:

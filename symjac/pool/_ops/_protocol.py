@@ -101,6 +101,8 @@ class Operator:
       nan_policies: the conventions at a window holding NaN a correct implementation may follow,
         the default first (:meth:`nonfinite`): the verifier reads which one the forward follows and
         names it (``stats["nan_policy"]``), as it names the tie policy.
+      explain_note: a line ``symjac explain`` prints after the operator's forms ("" for none):
+        what they leave unsaid (max pooling: what ``Heaviside(0)`` means at a tie).
     """
 
     name: str = ""
@@ -120,6 +122,7 @@ class Operator:
     spec_name: str = "symjac.Pool"
     spec_class: Any = None
     nan_policies: tuple[str, ...] = ("propagate",)
+    explain_note: str = ""
 
     def __repr__(self) -> str:
         return f"<pooling operator {self.name!r}>"

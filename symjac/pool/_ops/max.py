@@ -86,6 +86,11 @@ class Max(StampedOperator):
     tie_family = True
     reuses_exact_input = True
     graph_needs_x = True
+    explain_note = ("Heaviside(0), at a tie (a window's maximum attained by several cells): the derivative is not "
+                    "unique there: symjac's check accepts any Clarke subgradient, a convex combination of the tied "
+                    "cells (first, last, split, ...); the spec's [operator] option tie = \"first\" | \"last\" | "
+                    "\"split\" | \"beta:<b>\" picks one (unset: golden data and [expect] use \"first\"; "
+                    "docs/spec-files.md)")
 
     # -- spec ----------------------------------------------------------------------
     def check_divisor(self, spec: Pool, divisor: str | int) -> None:
