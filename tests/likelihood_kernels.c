@@ -44,7 +44,9 @@ static int numbers(const symjac_request *r, const char *key, double *out, int ma
 static int64_t elements(symjac_request *r, const symjac_array *z, const symjac_array *y, int64_t per, double *ell,
                         double *h, double *weight_of) {
     int64_t n = z->count / per, i, c;
-    double eps = symjac_setting_number(r, "eps", 0), w[256];
+    /* an option at its default is not sent (docs/native.md): eps defaults to 1e-8 (poisson_nll)
+       and 1e-6 (gaussian_nll), as symjac.Loss's and PyTorch's */
+    double eps = symjac_setting_number(r, "eps", symjac_is(r->kind, "poisson_nll") ? 1e-8 : 1e-6), w[256];
     int nw = numbers(r, "weight", w, 256), full = (int)symjac_setting_number(r, "full", 0);
     int has_ignore = symjac_setting(r, "ignore_index", NULL, 0) >= 0;
     int64_t ignore = (int64_t)symjac_setting_number(r, "ignore_index", 0);

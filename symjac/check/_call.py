@@ -5,23 +5,21 @@ Both verifiers (pools and losses) call an implementation only through a
 
 - copies the array arguments first and compares them afterwards (bytes, with sha256
   checksums in the message): an argument changed in place is ``mutates_inputs``;
-- copies the result the moment the call returns, in the thread that made the call: the
-  verdict reads that copy, and a result that changes afterwards (a helper thread of the
-  implementation, or an asynchronous kernel, still writing into the array it returned) is
-  ``result_changed_after_return`` (:mod:`symjac.check._watch`: the latest results are compared
-  with their copies whenever a call is settled, and every one once more when the verification
-  ends, :meth:`Guard.finish`, waiting a moment while the implementation still holds one);
+- copies the result the moment the call returns, in the thread that made the call: the verdict reads that copy, and a
+  result that changes afterwards (a helper thread of the implementation, or an asynchronous kernel, still writing
+  into the array it returned) is ``result_changed_after_return`` (:mod:`symjac.check._watch`: the latest results are
+  compared with their copies whenever a call is settled, and every one once more when the verification ends,
+  :meth:`Guard.finish`, waiting a moment while the implementation still holds one);
 - in a worker process (``isolate``), flags a call whose forked child returned from it too
   (``forked``: :mod:`symjac.run._isolate` ends that child; the parent's answer is checked);
-- runs the call under a per-call ``timeout`` (a call that does not return is a
-  ``timeout`` finding and the verification goes on);
+- runs the call under a per-call ``timeout`` (a call that does not return is a ``timeout`` finding, and on it goes);
 - turns an exception, ``SystemExit`` included, into ``bad_output`` keeping the last frames of its traceback and
   the arguments' shapes and dtypes (``KeyboardInterrupt`` propagates: the user asked to stop); one that carries
   findings (:func:`symjac.check._report.carried`: a native route's) into those findings;
 - says what came back when it is no array (None, a generator, a scalar, text), and checks shape, dtype, finiteness.
 
-:meth:`Guard.compare` is the repeat-call check for nondeterminism. Each kind of
-misbehaviour is reported once per callable (``flag`` keys), however many calls hit it.
+:meth:`Guard.compare` is the repeat-call check for nondeterminism. Each kind of misbehaviour is reported once per
+callable (``flag`` keys), however many calls hit it.
 
 How a call is made (a kept daemon thread with a per-call timeout, a sequence of calls handed over at once, a worker
 process) is :mod:`symjac.check._invoke`'s; this module checks what each call did.
@@ -326,13 +324,12 @@ class Guard:
     def rejects(self, dtype: np.dtype[Any], args_in: Callable[[np.dtype[Any]], tuple[Any, ...]]) -> str | None:
         """Why the callable does not support ``dtype``, or None when it may.
 
-        It does not when every call in ``dtype`` raised (at least two: one more is made when
-        it was called once), all of one exception type, and that type is
-        ``NotImplementedError`` (its own word) or a call in another float dtype
-        (``args_in(other)``: the arguments in it) returns: the dtype is what it rejects, not
-        the inputs. A callable that raises on some calls only, or in every dtype, is a defect.
-        Only then, to explain the refusal, is it called in the other dtypes (float32, float64,
-        float16, until one returns: :attr:`returns_in`), also when one dtype was asked for.
+        It does not when every call in ``dtype`` raised (at least two: one more is made when it was called
+        once), all of one exception type, and that type is ``NotImplementedError`` (its own word) or a call
+        in another float dtype (``args_in(other)``: the arguments in it) returns: the dtype is what it
+        rejects, not the inputs. A callable that raises on some calls only, or in every dtype, is a defect.
+        Only then, to explain the refusal, is it called in the other dtypes (float32, float64, float16,
+        until one returns: :attr:`returns_in`), also when one dtype was asked for.
         """
         if self.answered or len(self.raises) != 1 or self.calls == 0:
             return None

@@ -25,10 +25,12 @@ Work runs in local worker processes or on a Dask distributed cluster
 from __future__ import annotations
 
 import itertools
+import sys
 from pathlib import Path
 from typing import Any
 
 from symjac._errors import InputError, SpecError, SymjacError, UsageError
+from symjac._progress import on_terminal
 from symjac.io._specfile import OPERATOR_TABLES, _check_keys, _operator, read_toml
 from symjac.pool._geometry import resolve
 from symjac.run._executor import execute
@@ -119,4 +121,5 @@ def verify_grid(grid: list[dict[str, Any]], impl_target: str, *, jobs: int = 1, 
     """:func:`run_one` for every configuration of ``grid`` (:func:`load_grid`), in this
     process (``jobs=1``), ``jobs`` worker processes or on the Dask ``scheduler``; results in
     grid order."""
-    return execute(grid, impl_target, runner=run_one, jobs=jobs, scheduler=scheduler, dtype=dtype, progress=progress)
+    return execute(grid, impl_target, runner=run_one, jobs=jobs, scheduler=scheduler, dtype=dtype,
+                   progress=progress and on_terminal(sys.stderr))  # a bar never goes into a pipe or a log

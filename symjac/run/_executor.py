@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any
 
 from symjac._errors import SpecError
-from symjac._progress import on_terminal
 
 DASK_HINT = "Dask is not installed: pip install 'symjac[dask]' to run sweeps on a cluster"
 
@@ -43,15 +42,15 @@ def execute(grid: list[dict[str, Any]], impl_target: str, *, runner: Runner, job
         when it is ``"fail"`` or ``"error"``. ``symjac sweep`` passes
         :func:`symjac.io._sweep.run_one`, ``conform`` its own.
       jobs: local worker processes (1: in this process); ``scheduler``: a Dask scheduler address.
-      progress: a progress bar on stderr when it is a terminal (:func:`symjac._progress.on_terminal`):
-        never into a pipe or a log file.
+      progress: a progress bar on stderr; the caller asks for it only when stderr is a terminal
+        (:func:`symjac._progress.on_terminal`, a stage above this module): never into a pipe or a
+        log file.
       deadline: a ``time.monotonic()`` instant after which no configuration is started; those
         not run get ``{"config": ..., "status": "not_run"}``.
 
     Raises:
       SpecError: a ``scheduler`` without Dask installed (:data:`DASK_HINT`).
     """
-    progress = progress and on_terminal(sys.stderr)
     results: list[dict[str, Any] | None] = [None] * len(grid)
     failed = 0
 

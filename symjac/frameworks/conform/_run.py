@@ -24,6 +24,7 @@ starting new configurations once spent.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from symjac._errors import InputError, SpecError
+from symjac._progress import on_terminal
 from symjac.pool._ops import operator_of
 from symjac.frameworks.conform._plan import PackageMissing, adapter_target, builtin, check_budget, load_adapter
 from symjac.frameworks.conform._plan import numpy_dtype
@@ -442,8 +444,8 @@ def conform(framework: str, *, grid: str = "small", budget: float | None = None,
     common = {"families": list(families), "isolate": isolate, "timeout": timeout, "modes": list(chosen_modes)}
     jobs_list = _cells(configs, dtypes, chosen, chosen_modes, common)
     order = sample_order(len(jobs_list), budget)
-    raw_in_order = execute([jobs_list[i] for i in order], target, jobs=jobs, scheduler=scheduler, progress=progress,
-                           runner=run_job, deadline=None if budget is None else started + budget)
+    raw_in_order = execute([jobs_list[i] for i in order], target, jobs=jobs, scheduler=scheduler, runner=run_job,
+                           progress=progress and on_terminal(sys.stderr), deadline=budget and started + budget)
     raw: list[dict[str, Any]] = [{}] * len(jobs_list)
     for i, r in zip(order, raw_in_order):
         raw[i] = r

@@ -17,7 +17,6 @@ from __future__ import annotations
 import collections
 import itertools
 import os
-import re
 import selectors
 import shlex
 import shutil
@@ -30,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from symjac.frameworks.native._poison import perturbed_env
+from symjac.frameworks.native._stderr import NotableLines
 from symjac.frameworks.native._wire import (
     MAX_HEADER,
     RESPONSE,
@@ -50,14 +50,6 @@ DEFAULT_TIMEOUT = 30.0
 STDERR_TAIL = 4096
 #: Characters of the stderr tail a message quotes.
 QUOTED_TAIL = 600
-#: A stderr line that says what went wrong, kept (the first one a process writes) even when it scrolls
-#: out of the tail: a sanitizer's report (AddressSanitizer's or LeakSanitizer's `ERROR:` line, UBSan's
-#: `runtime error:`, ThreadSanitizer's `WARNING:`/`ERROR:`), or a C++ exception that ended the program
-#: (`terminate called ...`, then `  what():  ...`). Its report's legend and stack follow it, and
-#: the quoted tail shows only those.
-NOTABLE = re.compile(rb"(?:ERROR|WARNING): [A-Za-z]*Sanitizer|runtime error:|terminate called|what\(\):")
-#: Bytes of one stderr line examined and quoted (a longer line is cut).
-_LINE_MAX = 1024
 _CHUNK = 1 << 16
 _FIRST_LINE = RESPONSE.encode() + b"\n"
 
@@ -193,9 +185,7 @@ class Child:
         self._last = "none yet"  # the last request answered, for messages
         self._stderr: collections.deque[bytes] = collections.deque()
         self._stderr_size = 0
-        self._notable: list[bytes] = []  # the running process's first NOTABLE line (and a what() right after it)
-        self._notable_done = False
-        self._partial = b""  # the start of its stderr's unfinished line
+        self._notable = NotableLines()  # the running process's line that says what went wrong
 
     @property
     def command(self) -> str:
@@ -226,13 +216,10 @@ class Child:
 
     def stderr_notable(self) -> list[str]:
         """The first line of the running (or last) process's stderr that says what went wrong
-        (:data:`NOTABLE`: a sanitizer's `ERROR:` line, UBSan's `runtime error:`, a C++ exception's
-        `terminate called ...`), and the line right after it if it matches too (the exception's
-        `what():`); kept wherever the tail has moved since. Empty when there is none."""
-        lines = list(self._notable)
-        if not self._notable_done and NOTABLE.search(self._partial):  # a last line with no newline
-            lines.append(self._partial)
-        return [line.decode("utf-8", "replace").strip() for line in lines[:2]]
+        (:data:`symjac.frameworks.native._stderr.NOTABLE`: a sanitizer's `ERROR:` line, UBSan's
+        `runtime error:`, a C++ exception's `terminate called ...`), and the line right after it if
+        it matches too (the exception's `what():`); kept wherever the tail has moved since."""
+        return self._notable.lines()
 
     def _stderr_says(self) -> str:
         """For a message: the notable lines the quoted tail does not show, then the tail."""
@@ -301,7 +288,7 @@ class Child:
             os.set_blocking(stream.fileno(), False)
         self.starts += 1
         self._served = 0
-        self._notable, self._notable_done, self._partial = [], False, b""
+        self._notable = NotableLines()
         self._proc = proc
         self._finalizer = weakref.finalize(self, _stop, proc)
         return proc
@@ -318,29 +305,7 @@ class Child:
         self._stderr_size += len(data)
         while self._stderr_size > STDERR_TAIL and len(self._stderr) > 1:
             self._stderr_size -= len(self._stderr.popleft())
-        if not self._notable_done:
-            self._find_notable(data)
-
-    def _find_notable(self, data: bytes) -> None:
-        """Look for the first NOTABLE line (and a matching line right after it) in the lines ``data``
-        completes; the unfinished last line waits for the next data (its first _LINE_MAX bytes)."""
-        text = self._partial + data
-        end = text.rfind(b"\n")
-        if end < 0:
-            self._partial = text[:_LINE_MAX]
-            return
-        done, self._partial = text[:end], text[end + 1:end + 1 + _LINE_MAX]
-        if not self._notable and NOTABLE.search(done) is None:
-            return  # the common case: nothing to keep, no line split
-        for line in done.split(b"\n"):
-            if not self._notable:
-                if NOTABLE.search(line):
-                    self._notable.append(line[:_LINE_MAX])
-                continue
-            if NOTABLE.search(line):  # right after the first: a C++ exception's what()
-                self._notable.append(line[:_LINE_MAX])
-            self._notable_done = True
-            return
+        self._notable.feed(data)
 
     def _drain_stderr(self, proc: subprocess.Popen[bytes]) -> None:
         """Keep what the (ended) child left in its stderr pipe: a sanitizer writes its report just

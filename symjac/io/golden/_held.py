@@ -97,3 +97,17 @@ def file_stems(cases: list[Any], dtypes: list[str]) -> list[str]:
             raise SpecError(f"{case.source}: case {case.name!r} is written once per dtype (the dtypes hold its "
                             f"inputs differently), as {clashes[0]!r}, another case's name: rename one of them")
     return list(seen)
+
+
+def per_object(values: Any, fn: Any, otype: Any = object) -> np.ndarray:
+    """``fn`` of each element, computed once per distinct object: a quantity made of few
+    values shares their objects (a Jacobian's entries index its table of distinct
+    values; ``ExactArray.to_fractions`` makes one Fraction per distinct value), so its
+    conversions cost O(distinct) Python work and an O(n) NumPy gather."""
+    arr = np.asarray(values, dtype=object)
+    flat = arr.reshape(-1)
+    ids = np.fromiter(map(id, flat), dtype=np.uint64, count=flat.size)  # the objects live in ``arr`` meanwhile
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    distinct = np.empty(first.size, dtype=object)
+    distinct[:] = [fn(v) for v in flat[first]]
+    return np.asarray(distinct.astype(otype)[inverse.reshape(-1)]).reshape(arr.shape)

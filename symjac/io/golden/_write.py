@@ -40,13 +40,14 @@ import numpy as np
 from symjac._atomic import atomic_folder, atomic_open, interrupt_held
 from symjac._errors import SpecError
 from symjac._exact import round_fraction
-from symjac.io.golden._held import file_stems, split
-from symjac.io.golden._ties import NOTE as TIES_NOTE, tie_magnitudes, tie_quantities
-from symjac.io.golden._second import NOTE as SECOND_NOTE, hvp_bounds, jvp_magnitudes, second_quantities
+from symjac.io.golden._bounds import BOUND_NOTE, error_bounds, ulp_bound, ulp_list
+from symjac.io.golden._held import file_stems, per_object, split
+from symjac.io.golden._ties import NOTE as TIES_NOTE, tie_quantities
+from symjac.io.golden._second import NOTE as SECOND_NOTE, second_quantities
 from symjac.io._operator import golden_operator
 from symjac.io._specfile import check_cases, exact_array, has_input, magnitude, pool_input
 from symjac.pool._geometry import resolved
-from symjac.check._rounding import float_dtype, gamma, ulps, unit_roundoff
+from symjac.check._rounding import float_dtype
 
 FORMATS = ("json", "npz", "bin", "onnx")
 _FIXED_DATE = (1980, 1, 1, 0, 0, 0)
@@ -71,20 +72,6 @@ def _fractions(values: Any) -> np.ndarray:
     for i, v in enumerate(arr.reshape(-1)):
         out[i] = _fraction(v)
     return out.reshape(arr.shape)
-
-
-def _per_object(values: Any, fn: Any, otype: Any = object) -> np.ndarray:
-    """``fn`` of each element, computed once per distinct object: a quantity made of few
-    values shares their objects (a Jacobian's entries index its table of distinct
-    values; ``ExactArray.to_fractions`` makes one Fraction per distinct value), so its
-    conversions cost O(distinct) Python work and an O(n) NumPy gather."""
-    arr = np.asarray(values, dtype=object)
-    flat = arr.reshape(-1)
-    ids = np.fromiter(map(id, flat), dtype=np.uint64, count=flat.size)  # the objects live in ``arr`` meanwhile
-    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-    distinct = np.empty(first.size, dtype=object)
-    distinct[:] = [fn(v) for v in flat[first]]
-    return np.asarray(distinct.astype(otype)[inverse.reshape(-1)]).reshape(arr.shape)
 
 
 def _exact_text(v: Any) -> str:
@@ -155,115 +142,6 @@ def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     return qs, meta
 
 
-BOUND_NOTE = ("max_abs_error[dtype] bounds |implementation - golden[dtype]| for a correct implementation computing in "
-              "dtype from the golden inputs: gamma(k) * M (Higham), gamma(k) = k*u/(1 - k*u), u the unit roundoff, "
-              "M the sum of |terms| of the entry and k = (number of terms) + 3 (input rounding, weight and product, "
-              "the golden value's own rounding), and where k*u >= 1 (gamma(k) undefined) (1 - u)^-k - 1, the bound "
-              "gamma(k) stands for; an entry that is one term of weight 1 (a copy of an input: max pooling's dx where one window "
-              "routes to the cell, a Jacobian entry 1) rounds nothing and has 0, as has y where the verifier's forward "
-              "tolerance is 0 (max pooling: y is one of its inputs); inputs (x, dy) have none; max_ulp is max_abs_error in ULPs of golden[dtype] "
-              "(null where golden[dtype] is 0 and the bound is not: terms that cancel)")
-
-
-def _pool_magnitudes(qs: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per computed quantity of a pooling case: (M, k), the sum of |terms| of each entry
-    and its number of rounded operations (see :data:`BOUND_NOTE`). Inputs (x, dy)
-    have no bound: they are given, not computed."""
-    rows, cols = qs["jac_rows"], qs["jac_cols"]
-    weights = np.abs(_per_object(qs["jac_values"], float, np.float64))
-    x, dy = (np.abs(qs[k].astype(np.float64)).reshape(-1) for k in ("x", "dy"))
-
-    copy = weights == 1  # a term x * 1 rounds nothing: an entry of one such term is a copy of a held input
-
-    def gather(n: int, at: np.ndarray, terms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        count = np.bincount(at, minlength=n)
-        copied = (count == 1) & (np.bincount(at, weights=copy, minlength=n) == 1)
-        return np.where(copied, 0.0, np.bincount(at, weights=terms, minlength=n)), count + 3.0
-
-    out = {}
-    out["y"] = gather(qs["y"].size, rows, weights * x[cols])
-    out["dx"] = gather(qs["dx"].size, cols, weights * dy[rows])
-    out["jac_values"] = (np.where(copy, 0.0, weights), np.full(weights.size, 3.0))
-    out.update({**tie_magnitudes(qs), **jvp_magnitudes(qs)})
-    return out
-
-
-def _bounds(case: Any, qs: dict[str, np.ndarray], dtypes: list[str]) -> dict[str, dict[str, np.ndarray]]:
-    """Per dtype, ``max_abs_error`` per element of each float quantity (float64 arrays)."""
-    if case.is_loss:
-        return {dt: _loss_bounds(case, qs, dt) for dt in dtypes}
-    magnitudes = _pool_magnitudes(qs)  # the same terms for every dtype
-    out: dict[str, dict[str, np.ndarray]] = {}
-    for dt in dtypes:
-        u = unit_roundoff(dt)
-        # float64 evaluation of an exact bound: the factor covers its own rounding errors.
-        out[dt] = {name: (gamma(k, u) * mass * (1 + 2.0**-30)).reshape(qs[name].shape)
-                   for name, (mass, k) in magnitudes.items()}
-        out[dt]["y"] = np.where(_forward_exact(case, qs, dt), 0.0, out[dt]["y"])
-    return out
-
-
-def _forward_exact(case: Any, qs: dict[str, np.ndarray], dtype: str) -> np.ndarray:
-    """Where the verifier's forward tolerance (the operator's :meth:`forward_bound`) is 0:
-    a correct forward in ``dtype`` is exact there (max pooling: y is one of its inputs, and
-    rounding the inputs to ``dtype`` rounds their maximum alike)."""
-    from symjac._exact import ExactArray
-
-    g = resolved(case.operator, tuple(qs["x"].shape))
-    x = np.asarray(qs["x"])
-    tol = g.operator.forward_bound(g, x.astype(np.float64), lambda: ExactArray.from_any(x), float_dtype(dtype),
-                                   unit_roundoff(dtype))[1]
-    return np.asarray(g.from_canonical(tol, g.out_spatial) == 0).reshape(qs["y"].shape)
-
-
-def _loss_bounds(case: Any, qs: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
-    """The loss verifier's own bounds (value and derivative, from the expression's
-    rounding depth and condition) plus half an ULP for the golden value's rounding, at the
-    case's inputs, which ``dtype`` holds (:mod:`symjac.io.golden._held`).
-    """
-    from symjac.check._rounding import float_dtype, ulp_mp
-    from symjac.loss import _numbers
-    from symjac.loss._evaluate import evaluate_checked
-    from symjac.loss._bounds import Bounds, ForwardSums
-    from symjac.loss._spec import kind_of
-    from symjac.verifiers.loss._inputs import prepare_inputs
-
-    dt = float_dtype(dtype)
-    label = qs.get("label")
-    if label is not None and kind_of(case.operator).labels_are_indices(case.operator):  # class indices as integers
-        label = np.array([int(v) for v in label.reshape(-1)], dtype=np.int64).reshape(label.shape)
-    pred, label, upstream, rounded = prepare_inputs(case.operator, qs["pred"], label, qs.get("upstream"), dt)
-    assert not rounded, "golden data is computed at inputs its dtypes hold (symjac.io.golden._held)"
-    ev = evaluate_checked(case.operator, pred, label, upstream, values=True, derivatives=True, bounds=True)
-    bounds = Bounds(ev, dt)
-    sums = ForwardSums(bounds)
-    value = list(sums.errs) if case.operator.reduction == "none" else [sums.at()[1]]
-    derivative = list(bounds.derivative(case.operator.scale).reshape(-1))
-
-    def total(bs: list[Any], exact: np.ndarray) -> np.ndarray:
-        with _numbers.context():
-            return np.array([float((b + ulp_mp(dt, v) / 2) * (1 + _numbers.number(2.0**-30)))
-                             for b, v in zip(bs, exact.reshape(-1))]).reshape(exact.shape)
-
-    return {"value": total(value, qs["value"]), "derivative": total(derivative, qs["derivative"]),
-            **hvp_bounds(case.operator, qs, pred, label, upstream, dt)}
-
-
-def _ulp_bound(bound: np.ndarray, rounded: np.ndarray) -> np.ndarray:
-    """``bound`` in ULPs of the golden value; NaN where that value is 0 but the bound is
-    not (terms that cancel exactly): a ULP of 0 is the smallest subnormal, so the count
-    would be astronomical (float32) or overflow (float64) and say nothing."""
-    golden = rounded.astype(np.float64)
-    with np.errstate(over="ignore"):
-        out = ulps(bound, golden, rounded.dtype)
-    return np.asarray(np.where((golden == 0) & (bound > 0), np.nan, out))
-
-
-def _ulp_list(bound: np.ndarray, rounded: np.ndarray) -> list[float | None]:
-    """:func:`_ulp_bound` as JSON: null where it is NaN (JSON has no NaN or Infinity)."""
-    return [None if math.isnan(v) else v for v in _ulp_bound(bound, rounded).reshape(-1).tolist()]
-
-
 def provenance(case: Any, qs: dict[str, np.ndarray]) -> dict[str, Any]:
     from symjac._version import __version__
 
@@ -284,7 +162,7 @@ def _is_int_array(a: np.ndarray) -> bool:
 
 def _rounded(a: np.ndarray, dtype: str) -> np.ndarray:
     dt = float_dtype(dtype)
-    return _per_object(a, lambda v: round_fraction(_fraction(v), dt), dt)
+    return per_object(a, lambda v: round_fraction(_fraction(v), dt), dt)
 
 
 def _stored(rounded: np.ndarray) -> np.ndarray:
@@ -303,21 +181,21 @@ def _shaped(values: list[Any], shape: tuple[int, ...]) -> Any:
 def _json(case: Any, qs: dict[str, np.ndarray], meta: dict[str, Any], prov: dict[str, Any], dtypes: list[str],
           path: Path) -> None:
     arrays: dict[str, Any] = {}
-    bounds = _bounds(case, qs, dtypes)
+    bounds = error_bounds(case, qs, dtypes)
     for name, a in qs.items():
         arr = np.asarray(a)
         if _is_int_array(arr):
             arrays[name] = {"shape": list(arr.shape), "values": arr.reshape(-1).tolist()}
             continue
         entry: dict[str, Any] = {"shape": list(arr.shape),
-                                 "exact": _shaped(_per_object(arr, _exact_text).reshape(-1).tolist(), arr.shape)}
+                                 "exact": _shaped(per_object(arr, _exact_text).reshape(-1).tolist(), arr.shape)}
         for dt in dtypes:
             rounded = _rounded(arr, dt)
             entry[dt] = _shaped([float(v) for v in rounded.reshape(-1)], arr.shape)
             if name in bounds[dt]:
                 b = bounds[dt][name]
                 entry.setdefault("max_abs_error", {})[dt] = _shaped(b.reshape(-1).tolist(), arr.shape)
-                entry.setdefault("max_ulp", {})[dt] = _shaped(_ulp_list(b, rounded), arr.shape)
+                entry.setdefault("max_ulp", {})[dt] = _shaped(ulp_list(b, rounded), arr.shape)
         arrays[name] = entry
     doc = {"provenance": prov, **meta, "dtypes": dtypes, "arrays": arrays}
     # json.dumps(doc, indent=1, sort_keys=True), written as it is encoded: the same bytes
@@ -338,7 +216,7 @@ def _typed(case: Any, qs: dict[str, np.ndarray], dtypes: list[str]) -> dict[str,
     """Every array of the ``npz``/``bin`` formats, by name: ``NAME.DTYPE`` (little-endian),
     ``NAME.DTYPE.max_abs_error`` (float64) and ``NAME`` for integer arrays."""
     out = {}
-    bounds = _bounds(case, qs, dtypes)
+    bounds = error_bounds(case, qs, dtypes)
     for name, a in qs.items():
         arr = np.asarray(a)
         if _is_int_array(arr):
@@ -433,7 +311,7 @@ def _write_case(case: Any, given: Any, out: Path, stem: str, suffix: str, format
         if "onnx" in formats:
             from symjac.io.golden._onnx import write_onnx  # imports onnx: only for this format
 
-            written += _told(write_onnx(case, geometry, qs, _bounds(case, qs, dtypes), dtypes, out, stem, _rounded),
+            written += _told(write_onnx(case, geometry, qs, error_bounds(case, qs, dtypes), dtypes, out, stem, _rounded),
                              on_written)
     return written
 
@@ -476,7 +354,7 @@ def _write_bin_files(folder: Path, typed: dict[str, np.ndarray], meta: dict[str,
             arr = arr.view(float_dtype("bfloat16"))
         if f"{name}.max_abs_error" in typed:
             entry["max_abs_error_file"] = f"{name}.max_abs_error.bin"
-            worst = _ulp_bound(typed[f"{name}.max_abs_error"], arr)
+            worst = ulp_bound(typed[f"{name}.max_abs_error"], arr)
             entry["max_ulp"] = float(worst[~np.isnan(worst)].max(initial=0.0))  # over golden values that are not 0
         sidecar["arrays"][name] = entry
         written.append(fname)

@@ -153,3 +153,24 @@ def _values(loss: Loss, out: np.ndarray, want: np.ndarray, bound: np.ndarray, sh
         cells=tuple(cells[:MAX_LISTED]),
         expected=[_numbers.to_mpf(want.reshape(-1)[j]) for j in bad[:MAX_LISTED]],
         observed=[float(out.reshape(-1)[j]) for j in bad[:MAX_LISTED]]))
+
+
+def own_hvp(impl: Any) -> tuple[Callable[..., Any] | None, str | None]:
+    """An implementation object's ``hvp``, or None and why it is not checked."""
+    hvp = impl.get("hvp") if isinstance(impl, dict) else getattr(impl, "hvp", None)
+    if callable(hvp):
+        return hvp, None
+    return None, "hvp not checked: the implementation object has no hvp"
+
+
+def finite_for_hvp(pred: Any) -> None:
+    """Refuse a pred holding NaN or ±inf for an hvp, whose second derivative has no convention there."""
+    try:
+        values = np.asarray(pred, dtype=np.float64) if pred is not None else None
+    except (TypeError, ValueError):
+        return  # not floats: the exact reading names what is wrong
+    if values is not None and not np.isfinite(values).all():
+        j = int(np.flatnonzero(~np.isfinite(values).reshape(-1))[0])
+        raise InputError(f"pred{_index(values.shape, j)} = {values.reshape(-1)[j]}: hvp= is checked at finite predictions "
+                         "only (the derivative and forward take NaN and ±inf, by each kind's convention); verify the "
+                         "hvp at finite inputs")

@@ -131,10 +131,9 @@ def verify_loss(loss: Loss, impl: Any = None, /, *, derivative: Callable[..., An
     exact ``L``); ``not_fd_consistent`` (not S times the central differences of the
     implementation's own forward, unless a scale finding explains it).
 
-    Bounds are derived in the module docstring, reported in ULPs of ``dtype``.
-
-    At the default inputs the kind's ``extreme`` and ``nonfinite`` families run too
-    (:mod:`symjac.verifiers.loss._extras`; ``families`` below); their findings carry the family's name.
+    Bounds are derived in the module docstring, reported in ULPs of ``dtype``. At the default inputs
+    the kind's ``extreme`` and ``nonfinite`` families run too (:mod:`symjac.verifiers.loss._extras`;
+    ``families`` below); their findings carry the family's name.
 
     Args:
       loss: the spec (its ``scale`` is S).
@@ -143,8 +142,8 @@ def verify_loss(loss: Loss, impl: Any = None, /, *, derivative: Callable[..., An
         or an object or dict with ``derivative`` (and optionally ``forward`` and ``hvp``: an
         ``hvp`` it defines is checked too; one it lacks is named not checked in the headline and
         ``stats["hvp"]``); ``derivative=``/``forward=``/``hvp=`` given too replace its own.
-      derivative: the implementation's derivative callable (or give ``impl``).
-      forward: the implementation's forward callable, optional (the forward and FD checks).
+      derivative, forward: the implementation's derivative callable (or give ``impl``), and its
+        forward, optional (the forward and FD checks).
       pred, label, upstream: inputs; default :func:`symjac.losses.default_inputs`. They are rounded
         to ``dtype`` first and the exact analysis uses the rounded values. ``upstream`` only for ``"none"``.
       dtype: ``"float16"``, ``"bfloat16"``, ``"float32"`` or ``"float64"``; default, as :func:`symjac.verify`
@@ -162,16 +161,13 @@ def verify_loss(loss: Loss, impl: Any = None, /, *, derivative: Callable[..., An
         and ``"nonfinite"`` NaN/±inf predictions, checked against the kind's convention (as a given
         ``pred`` holding them is). Default: every family the kind has when ``pred`` is not given
         (after the default inputs show no finding), none when it is; ``()``: none.
-      progress: as :func:`symjac.verify`'s: None (default) silent, True a line on a terminal (a
-        display in Jupyter), a callable ``progress(done, total, detail)`` (one loss call is one step:
-        ``progress(1, 1, "done")`` when it returns).
+      progress: as :func:`symjac.verify`'s (a callable gets one step: ``progress(1, 1, "done")``).
 
     Returns:
-      The :class:`symjac.report.Report`; ``report.ok`` when there is no finding. A dtype
-      the derivative, forward or hvp rejects (every call raises, all one exception type,
-      and it returns in another float dtype, or the type is ``NotImplementedError``), as
-      :func:`symjac.verify` decides it, is ``unsupported``: ``report.unsupported`` gives the
-      reason, ``report.verdict`` is ``"UNSUPPORTED"``, and its raises are no findings.
+      The :class:`symjac.report.Report`; ``report.ok`` when there is no finding. A dtype the derivative,
+      forward or hvp rejects (every call raises, all one exception type, and it returns in another float
+      dtype, or the type is ``NotImplementedError``), as :func:`symjac.verify` decides it, is ``unsupported``:
+      ``report.unsupported`` gives the reason, ``report.verdict`` is ``"UNSUPPORTED"``, its raises no findings.
 
     Raises:
       SpecError: ``loss`` is not a valid spec for these inputs.
@@ -191,7 +187,9 @@ def verify_loss(loss: Loss, impl: Any = None, /, *, derivative: Callable[..., An
     if impl is not None:
         derivative, forward, pred, label, upstream = _from_impl(impl, derivative, forward, pred, label, upstream)
         if hvp is None:  # every derivative the object defines is checked: its hvp too
-            hvp, unchecked = _own_hvp(impl)
+            from symjac.verifiers.loss._hvp import own_hvp
+
+            hvp, unchecked = own_hvp(impl)
     if kind_of(loss).whole:  # a sequence loss (ctc): its own route, PyTorch's call signature
         return verify_whole(loss, derivative, forward, pred, label, upstream, dtype, timeout, hvp, families, _dtype)
     if derivative is None and hvp is None:
@@ -209,41 +207,24 @@ def verify_loss(loss: Loss, impl: Any = None, /, *, derivative: Callable[..., An
             return first
         # an object without an hvp (as a pool object of backward and forward alone): said in stats only
         return dataclasses.replace(first, stats={**first.stats, "hvp": {"checked": False, "why": unchecked}})
+    return _joined(first, second)
+
+
+def _joined(first: Report, second: Report) -> Report:
+    """The derivative's report and the hvp's as one: the failing one's headline first."""
     rejected = "; ".join(r for r in (first.unsupported, second.unsupported) if r) or None
     return Report(first.subject, first.findings + second.findings, {**first.stats, **second.stats},
-                  "; ".join(r.headline for r in sorted((first, second), key=lambda r: r.ok)),  # failing first
-                  first.notes + second.notes, rejected,
-                  returns_in((first, second)))
-
-
-def _own_hvp(impl: Any) -> tuple[Callable[..., Any] | None, str | None]:
-    """An implementation object's ``hvp``, or None and why it is not checked."""
-    hvp = impl.get("hvp") if isinstance(impl, dict) else getattr(impl, "hvp", None)
-    if callable(hvp):
-        return hvp, None
-    return None, "hvp not checked: the implementation object has no hvp"
+                  "; ".join(r.headline for r in sorted((first, second), key=lambda r: r.ok)),
+                  first.notes + second.notes, rejected, returns_in((first, second)))
 
 
 def _check_hvp(loss: Loss, hvp: Callable[..., Any], pred: Any, label: Any, upstream: Any, v: Any, dtype: Any,
                timeout: float | None) -> Report:
     """The hvp's check (:mod:`symjac.verifiers.loss._hvp`), at finite predictions."""
-    from symjac.verifiers.loss._hvp import check_hvp
+    from symjac.verifiers.loss._hvp import check_hvp, finite_for_hvp
 
-    _finite_for_hvp(pred)
+    finite_for_hvp(pred)
     return check_hvp(loss, hvp, pred, label, upstream, v, _dtype(dtype, pred, label), timeout)
-
-
-def _finite_for_hvp(pred: Any) -> None:
-    """Refuse a pred holding NaN or ±inf for an hvp, whose second derivative has no convention there."""
-    try:
-        values = np.asarray(pred, dtype=np.float64) if pred is not None else None
-    except (TypeError, ValueError):
-        return  # not floats: the exact reading names what is wrong
-    if values is not None and not np.isfinite(values).all():
-        j = int(np.flatnonzero(~np.isfinite(values).reshape(-1))[0])
-        raise InputError(f"pred{_index(values.shape, j)} = {values.reshape(-1)[j]}: hvp= is checked at finite predictions "
-                         "only (the derivative and forward take NaN and ±inf, by each kind's convention); verify the "
-                         "hvp at finite inputs")
 
 
 def _from_impl(impl: Any, derivative: Any, forward: Any, pred: Any, label: Any, upstream: Any) -> tuple[Any, ...]:

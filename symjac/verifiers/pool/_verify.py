@@ -104,8 +104,7 @@ def verify(spec: PoolSpec, impl: Any = None, /, *, backward: Callable[..., Any] 
         as not checked, and why. The keyword callables given too replace its own.
       backward: ``backward(x, dy) -> dx`` on NumPy arrays in the spec's layout/dtype; None for a
         forward-only runtime (ONNX Runtime): the forward alone is checked exactly, and the report says so.
-      forward: optional ``forward(x) -> y``; enables the forward check and the
-        finite-difference oracle.
+      forward: optional ``forward(x) -> y``; enables the forward check and the finite-difference oracle.
       jvp: optional ``jvp(x, t) -> J(x)·t`` (forward mode; t has x's shape, the result y's):
         recovered by colouring the inputs, diagnosed in the VJP's words, at ties a
         Clarke element (with ``backward`` given, ``stats["transforms"]`` says whether it is
@@ -159,11 +158,8 @@ def verify(spec: PoolSpec, impl: Any = None, /, *, backward: Callable[..., Any] 
         matches exactly (``stats["hint"]`` and the headline).
       large: with no shape given, also verify the plan's index-width shapes
         (``symjac.cover(spec, large=True)``), where 16-bit indices wrap.
-      progress: None (default): silent. True: a progress line on stderr when it is a terminal
-        (after 2 s, erased at the end; the bar moves shape by shape over the coverage plan), an
-        updating display in a Jupyter notebook. A callable: ``progress(done, total, detail)`` at
-        each step (``done`` of ``total`` coverage-plan shapes finished, ``detail`` naming the
-        next), and ``progress(total, total, "done")`` when the call returns.
+      progress: None (default) silent; True a line on a terminal's stderr, a display in Jupyter; a
+        callable ``progress(done, total, detail)`` per coverage-plan shape, then ``(total, total, "done")``.
 
     Returns:
       A :class:`Report`; ``report.ok`` is True when nothing was found. ``stats["transforms"]``
