@@ -370,11 +370,16 @@ def test_max_pool_without_overlap_is_exact_in_every_format(tmp_path):
     # the rounded max), each Jacobian entry is 1, and with stride = kernel each cell's dx is at
     # most one window's dy: a correct float implementation reproduces every golden value, bound 0.
     # (Old code: gamma(k) * mass, e.g. y 1.9e-06 in float32.)
-    out = golden(MAX_NONOVERLAP, tmp_path, "--format", "json,onnx", "--dtype", "float32,float16")
+    import importlib.util
+
+    onnx = importlib.util.find_spec("onnx") is not None  # the ONNX layout needs symjac[onnx]; JSON runs without
+    out = golden(MAX_NONOVERLAP, tmp_path, "--format", "json,onnx" if onnx else "json", "--dtype", "float32,float16")
     arrays = json.loads((out / "mx.json").read_text())["arrays"]
     for name in ("y", "dx", "jac_values"):
         for dt in ("float32", "float16"):
             assert set(arrays[name]["max_abs_error"][dt]) == {0.0}, (name, dt)
+    if not onnx:
+        pytest.skip("the JSON bounds are checked; the ONNX layout's atol needs the onnx package (symjac[onnx])")
     for dt in ("float32", "float16"):
         data = json.loads((out / "onnx" / f"test_symjac_mx_{dt}" / "data.json").read_text())
         assert data["atol"] == 0
