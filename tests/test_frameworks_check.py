@@ -31,9 +31,8 @@ def test_torch_check_reads_a_modules_own_arguments():
     assert "wrong_weights" in wrong.categories()
 
 
-def test_torch_check_runs_an_autograd_function_and_finds_its_bug():
-    torch = pytest.importorskip("torch")
-    import symjac.frameworks.torch as sjt
+def _avg_pool_2x2_halved(torch):
+    """2x2 average pooling as a torch.autograd.Function whose backward gives each cell dy/2 (the weight is 1/4)."""
 
     class AvgPool2x2(torch.autograd.Function):
         @staticmethod
@@ -44,6 +43,14 @@ def test_torch_check_runs_an_autograd_function_and_finds_its_bug():
         def backward(ctx, dy):
             return torch.repeat_interleave(torch.repeat_interleave(dy, 2, -1), 2, -2) / 2  # the weight is 1/4
 
+    return AvgPool2x2
+
+
+def test_torch_check_runs_an_autograd_function_and_finds_its_bug():
+    torch = pytest.importorskip("torch")
+    import symjac.frameworks.torch as sjt
+
+    AvgPool2x2 = _avg_pool_2x2_halved(torch)
     report = sjt.check(AvgPool2x2, "avg_pool2d", kernel_size=2, input_shape=(1, 1, 4, 4))
     assert not report.ok and "wrong_weights" in report.categories()
 
@@ -71,15 +78,7 @@ def test_torch_check_runs_an_autograd_functions_apply_as_the_class():
     assert report.ok, report.headline
     assert "MaxPool2dK3" in report.headline and "apply" not in report.headline
 
-    class AvgPool2x2(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            return torch.nn.functional.avg_pool2d(x, 2)
-
-        @staticmethod
-        def backward(ctx, dy):
-            return torch.repeat_interleave(torch.repeat_interleave(dy, 2, -1), 2, -2) / 2  # the weight is 1/4
-
+    AvgPool2x2 = _avg_pool_2x2_halved(torch)
     wrong = sjt.check(AvgPool2x2.apply, "avg_pool2d", kernel_size=2, input_shape=(1, 1, 4, 4))
     assert "wrong_weights" in wrong.categories(), wrong.headline  # the old code: bad_output (forward got kernel_size)
 
