@@ -17,12 +17,15 @@ from typing import Any
 
 import numpy as np
 
+from symjac.io._specwrite import operator_table
 from symjac.loss._spec import Loss
-from symjac.pool._spec import AdaptivePool, FractionalMaxPool, GlobalPool, Pool, PoolSpec
+from symjac.pool._spec import PoolSpec
 
-#: The ``operator`` value of each spec type.
-OPERATORS: dict[type, str] = {Pool: "pool", AdaptivePool: "adaptive_pool", GlobalPool: "global_pool",
-                              FractionalMaxPool: "fractional_max_pool", Loss: "loss"}
+
+def operator_kind(spec: Any) -> str:
+    """The ``operator`` value of a spec: its spec file's ``[operator] kind`` (``pool``,
+    ``adaptive_pool``, ``roi_align``, ``max_unpool``, ..., ``loss``)."""
+    return "loss" if isinstance(spec, Loss) else str(operator_table(spec)["kind"])
 
 
 def operator_fields(spec: PoolSpec | Loss, pads: tuple[tuple[int, int], ...] | None = None) -> dict[str, Any]:
@@ -30,7 +33,7 @@ def operator_fields(spec: PoolSpec | Loss, pads: tuple[tuple[int, int], ...] | N
     order: the spec's fields that are set (values as the spec holds them: ints, bools,
     words, Fractions, tuples; a loss option at its kind's default is left out, as if unset),
     and for a pool the resolved ``pads`` at one input shape."""
-    out: dict[str, Any] = {"operator": OPERATORS[type(spec)]}
+    out: dict[str, Any] = {"operator": operator_kind(spec)}
     for field in dataclasses.fields(spec):
         value = getattr(spec, field.name)
         if value is not None and not (isinstance(spec, Loss) and spec.at_default(field.name)):
