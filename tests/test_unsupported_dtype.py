@@ -49,8 +49,9 @@ def test_a_float32_only_implementation_is_unsupported_in_float64_with_its_reason
         in rep.unsupported
     assert str(rep).startswith("UNSUPPORTED: unsupported in float64")
     assert rep.to_dict()["unsupported"] == rep.unsupported
-    # the dtype it returns in, found by calling it in float32 (NotImplementedError: its own word, no call)
-    assert rep.returns_in == (() if error is NotImplementedError else ("float32",)) == tuple(rep.to_dict()["returns_in"])
+    # the dtype it returns in, found by calling it in float32 (a NotImplementedError too: only one raised in
+    # every dtype says "not written")
+    assert rep.returns_in == ("float32",) == tuple(rep.to_dict()["returns_in"])
     # and in float32 it is verified, and passes
     assert symjac.verify(SPEC, forward=forward, backward=backward, input_shape=(1, 2, 4, 4), dtype="float32").ok
 
@@ -257,3 +258,44 @@ def test_the_command_line_prints_unsupported(tmp_path):
     assert r.stdout.splitlines()[-1] == "hint: the implementation returns float32: try --dtype float32"
     r = run("float32")
     assert r.returncode == 0 and r.stdout.startswith("PASS textbook_4x4_max"), r.stdout + r.stderr
+
+
+def test_a_jvp_not_written_is_named_not_implemented_not_a_dtype_it_rejects():
+    """Issue 33, item 2: a ``jvp`` raising NotImplementedError in every dtype was reported
+    "unsupported in float64", as if float64 were the problem."""
+    lowered = symjac.lower(SPEC, (1, 2, 4, 4))
+
+    def jvp(x, t):
+        raise NotImplementedError("jvp not written yet")
+
+    rep = symjac.verify(SPEC, forward=lambda x: lowered.forward(x), backward=lambda x, dy: lowered.vjp(x, dy),
+                        jvp=jvp, input_shape=(1, 2, 4, 4))
+    assert rep.verdict == "UNSUPPORTED" and rep.findings == ()
+    assert "jvp is not implemented: it raised NotImplementedError on every call, in every float dtype: " \
+           "jvp not written yet" in rep.headline
+    assert "unsupported in" not in rep.headline and rep.returns_in == ()
+    # a jvp that is written for float32 only is a dtype it rejects, and says where it returns
+
+    def jvp32(x, t):
+        if x.dtype != np.float32:
+            raise NotImplementedError(f"no {x.dtype} jvp")
+        return lowered.forward(t)  # average pooling is linear: J(x)·t is its forward at t
+
+    rep = symjac.verify(SPEC, forward=lambda x: lowered.forward(x), backward=lambda x, dy: lowered.vjp(x, dy),
+                        jvp=jvp32, input_shape=(1, 2, 4, 4))
+    assert rep.verdict == "UNSUPPORTED" and "unsupported in float64" in rep.headline and rep.returns_in == ("float32",)
+
+
+def test_the_command_line_says_a_backward_not_written_needs_no_other_dtype(tmp_path):
+    """A backward raising NotImplementedError in every dtype: exit 4 (UNSUPPORTED, no finding) and a
+    hint that no --dtype will do, not "try another --dtype" (issue 33, item 2)."""
+    (tmp_path / "todo.py").write_text("def backward(x, dy):\n    raise NotImplementedError('todo')\n")
+    spec_file = str(ROOT / "specs" / "seeds" / "textbook_4x4_max.toml")
+    r = subprocess.run([sys.executable, "-m", "symjac", "verify", spec_file, "--impl", str(tmp_path / "todo.py")],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "backward is not implemented: it raised NotImplementedError on every call, in every float dtype: todo" \
+        in r.stdout and "unsupported in float64" not in r.stdout
+    assert r.stdout.splitlines()[-1] == ("hint: the implementation raises NotImplementedError in float64 and every "
+                                         "other float dtype: no --dtype will do; it is not written")

@@ -142,6 +142,7 @@ class Guard:
         self.raises: dict[str, str] = {}  # exception type name -> the first message, of the calls that raised
         self.watch = Watch()  # what the calls returned, compared with their copies at return (_returning)
         self.returns_in: np.dtype[Any] | None = None  # the other dtype it returned in (rejects' probe)
+        self.unimplemented = False  # rejects found NotImplementedError in every float dtype
 
     def _returning(self, *args: Any) -> Any:
         """``fn(*args)``, its array result copied at once in the thread that made the call
@@ -325,11 +326,12 @@ class Guard:
         """Why the callable does not support ``dtype``, or None when it may.
 
         It does not when every call in ``dtype`` raised (at least two: one more is made when it was called
-        once), all of one exception type, and that type is ``NotImplementedError`` (its own word) or a call
-        in another float dtype (``args_in(other)``: the arguments in it) returns: the dtype is what it
-        rejects, not the inputs. A callable that raises on some calls only, or in every dtype, is a defect.
-        Only then, to explain the refusal, is it called in the other dtypes (float32, float64, float16,
-        until one returns: :attr:`returns_in`), also when one dtype was asked for.
+        once), all of one exception type, and a call in another float dtype (``args_in(other)``: the
+        arguments in it) returns: the dtype is what it rejects, not the inputs. Only then, to explain the
+        refusal, is it called in the other dtypes (float32, float64, float16, until one returns:
+        :attr:`returns_in`), also when one dtype was asked for. ``NotImplementedError`` in every dtype
+        is its own word that it is not written (:attr:`unimplemented`; the reason says so, not a dtype).
+        A callable that raises on some calls only, or anything else in every dtype, is a defect.
         """
         if self.answered or len(self.raises) != 1 or self.calls == 0:
             return None
@@ -338,12 +340,13 @@ class Guard:
         probe = Guard(self.fn, self.role, self.names, [], timeout=self.timeout, isolate=self.isolate)
         if self.calls < 2 and probe.call(*args_in(dtype))[0]:
             return None  # called once, and it returns when called again: raising on a call is a defect
-        if name == "NotImplementedError":
-            return said
         for other in (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16)):
             if other != dtype and probe.call(*args_in(other))[0]:
                 self.returns_in = other
                 return f"{said} (it returns in {other})"
+        if name == "NotImplementedError":  # in every dtype: the derivative is not written, not a dtype it rejects
+            self.unimplemented = True
+            return f"{self.role} is not implemented: it raised NotImplementedError on every call, in every float dtype: {message}"
         return None
 
     def raise_findings(self) -> list[Finding]:

@@ -2,8 +2,8 @@
 
 :meth:`symjac.check._call.Guard.rejects` decides, for each guarded callable, whether its
 raises say "not in this dtype" (every call raised, one exception type, and it returns in
-another float dtype, or the type is ``NotImplementedError``). Those raises are then no
-findings; every other finding stays, and a report with any left still fails.
+another float dtype) or "not written" (``NotImplementedError`` in every float dtype). Those
+raises are then no findings; every other finding stays, and a report with any left still fails.
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ ArgumentsIn = Callable[[np.dtype[Any]], tuple[Any, ...]]
 def unsupported(report: Report, dtype: np.dtype[Any], guards: Iterable[tuple[Guard | None, ArgumentsIn]]) -> Report:
     """``report`` with the raises of each callable that rejects ``dtype`` dropped and
     ``unsupported`` set to their reasons; ``report`` itself when none rejects it."""
-    reasons, dropped, found = [], [], []
+    reasons, dropped, found, dtypes = [], [], [], False
     for guard, arguments_in in guards:
         if guard is None:
             continue
         reason = guard.rejects(dtype, arguments_in)
         if reason:
             reasons.append(reason)
+            dtypes |= not guard.unimplemented
             dropped += guard.raise_findings()
             if guard.returns_in is not None and str(guard.returns_in) not in found:
                 found.append(str(guard.returns_in))
@@ -38,7 +39,8 @@ def unsupported(report: Report, dtype: np.dtype[Any], guards: Iterable[tuple[Gua
         return report
     kept = tuple(f for f in report.findings if not any(f is d for d in dropped))
     reason = "; ".join(reasons)
-    headline = f"unsupported in {dtype}: {reason}" if not kept else report.headline
+    # a callable not written (NotImplementedError in every dtype) is no dtype problem: its reason says so alone
+    headline = (f"unsupported in {dtype}: {reason}" if dtypes else reason) if not kept else report.headline
     return dataclasses.replace(report, findings=kept, headline=headline, unsupported=reason,
                                returns_in=tuple(found))
 

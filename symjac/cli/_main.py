@@ -108,8 +108,9 @@ def _dtype_hint(dtype: str, found: list[str]) -> str:
     """The hint after UNSUPPORTED results: the dtypes the implementation was found to return in
     (:attr:`symjac.Report.returns_in`), when known."""
     returns_in = sorted(set(found))
-    if not returns_in:
-        return f"hint: the implementation rejects {dtype}: try another --dtype"
+    if not returns_in:  # it returned in no other dtype: only NotImplementedError in every dtype is UNSUPPORTED so
+        return (f"hint: the implementation raises NotImplementedError in {dtype} and every other float dtype: "
+                "no --dtype will do; it is not written")
     return (f"hint: the implementation returns {' and '.join(returns_in)}: "
             + " or ".join(f"try --dtype {d}" for d in returns_in))
 
