@@ -356,7 +356,7 @@ def test_symjac_verify_exec(kernels: dict[str, str]) -> None:
     assert [f["category"] for f in by_case["sigmoid_ce"]["findings"]] == ["missing_scale"]
     assert by_case["mse"]["findings"] == []  # nntrainer's mse applies S
     neither = _cli("verify", seed000)
-    assert neither.returncode == 2 and "give --impl MODULE_OR_PATH[:ATTR] or --exec CMD" in neither.stderr
+    assert neither.returncode == 2 and "give one of --impl MODULE_OR_PATH[:ATTR], --exec CMD" in neither.stderr
 
 
 def test_a_driver_refusing_unknown_settings_takes_the_seed_losses(tmp_path: pathlib.Path) -> None:

@@ -28,7 +28,8 @@ def drawn(monkeypatch):
     def draw(spec, out, impl=None, slice_nc=None):
         case = load(spec).cases[0]
         fns = None if impl is None else {"backward": impl.backward, "forward": impl.forward}
-        messages, verdict = write_graph(case, out, fns, slice_nc=slice_nc)
+        messages, report = write_graph(case, out, fns, slice_nc=slice_nc)
+        verdict = "PASS" if report is None else report.verdict
         fig = figures[-1]
         fig.canvas.draw()
         return fig, messages, verdict
@@ -101,8 +102,8 @@ def test_bfloat16_picture_draws(tmp_path):
 
     case = load(SEED000).cases[0]
     fns = {"backward": nntrainer_pool.fixed.backward, "forward": nntrainer_pool.fixed.forward}
-    messages, verdict = write_graph(case, tmp_path / "g.png", fns, dtype="bfloat16")
-    assert verdict == "PASS" and (tmp_path / "g.png").exists(), messages
+    messages, report = write_graph(case, tmp_path / "g.png", fns, dtype="bfloat16")
+    assert report.verdict == "PASS" and (tmp_path / "g.png").exists(), messages
 
 
 class _AllTies:

@@ -325,13 +325,10 @@ class Guard:
     def rejects(self, dtype: np.dtype[Any], args_in: Callable[[np.dtype[Any]], tuple[Any, ...]]) -> str | None:
         """Why the callable does not support ``dtype``, or None when it may.
 
-        It does not when every call in ``dtype`` raised (at least two: one more is made when it was called
-        once), all of one exception type, and a call in another float dtype (``args_in(other)``: the
-        arguments in it) returns: the dtype is what it rejects, not the inputs. Only then, to explain the
-        refusal, is it called in the other dtypes (float32, float64, float16, until one returns:
-        :attr:`returns_in`), also when one dtype was asked for. ``NotImplementedError`` in every dtype
-        is its own word that it is not written (:attr:`unimplemented`; the reason says so, not a dtype).
-        A callable that raises on some calls only, or anything else in every dtype, is a defect.
+        It does not when every call in ``dtype`` raised (at least two), all of one exception type, and a
+        call in another float dtype (float32, float64, float16, until one returns: :attr:`returns_in`;
+        ``args_in(other)`` the arguments in it) returns. ``NotImplementedError`` in every dtype says it is
+        not written (:attr:`unimplemented`). Raising on some calls only, or anything else always, is a defect.
         """
         if self.answered or len(self.raises) != 1 or self.calls == 0:
             return None

@@ -60,19 +60,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
     skipped with a line saying so, unless that leaves nothing to verify."""
     if args.timeout < 0:
         raise UsageError(f"--timeout {args.timeout:g}: give seconds > 0, or 0 for no limit")
-    if (args.impl is None) == (args.exec is None):
-        raise UsageError("give --impl MODULE_OR_PATH[:ATTR] or --exec CMD (one of them)")
+    native = native_target(args)
     cases = _selected(args)
-    child = None
-    if args.exec is not None:  # one kernel program serves every case (docs/native.md)
-        import symjac.frameworks.native.process as sjp
-
-        child = sjp.Child(args.exec, timeout=sjp.deadline_below(args.timeout))  # BadCommand: exit 2
+    kernel = None if native is None else native.factory()  # one program or library serves every case;
+    # one that cannot run (BadCommand) or load (LibraryError) is a usage error, exit 2, before any case runs
     try:
-        reports, skipped, errors = _verify_cases(args, cases, child)
+        reports, skipped, errors = _verify_cases(args, cases, kernel)
     finally:
-        if child is not None:
-            child.close()  # the kernel, and whatever it started, ends here
+        if kernel is not None:
+            kernel.close()  # the kernel, and whatever it started, ends here
     verdicts = [r.verdict for _, r in reports]
     unsupported = [r for _, r in reports if r.verdict == "UNSUPPORTED"]
     code = (EXIT_FINDING if "FAIL" in verdicts else EXIT_USAGE if errors else EXIT_UNSUPPORTED if unsupported
@@ -104,6 +100,21 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return code
 
 
+def native_target(args: argparse.Namespace) -> Any:
+    """The ``--exec`` / ``--lib`` kernel as a :class:`NativeTarget`, or None for ``--impl``; exactly
+    one of the three (a :class:`UsageError` naming them otherwise)."""
+    given = [name for name in ("impl", "exec", "lib") if getattr(args, name, None) is not None]
+    if len(given) != 1:
+        raise UsageError("give one of --impl MODULE_OR_PATH[:ATTR], --exec CMD (a kernel program) or --lib PATH "
+                         "(a shared library exporting symjac_call)" + (f"; got {' and '.join('--' + g for g in given)}"
+                                                                       if given else ""))
+    if given[0] == "impl":
+        return None
+    from symjac.frameworks.native._targets import NativeTarget
+
+    return NativeTarget(given[0], getattr(args, given[0]), getattr(args, "timeout", DEFAULT_TIMEOUT) or None)
+
+
 def _dtype_hint(dtype: str, found: list[str]) -> str:
     """The hint after UNSUPPORTED results: the dtypes the implementation was found to return in
     (:attr:`symjac.Report.returns_in`), when known."""
@@ -116,22 +127,17 @@ def _dtype_hint(dtype: str, found: list[str]) -> str:
 
 
 def _verify_cases(args: argparse.Namespace, cases: list[Any],
-                  child: Any) -> tuple[list[Any], list[Any], list[Any]]:
+                  kernel: Any) -> tuple[list[Any], list[Any], list[Any]]:
     """Each runnable case's report, the cases skipped (with why) and those symjac could not verify (a
-    spec or an input it refuses, with the error; the other cases still run); ``child``: the ``--exec``
-    kernel."""
+    spec or an input it refuses, with the error; the other cases still run); ``kernel``: the ``--exec``
+    or ``--lib`` kernel's factory (:meth:`NativeTarget.factory`)."""
     from symjac._errors import InputError, SpecError
     from symjac.io._case import verify_case
 
-    impl = load_impl(args.impl) if child is None else None
+    impl = load_impl(args.impl) if kernel is None else None
     runnable, skipped = [], []
     for case in cases:
-        if child is None:
-            case_impl = impl
-        else:
-            import symjac.frameworks.native.process as sjp
-
-            case_impl = sjp.impl_for(child, case.operator)
+        case_impl = impl if kernel is None else kernel(case.operator)
         try:
             _callables(case_impl, case, args.impl)
             runnable.append((case, case_impl))
@@ -233,17 +239,24 @@ def cmd_graph(args: argparse.Namespace) -> int:
     print(f"case {case.name!r} from {case.source.split('#')[0]}{note}")
     impl = load_impl(args.impl) if args.impl else None
     fns = _callables(impl, case, args.impl) if impl is not None else None
-    messages, verdict = write_graph(case, out, fns, dtype=args.dtype, slice_nc=_slice(args.slice))
+    messages, report = write_graph(case, out, fns, dtype=args.dtype, slice_nc=_slice(args.slice))
     for message in messages:
         print(message)
+    verdict = "PASS" if report is None else report.verdict
+    if verdict == "UNSUPPORTED":
+        print(_dtype_hint(args.dtype, list(report.returns_in)))
     return {"PASS": EXIT_OK, "FAIL": EXIT_FINDING, "UNSUPPORTED": EXIT_UNSUPPORTED}[verdict]
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from symjac.cli._sweep import run_sweep
 
-    impl_target = args.impl
-    load_impl(impl_target)  # fail early, in this process, on a bad --impl
+    native = native_target(args)
+    impl_target = args.impl if native is None else native
+    if native is None:
+        load_impl(impl_target)  # fail early, in this process, on a bad --impl
+    else:
+        native.factory().close()  # ... on a program that cannot run, a library that cannot load
     _interrupt.LEDGER.bar = not args.quiet  # the sweep's bar is on stderr's line until the end
     if args.out:
         _interrupt.LEDGER.pending.append(f"--out {args.out} (left as it was: results are written at the end)")
@@ -280,12 +293,20 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def native_arguments(p: argparse.ArgumentParser) -> None:
+    """``--exec CMD`` and ``--lib PATH``: a native kernel instead of ``--impl`` (docs/native.md)."""
+    p.add_argument("--exec", metavar="CMD", help="instead of --impl: a native kernel program speaking symjac's "
+                   "protocol on stdin/stdout (contrib/symjac_driver.h; docs/native.md), started once")
+    p.add_argument("--lib", metavar="PATH", help="instead of --impl: a shared library exporting symjac_call "
+                   "(built from the same source with -shared -fPIC -DSYMJAC_SHARED; docs/native.md), its calls "
+                   "run in a worker process: a crash is a finding")
+
+
 def _verify_args(p: argparse.ArgumentParser) -> None:
     add_spec_arguments(p)
     _max_nnz_arg(p)
     p.add_argument("--impl", metavar="MODULE_OR_PATH[:ATTR]", help=IMPL_HELP + " (or give --exec)")
-    p.add_argument("--exec", metavar="CMD", help="instead of --impl: a native kernel program speaking symjac's "
-                   "protocol on stdin/stdout (contrib/symjac_driver.h; docs/native.md), started once")
+    native_arguments(p)
     p.add_argument("--dtype", default=DEFAULT_DTYPE, choices=DTYPES, help=DTYPE_HELP)
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                    help=f"per call of the implementation (default {DEFAULT_TIMEOUT:g}; 0: no limit); "
@@ -335,8 +356,10 @@ def _graph_args(p: argparse.ArgumentParser) -> None:
 
 def _sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("sweep", metavar="SWEEP", help="a sweep file: a TOML grid of configurations")
-    p.add_argument("--impl", required=True, metavar="MODULE_OR_PATH:FACTORY",
-                   help="a factory called with each configuration's spec, returning the implementation")
+    p.add_argument("--impl", metavar="MODULE_OR_PATH:FACTORY",
+                   help="a factory called with each configuration's spec, returning the implementation "
+                        "(or give --exec or --lib)")
+    native_arguments(p)
     p.add_argument("-j", "--jobs", type=int, default=1, help="worker processes (default 1)")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="address of a Dask distributed scheduler (pip install 'symjac[dask]')")

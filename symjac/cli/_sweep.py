@@ -30,7 +30,7 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def run_sweep(path: str | Path, impl_target: str, *, jobs: int = 1, scheduler: str | None = None,
+def run_sweep(path: str | Path, impl_target: Any, *, jobs: int = 1, scheduler: str | None = None,
               out: Path | None = None, dtype: str = "float64", progress: bool = True) -> list[dict[str, Any]]:
     """The ``symjac sweep`` command: prints the table and returns the results (:func:`verify_grid`)."""
     grid = load_grid(path)

@@ -107,12 +107,12 @@ def _cell_text(exact: Any, value: float) -> str:
 
 
 def write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str = "float64",
-                slice_nc: tuple[int, int] | None = None) -> tuple[list[str], str]:
+                slice_nc: tuple[int, int] | None = None) -> tuple[list[str], Any]:
     """Write ``out`` (.dot, .png or .svg); return messages for the user and the
-    implementation's verdict (:attr:`symjac.Report.verdict`; ``"PASS"`` without one).
-    ``slice_nc`` picks the (N, C) slice a picture shows (default (0, 0))."""
-    messages, report = _write_graph(case, out, fns, dtype, slice_nc)
-    return messages, "PASS" if report is None else report.verdict
+    implementation's :class:`symjac.Report` (None without one: its verdict is
+    :attr:`symjac.Report.verdict`). ``slice_nc`` picks the (N, C) slice a picture shows
+    (default (0, 0))."""
+    return _write_graph(case, out, fns, dtype, slice_nc)
 
 
 def failing_family(report: Any) -> str | None:

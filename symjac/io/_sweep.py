@@ -80,8 +80,10 @@ def load_grid(path: str | Path) -> list[dict[str, Any]]:
 _IMPL_CACHE: dict[str, Any] = {}
 
 
-def run_one(config: dict[str, Any], impl_target: str, dtype: str = "float64") -> dict[str, Any]:
-    """Verify one configuration; never raises (errors become the result).
+def run_one(config: dict[str, Any], impl_target: Any, dtype: str = "float64") -> dict[str, Any]:
+    """Verify one configuration; never raises (errors become the result). ``impl_target``: an
+    ``--impl`` target (``MODULE_OR_PATH:FACTORY``), or an ``--exec`` / ``--lib`` kernel (a
+    :class:`symjac.frameworks.native._targets.NativeTarget`, opened once per process).
 
     The runner of :func:`verify_grid` (module level: worker processes and Dask import it);
     ``status`` is ``"pass"``, ``"fail"``, ``"unsupported"`` (the implementation rejects the
@@ -97,8 +99,9 @@ def run_one(config: dict[str, Any], impl_target: str, dtype: str = "float64") ->
     except SymjacError as exc:
         return {**result, "status": "skipped", "reason": str(exc)}
     try:
-        if impl_target not in _IMPL_CACHE:
-            _IMPL_CACHE[impl_target] = load_impl(impl_target)
+        if impl_target not in _IMPL_CACHE:  # a module's target, or a native kernel's that opens itself
+            opens = getattr(impl_target, "factory", None)
+            _IMPL_CACHE[impl_target] = opens() if opens is not None else load_impl(impl_target)
         factory = _IMPL_CACHE[impl_target]
         impl = factory(spec) if callable(factory) and not hasattr(factory, "backward") else factory
     except NotImplementedError as exc:  # the implementation does not cover this configuration
@@ -116,10 +119,15 @@ def run_one(config: dict[str, Any], impl_target: str, dtype: str = "float64") ->
             **({"returns_in": list(report.returns_in)} if status == "unsupported" else {})}
 
 
-def verify_grid(grid: list[dict[str, Any]], impl_target: str, *, jobs: int = 1, scheduler: str | None = None,
+def verify_grid(grid: list[dict[str, Any]], impl_target: Any, *, jobs: int = 1, scheduler: str | None = None,
                 dtype: str = "float64", progress: bool = False) -> list[dict[str, Any]]:
     """:func:`run_one` for every configuration of ``grid`` (:func:`load_grid`), in this
     process (``jobs=1``), ``jobs`` worker processes or on the Dask ``scheduler``; results in
     grid order."""
-    return execute(grid, impl_target, runner=run_one, jobs=jobs, scheduler=scheduler, dtype=dtype,
-                   progress=progress and on_terminal(sys.stderr))  # a bar never goes into a pipe or a log
+    try:
+        return execute(grid, impl_target, runner=run_one, jobs=jobs, scheduler=scheduler, dtype=dtype,
+                       progress=progress and on_terminal(sys.stderr))  # a bar never goes into a pipe or a log
+    finally:  # a native kernel opened in this process (jobs=1) ends here, with whatever it started
+        opened = _IMPL_CACHE.pop(impl_target, None) if not isinstance(impl_target, str) else None
+        if opened is not None:
+            opened.close()

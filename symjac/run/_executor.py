@@ -31,7 +31,7 @@ def _progress(done: int, total: int, failed: int) -> None:
     sys.stderr.flush()
 
 
-def execute(grid: list[dict[str, Any]], impl_target: str, *, runner: Runner, jobs: int = 1,
+def execute(grid: list[dict[str, Any]], impl_target: Any, *, runner: Runner, jobs: int = 1,
             scheduler: str | None = None, dtype: str = "float64", progress: bool = False,
             deadline: float | None = None) -> list[dict[str, Any]]:
     """Run every configuration; results in grid order.
