@@ -41,7 +41,8 @@ function, so the case is skipped with a warning.
 
 Not expressible, so skipped with a warning naming the reason: ``channels_last`` (ONNX pools
 are N, C, D1..Dn), an integer divisor, max pooling with ``pad_value=0``, adaptive pooling, lp
-pooling in a run with json/npz/bin or with odd p on a negative input, losses, and bfloat16 (no ONNX Runtime
+pooling in a run with json/npz/bin or with odd p on a negative input, fractional max pooling, RoI pooling and
+RoI Align (not written yet), losses, and bfloat16 (no ONNX Runtime
 CPU pooling kernel reads it). The stored outputs are exact values rounded once.
 """
 
@@ -94,7 +95,7 @@ def onnx_node(spec: Any, geometry: Any) -> tuple[str, dict[str, Any]]:
     Raises:
       NoOnnxForm: the spec has no ONNX equivalent (see the module docs).
     """
-    from symjac.pool._spec import GlobalPool, Pool
+    from symjac.pool._spec import AdaptivePool, GlobalPool, Pool
 
     if getattr(spec, "layout", "channels_first") != "channels_first":
         raise NoOnnxForm(f"layout {spec.layout!r}: ONNX pools read N, C, D1..Dn (channels_first)")
@@ -102,8 +103,11 @@ def onnx_node(spec: Any, geometry: Any) -> tuple[str, dict[str, Any]]:
         if spec.mode not in _GLOBAL:
             raise NoOnnxForm(f"global {spec.mode!r} pooling has no rule in this export")
         return _GLOBAL[spec.mode], {}
+    if isinstance(spec, AdaptivePool):
+        raise NoOnnxForm("AdaptivePool has no ONNX operator (ONNX has no adaptive pooling)")
     if not isinstance(spec, Pool):
-        raise NoOnnxForm(f"{type(spec).__name__} has no ONNX operator (ONNX has no adaptive pooling)")
+        raise NoOnnxForm(f"{type(spec).__name__}: this export writes ONNX pooling nodes only (AveragePool, MaxPool, "
+                         "LpPool and their global forms); RoiAlign and MaxRoiPool backend tests are not written")
     if spec.mode not in _WINDOWED:
         raise NoOnnxForm(f"mode {spec.mode!r} has no rule in this export")
     op, own = _WINDOWED[spec.mode]

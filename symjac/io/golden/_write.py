@@ -122,6 +122,7 @@ def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         raise SpecError(f"{case.source}: golden data and [expect] values are rational; lp pooling's are "
                         "algebraic (use symjac.forward/jacobian/vjp)")
     tie = case.tie or "first"
+    rule = op.tie_rule(case.tie)
     ex, edy = ExactArray.from_any(x), ExactArray.from_any(dy)
     jac = op.jacobian(g, ex, tie)
     qs = {
@@ -132,12 +133,15 @@ def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         "jac_rows": jac.rows.astype(np.int64),
         "jac_cols": jac.cols.astype(np.int64),
         "jac_values": _fractions(jac.table)[jac.value_ids] if jac.table else np.empty(0, dtype=object),
+        **op.golden_arrays(case.operator),  # what else a test in C needs (RoI: the boxes, exactly)
     }
     meta: dict[str, Any] = {"operator": repr(case.operator), "input_shape": list(g.input_shape),
                             "output_shape": list(g.output_shape),
                             "jacobian": "COO over flattened (C-order) output rows and input columns in the spec's "
-                                        "layout; " + ("max pooling at ties routes to the first maximum" if tie == "first"
-                                                      else f"max pooling at ties routes by tie policy {tie}"),
+                                        "layout" + ("" if rule is None else
+                                                    "; where a window's maximum is attained more than once, the entry "
+                                                    + ("goes to the first maximal cell (in the window's order)"
+                                                       if rule == "first" else f"follows tie policy {rule}")),
                             "bounds": BOUND_NOTE}
     return qs, meta
 
