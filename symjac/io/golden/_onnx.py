@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from symjac._atomic import write_bytes
+from symjac._atomic import made_folder, write_bytes
 
 OPSET = 22
 IR_VERSION = 10  # what onnxruntime >= 1.20 reads
@@ -239,13 +239,13 @@ def _write_test(onnx: Any, helper: Any, numpy_helper: Any, case: Any, geometry: 
     onnx.checker.check_model(model, full_check=True)  # shapes inferred by ONNX agree with symjac's
     folder = out / "onnx" / f"test_symjac_{stem}_{dt}"
     data = folder / "test_data_set_0"
-    data.mkdir(parents=True, exist_ok=True)
     files = [(folder / "model.onnx", model.SerializeToString()),
              (data / "input_0.pb", numpy_helper.from_array(x, "X").SerializeToString()),
              (data / "output_0.pb", numpy_helper.from_array(y, "Y").SerializeToString()),
              (folder / "data.json", (json.dumps({"atol": atol, "rtol": 0})
                                      + "\n").encode())]
-    for path, payload in files:
-        write_bytes(path, payload)
-        written.append(path)
+    with made_folder(data):  # a failed write leaves no empty test folder
+        for path, payload in files:
+            write_bytes(path, payload)
+            written.append(path)
     return written

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from symjac._atomic import atomic_folder, atomic_open, interrupt_held
+from symjac._atomic import atomic_folder, atomic_open, interrupt_held, made_folder
 from symjac._errors import SpecError
 from symjac._exact import round_fraction
 from symjac.io.golden._bounds import BOUND_NOTE, error_bounds, ulp_bound, ulp_list
@@ -246,7 +246,12 @@ def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: li
     cases = check_cases(list(cases))  # each operator once: the stages below take them as valid
     _check_inputs(cases)  # before any file: a refusal writes nothing
     stems = file_stems(cases, dtypes)
-    out.mkdir(parents=True, exist_ok=True)
+    with made_folder(out):  # a run that fails before its first file leaves no empty folder
+        return _write_cases(cases, stems, out, formats, dtypes, divisors, on_case, on_written)
+
+
+def _write_cases(cases: list[Any], stems: list[str], out: Path, formats: list[str], dtypes: list[str],
+                 divisors: bool, on_case: Callable[[str], Any], on_written: Callable[[Path], Any]) -> list[Path]:
     written: list[Path] = []
     for case, stem in zip(cases, stems):
         on_case(case.name)  # the command line's progress line
