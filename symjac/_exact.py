@@ -415,3 +415,13 @@ def read_exact(data: Any, name: str) -> ExactArray:
         raise
     except (TypeError, ValueError) as exc:
         raise InputError(f"{name} could not be read as an array of numbers: {exc}") from None
+
+
+def magnitude(value: Any) -> str:
+    """An exact number in 7 significant digits (a Fraction beyond float64's range too)."""
+    import decimal
+
+    f = Fraction(value)
+    with decimal.localcontext() as ctx:
+        ctx.prec = 7
+        return f"{decimal.Decimal(f.numerator) / decimal.Decimal(f.denominator):.6e}"

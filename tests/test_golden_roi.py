@@ -159,5 +159,5 @@ def test_roi_onnx_format_says_why_it_writes_nothing(tmp_path):
     spec.write_text(ALIGN)
     r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(spec), "--out", str(tmp_path / "o"),
                         "--format", "onnx"], capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 0 and "RoiAlign and MaxRoiPool backend tests are not written" in r.stderr
+    assert r.returncode == 0 and "RoiAlign, MaxRoiPool and MaxUnpool backend tests are not written" in r.stderr
     assert "adaptive" not in r.stderr

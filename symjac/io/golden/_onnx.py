@@ -42,7 +42,7 @@ function, so the case is skipped with a warning.
 Not expressible, so skipped with a warning naming the reason: ``channels_last`` (ONNX pools
 are N, C, D1..Dn), an integer divisor, max pooling with ``pad_value=0``, adaptive pooling, lp
 pooling in a run with json/npz/bin or with odd p on a negative input, fractional max pooling, RoI pooling and
-RoI Align (not written yet), losses, and bfloat16 (no ONNX Runtime
+RoI Align and max unpooling (not written yet), losses, and bfloat16 (no ONNX Runtime
 CPU pooling kernel reads it). The stored outputs are exact values rounded once.
 """
 
@@ -107,7 +107,7 @@ def onnx_node(spec: Any, geometry: Any) -> tuple[str, dict[str, Any]]:
         raise NoOnnxForm("AdaptivePool has no ONNX operator (ONNX has no adaptive pooling)")
     if not isinstance(spec, Pool):
         raise NoOnnxForm(f"{type(spec).__name__}: this export writes ONNX pooling nodes only (AveragePool, MaxPool, "
-                         "LpPool and their global forms); RoiAlign and MaxRoiPool backend tests are not written")
+                         "LpPool and their global forms); RoiAlign, MaxRoiPool and MaxUnpool backend tests are not written")
     if spec.mode not in _WINDOWED:
         raise NoOnnxForm(f"mode {spec.mode!r} has no rule in this export")
     op, own = _WINDOWED[spec.mode]
