@@ -113,6 +113,23 @@ def atomic_folder(path: str | os.PathLike[str]) -> Iterator[Path]:
     _sync_folder(parent)
 
 
+@contextlib.contextmanager
+def made_folder(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """``path`` with its missing parents, created for the block. If the block raises, each folder
+    it created that is still empty is removed again (deepest first): a failed run leaves no empty
+    output folder behind, and keeps every file it did write (and the folders holding them)."""
+    target = Path(path)
+    missing = [p for p in (target, *target.parents) if not p.exists()]  # deepest first
+    target.mkdir(parents=True, exist_ok=True)
+    try:
+        yield target
+    except BaseException:
+        for folder in missing:
+            with contextlib.suppress(OSError):  # not empty (a file was written), or gone
+                folder.rmdir()
+        raise
+
+
 def _sync_file(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:

@@ -357,10 +357,13 @@ def round_fraction(value: Fraction, dtype: Any) -> Any:
         as_float = math.inf if value > 0 else -math.inf
     with np.errstate(over="ignore"):
         guess = dt.type(as_float)
-    if dt == np.float64 or not np.isfinite(guess):
+    if dt == np.float64:
         return guess
-    lo = np.nextafter(guess, dt.type(-np.inf))
-    hi = np.nextafter(guess, dt.type(np.inf))
+    if not np.isfinite(guess):  # the float64 may have rounded up onto the dtype's overflow threshold
+        return _overflowed(value, dt, guess)
+    with np.errstate(over="ignore"):  # guess the largest finite value: its upper neighbour is inf (skipped)
+        lo = np.nextafter(guess, dt.type(-np.inf))
+        hi = np.nextafter(guess, dt.type(np.inf))
     best = guess
     best_err = abs(Fraction(float(guess)) - value)
     for cand in (lo, hi):
@@ -370,6 +373,19 @@ def round_fraction(value: Fraction, dtype: Any) -> Any:
         if err < best_err or (err == best_err and int(cand.view(f"u{dt.itemsize}")) % 2 == 0):
             best, best_err = cand, err
     return best
+
+
+def _overflowed(value: Fraction, dt: np.dtype[Any], guess: Any) -> Any:
+    """``value`` to nearest in ``dt`` where its float64 rounds to ±inf there: ±inf from the
+    largest finite value plus half its ULP on (a tie goes to inf: the largest's significand is
+    odd), else the largest finite value itself (double rounding through float64 can reach the
+    threshold from below)."""
+    largest = np.nextafter(dt.type(np.inf), dt.type(0))
+    big = Fraction(float(largest))
+    threshold = big + (big - Fraction(float(np.nextafter(largest, dt.type(0))))) / 2
+    if abs(value) >= threshold:
+        return guess
+    return largest if value > 0 else -largest
 
 
 def round_fractions(values: np.ndarray, dtype: Any) -> np.ndarray:
@@ -399,3 +415,13 @@ def read_exact(data: Any, name: str) -> ExactArray:
         raise
     except (TypeError, ValueError) as exc:
         raise InputError(f"{name} could not be read as an array of numbers: {exc}") from None
+
+
+def magnitude(value: Any) -> str:
+    """An exact number in 7 significant digits (a Fraction beyond float64's range too)."""
+    import decimal
+
+    f = Fraction(value)
+    with decimal.localcontext() as ctx:
+        ctx.prec = 7
+        return f"{decimal.Decimal(f.numerator) / decimal.Decimal(f.denominator):.6e}"

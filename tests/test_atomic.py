@@ -131,3 +131,30 @@ def test_golden_writes_distinct_names_as_before(tmp_path):
     r, out = _golden(tmp_path, AVG.format(name="a b"), AVG.format(name="a-b"))
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in out.iterdir()) == ["a-b.json", "a_b.json"]
+
+
+def test_a_failed_golden_run_leaves_no_new_folder_behind(tmp_path):
+    # 1e300 is past float16's largest finite value (65504): refused after the case is read, before its
+    # first file; the new folder (and its new parents) go again, an existing one stays
+    over = AVG.format(name="over").replace('shape = [1, 1, 4, 4]\ngenerator = "distinct"',
+                                           "x = [[[[1e300, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]]]")
+    spec = tmp_path / "over.toml"
+    spec.write_text(over, encoding="utf-8")
+    out = tmp_path / "new" / "deeper" / "golden"
+    r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(spec), "--out", str(out), "--dtype", "float16"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and "beyond the largest finite float16" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "new").exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(spec), "--out", str(kept), "--dtype", "float16"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and kept.is_dir()
+
+
+def test_made_folder_keeps_what_was_written_before_a_failure(tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        with _atomic.made_folder(tmp_path / "a" / "b") as folder:
+            _atomic.write_text(folder / "done.json", "{}\n")
+            raise KeyboardInterrupt
+    assert (tmp_path / "a" / "b" / "done.json").read_text() == "{}\n"

@@ -2,6 +2,7 @@
 
 import math
 import time
+import warnings
 from fractions import Fraction
 
 import numpy as np
@@ -32,6 +33,32 @@ def test_rounding_beyond_float_range_is_inf(dtype):
     assert round_fraction(Fraction(10**400), dtype) == math.inf
     assert round_fraction(-Fraction(10**400), dtype) == -math.inf
     assert round_fraction(Fraction(3, 4), dtype) == 0.75
+
+
+@pytest.mark.parametrize("dtype, largest, ulp", [
+    # IEEE 754 binary16: largest (2 - 2^-10)·2^15 = 65504, its ULP 2^5; binary32: (2 - 2^-23)·2^127, ULP 2^104;
+    # bfloat16 (8 significand bits): (2 - 2^-7)·2^127, ULP 2^120
+    ("float16", Fraction(65504), Fraction(2**5)),
+    ("float32", (2 - Fraction(1, 2**23)) * 2**127, Fraction(2**104)),
+    ("bfloat16", (2 - Fraction(1, 2**7)) * 2**127, Fraction(2**120)),
+])
+def test_rounding_at_the_overflow_threshold_is_ieee_and_quiet(dtype, largest, ulp):
+    # Round to nearest: below largest + ulp/2 gives largest, at it (a tie; largest's significand is odd, so
+    # the even neighbour is the infinity) and above gives inf. Just below the threshold, float64 rounds the
+    # value up onto the threshold itself: a second rounding to the dtype would give inf.
+    from symjac.check._rounding import float_dtype
+
+    dt = float_dtype(dtype)
+    threshold = largest + ulp / 2
+    below = threshold - Fraction(1, 2**1100)
+    assert float(below) == float(threshold)  # the double rounding this guards against
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "overflow encountered in nextafter" at the largest value
+        assert float(round_fraction(below, dt)) == float(largest)
+        assert float(round_fraction(-below, dt)) == -float(largest)
+        assert float(round_fraction(largest, dt)) == float(largest)
+        assert float(round_fraction(threshold, dt)) == math.inf
+        assert float(round_fraction(-threshold, dt)) == -math.inf
 
 
 @pytest.mark.parametrize("values", [

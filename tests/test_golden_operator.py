@@ -99,7 +99,7 @@ def test_operator_object_fields_and_resolved_pads(tmp_path):
     assert op["avg_same"] == {"operator": "pool", "mode": "avg", "kernel": [2, 2], "stride": [1, 1], "padding": "same",
                               "dilation": [1, 1], "ceil_mode": False, "divisor": "exclude_pad",
                               "layout": "channels_first", "zero_window": "zero", "rank": 2, "pads": [[0, 1], [0, 1]],
-                              "tie": "first", "divisors": [4, 2, 2, 1]}
+                              "divisors": [4, 2, 2, 1]}  # no "tie": average pooling's windows cannot tie
     # padding 1 on 5, k=3, s=2: out = (5 + 2 - 3)//2 + 1 = 3; every window lies inside the padded 7x7: 9 cells each.
     assert op["avg_include_pad"]["pads"] == [[1, 1], [1, 1]] and op["avg_include_pad"]["divisors"] == [9] * 9
     assert op["avg_include_pad"]["divisor"] == "include_pad" and op["avg_include_pad"]["stride"] == [2, 2]

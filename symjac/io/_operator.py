@@ -5,7 +5,8 @@ The spec's fields are written generically (every field that is set, under its ow
 a loss option only where it differs from its kind's default, :meth:`symjac.Loss.at_default`),
 after the ``operator`` type (``pool``, ``adaptive_pool``, ``global_pool``, ``loss``) and
 followed, for a pool at one input shape, by its ``rank`` (where the spec has no such
-field) and resolved ``pads`` (``[low, high]`` per spatial axis). Nothing here depends on
+field) and resolved ``pads`` (``[low, high]`` per spatial axis; none for windows given as a
+table, RoI pooling's). Nothing here depends on
 which operator it is: a new mode or loss kind, or a new field, needs no change.
 """
 
@@ -38,9 +39,10 @@ def operator_fields(spec: PoolSpec | Loss, pads: tuple[tuple[int, int], ...] | N
         value = getattr(spec, field.name)
         if value is not None and not (isinstance(spec, Loss) and spec.at_default(field.name)):
             out[field.name] = value
-    if pads is not None:
-        out.setdefault("rank", len(pads))  # GlobalPool has it as a field
-        out["pads"] = tuple(tuple(int(v) for v in p) for p in pads)
+    if pads is not None and not isinstance(spec, Loss):
+        out.setdefault("rank", int(spec.rank))  # GlobalPool has it as a field
+        if pads:  # windows given as a table (RoI pooling, RoI Align) have no padding to state
+            out["pads"] = tuple(tuple(int(v) for v in p) for p in pads)
     return out
 
 
@@ -65,14 +67,15 @@ def operator_json(spec: PoolSpec | Loss, pads: tuple[tuple[int, int], ...] | Non
 
 def golden_operator(case: Any, geometry: Any = None, divisors: bool = False) -> dict[str, Any]:
     """The golden metadata's ``operator`` object of a spec-file case (docs/golden-data.md):
-    :func:`operator_json` of its spec at the case's input shape, with, for a pool, the
-    ``tie`` policy its Jacobian and ``dx`` follow (symjac's default ``first`` unless the
-    case names one; only max pooling has ties) and, when ``divisors`` is asked, every
+    :func:`operator_json` of its spec at the case's input shape, with, for a pool whose windows
+    can tie (:meth:`Operator.tie_rule`: max pooling, RoI max pooling), the ``tie`` policy its
+    Jacobian and ``dx`` follow (symjac's default ``first`` unless the case names one) and, when ``divisors`` is asked, every
     output window's divisor (flat, C order over the output's spatial positions)."""
     if geometry is None:
         return operator_json(case.operator)
     out = operator_json(case.operator, geometry.pads)
-    out["tie"] = str(case.tie or "first")
+    if (tie := geometry.operator.tie_rule(case.tie)) is not None:
+        out["tie"] = tie
     if divisors:
         out["divisors"] = [int(d) for d in np.asarray(geometry.divisor).reshape(-1)]
     return out

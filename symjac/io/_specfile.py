@@ -43,14 +43,14 @@ from typing import Any
 import numpy as np
 
 from symjac._errors import InputError, SpecError, SymjacError, did_you_mean, nearest_file
+from symjac._exact import magnitude
 from symjac.loss._spec import KINDS, SYNONYMS, Loss, check_loss
 from symjac.pool._foreign import foreign_hint, toml_text
-from symjac.pool._ops.unpool import MaxUnpool, refuse_scatter
+from symjac.pool._ops.unpool import MaxUnpool, check_unpool_spec, refuse_scatter
 from symjac.pool._spec import AdaptivePool, FractionalMaxPool, GlobalPool, Pool, RoiAlign, RoiPool, check_pool_spec
 
 POOL_INPUT_KEYS = ("shape", "x", "dy", "generator", "seed")
 LOSS_INPUT_KEYS = ("pred", "label", "upstream")
-UNPOOL_INPUT_KEYS = ("shape", "x", "seed")  # max unpooling: the indices are the operator's (or generated)
 EXPECT_KEYS = ("forward", "gradient", "output_shape", "pads", "nnz", "value", "derivative", "base_derivative")
 CASE_KEYS = ("name", "description", "operator", "input", "expect")
 TOP_KEYS = CASE_KEYS + ("case",)
@@ -80,6 +80,11 @@ class Case:
     @property
     def is_loss(self) -> bool:
         return type(self.operator).__name__ == "Loss"
+
+    @property
+    def is_scatter(self) -> bool:
+        """Max unpooling: a scatter with indices, not a window reduction (its golden data: ``io/golden/_unpool``)."""
+        return isinstance(self.operator, MaxUnpool)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,7 +198,7 @@ OPERATOR_TABLES = {
                                           "layout", "tie"), POOL_INPUT_KEYS,
                                          _given(FractionalMaxPool, "kernel", "output_size"), True),
     "max_unpool": OperatorTable(("kind", "kernel", "stride", "padding", "output_size", "indices", "flat", "write"),
-                                UNPOOL_INPUT_KEYS, _given(MaxUnpool, "kernel"), False),
+                                POOL_INPUT_KEYS, _given(MaxUnpool, "kernel"), False),  # its generators: families
     "roi_align": OperatorTable(("kind", "output_size", "boxes", "spatial_scale", "sampling_ratio", "aligned"),
                                POOL_INPUT_KEYS, _boxes(RoiAlign, "roi_align"), True),
     "roi_pool": OperatorTable(("kind", "output_size", "boxes", "spatial_scale"), POOL_INPUT_KEYS,
@@ -260,10 +265,11 @@ def _case(table: dict[str, Any], source: str, default_name: str) -> Case:
         raise SpecError(f"{source} [input]: give x or a generator, not both")
     if "generator" in inputs:
         from symjac.verifiers.pool._inputs import GENERATORS
+        from symjac.verifiers.unpool._inputs import FINITE_FAMILIES
 
-        if inputs["generator"] not in GENERATORS:
-            raise SpecError(f"{source} [input].generator: {inputs['generator']!r} is not valid; "
-                            f"give one of {', '.join(GENERATORS)}")
+        valid = FINITE_FAMILIES if isinstance(operator, MaxUnpool) else GENERATORS
+        if inputs["generator"] not in valid:
+            raise SpecError(f"{source} [input].generator: {inputs['generator']!r} is not valid; give one of {', '.join(valid)}")
     expect = _check_keys(f"{source} [expect]", table.get("expect", {}), EXPECT_KEYS)
     return Case(name, operator, inputs, dict(expect), source, tie)
 
@@ -379,10 +385,10 @@ def check_cases(cases: list[Case]) -> list[Case]:
     validated) by the reader.
 
     Raises:
-      SpecError: an operator is neither a pooling spec nor a :class:`symjac.Loss`.
+      SpecError: an operator is neither a pooling spec, a :class:`symjac.MaxUnpool` nor a :class:`symjac.Loss`.
     """
     for is_loss, operator in dict.fromkeys((case.is_loss, case.operator) for case in cases):  # specs hash
-        (check_loss if is_loss else check_pool_spec)(operator)
+        (check_loss if is_loss else check_unpool_spec if isinstance(operator, MaxUnpool) else check_pool_spec)(operator)
     return cases
 
 
@@ -487,14 +493,3 @@ def held(values: np.ndarray, dtype: Any, where: str) -> np.ndarray:
     out = np.empty(values.size, dtype=object)
     out[:] = [distinct[r] for r in rounded.tolist()]
     return out.reshape(values.shape)
-
-
-def magnitude(value: Any) -> str:
-    """An exact number in 7 significant digits (a Fraction beyond float64's range too)."""
-    import decimal
-    from fractions import Fraction
-
-    f = Fraction(value)
-    with decimal.localcontext() as ctx:
-        ctx.prec = 7
-        return f"{decimal.Decimal(f.numerator) / decimal.Decimal(f.denominator):.6e}"

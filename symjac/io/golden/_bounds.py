@@ -53,6 +53,10 @@ def error_bounds(case: Any, qs: dict[str, np.ndarray], dtypes: list[str]) -> dic
     """Per dtype, ``max_abs_error`` per element of each float quantity (float64 arrays)."""
     if case.is_loss:
         return {dt: _loss_bounds(case, qs, dt) for dt in dtypes}
+    if case.is_scatter:
+        from symjac.io.golden._unpool import unpool_bounds
+
+        return unpool_bounds(qs, dtypes)
     magnitudes = _pool_magnitudes(qs)  # the same terms for every dtype
     out: dict[str, dict[str, np.ndarray]] = {}
     for dt in dtypes:

@@ -19,6 +19,7 @@ from typing import Any
 from symjac.verifiers.pool._inputs import NONFINITE, families
 from symjac.io.golden._write import case_quantities
 from symjac.io.golden._ties import tie_quantities
+from symjac.io.golden._unpool import unpool_cover
 from symjac.pool._cover import plan
 from symjac.pool._ops import operator_of
 from symjac.pool._geometry import resolved
@@ -36,6 +37,9 @@ def cover_cases(cases: Iterable[Any]) -> list[Any]:
     for case in cases:
         if case.is_loss:
             out.append(case)
+            continue
+        if case.is_scatter:  # max unpooling: its own plan's shapes, its generators (repeated indices among them)
+            out += unpool_cover(case)
             continue
         spec = case.operator  # valid: read from a spec file (write_golden checks the cases it writes)
         for shape in plan(spec):

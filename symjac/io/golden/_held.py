@@ -33,6 +33,11 @@ def held_inputs(case: Any, dtype: str) -> dict[str, np.ndarray]:
     Raises:
       SpecError: an explicit value is beyond the dtype's range.
     """
+    if case.is_scatter:
+        from symjac.io.golden._unpool import unpool_input
+
+        _, x, dy = unpool_input(case, dtype=dtype)
+        return {"x": x, "dy": dy}
     if not case.is_loss:
         _, x, dy = pool_input(case, dtype=dtype)
         return {"x": x, "dy": dy}

@@ -41,7 +41,8 @@ function, so the case is skipped with a warning.
 
 Not expressible, so skipped with a warning naming the reason: ``channels_last`` (ONNX pools
 are N, C, D1..Dn), an integer divisor, max pooling with ``pad_value=0``, adaptive pooling, lp
-pooling in a run with json/npz/bin or with odd p on a negative input, losses, and bfloat16 (no ONNX Runtime
+pooling in a run with json/npz/bin or with odd p on a negative input, fractional max pooling, RoI pooling and
+RoI Align and max unpooling (not written yet), losses, and bfloat16 (no ONNX Runtime
 CPU pooling kernel reads it). The stored outputs are exact values rounded once.
 """
 
@@ -54,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from symjac._atomic import write_bytes
+from symjac._atomic import made_folder, write_bytes
 
 OPSET = 22
 IR_VERSION = 10  # what onnxruntime >= 1.20 reads
@@ -94,7 +95,7 @@ def onnx_node(spec: Any, geometry: Any) -> tuple[str, dict[str, Any]]:
     Raises:
       NoOnnxForm: the spec has no ONNX equivalent (see the module docs).
     """
-    from symjac.pool._spec import GlobalPool, Pool
+    from symjac.pool._spec import AdaptivePool, GlobalPool, Pool
 
     if getattr(spec, "layout", "channels_first") != "channels_first":
         raise NoOnnxForm(f"layout {spec.layout!r}: ONNX pools read N, C, D1..Dn (channels_first)")
@@ -102,8 +103,11 @@ def onnx_node(spec: Any, geometry: Any) -> tuple[str, dict[str, Any]]:
         if spec.mode not in _GLOBAL:
             raise NoOnnxForm(f"global {spec.mode!r} pooling has no rule in this export")
         return _GLOBAL[spec.mode], {}
+    if isinstance(spec, AdaptivePool):
+        raise NoOnnxForm("AdaptivePool has no ONNX operator (ONNX has no adaptive pooling)")
     if not isinstance(spec, Pool):
-        raise NoOnnxForm(f"{type(spec).__name__} has no ONNX operator (ONNX has no adaptive pooling)")
+        raise NoOnnxForm(f"{type(spec).__name__}: this export writes ONNX pooling nodes only (AveragePool, MaxPool, "
+                         "LpPool and their global forms); RoiAlign, MaxRoiPool and MaxUnpool backend tests are not written")
     if spec.mode not in _WINDOWED:
         raise NoOnnxForm(f"mode {spec.mode!r} has no rule in this export")
     op, own = _WINDOWED[spec.mode]
@@ -235,13 +239,13 @@ def _write_test(onnx: Any, helper: Any, numpy_helper: Any, case: Any, geometry: 
     onnx.checker.check_model(model, full_check=True)  # shapes inferred by ONNX agree with symjac's
     folder = out / "onnx" / f"test_symjac_{stem}_{dt}"
     data = folder / "test_data_set_0"
-    data.mkdir(parents=True, exist_ok=True)
     files = [(folder / "model.onnx", model.SerializeToString()),
              (data / "input_0.pb", numpy_helper.from_array(x, "X").SerializeToString()),
              (data / "output_0.pb", numpy_helper.from_array(y, "Y").SerializeToString()),
              (folder / "data.json", (json.dumps({"atol": atol, "rtol": 0})
                                      + "\n").encode())]
-    for path, payload in files:
-        write_bytes(path, payload)
-        written.append(path)
+    with made_folder(data):  # a failed write leaves no empty test folder
+        for path, payload in files:
+            write_bytes(path, payload)
+            written.append(path)
     return written

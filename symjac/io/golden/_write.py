@@ -37,15 +37,17 @@ from typing import Any
 
 import numpy as np
 
-from symjac._atomic import atomic_folder, atomic_open, interrupt_held
+from symjac._atomic import atomic_folder, atomic_open, interrupt_held, made_folder
 from symjac._errors import SpecError
 from symjac._exact import round_fraction
 from symjac.io.golden._bounds import BOUND_NOTE, error_bounds, ulp_bound, ulp_list
 from symjac.io.golden._held import file_stems, per_object, split
 from symjac.io.golden._ties import NOTE as TIES_NOTE, tie_quantities
 from symjac.io.golden._second import NOTE as SECOND_NOTE, second_quantities
+from symjac.io.golden._unpool import unpool_input, unpool_operator, unpool_quantities
 from symjac.io._operator import golden_operator
-from symjac.io._specfile import check_cases, exact_array, has_input, magnitude, pool_input
+from symjac._exact import magnitude
+from symjac.io._specfile import check_cases, exact_array, has_input, pool_input
 from symjac.pool._geometry import resolved
 from symjac.check._rounding import float_dtype
 
@@ -114,6 +116,8 @@ def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
                       "expression) plus half an ULP of golden[dtype], at inputs every dtype of the file holds exactly; "
                       "max_ulp is max_abs_error in ULPs of golden[dtype] (null where golden[dtype] is 0 and the bound is not)"}
         return qs, loss_meta
+    if case.is_scatter:
+        return unpool_quantities(case)
     from symjac._exact import ExactArray
 
     g, x, dy = pool_input(case)
@@ -122,6 +126,7 @@ def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         raise SpecError(f"{case.source}: golden data and [expect] values are rational; lp pooling's are "
                         "algebraic (use symjac.forward/jacobian/vjp)")
     tie = case.tie or "first"
+    rule = op.tie_rule(case.tie)
     ex, edy = ExactArray.from_any(x), ExactArray.from_any(dy)
     jac = op.jacobian(g, ex, tie)
     qs = {
@@ -132,12 +137,15 @@ def case_quantities(case: Any) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         "jac_rows": jac.rows.astype(np.int64),
         "jac_cols": jac.cols.astype(np.int64),
         "jac_values": _fractions(jac.table)[jac.value_ids] if jac.table else np.empty(0, dtype=object),
+        **op.golden_arrays(case.operator),  # what else a test in C needs (RoI: the boxes, exactly)
     }
     meta: dict[str, Any] = {"operator": repr(case.operator), "input_shape": list(g.input_shape),
                             "output_shape": list(g.output_shape),
                             "jacobian": "COO over flattened (C-order) output rows and input columns in the spec's "
-                                        "layout; " + ("max pooling at ties routes to the first maximum" if tie == "first"
-                                                      else f"max pooling at ties routes by tie policy {tie}"),
+                                        "layout" + ("" if rule is None else
+                                                    "; where a window's maximum is attained more than once, the entry "
+                                                    + ("goes to the first maximal cell (in the window's order)"
+                                                       if rule == "first" else f"follows tie policy {rule}")),
                             "bounds": BOUND_NOTE}
     return qs, meta
 
@@ -147,7 +155,7 @@ def provenance(case: Any, qs: dict[str, np.ndarray]) -> dict[str, Any]:
 
     h = hashlib.sha256()
     h.update(repr(case.operator).encode())
-    for key in sorted(k for k in ("x", "dy", "pred", "label", "upstream") if k in qs):
+    for key in sorted(k for k in ("x", "indices", "dy", "pred", "label", "upstream") if k in qs):
         h.update(key.encode() + json.dumps([str(v) for v in np.asarray(qs[key]).reshape(-1)]).encode())
         h.update(str(np.asarray(qs[key]).shape).encode())
     explicit = "x" in case.inputs or "pred" in case.inputs
@@ -242,11 +250,16 @@ def write_golden(cases: Iterable[Any], out: Path, formats: list[str], dtypes: li
     cases = check_cases(list(cases))  # each operator once: the stages below take them as valid
     _check_inputs(cases)  # before any file: a refusal writes nothing
     stems = file_stems(cases, dtypes)
-    out.mkdir(parents=True, exist_ok=True)
+    with made_folder(out):  # a run that fails before its first file leaves no empty folder
+        return _write_cases(cases, stems, out, formats, dtypes, divisors, on_case, on_written)
+
+
+def _write_cases(cases: list[Any], stems: list[str], out: Path, formats: list[str], dtypes: list[str],
+                 divisors: bool, on_case: Callable[[str], Any], on_written: Callable[[Path], Any]) -> list[Path]:
     written: list[Path] = []
     for case, stem in zip(cases, stems):
         on_case(case.name)  # the command line's progress line
-        if set(formats) == {"onnx"} and not case.is_loss:  # lp pooling: onnx alone (symjac.io.golden._onnx)
+        if set(formats) == {"onnx"} and not case.is_loss and not case.is_scatter:  # lp pooling: onnx alone (symjac.io.golden._onnx)
             from symjac.io.golden._onnx import write_onnx_algebraic  # imports onnx: only for this format
             with interrupt_held():
                 if (algebraic := write_onnx_algebraic(case, dtypes, out, stem)) is not None:
@@ -263,6 +276,9 @@ def _check_inputs(cases: list[Any]) -> None:
     operator (:func:`symjac.io._specfile.pool_input`'s checks), before anything is written."""
     for case in cases:
         if case.is_loss:
+            continue
+        if case.is_scatter:
+            unpool_input(case)  # its indices may stand for the shape
             continue
         if not has_input(case):
             raise SpecError(f"{case.source}: case {case.name!r} has no [input] shape or x, and golden data is "
@@ -284,9 +300,11 @@ def _write_case(case: Any, given: Any, out: Path, stem: str, suffix: str, format
     ``on_written`` told of each as it is in place."""
     written: list[Path] = []
     qs, meta = case_quantities(case)
-    geometry = None if case.is_loss else resolved(case.operator, tuple(meta["input_shape"]))
-    meta = {**meta, "operator": golden_operator(case, geometry, divisors), "operator_repr": meta["operator"]}
-    ties, second = tie_quantities(case, qs, case_quantities), second_quantities(case, qs)
+    geometry = None if case.is_loss or case.is_scatter else resolved(case.operator, tuple(meta["input_shape"]))
+    operator = unpool_operator(case, meta) if case.is_scatter else golden_operator(case, geometry, divisors)
+    meta = {**meta, "operator": operator, "operator_repr": meta["operator"]}
+    ties = {} if case.is_scatter else tie_quantities(case, qs, case_quantities)
+    second = second_quantities(case, qs)
     qs, meta = {**qs, **ties, **second}, {**meta, **({"ties": TIES_NOTE} if ties else {}), "second": SECOND_NOTE}
     _refuse_overflow(case, qs, dtypes)
     prov = provenance(given, qs)

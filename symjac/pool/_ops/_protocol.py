@@ -309,6 +309,17 @@ class Operator:
         NaN) though the exact value is finite (an intermediate beyond the dtype's range), or None."""
         return None
 
+    # -- golden data -------------------------------------------------------------------
+    def tie_rule(self, tie: Any) -> str | None:
+        """The tie policy golden data's ``jac_*`` and ``dx`` follow where a window's maximum is
+        attained more than once (``tie``: the case's, None for symjac's default); None for an
+        operator whose windows cannot tie (a weighted sum: no choice to state)."""
+        return None
+
+    def golden_arrays(self, spec: Any) -> dict[str, np.ndarray]:
+        """Integer arrays of the spec a test in C needs beside x and dy (golden data writes them in
+        every format): none by default; the RoI operators' boxes as exact numerators and denominators."""
+        return {}
     def fd_step(self, dtype: np.dtype[Any]) -> float:
         """The finite differences' step h (exact steps of a piecewise-linear forward: 1/2)."""
         return 0.5

@@ -71,6 +71,15 @@ class BoxesSpec:
         xs = [abs(v) * self.spatial_scale for b in self.boxes for v in (b[1], b[3])]
         return max(2, min(64, math.ceil(max(ys)) + margin)), max(2, min(64, math.ceil(max(xs)) + margin))
 
+    def boxes_arrays(self) -> dict[str, np.ndarray]:
+        """The boxes exactly, for a test in C: ``boxes_num`` and ``boxes_den``, both (K, 5) int64, box k's
+        entry i is ``boxes_num[k, i] / boxes_den[k, i]`` (the batch index over 1)."""
+        fractions = [[Fraction(v) for v in box] for box in self.boxes]
+        shape = (len(self.boxes), 5)
+        num = np.array([[f.numerator for f in row] for row in fractions], dtype=np.int64).reshape(shape)
+        den = np.array([[f.denominator for f in row] for row in fractions], dtype=np.int64).reshape(shape)
+        return {"boxes_num": num, "boxes_den": den}
+
     def boxes_repr(self, default: tuple[Box, ...]) -> str:
         """``, boxes=((0, '1', ...),)`` for boxes other than ``default``, else ``""``."""
         if self.boxes == default:

@@ -229,6 +229,9 @@ class Max(StampedOperator):
         finding, beta, rest = beta_outside_clarke(g, rows, exact, suspects, u, context)
         return finding, None if beta is None else beta_name(beta), rest
 
+    def tie_rule(self, tie: Any) -> str | None:
+        return str(tie or "first")
+
     def tie_policy(self, diagnosis: Any, rows: Rows, exact: ExactRows, suspects: list[tuple[int, int]]) -> None:
         diagnosis.tie_policy(rows, exact, suspects)
 

@@ -334,6 +334,9 @@ class RoiAlignOp(Operator):
     def window_words(self, g: Geometry, w: int) -> str:
         return str(g.table.words[w])  # type: ignore[attr-defined]
 
+    def golden_arrays(self, spec: Any) -> dict[str, np.ndarray]:
+        return BoxesSpec.boxes_arrays(spec)
+
     def spec_table(self, spec: Any) -> dict[str, Any]:
         return BoxesSpec.boxes_table(spec, sampling_ratio=spec.sampling_ratio, aligned=spec.aligned)
 

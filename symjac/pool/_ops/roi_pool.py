@@ -217,6 +217,12 @@ class RoiPoolOp(Operator):
     def window_words(self, g: Geometry, w: int) -> str:
         return str(g.table.words[w])  # type: ignore[attr-defined]
 
+    def tie_rule(self, tie: Any) -> str | None:
+        return "first"  # a bin's maximum attained twice: the first maximal cell, torchvision's and ONNX's only rule
+
+    def golden_arrays(self, spec: Any) -> dict[str, np.ndarray]:
+        return BoxesSpec.boxes_arrays(spec)
+
     def spec_table(self, spec: Any) -> dict[str, Any]:
         return BoxesSpec.boxes_table(spec)
 

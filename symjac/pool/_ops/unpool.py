@@ -182,8 +182,8 @@ def refuse_scatter(operator: Any, where: str) -> None:
     """A :class:`SpecError` for max unpooling (``kind = "max_unpool"``) where a stage takes window pooling only."""
     if isinstance(operator, MaxUnpool):
         raise SpecError(f"{where}: max unpooling (kind = \"max_unpool\") has no windows: symjac verify checks it "
-                        "(in process: --impl); explain, graph, golden, census and the native routes (--exec, "
-                        "probes/check, ctypes) take window pooling specs and losses")
+                        "(in process: --impl) and symjac golden writes its data; explain, graph, census and the "
+                        "native routes (--exec, probes/check, ctypes) take window pooling specs and losses")
 
 
 def check_unpool_spec(spec: Any) -> MaxUnpool:

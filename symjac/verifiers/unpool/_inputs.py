@@ -28,6 +28,8 @@ from symjac.pool._ops.unpool import MaxUnpool, pooled_indices, repeated_indices
 
 #: The families, in the order they run; the first two recover the backward's whole Jacobian.
 FAMILIES = ("pooled", "repeats", "equal_values", "extreme", "nonfinite")
+#: The families whose values are all finite: golden data's generators (``[input] generator``).
+FINITE_FAMILIES = FAMILIES[:4]
 #: Families whose backward (and jvp) is recovered whole, one call per output (input) cell.
 RECOVERED = ("pooled", "repeats", "given")
 #: Above this many output cells the backward is checked by dense random dy alone (each call exact:
