@@ -1,4 +1,5 @@
-"""RoI Align (torchvision ``roi_align``, Detectron2 ``ROIAlignV2``, ONNX ``RoiAlign`` in ``mode="avg"``).
+"""RoI Align (torchvision ``roi_align``, Detectron2 ``ROIAlignV2``, ONNX ``RoiAlign`` in ``mode="avg"``;
+``reduction="max"``, ONNX Runtime's ``mode="max"``, is :mod:`symjac.pool._ops.align_max`).
 
 Each box ``(n, x1, y1, x2, y2)`` of batch item n is scaled by ``spatial_scale`` and shifted by
 ``-1/2`` when ``aligned`` (ONNX ``coordinate_transformation_mode="half_pixel"``; ``aligned=False``
@@ -85,6 +86,8 @@ DEFAULT_BOXES: tuple[Box, ...] = tuple((b, Fraction(x1), Fraction(y1), Fraction(
     (1, -1, -1, 1, 1),
 ))
 DEFAULT_MAP = (6, 7)
+#: ``reduction`` -> the registry name of the operator it selects (the spec's ``mode``).
+REDUCTIONS = {"avg": "roi_align", "max": "roi_align_max"}
 
 
 @accept_only_fields
@@ -105,6 +108,10 @@ class RoiAlign(BoxesSpec):
       aligned: shift boxes by -1/2 (torchvision ``aligned=True``, Detectron2 ``ROIAlignV2``, ONNX
         ``coordinate_transformation_mode="half_pixel"``); False: ONNX ``"output_half_pixel"``, and a
         box is at least 1 x 1.
+      reduction: ``"avg"`` (the bin's points averaged: torchvision, ONNX ``mode="avg"``) or ``"max"``
+        (ONNX ``mode="max"`` as ONNX Runtime computes it: per sample point the largest of its four
+        bilinear-weighted corners ``w·x``, then the largest over the bin's points;
+        :mod:`symjac.pool._ops.align_max`). A spec file's ``mode = "max"``.
 
     The output is (K, C, out_h, out_w); ``forward(x)`` and ``backward(x, dy)`` take the map and read
     the boxes from the spec (:meth:`rois`: torchvision's float array).
@@ -115,6 +122,7 @@ class RoiAlign(BoxesSpec):
     spatial_scale: Fraction = dataclasses.field(default=Fraction(1), kw_only=True)
     sampling_ratio: int = dataclasses.field(default=-1, kw_only=True)
     aligned: bool = dataclasses.field(default=False, kw_only=True)
+    reduction: str = dataclasses.field(default="avg", kw_only=True)
 
     def __post_init__(self) -> None:
         put = object.__setattr__
@@ -129,11 +137,14 @@ class RoiAlign(BoxesSpec):
         if not isinstance(self.aligned, (bool, np.bool_)):
             raise SpecError(f"aligned={self.aligned!r} is not valid: give True or False")
         put(self, "aligned", bool(self.aligned))
+        if self.reduction not in REDUCTIONS:
+            raise SpecError(f"reduction={self.reduction!r} is not valid: give 'avg' (the bin's sample points "
+                            "averaged) or 'max' (ONNX RoiAlign mode='max': the largest weighted corner)")
 
     @property
     def mode(self) -> str:
-        """The operator's registry name."""
-        return "roi_align"
+        """The operator's registry name (``roi_align``; ``roi_align_max`` for ``reduction="max"``)."""
+        return REDUCTIONS[self.reduction]
 
     @property
     def map_size(self) -> tuple[int, int]:
@@ -143,7 +154,7 @@ class RoiAlign(BoxesSpec):
     def __repr__(self) -> str:
         return (f"RoiAlign(output_size={self.output_size!r}{self.boxes_repr(DEFAULT_BOXES)}, "
                 f"spatial_scale={show(self.spatial_scale)!r}, sampling_ratio={self.sampling_ratio!r}, "
-                f"aligned={self.aligned!r})")
+                f"aligned={self.aligned!r}{'' if self.reduction == 'avg' else f', reduction={self.reduction!r}'})")
 
 
 # -- the sample points ---------------------------------------------------------------------------
