@@ -285,6 +285,10 @@ def _defects(config: Config, transform: str, mode: str) -> Iterator[tuple[Any, .
     where it shows at some input families only, those: the arguments of :class:`KnownDefect`. A vmap cell
     runs in graph mode whatever the mode (``tf.vectorized_map`` traces)."""
     traced = mode != "eager" or transform == "vmap"
+    if config.op == "crop_and_resize":
+        yield ("tf.image.crop_and_resize interpolates as top + (bottom - top)·lerp: one ±inf corner gives "
+               "inf - inf = NaN where the bilinear value is that infinity (measured, TF 2.21; symjac's nonfinite "
+               "family, tests/test_crop_and_resize.py)", ("forward_values",), ("nonfinite",))
     if transform != "vjp" and config.op == "max_pool2d" and not isinstance(config.kwargs.get("padding", "VALID"), str):
         yield ("tf.nn.max_pool2d with explicit padding has no second derivative: MaxPoolGradGrad rejects "
                "padding 'EXPLICIT' (ForwardAccumulator's JVP and nested tapes raise)", ("bad_output",))

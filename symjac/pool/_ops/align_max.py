@@ -205,6 +205,11 @@ class AlignMaxOp(RoiAlignOp):
                {"output_size": 1, "sampling_ratio": 2, "reduction": "max", "spatial_scale": Fraction(1, 2),
                 "boxes": ((0, 0, 0, 4, 6),)})
 
+    def families(self, g: Geometry, touches_padding: bool) -> tuple[str, ...]:
+        """None yet: at NaN or ±inf the weight-0 corners' ``0·x`` (NaN) competes in the max, a convention
+        not defined here (issue 31)."""
+        return ()
+
     def tables(self, spec: Any, input_shape: tuple[int, ...]) -> Table:
         return max_table(spec, input_shape)
 

@@ -41,7 +41,7 @@ import sympy
 
 from symjac._errors import InputError, SpecError
 from symjac._exact import ExactArray, round_fraction
-from symjac.check._rounding import gamma, unit_roundoff
+from symjac.check._rounding import finfo, gamma, unit_roundoff
 from symjac.pool._foreign import accept_only_fields
 from symjac.pool._ops._protocol import ForwardBound, Operator
 from symjac.pool._ops._tables import (
@@ -59,12 +59,14 @@ from symjac.pool._ops._tables import (
     show,
     table_jacobian,
     table_of_arrays,
+    weighted_nonfinite,
 )
 from symjac.pool._rows import ExactRows
 
 if TYPE_CHECKING:
     from symjac.pool._beta import Tie
     from symjac.pool._geometry import Geometry
+    from symjac.pool._ops._edges import Nonfinite
     from symjac.pool._ops._tables import Table
     from symjac.pool._stamp import SparseJacobian
 
@@ -252,6 +254,22 @@ def _table(spec: RoiAlign, input_shape: tuple[int, ...]) -> Table:
     return table_of_arrays((len(spec.boxes), oh, ow), windows, starts, samples, words)
 
 
+@functools.lru_cache(maxsize=64)
+def _zero_reads(spec: RoiAlign, input_shape: tuple[int, ...]) -> np.ndarray:
+    """(N·H·W,) cells some sample point reads with weight 0 (a corner on a grid line, the clamped row), or
+    as ONNX Runtime's outside point does (cell (0, 0) of the plane): ``0·x`` is NaN there at NaN or ±inf."""
+    _, _, height, width = input_shape
+    out = np.zeros(input_shape[0] * height * width, dtype=bool)
+    for box in spec.boxes:
+        ay, ax = _axis(box[2], box[4], spec, spec.output_size[0]), _axis(box[1], box[3], spec, spec.output_size[1])
+        for py in (p for row in ay.points for p in row):
+            for px in (p for row in ax.points for p in row):
+                cy, cx = _corners(py, height), _corners(px, width)
+                out[box[0] * height * width] |= not cy or not cx
+                out[[(box[0] * height + r) * width + c for r, wr in cy for c, wc in cx if wr * wc == 0]] = True
+    return out
+
+
 def _edge_weights(t: Table) -> np.ndarray:
     assert t.edge is not None
     return t.edge
@@ -381,6 +399,34 @@ class RoiAlignOp(Operator):
     def jvp(self, g: Geometry, x: ExactArray | None, t: ExactArray, tie: Tie) -> np.ndarray:
         return self.exact_jvp(g, x, t, tie).to_sympy()
 
+    def families(self, g: Geometry, touches_padding: bool) -> tuple[str, ...]:
+        return ("extreme", "nonfinite")  # sums of points near the overflow threshold; NaN and ±inf propagate
+
+    def extreme_magnitude(self, g: Geometry, dtype: np.dtype[Any]) -> tuple[float, str]:
+        """Up to ``max/(2G)`` (G: a bin's most points), a sign per slice: a bin's sum of points stays finite."""
+        return float(finfo(dtype).max) / (2 * max(int(g.table.samples.max(initial=1)), 1)), "slices"  # type: ignore[attr-defined]
+
+    def nonfinite(self, g: Geometry, x: np.ndarray, policy: str) -> Nonfinite:
+        return weighted_nonfinite(g, x, policy)
+
+    def nonfinite_note(self, policy: str) -> str:
+        return ("RoI Align at NaN and ±inf: a bin is IEEE 754's sum of w·x over the cells its points read with "
+                "weight > 0 (NaN with a NaN or both infinities, else the infinity), its derivative the weights")
+
+    def nonfinite_input(self, g: Geometry, x: np.ndarray) -> np.ndarray:
+        """x with its NaN and ±inf moved, spread out, to cells read with weight > 0 and by no point with
+        weight 0 (``0·inf`` is NaN in a kernel that multiplies every corner, 0 in one that skips it)."""
+        t, zero = g.table, _zero_reads(g.spec, g.input_shape)  # type: ignore[attr-defined]
+        read = np.zeros(g.n_in, dtype=bool)
+        read[t.cells[(np.asarray(t.num) != 0) & t.valid]] = True
+        xc = g.to_canonical(x).copy()
+        for b in range(g.batch):
+            bad, free = np.flatnonzero(~np.isfinite(xc[b]) & zero), np.flatnonzero(read & ~zero & np.isfinite(xc[b]))
+            k = min(bad.size, free.size)
+            xc[b, free[np.linspace(0, free.size - 1, k).astype(np.int64)] if k else free[:0]] = xc[b, bad[:k]]
+            xc[b, bad] = 0.25
+        return g.from_canonical(xc, g.in_spatial)
+
     # -- rounding model ------------------------------------------------------------------
     def _magnitudes(self, g: Geometry, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(B, W) Σ|w||x| and Σ terms·|x|/count over each window's cells (float64)."""
@@ -388,7 +434,8 @@ class RoiAlignOp(Operator):
         ax = g.gather(np.abs(g.to_canonical(x).astype(np.float64)))
         weighted = (ax * np.abs(float_weights(g))[None]).sum(axis=2)
         count = np.maximum(t.samples, 1).astype(np.float64)
-        spread = (ax * t.terms[None]).sum(axis=2) / count
+        with np.errstate(over="ignore"):
+            spread = (ax * t.terms[None]).sum(axis=2) / count
         return weighted, spread
 
     def forward_bound(self, g: Geometry, x: np.ndarray, exact_of: Callable[[], ExactArray],
@@ -399,8 +446,9 @@ class RoiAlignOp(Operator):
         weighted, spread = self._magnitudes(g, x)
         depth = g.table.samples + 8  # type: ignore[attr-defined]
         ax = g.gather(np.abs(g.to_canonical(x).astype(np.float64)))
-        on_edge = (ax * _edge_weights(g.table)[None]).sum(axis=2) * (delta > 0)  # type: ignore[attr-defined]
-        tol = gamma(depth, u) * weighted + (2 * delta + float(gamma(2, u))) * spread * (delta > 0) + on_edge
+        with np.errstate(over="ignore", invalid="ignore"):  # extreme inputs: a term only where coordinates round
+            on_edge = np.where(delta > 0, (ax * _edge_weights(g.table)[None]).sum(axis=2), 0.0)  # type: ignore[attr-defined]
+            tol = gamma(depth, u) * weighted + np.where(delta > 0, (2 * delta + float(gamma(2, u))) * spread, 0.0) + on_edge
         return e_c, np.asarray(tol + 2.0**-60 * np.abs(e_c)), lambda: g.to_canonical(exact_y.to_fractions(),
                                                                                         g.out_spatial)
 
