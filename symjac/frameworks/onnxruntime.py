@@ -256,15 +256,17 @@ def roi_align(output_height: int, output_width: int, rois: Sequence[Sequence[Any
               mode: str = "avg") -> tuple[RoiAlign, Impl]:
     """ONNX ``RoiAlign`` (opset 16) and its spec: ``rois`` rows (batch_index, x1, y1, x2, y2) (None: symjac's
     default boxes), ``half_pixel`` is ``aligned=True``, ``output_half_pixel`` ``aligned=False``; ``mode="max"``
-    (ONNX Runtime's max of the weighted corners) is not covered."""
-    if mode != "avg":
-        raise Unsupported(f"RoiAlign mode={mode!r}: symjac covers mode='avg' (torchvision's roi_align)")
+    is ``reduction="max"`` (ONNX Runtime's max of the bilinear-weighted corners,
+    :mod:`symjac.pool._ops.align_max`)."""
+    if mode not in ("avg", "max"):
+        raise Unsupported(f"RoiAlign mode={mode!r}: give 'avg' or 'max'")
     if coordinate_transformation_mode not in ("half_pixel", "output_half_pixel"):
         raise Unsupported(f"coordinate_transformation_mode={coordinate_transformation_mode!r}: give 'half_pixel' or "
                           "'output_half_pixel'")
     boxes: Any = rois  # read and checked by the spec (exact rationals)
     spec = RoiAlign((output_height, output_width), boxes=boxes, spatial_scale=spatial_scale,
-                    sampling_ratio=sampling_ratio, aligned=coordinate_transformation_mode == "half_pixel")
+                    sampling_ratio=sampling_ratio, aligned=coordinate_transformation_mode == "half_pixel",
+                    reduction=mode)
     attributes = {"output_height": output_height, "output_width": output_width, "sampling_ratio": max(sampling_ratio, 0),
                   "spatial_scale": float(spec.spatial_scale), "mode": mode,
                   "coordinate_transformation_mode": coordinate_transformation_mode}
@@ -401,10 +403,11 @@ def _roi_family(op: str) -> Callable[[np.random.Generator], Config | None]:
                           label("MaxRoiPool", out=tuple(out), scale=scale))
         ctm = "half_pixel" if rng.random() < 0.5 else "output_half_pixel"
         ratio = int(rng.integers(0, 3))
+        mode = "max" if rng.random() < 0.5 else "avg"
         kwargs = {"output_height": out[0], "output_width": out[1], "sampling_ratio": ratio, "spatial_scale": scale,
-                  "coordinate_transformation_mode": ctm}
+                  "coordinate_transformation_mode": ctm, "mode": mode}
         return Config(op, kwargs, (2, channels, 6, 7), label("RoiAlign", out=tuple(out), ratio=ratio, scale=scale,
-                                                               mode=ctm))
+                                                               ctm=ctm, mode=mode))
 
     return draw
 

@@ -147,11 +147,11 @@ def _given(cls: Any, *names: str) -> Any:
     return lambda args, where: cls(*[args.pop(n, None) for n in names], **args)  # (popped before ** reads args)
 
 
-def _boxes(cls: Any, kind: str) -> Any:  # a RoI operator's builder: output_size (bins per box) required
+def _boxes(cls: Any, kind: str, **renames: str) -> Any:  # a RoI builder: output_size required; renames: key -> field
     def build(args: dict[str, Any], where: str) -> Any:
         if "output_size" not in args:
             raise SpecError(f"a {kind} needs 'output_size' (bins per box)")
-        return cls(args.pop("output_size"), **args)
+        return cls(args.pop("output_size"), **{renames.get(k, k): v for k, v in args.items()})
     return build
 
 
@@ -199,8 +199,8 @@ OPERATOR_TABLES = {
                                          _given(FractionalMaxPool, "kernel", "output_size"), True),
     "max_unpool": OperatorTable(("kind", "kernel", "stride", "padding", "output_size", "indices", "flat", "write"),
                                 POOL_INPUT_KEYS, _given(MaxUnpool, "kernel"), False),  # its generators: families
-    "roi_align": OperatorTable(("kind", "output_size", "boxes", "spatial_scale", "sampling_ratio", "aligned"),
-                               POOL_INPUT_KEYS, _boxes(RoiAlign, "roi_align"), True),
+    "roi_align": OperatorTable(("kind", "output_size", "boxes", "spatial_scale", "sampling_ratio", "aligned", "mode"),
+                               POOL_INPUT_KEYS, _boxes(RoiAlign, "roi_align", mode="reduction"), True),
     "roi_pool": OperatorTable(("kind", "output_size", "boxes", "spatial_scale"), POOL_INPUT_KEYS,
                               _boxes(RoiPool, "roi_pool"), True),
     "loss": OperatorTable(("kind", "loss", "reduction", "scale", "delta", "pos_weight", "weight",

@@ -18,8 +18,8 @@ def operator_table(spec: PoolSpec | MaxUnpool) -> dict[str, Any]:
     """The ``[operator]`` table of a pooling spec (every field, so the file is explicit)."""
     if isinstance(spec, MaxUnpool):
         return unpool_table(spec)
-    if not operator_of(spec).kernel_windows:  # RoI pooling: its kind is its name, its fields its own rule's
-        return {"kind": spec.mode, **operator_of(spec).spec_table(spec)}
+    if not operator_of(spec).kernel_windows:  # RoI pooling: its kind is its rule's (its name), its fields too
+        return {"kind": operator_of(spec).spec_kind or spec.mode, **operator_of(spec).spec_table(spec)}
     if isinstance(spec, Pool):
         padding: Any = spec.padding if isinstance(spec.padding, str) else [list(p) for p in spec.padding]
         table: dict[str, Any] = {"kind": "pool", "mode": spec.mode, "kernel": list(spec.kernel),

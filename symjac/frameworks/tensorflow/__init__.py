@@ -34,6 +34,9 @@ average pools (every padding)                   ``divisor="exclude_pad"`` ("the 
 ``tf.nn.fractional_max_pool`` (nonzero seed)    ``FractionalMaxPool(sequences=(rows, cols),``
                                                 ``overlapping=)``: the sequences TF draws at the
                                                 input shape
+``tf.image.crop_and_resize`` (bilinear, boxes   ``RoiAlign(crop_size, sampling_ratio=1,``
+in [0, 1])                                      ``aligned=True)``, boxes moved onto its points
+                                                (``_crop``), on the NCHW view of the image
 ==============================================  ==============================================
 """
 
@@ -76,6 +79,7 @@ from symjac.frameworks.keras import (  # the Keras ops are TensorFlow's too: con
     keras_ops_average_pool as keras_ops_average_pool,
     keras_ops_max_pool as keras_ops_max_pool,
 )
+from symjac.frameworks.tensorflow._crop import crop_and_resize as crop_and_resize
 from symjac.frameworks.tensorflow._fractional import fractional_max_pool as fractional_max_pool
 from symjac.pool._spec import Pool
 
@@ -195,6 +199,8 @@ def limitation(config: Config, dtype: Any) -> str | None:
     """Why TensorFlow cannot run ``config`` in ``dtype`` (a kernel it does not have), or None."""
     if _windowed_3d(config) and np.dtype(dtype) == np.float64:
         return "TensorFlow has no float64 CPU kernel for MaxPool3D / AvgPool3D"
+    if config.op == "crop_and_resize" and np.dtype(dtype) == np.float64:
+        return "tf.image.crop_and_resize computes in float32 whatever the image's dtype (its output is float32)"
     return None
 
 
@@ -279,6 +285,10 @@ def _defects(config: Config, transform: str, mode: str) -> Iterator[tuple[Any, .
     where it shows at some input families only, those: the arguments of :class:`KnownDefect`. A vmap cell
     runs in graph mode whatever the mode (``tf.vectorized_map`` traces)."""
     traced = mode != "eager" or transform == "vmap"
+    if config.op == "crop_and_resize":
+        yield ("tf.image.crop_and_resize interpolates as top + (bottom - top)·lerp: one ±inf corner gives "
+               "inf - inf = NaN where the bilinear value is that infinity (measured, TF 2.21; symjac's nonfinite "
+               "family, tests/test_crop_and_resize.py)", ("forward_values",), ("nonfinite",))
     if transform != "vjp" and config.op == "max_pool2d" and not isinstance(config.kwargs.get("padding", "VALID"), str):
         yield ("tf.nn.max_pool2d with explicit padding has no second derivative: MaxPoolGradGrad rejects "
                "padding 'EXPLICIT' (ForwardAccumulator's JVP and nested tapes raise)", ("bad_output",))
@@ -360,10 +370,29 @@ def _fractional_family(rng: np.random.Generator) -> Config | None:
 FRACTIONAL_SHARE = 6
 
 
+def _crop_family(rng: np.random.Generator) -> Config | None:
+    """``tf.image.crop_and_resize`` (bilinear): boxes at multiples of 1/8 in [0, 1] (inverted and point
+    boxes among them), crops of 1, 2, 3 or 5 (crop - 1 a power of two: TensorFlow's float32 sample points
+    are exact), several boxes per image."""
+    n, h, w, c = int(rng.integers(1, 3)), int(rng.integers(3, 8)), int(rng.integers(3, 8)), int(rng.integers(1, 3))
+    k = int(rng.integers(1, 4))
+    boxes = [[float(v) for v in rng.integers(0, 9, 4) / 8] for _ in range(k)]
+    indices = [int(v) for v in rng.integers(0, n, k)]
+    crop = [int(rng.choice([1, 2, 3, 5])), int(rng.choice([1, 2, 3, 5]))]
+    kwargs = {"image_shape": (n, h, w, c), "boxes": boxes, "box_indices": indices, "crop_size": crop}
+    return Config("crop_and_resize", kwargs, (n, c, h, w), label("tf.image.crop_and_resize", crop=tuple(crop),
+                                                                   boxes=k))
+
+
+#: crop_and_resize's configurations per grid configuration (after the others: their draws stay).
+CROP_SHARE = 6
+
+
 def configurations(grid: str = "small") -> Iterator[Config]:
     """TensorFlow/Keras pools over 1/2/3-D (channels_last): ``tf.nn`` max/avg (VALID, SAME, explicit),
     ``tf.nn.pool`` (dilations), Keras pooling, global and adaptive layers, ``keras.ops`` pools, then
-    ``tf.nn.fractional_max_pool`` (pseudo-random or random, overlapping or not, seeded). Seeded and
+    ``tf.nn.fractional_max_pool`` (pseudo-random or random, overlapping or not, seeded) and
+    ``tf.image.crop_and_resize`` (bilinear, dyadic boxes in [0, 1]). Seeded and
     deterministic; ``"full"`` is twice the common size, since a sixth of the configurations are 3-D
     pools TF has no float64 kernel for."""
     families = []
@@ -371,6 +400,7 @@ def configurations(grid: str = "small") -> Iterator[Config]:
         families += [make_family(m, r) for m in ("max", "avg") for r in (1, 2, 3)]
     yield from generate(grid, families, make, scale=2 if grid == "full" else 1)
     yield from itertools.islice(generate(grid, [_fractional_family], make, seed=11), grid_size(grid) // FRACTIONAL_SHARE)
+    yield from itertools.islice(generate(grid, [_crop_family], make, seed=13), grid_size(grid) // CROP_SHARE)
 
 
 # ------------------------------------------------------------------ losses (tf.nn, keras.losses)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from symjac.pool._ops._protocol import Operator
+from symjac.pool._ops.align_max import ROI_ALIGN_MAX
 from symjac.pool._ops.avg import AVG
 from symjac.pool._ops.fractional_max import FRACTIONAL_MAX
 from symjac.pool._ops.lp import LP
@@ -21,7 +22,7 @@ from symjac.pool._ops.roi_align import ROI_ALIGN
 from symjac.pool._ops.roi_pool import ROI_POOL
 
 #: Every registered pooling operator by name, in the order error messages list them.
-OPERATORS: dict[str, Operator] = {op.name: op for op in (MAX, AVG, LP, FRACTIONAL_MAX, ROI_ALIGN, ROI_POOL)}
+OPERATORS: dict[str, Operator] = {op.name: op for op in (MAX, AVG, LP, FRACTIONAL_MAX, ROI_ALIGN, ROI_ALIGN_MAX, ROI_POOL)}
 
 
 def operator_of(spec_or_mode: Any) -> Operator:

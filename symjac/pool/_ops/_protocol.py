@@ -98,6 +98,8 @@ class Operator:
         spec class and gives its windows as a table, :meth:`tables`).
       spec_name: the public spec class its specs are made with (messages name it).
       spec_class: that class, for a table operator (the generic tests build its :attr:`samples` with it).
+      spec_kind: a table operator's ``[operator] kind`` in spec files ("": its :attr:`name`; RoI Align's
+        max, ``roi_align_max``, is ``kind = "roi_align"`` with ``mode = "max"``).
       nan_policies: the conventions at a window holding NaN a correct implementation may follow,
         the default first (:meth:`nonfinite`): the verifier reads which one the forward follows and
         names it (``stats["nan_policy"]``), as it names the tie policy.
@@ -121,6 +123,7 @@ class Operator:
     kernel_windows: bool = True
     spec_name: str = "symjac.Pool"
     spec_class: Any = None
+    spec_kind: str = ""
     nan_policies: tuple[str, ...] = ("propagate",)
     explain_note: str = ""
 

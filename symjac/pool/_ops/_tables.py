@@ -23,7 +23,8 @@ import numpy as np
 import sympy
 
 from symjac._errors import InputError, SpecError
-from symjac._exact import ExactArray, to_fraction
+from symjac._exact import NAN, NEG_INF, POS_INF, ExactArray, nonfinite_codes, to_fraction
+from symjac.pool._ops._edges import Counts, Nonfinite, proxy, sum_value
 
 if TYPE_CHECKING:
     from symjac.pool._geometry import Geometry
@@ -371,3 +372,18 @@ class TableLayout:
     def slots_repeat(self) -> bool:
         """Two boxes' windows may read one cell at one slot."""
         return True
+
+
+def weighted_nonfinite(g: Geometry, x: np.ndarray, policy: str) -> Nonfinite:
+    """A linear table's reading of an x holding NaN or ±inf: a window's value is IEEE 754's sum of ``w·x``
+    over the cells it reads with a weight > 0 (NaN with a NaN or with both infinities, else the infinity:
+    every weight is positive); its rows are the weights at every x (the proxy: non-finite cells 0)."""
+    t: Table = g.table  # type: ignore[attr-defined]
+    codes = nonfinite_codes(x)
+    codes_c = np.zeros((g.batch, g.n_in), dtype=np.int8) if codes is None else g.to_canonical(codes)
+    gathered = np.where((np.asarray(t.num) != 0)[None] & t.valid[None], g.gather(codes_c, 0), 0)
+    c = Counts(codes_c, (gathered == NAN).sum(axis=2), (gathered == POS_INF).sum(axis=2),
+               (gathered == NEG_INF).sum(axis=2))
+    special, value = sum_value(c)
+    finite, exact = proxy(g, x)
+    return Nonfinite(policy, finite, exact, special, value)

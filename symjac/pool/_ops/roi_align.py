@@ -1,4 +1,5 @@
-"""RoI Align (torchvision ``roi_align``, Detectron2 ``ROIAlignV2``, ONNX ``RoiAlign`` in ``mode="avg"``).
+"""RoI Align (torchvision ``roi_align``, Detectron2 ``ROIAlignV2``, ONNX ``RoiAlign`` in ``mode="avg"``;
+``reduction="max"``, ONNX Runtime's ``mode="max"``, is :mod:`symjac.pool._ops.align_max`).
 
 Each box ``(n, x1, y1, x2, y2)`` of batch item n is scaled by ``spatial_scale`` and shifted by
 ``-1/2`` when ``aligned`` (ONNX ``coordinate_transformation_mode="half_pixel"``; ``aligned=False``
@@ -40,7 +41,7 @@ import sympy
 
 from symjac._errors import InputError, SpecError
 from symjac._exact import ExactArray, round_fraction
-from symjac.check._rounding import gamma, unit_roundoff
+from symjac.check._rounding import finfo, gamma, unit_roundoff
 from symjac.pool._foreign import accept_only_fields
 from symjac.pool._ops._protocol import ForwardBound, Operator
 from symjac.pool._ops._tables import (
@@ -58,12 +59,14 @@ from symjac.pool._ops._tables import (
     show,
     table_jacobian,
     table_of_arrays,
+    weighted_nonfinite,
 )
 from symjac.pool._rows import ExactRows
 
 if TYPE_CHECKING:
     from symjac.pool._beta import Tie
     from symjac.pool._geometry import Geometry
+    from symjac.pool._ops._edges import Nonfinite
     from symjac.pool._ops._tables import Table
     from symjac.pool._stamp import SparseJacobian
 
@@ -85,6 +88,8 @@ DEFAULT_BOXES: tuple[Box, ...] = tuple((b, Fraction(x1), Fraction(y1), Fraction(
     (1, -1, -1, 1, 1),
 ))
 DEFAULT_MAP = (6, 7)
+#: ``reduction`` -> the registry name of the operator it selects (the spec's ``mode``).
+REDUCTIONS = {"avg": "roi_align", "max": "roi_align_max"}
 
 
 @accept_only_fields
@@ -105,6 +110,10 @@ class RoiAlign(BoxesSpec):
       aligned: shift boxes by -1/2 (torchvision ``aligned=True``, Detectron2 ``ROIAlignV2``, ONNX
         ``coordinate_transformation_mode="half_pixel"``); False: ONNX ``"output_half_pixel"``, and a
         box is at least 1 x 1.
+      reduction: ``"avg"`` (the bin's points averaged: torchvision, ONNX ``mode="avg"``) or ``"max"``
+        (ONNX ``mode="max"`` as ONNX Runtime computes it: per sample point the largest of its four
+        bilinear-weighted corners ``w·x``, then the largest over the bin's points;
+        :mod:`symjac.pool._ops.align_max`). A spec file's ``mode = "max"``.
 
     The output is (K, C, out_h, out_w); ``forward(x)`` and ``backward(x, dy)`` take the map and read
     the boxes from the spec (:meth:`rois`: torchvision's float array).
@@ -115,6 +124,7 @@ class RoiAlign(BoxesSpec):
     spatial_scale: Fraction = dataclasses.field(default=Fraction(1), kw_only=True)
     sampling_ratio: int = dataclasses.field(default=-1, kw_only=True)
     aligned: bool = dataclasses.field(default=False, kw_only=True)
+    reduction: str = dataclasses.field(default="avg", kw_only=True)
 
     def __post_init__(self) -> None:
         put = object.__setattr__
@@ -129,11 +139,14 @@ class RoiAlign(BoxesSpec):
         if not isinstance(self.aligned, (bool, np.bool_)):
             raise SpecError(f"aligned={self.aligned!r} is not valid: give True or False")
         put(self, "aligned", bool(self.aligned))
+        if self.reduction not in REDUCTIONS:
+            raise SpecError(f"reduction={self.reduction!r} is not valid: give 'avg' (the bin's sample points "
+                            "averaged) or 'max' (ONNX RoiAlign mode='max': the largest weighted corner)")
 
     @property
     def mode(self) -> str:
-        """The operator's registry name."""
-        return "roi_align"
+        """The operator's registry name (``roi_align``; ``roi_align_max`` for ``reduction="max"``)."""
+        return REDUCTIONS[self.reduction]
 
     @property
     def map_size(self) -> tuple[int, int]:
@@ -143,7 +156,7 @@ class RoiAlign(BoxesSpec):
     def __repr__(self) -> str:
         return (f"RoiAlign(output_size={self.output_size!r}{self.boxes_repr(DEFAULT_BOXES)}, "
                 f"spatial_scale={show(self.spatial_scale)!r}, sampling_ratio={self.sampling_ratio!r}, "
-                f"aligned={self.aligned!r})")
+                f"aligned={self.aligned!r}{'' if self.reduction == 'avg' else f', reduction={self.reduction!r}'})")
 
 
 # -- the sample points ---------------------------------------------------------------------------
@@ -239,6 +252,22 @@ def _table(spec: RoiAlign, input_shape: tuple[int, ...]) -> Table:
                 words.append(f"{box_words(k, box)}, bin ({i}, {j}): sample points y {_points(ay.points[i], height)}, "
                              f"x {_points(ax.points[j], width)}, divided by {count}")
     return table_of_arrays((len(spec.boxes), oh, ow), windows, starts, samples, words)
+
+
+@functools.lru_cache(maxsize=64)
+def _zero_reads(spec: RoiAlign, input_shape: tuple[int, ...]) -> np.ndarray:
+    """(N·H·W,) cells some sample point reads with weight 0 (a corner on a grid line, the clamped row), or
+    as ONNX Runtime's outside point does (cell (0, 0) of the plane): ``0·x`` is NaN there at NaN or ±inf."""
+    _, _, height, width = input_shape
+    out = np.zeros(input_shape[0] * height * width, dtype=bool)
+    for box in spec.boxes:
+        ay, ax = _axis(box[2], box[4], spec, spec.output_size[0]), _axis(box[1], box[3], spec, spec.output_size[1])
+        for py in (p for row in ay.points for p in row):
+            for px in (p for row in ax.points for p in row):
+                cy, cx = _corners(py, height), _corners(px, width)
+                out[box[0] * height * width] |= not cy or not cx
+                out[[(box[0] * height + r) * width + c for r, wr in cy for c, wc in cx if wr * wc == 0]] = True
+    return out
 
 
 def _edge_weights(t: Table) -> np.ndarray:
@@ -373,6 +402,34 @@ class RoiAlignOp(Operator):
     def jvp(self, g: Geometry, x: ExactArray | None, t: ExactArray, tie: Tie) -> np.ndarray:
         return self.exact_jvp(g, x, t, tie).to_sympy()
 
+    def families(self, g: Geometry, touches_padding: bool) -> tuple[str, ...]:
+        return ("extreme", "nonfinite")  # sums of points near the overflow threshold; NaN and ±inf propagate
+
+    def extreme_magnitude(self, g: Geometry, dtype: np.dtype[Any]) -> tuple[float, str]:
+        """Up to ``max/(2G)`` (G: a bin's most points), a sign per slice: a bin's sum of points stays finite."""
+        return float(finfo(dtype).max) / (2 * max(int(g.table.samples.max(initial=1)), 1)), "slices"  # type: ignore[attr-defined]
+
+    def nonfinite(self, g: Geometry, x: np.ndarray, policy: str) -> Nonfinite:
+        return weighted_nonfinite(g, x, policy)
+
+    def nonfinite_note(self, policy: str) -> str:
+        return ("RoI Align at NaN and ±inf: a bin is IEEE 754's sum of w·x over the cells its points read with "
+                "weight > 0 (NaN with a NaN or both infinities, else the infinity), its derivative the weights")
+
+    def nonfinite_input(self, g: Geometry, x: np.ndarray) -> np.ndarray:
+        """x with its NaN and ±inf moved, spread out, to cells read with weight > 0 and by no point with
+        weight 0 (``0·inf`` is NaN in a kernel that multiplies every corner, 0 in one that skips it)."""
+        t, zero = g.table, _zero_reads(g.spec, g.input_shape)  # type: ignore[attr-defined]
+        read = np.zeros(g.n_in, dtype=bool)
+        read[t.cells[(np.asarray(t.num) != 0) & t.valid]] = True
+        xc = g.to_canonical(x).copy()
+        for b in range(g.batch):
+            bad, free = np.flatnonzero(~np.isfinite(xc[b]) & zero), np.flatnonzero(read & ~zero & np.isfinite(xc[b]))
+            k = min(bad.size, free.size)
+            xc[b, free[np.linspace(0, free.size - 1, k).astype(np.int64)] if k else free[:0]] = xc[b, bad[:k]]
+            xc[b, bad] = 0.25
+        return g.from_canonical(xc, g.in_spatial)
+
     # -- rounding model ------------------------------------------------------------------
     def _magnitudes(self, g: Geometry, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(B, W) Σ|w||x| and Σ terms·|x|/count over each window's cells (float64)."""
@@ -380,7 +437,8 @@ class RoiAlignOp(Operator):
         ax = g.gather(np.abs(g.to_canonical(x).astype(np.float64)))
         weighted = (ax * np.abs(float_weights(g))[None]).sum(axis=2)
         count = np.maximum(t.samples, 1).astype(np.float64)
-        spread = (ax * t.terms[None]).sum(axis=2) / count
+        with np.errstate(over="ignore"):
+            spread = (ax * t.terms[None]).sum(axis=2) / count
         return weighted, spread
 
     def forward_bound(self, g: Geometry, x: np.ndarray, exact_of: Callable[[], ExactArray],
@@ -391,8 +449,9 @@ class RoiAlignOp(Operator):
         weighted, spread = self._magnitudes(g, x)
         depth = g.table.samples + 8  # type: ignore[attr-defined]
         ax = g.gather(np.abs(g.to_canonical(x).astype(np.float64)))
-        on_edge = (ax * _edge_weights(g.table)[None]).sum(axis=2) * (delta > 0)  # type: ignore[attr-defined]
-        tol = gamma(depth, u) * weighted + (2 * delta + float(gamma(2, u))) * spread * (delta > 0) + on_edge
+        with np.errstate(over="ignore", invalid="ignore"):  # extreme inputs: a term only where coordinates round
+            on_edge = np.where(delta > 0, (ax * _edge_weights(g.table)[None]).sum(axis=2), 0.0)  # type: ignore[attr-defined]
+            tol = gamma(depth, u) * weighted + np.where(delta > 0, (2 * delta + float(gamma(2, u))) * spread, 0.0) + on_edge
         return e_c, np.asarray(tol + 2.0**-60 * np.abs(e_c)), lambda: g.to_canonical(exact_y.to_fractions(),
                                                                                         g.out_spatial)
 
