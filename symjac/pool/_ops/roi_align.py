@@ -110,10 +110,8 @@ class RoiAlign(BoxesSpec):
       aligned: shift boxes by -1/2 (torchvision ``aligned=True``, Detectron2 ``ROIAlignV2``, ONNX
         ``coordinate_transformation_mode="half_pixel"``); False: ONNX ``"output_half_pixel"``, and a
         box is at least 1 x 1.
-      reduction: ``"avg"`` (the bin's points averaged: torchvision, ONNX ``mode="avg"``) or ``"max"``
-        (ONNX ``mode="max"`` as ONNX Runtime computes it: per sample point the largest of its four
-        bilinear-weighted corners ``w·x``, then the largest over the bin's points;
-        :mod:`symjac.pool._ops.align_max`). A spec file's ``mode = "max"``.
+      reduction: ``"avg"`` (the bin's points averaged) or ``"max"`` (ONNX ``mode="max"`` as ONNX Runtime
+        computes it: :mod:`symjac.pool._ops.align_max`); a spec file's ``mode``.
 
     The output is (K, C, out_h, out_w); ``forward(x)`` and ``backward(x, dy)`` take the map and read
     the boxes from the spec (:meth:`rois`: torchvision's float array).
