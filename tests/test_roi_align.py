@@ -118,6 +118,21 @@ def test_correct_reference_passes_at_defaults(spec, dtype):
     assert report.ok, report
 
 
+def test_a_point_on_a_grid_line_that_float_lands_below_is_no_false_alarm():
+    """Box 1 of the defaults with 3 bins of 4/3 and 2 points each: the point y = 1 is exact, but a float
+    implementation forms it from thirds and lands just below, reading row 0 with a weight of about
+    1e-16 (and row 1 with 1 - 1e-16). That is the rounding of its coordinates, not a defect: the
+    torchvision transcription passed in float32 and was reported ``wrong_cells`` in float64."""
+    spec = symjac.RoiAlign((3, 2), sampling_ratio=2)
+    rois, out, scale, ratio, aligned = _args(spec)
+    ys = [float(rois[1, 2]) + ph * (float(rois[1, 4] - rois[1, 2]) / 3) + (iy + 0.5) * (4 / 3) / 2
+          for ph in range(3) for iy in range(2)]
+    assert any(0 < 1 - y < 1e-15 for y in ys)  # the float point the exact value 1 becomes
+    for dtype in ("float64", "float32"):
+        report = symjac.verify(spec, _impl(spec), dtype=dtype)
+        assert report.ok, report
+
+
 def test_every_derivative_route_reads_roi_align():
     """JVP, double backward and vmap are checked like any operator's (no branch on the name), and a
     wrong JVP (the aligned offset missing) or double backward (a clamp at 0) is caught."""

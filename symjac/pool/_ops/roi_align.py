@@ -74,9 +74,8 @@ HALF = Fraction(1, 2)
 
 #: The default boxes, drawn on a 6 x 7 map (N = 2) to reach the edge cases at output_size 2 and the
 #: adaptive grid: inside (0), partly outside at the top-left (1: points below -1, at x = -1 and in
-#: (-1, 0)), sample points exactly at y = H and x = W (2; 3 and 7 with ``aligned``), wholly outside
-#: (4), a point box (5: degenerate; no sample point with ``aligned``), an inverted box (6), and four
-#: boxes on each batch item.
+#: (-1, 0)), sample points exactly at y = H and x = W (2; 3 and 7 with ``aligned``), wholly outside (4),
+#: a point box (5: degenerate; none with ``aligned``), an inverted box (6); four boxes per batch item.
 DEFAULT_BOXES: tuple[Box, ...] = tuple((b, Fraction(x1), Fraction(y1), Fraction(x2), Fraction(y2)) for b, x1, y1, x2, y2 in (
     (0, 1, 1, 4, Fraction(7, 2)),
     (0, Fraction(-5, 2), -2, Fraction(3, 2), 2),
@@ -102,8 +101,7 @@ class RoiAlign(BoxesSpec):
         ``output_height``/``output_width``).
       boxes: rows (batch_index, x1, y1, x2, y2) (torchvision's ``rois`` tensor of shape (K, 5); ONNX's
         ``rois`` with ``batch_indices``), exact rationals (int, dyadic float, ``Fraction``, ``"1/3"``).
-        None: :data:`DEFAULT_BOXES`, drawn to reach the edge cases (boxes partly and wholly outside
-        the map, degenerate and inverted boxes, several boxes per batch item).
+        None: :data:`DEFAULT_BOXES`, drawn to reach the edge cases.
       spatial_scale: box coordinates times this are map coordinates (a rational > 0, e.g. 1/16).
       sampling_ratio: sample points per bin along each axis; <= 0: adaptive, ``ceil(box size / bins)``
         per box (torchvision's -1, ONNX's 0).
@@ -189,16 +187,18 @@ def _axis(lo: Fraction, hi: Fraction, spec: RoiAlign, bins: int) -> _Axis:
     return _Axis(start, size, grid, tuple(points), tuple(inter))
 
 
-def _corners(p: Fraction, length: int) -> list[tuple[int, Fraction]]:
-    """torchvision's ``bilinear_interpolate`` along one axis: (cell, weight) pairs, none outside."""
+def _corners(p: Fraction, length: int, below: bool = False) -> list[tuple[int, Fraction]]:
+    """torchvision's ``bilinear_interpolate`` along one axis: (cell, weight) pairs, none outside; ``below``:
+    a point on an inner grid line names the row before too (weight 0: a float point just below reads it)."""
     if p < -1 or p > length:
         return []
     p = max(p, Fraction(0))
     low = math.floor(p)
+    before = [(int(p) - 1, Fraction(0))] if below and p.denominator == 1 and 1 <= p <= length - 1 else []
     if low >= length - 1:  # past the last row: low = high = H - 1 and the point moved onto it (ly = 0)
-        return [(length - 1, Fraction(1)), (length - 1, Fraction(0))]
+        return [(length - 1, Fraction(1)), (length - 1, Fraction(0))] + before
     frac = p - low
-    return [(low, 1 - frac), (low + 1, frac)]
+    return [(low, 1 - frac), (low + 1, frac)] + before
 
 
 def _bin_weights(points: tuple[Fraction, ...], length: int) -> dict[int, tuple[Fraction, int, Fraction]]:
@@ -206,7 +206,7 @@ def _bin_weights(points: tuple[Fraction, ...], length: int) -> dict[int, tuple[F
     out: dict[int, tuple[Fraction, int, Fraction]] = {}
     for p in points:
         on_edge = p in (-1, length)
-        for cell, w in _corners(p, length):
+        for cell, w in _corners(p, length, below=True):
             old = out.get(cell, (Fraction(0), 0, Fraction(0)))
             out[cell] = (old[0] + w, old[1] + 1, old[2] + (w if on_edge else 0))
     return out
@@ -262,7 +262,7 @@ def _zero_reads(spec: RoiAlign, input_shape: tuple[int, ...]) -> np.ndarray:
         ay, ax = _axis(box[2], box[4], spec, spec.output_size[0]), _axis(box[1], box[3], spec, spec.output_size[1])
         for py in (p for row in ay.points for p in row):
             for px in (p for row in ax.points for p in row):
-                cy, cx = _corners(py, height), _corners(px, width)
+                cy, cx = _corners(py, height, below=True), _corners(px, width, below=True)
                 out[box[0] * height * width] |= not cy or not cx
                 out[[(box[0] * height + r) * width + c for r, wr in cy for c, wc in cx if wr * wc == 0]] = True
     return out
