@@ -32,15 +32,17 @@ def operator_fields(spec: PoolSpec | Loss, pads: tuple[tuple[int, int], ...] | N
     """``{"operator": type, field: value, ..., "rank": n, "pads": ((lo, hi), ...)}``, in that
     order: the spec's fields that are set (values as the spec holds them: ints, bools,
     words, Fractions, tuples; a loss option at its kind's default is left out, as if unset),
-    and for a pool the resolved ``pads`` at one input shape."""
+    and for a pool the resolved ``pads`` at one input shape (none for a table geometry, whose
+    ``rank`` is its map's)."""
     out: dict[str, Any] = {"operator": operator_kind(spec)}
     for field in dataclasses.fields(spec):
         value = getattr(spec, field.name)
         if value is not None and not (isinstance(spec, Loss) and spec.at_default(field.name)):
             out[field.name] = value
     if pads is not None:
-        out.setdefault("rank", len(pads))  # GlobalPool has it as a field
-        out["pads"] = tuple(tuple(int(v) for v in p) for p in pads)
+        out.setdefault("rank", getattr(spec, "rank", len(pads)))  # GlobalPool has it as a field
+        if pads:  # a table geometry (a RoI operator's bins) pads nothing: no pads to say
+            out["pads"] = tuple(tuple(int(v) for v in p) for p in pads)
     return out
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from symjac.frameworks.native._wire import settings, wire_dtype
+from symjac.frameworks.native._wire import check_settings_fit, settings, wire_dtype
 from symjac.loss._spec import Loss
 from symjac.pool._geometry import resolve
 from symjac.pool._spec import PoolSpec
@@ -28,9 +28,14 @@ Send = Callable[[str, list[str], list[tuple[str, Any]], tuple[str, str, tuple[in
 
 
 class PoolCalls:
-    """forward/backward of one pooling spec; the settings are written once per input shape."""
+    """forward/backward of one pooling spec; the settings are written once per input shape.
+
+    Raises:
+      SpecError: the spec's settings do not fit in a request (:func:`check_settings_fit`).
+    """
 
     def __init__(self, send: Send, spec: PoolSpec):
+        check_settings_fit(spec)
         self.send, self.spec = send, spec
         self._shapes: dict[tuple[int, ...], tuple[list[str], tuple[int, ...]]] = {}
 
@@ -56,6 +61,7 @@ class LossCalls:
     """derivative/forward of one loss spec."""
 
     def __init__(self, send: Send, loss: Loss):
+        check_settings_fit(loss)
         self.send, self.loss = send, loss
         self.lines = settings(loss)
         self.per_element = loss.reduction == "none"
