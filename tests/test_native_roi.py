@@ -1,10 +1,11 @@
-"""RoI Align through the native routes (issue 31): contrib/examples/roi.c, a C99 torchvision-style
-RoI Align forward and backward, runs through ``--exec``, the process route, ctypes and the offline
-probes/check loop.
+"""RoI Align and RoI max pooling through the native routes (issue 31): contrib/examples/roi.c, a C99
+torchvision-style RoI Align and RoI pooling forward and backward, runs through ``--exec``, the process
+route, ctypes and the offline probes/check loop.
 
 Independent oracles: the kernel's forward equals tests/roi_reference.py (torchvision's CPU
 ``roi_align`` transcribed loop by loop in NumPy, reading nothing of symjac) bit for bit, in float64
-and float32 (the same float operations in the same order); so the correct kernel must pass, and its
+and float32 (the same float operations in the same order), and RoI pooling's equals ``roi_pool_forward``; so the
+correct kernel must pass, and its
 planted defects (roi_kernels.h: each a kind reported against framework RoI Align kernels) must fail,
 named by the box, the bin and its sample points.
 """
@@ -24,7 +25,7 @@ import symjac
 import symjac.frameworks.native.ctypes as sjc
 import symjac.frameworks.native.process as sjp
 from native_kernels import CC, ROOT, build, deadline, needs_cc  # noqa: F401 - deadline: a fixture
-from roi_reference import roi_align_forward
+from roi_reference import roi_align_forward, roi_pool_forward
 from symjac.cli._select import select_cases
 from symjac.frameworks.native._offline import answer, run_offline
 from symjac.frameworks.native._wire import settings
@@ -44,7 +45,11 @@ SPECS = [
     symjac.RoiAlign(2, boxes=[(0, 2, 2, 9, 7), (1, -3, -3, 4, 4), (0, 8, 6, 16, 14), (0, 1, 1, 1, 5)],
                     spatial_scale=Fraction(1, 2), aligned=True),
 ]
-DEFECTS = ("-DROI_NO_ALIGN_OFFSET", "-DROI_BACKWARD_NO_ZERO", "-DROI_BACKWARD_BIN_COUNT", "-DROI_CLAMP_BUG")
+DEFECTS = ("-DROI_NO_ALIGN_OFFSET", "-DROI_BACKWARD_NO_ZERO", "-DROI_BACKWARD_BIN_COUNT", "-DROI_CLAMP_BUG",
+           "-DROI_POOL_ROUND_EVEN", "-DROI_POOL_END_FLOOR")
+POOL = symjac.RoiPool(2)  # symjac's default boxes for RoI pooling (roi_pool.DEFAULT_BOXES): halves, overlaps, outside
+POOL_SPECS = [symjac.RoiPool((3, 2)), symjac.RoiPool(2, spatial_scale=Fraction(1, 2)),
+              symjac.RoiPool((2, 3), boxes=[(0, 0, 0, 6, 4), (1, -2, 1, 3, Fraction(7, 2)), (0, 4, 4, 4, 4)])]
 
 
 @pytest.fixture(scope="module")
@@ -202,6 +207,61 @@ def test_backward_that_never_zeroes_reads_the_poison(kernels) -> None:
     assert "elements of dx" in report.details()
 
 
+# ------------------------------------------------------------------ RoI max pooling
+
+
+@needs_cc
+@pytest.mark.parametrize("spec", [POOL, *POOL_SPECS], ids=repr)
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_roi_pool_forward_equals_the_independent_reference(kernels, spec, dtype) -> None:
+    impl, lib = sjp.impl(kernels["roi"], spec), sjc.impl(kernels["libroi"], spec)
+    rng = np.random.default_rng(31)
+    for shape in symjac.cover(spec):
+        x = rng.integers(-64, 64, size=shape).astype(dtype)
+        expected, _ = roi_pool_forward(x, spec.rois(), spec.output_size, float(spec.spatial_scale))
+        np.testing.assert_array_equal(impl.forward(x), expected)
+        np.testing.assert_array_equal(lib.forward(x), expected)
+
+
+@needs_cc
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_roi_pool_passes_at_the_defaults_on_both_routes(kernels, dtype) -> None:
+    on_process = symjac.verify(POOL, sjp.impl(kernels["roi"], POOL), dtype=dtype)
+    on_ctypes = symjac.verify(POOL, sjc.impl(kernels["libroi"], POOL), dtype=dtype)
+    assert on_process.ok, on_process
+    assert on_ctypes.headline == on_process.headline
+
+
+@needs_cc
+@pytest.mark.parametrize("spec", POOL_SPECS, ids=repr)
+def test_roi_pool_passes_given_specs(kernels, spec) -> None:
+    report = symjac.verify(spec, sjp.impl(kernels["roi"], spec))
+    assert report.ok, report
+
+
+@needs_cc
+@pytest.mark.parametrize(("defect", "planted"), [("-DROI_POOL_ROUND_EVEN", {"half_even": True}),
+                                                 ("-DROI_POOL_END_FLOOR", {"end_floor": True})])
+def test_roi_pool_defect_fails_named_by_box_and_bin(kernels, defect, planted) -> None:
+    """The defective forward is the reference's with the same defect planted (half to even: box 1's
+    x2 = 5/2 rounds to 2, not 3; a bin end rounded down), and verify names the box and its bin."""
+    impl = sjp.impl(kernels[defect], POOL)
+    x = np.random.default_rng(5).integers(-64, 64, size=(2, 2, 6, 7)).astype(np.float64)
+    np.testing.assert_array_equal(impl.forward(x), roi_pool_forward(x, POOL.rois(), (2, 2), **planted)[0])
+    assert not np.array_equal(impl.forward(x), roi_pool_forward(x, POOL.rois(), (2, 2))[0])
+    report = symjac.verify(POOL, impl)
+    assert "forward_values" in report.categories(), report
+    text = report.details()
+    assert "box 1 (batch item 0, x -1/2..5/2, y 5/2..11/2), bin (" in text and "rows " in text, text
+
+
+@needs_cc
+def test_roi_pool_backward_that_never_zeroes_reads_the_poison(kernels) -> None:
+    report = symjac.verify(POOL, sjc.impl(build(pathlib.Path(kernels["roi"]).parent, "roi.c", "-DROI_BACKWARD_NO_ZERO",
+                                                shared=True), POOL))
+    assert {"uninitialized_read", "unwritten_output"} <= set(report.categories()), report
+
+
 # ------------------------------------------------------------------ --exec and probes/check
 
 TOML = """[[case]]
@@ -226,11 +286,14 @@ def test_exec_from_the_command_line(kernels, tmp_path: pathlib.Path) -> None:
 
 
 @needs_cc
-@pytest.mark.parametrize("kernel", ["roi", pytest.param("-DROI_CLAMP_BUG", marks=pytest.mark.slow)])
-def test_offline_rounds_give_the_process_routes_report(kernels, kernel, tmp_path: pathlib.Path) -> None:
-    (tmp_path / "roi.toml").write_text('name = "roi_align_defaults"\n[operator]\nkind = "roi_align"\noutput_size = 2\n')
+@pytest.mark.parametrize(("kind", "kernel"), [("roi_align", "roi"),
+                                             pytest.param("roi_align", "-DROI_CLAMP_BUG", marks=pytest.mark.slow),
+                                             pytest.param("roi_pool", "roi", marks=pytest.mark.slow),
+                                             pytest.param("roi_pool", "-DROI_POOL_END_FLOOR", marks=pytest.mark.slow)])
+def test_offline_rounds_give_the_process_routes_report(kernels, kind, kernel, tmp_path: pathlib.Path) -> None:
+    (tmp_path / "roi.toml").write_text(f'name = "defaults"\n[operator]\nkind = "{kind}"\noutput_size = 2\n')
     case = select_cases([str(tmp_path / "roi.toml")], (), None)[0]
-    assert case.operator == DEFAULT
+    assert case.operator == (DEFAULT if kind == "roi_align" else POOL)
     folder = tmp_path / "dir"
     while isinstance(got := run_offline(case, folder), int):
         assert answer(folder, exec=kernels[kernel]) == got

@@ -1,9 +1,11 @@
-/* roi.c: the kernel author's part for symjac's RoI Align: one dispatch from a request to the kernels.
+/* roi.c: the kernel author's part for symjac's RoI Align and RoI max pooling: one dispatch from a
+   request to the kernels.
 
    cc -std=c99 -O2 -I contrib -o roi contrib/examples/roi.c -lm                      (symjac --exec / process route)
    cc -std=c99 -O2 -I contrib -shared -fPIC -DSYMJAC_SHARED -o libroi.so contrib/examples/roi.c -lm   (ctypes route)
-   add -DROI_NO_ALIGN_OFFSET, -DROI_BACKWARD_NO_ZERO, -DROI_BACKWARD_BIN_COUNT or -DROI_CLAMP_BUG for a
-   planted defect (roi_kernels.h). The boxes come as the settings line `boxes` (K rows of
+   add -DROI_NO_ALIGN_OFFSET, -DROI_BACKWARD_NO_ZERO, -DROI_BACKWARD_BIN_COUNT or -DROI_CLAMP_BUG (RoI
+   Align), -DROI_POOL_ROUND_EVEN or -DROI_POOL_END_FLOOR (RoI pooling) for a planted defect
+   (roi_kernels.h; ROI_BACKWARD_NO_ZERO serves both). The boxes come as the settings line `boxes` (K rows of
    batch_index x1 y1 x2 y2, exact numbers), read as doubles and handed to the kernels in the map's dtype,
    as torchvision's rois tensor. */
 #include <stdlib.h>
@@ -35,15 +37,34 @@ static void *read_rois(symjac_request *r, const roi_align_params *p, int f32) {
     return rois;
 }
 
+/* RoI max pooling: the forward's scan gives each bin's argmax, which the backward sends dy to. */
+static int roi_pool(symjac_request *r, const symjac_array *x, const symjac_array *dy, const roi_align_params *a,
+                    void *rois, double scale, int f32) {
+    roi_pool_params p;
+    int64_t *arg = malloc((size_t)(a->n_rois * a->channels * a->pooled_h * a->pooled_w + 1) * sizeof *arg);
+    p.batch = a->batch, p.channels = a->channels, p.height = a->height, p.width = a->width;
+    p.n_rois = a->n_rois, p.pooled_h = a->pooled_h, p.pooled_w = a->pooled_w;
+    if (arg == NULL) return symjac_fail(r, "out of memory");
+    if (f32) roi_pool_argmax_f32(&p, x->data, rois, (float)scale, dy ? NULL : r->output.data, arg);
+    else roi_pool_argmax_f64(&p, x->data, rois, scale, dy ? NULL : r->output.data, arg);
+    if (dy && f32) roi_pool_backward_f32(&p, dy->data, rois, arg, r->output.data);
+    if (dy && !f32) roi_pool_backward_f64(&p, dy->data, rois, arg, r->output.data);
+    free(arg);
+    return 0;
+}
+
 static int dispatch(symjac_request *r) {
     const symjac_array *x = symjac_input(r, "x"), *dy = symjac_input(r, "dy");
     int backward = symjac_is(r->op, "backward"), f32 = symjac_is(r->dtype, "float32");
+    int align = symjac_is(r->operator_name, "roi_align");
     const symjac_array *bins = backward ? dy : &r->output;
     double scale = symjac_setting_number(r, "spatial_scale", 1.0);
     int64_t aligned = 0;
     roi_align_params p;
     void *rois;
-    if (!symjac_is(r->operator_name, "roi_align")) return symjac_fail(r, "this kernel is RoI Align only");
+    int status = 0;
+    if (!align && !symjac_is(r->operator_name, "roi_pool"))
+        return symjac_fail(r, "this kernel is RoI Align and RoI max pooling only");
     if (!f32 && !symjac_is(r->dtype, "float64")) return symjac_fail(r, "dtype %s is not implemented", r->dtype);
     if (!backward && !symjac_is(r->op, "forward")) return symjac_fail(r, "op %s is not forward or backward", r->op);
     if (x == NULL || x->ndim != 4 || bins == NULL || bins->ndim != 4)
@@ -59,12 +80,13 @@ static int dispatch(symjac_request *r) {
                            (long long)p.pooled_w);
     rois = read_rois(r, &p, f32);
     if (rois == NULL) return 1;
-    if (!backward && f32) roi_align_forward_f32(&p, x->data, rois, (float)scale, r->output.data);
-    if (!backward && !f32) roi_align_forward_f64(&p, x->data, rois, scale, r->output.data);
-    if (backward && f32) roi_align_backward_f32(&p, dy->data, rois, (float)scale, r->output.data);
-    if (backward && !f32) roi_align_backward_f64(&p, dy->data, rois, scale, r->output.data);
+    if (!align) status = roi_pool(r, x, backward ? dy : NULL, &p, rois, scale, f32);
+    else if (!backward && f32) roi_align_forward_f32(&p, x->data, rois, (float)scale, r->output.data);
+    else if (!backward) roi_align_forward_f64(&p, x->data, rois, scale, r->output.data);
+    else if (f32) roi_align_backward_f32(&p, dy->data, rois, (float)scale, r->output.data);
+    else roi_align_backward_f64(&p, dy->data, rois, scale, r->output.data);
     free(rois);
-    return 0;
+    return status;
 }
 
 SYMJAC_MAIN(dispatch)

@@ -1,4 +1,5 @@
-/* roi_kernels.h: a reference RoI Align (torchvision's roi_align), NCHW, in float and double.
+/* roi_kernels.h: a reference RoI Align (torchvision's roi_align) and RoI max pooling (roi_pool, below),
+   NCHW, in float and double.
 
    Plain C99 with no symjac in it: the kernels a framework would have, written after
    torchvision/csrc/ops/cpu/roi_align_kernel.cpp. A box is a row (batch_index, x1, y1, x2, y2) of
@@ -171,7 +172,79 @@ typedef struct {
 #define ROI_BACKWARD_COUNT(T, p, b) ((b).count)
 #endif
 
+/* RoI max pooling (torchvision's roi_pool, roi_pool_kernel.cpp): a box is rounded to cells
+   (C's round: half away from zero), at least 1 x 1; bin i spans [floor(i * size / out),
+   ceil((i + 1) * size / out)) from its start, clamped to the map; its value is the first maximum
+   in row-major order (strict >), 0 for an empty bin; the backward sends dy to that cell.
+   -DROI_POOL_ROUND_EVEN  the box rounded half to even (rint), as NumPy rounds, not half away from zero;
+   -DROI_POOL_END_FLOOR   a bin's end rounded down: overlapping bins lose their shared row. */
+#ifdef ROI_POOL_ROUND_EVEN
+#define ROI_ROUND(v) rint(v)
+#else
+#define ROI_ROUND(v) round(v)
+#endif
+#ifdef ROI_POOL_END_FLOOR
+#define ROI_END(v) floor(v)
+#else
+#define ROI_END(v) ceil(v)
+#endif
+
+typedef struct {
+    int64_t batch, channels, height, width;
+    int64_t n_rois, pooled_h, pooled_w;
+} roi_pool_params;
+
+static inline int64_t roi_clamp(int64_t v, int64_t hi) { return v < 0 ? 0 : v > hi ? hi : v; }
+
+#define ROI_POOL_KERNELS(T, SUFFIX)                                                                         \
+    /* The argmax (a flat H x W index, -1 for an empty bin) and value of every (box, channel, bin). */   \
+    static inline void roi_pool_argmax_##SUFFIX(const roi_pool_params *p, const T *x, const T *rois,     \
+                                                T scale, T *y, int64_t *arg) {                           \
+        int64_t k, c, ph, pw, h, w;                                                                       \
+        for (k = 0; k < p->n_rois; k++) {                                                                 \
+            const T *roi = rois + 5 * k;                                                                  \
+            int64_t item = (int64_t)roi[0];                                                               \
+            int64_t start_w = (int64_t)ROI_ROUND(roi[1] * scale), start_h = (int64_t)ROI_ROUND(roi[2] * scale); \
+            int64_t end_w = (int64_t)ROI_ROUND(roi[3] * scale), end_h = (int64_t)ROI_ROUND(roi[4] * scale); \
+            int64_t roi_w = end_w - start_w + 1 > 1 ? end_w - start_w + 1 : 1;                            \
+            int64_t roi_h = end_h - start_h + 1 > 1 ? end_h - start_h + 1 : 1;                            \
+            T bin_h = (T)roi_h / (T)p->pooled_h, bin_w = (T)roi_w / (T)p->pooled_w;                       \
+            for (ph = 0; ph < p->pooled_h; ph++)                                                          \
+                for (pw = 0; pw < p->pooled_w; pw++) {                                                    \
+                    int64_t hs = roi_clamp((int64_t)floor((T)ph * bin_h) + start_h, p->height);           \
+                    int64_t he = roi_clamp((int64_t)ROI_END((T)(ph + 1) * bin_h) + start_h, p->height);   \
+                    int64_t ws = roi_clamp((int64_t)floor((T)pw * bin_w) + start_w, p->width);            \
+                    int64_t we = roi_clamp((int64_t)ROI_END((T)(pw + 1) * bin_w) + start_w, p->width);    \
+                    int empty = he <= hs || we <= ws;                                                     \
+                    for (c = 0; c < p->channels; c++) {                                                   \
+                        const T *plane = x + (item * p->channels + c) * p->height * p->width;             \
+                        int64_t at = ((k * p->channels + c) * p->pooled_h + ph) * p->pooled_w + pw, best = -1; \
+                        for (h = hs; h < he; h++)                                                         \
+                            for (w = ws; w < we; w++)                                                     \
+                                if (best < 0 || plane[h * p->width + w] > plane[best]) best = h * p->width + w; \
+                        if (y != NULL) y[at] = empty ? (T)0 : plane[best];                                \
+                        arg[at] = empty ? -1 : best;                                                      \
+                    }                                                                                     \
+                }                                                                                         \
+        }                                                                                                 \
+    }                                                                                                     \
+    /* dx: each bin's dy to its argmax (arg, from the forward's scan of the same x). */                  \
+    static inline void roi_pool_backward_##SUFFIX(const roi_pool_params *p, const T *dy, const T *rois,  \
+                                                  const int64_t *arg, T *dx) {                           \
+        int64_t k, c, b, bins = p->pooled_h * p->pooled_w;                                                \
+        ROI_ZERO(dx, p->batch * p->channels * p->height * p->width);                                      \
+        for (k = 0; k < p->n_rois; k++)                                                                   \
+            for (c = 0; c < p->channels; c++)                                                             \
+                for (b = 0; b < bins; b++) {                                                              \
+                    int64_t at = (k * p->channels + c) * bins + b;                                        \
+                    if (arg[at] >= 0)                                                                     \
+                        dx[((int64_t)rois[5 * k] * p->channels + c) * p->height * p->width + arg[at]] += dy[at]; \
+                }                                                                                         \
+    }
+
 ROI_ALIGN_KERNELS(float, f32)
 ROI_ALIGN_KERNELS(double, f64)
+ROI_POOL_KERNELS(float, f32)
+ROI_POOL_KERNELS(double, f64)
 
 #endif
