@@ -21,8 +21,6 @@ import numpy as np
 
 from symjac._errors import SpecError, SymjacError
 from symjac.io._operator import operator_fields
-from symjac.loss._spec import Loss
-from symjac.pool._spec import PoolSpec
 
 PROTOCOL = 1
 REQUEST = f"symjac {PROTOCOL} request"
@@ -88,7 +86,7 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def check_settings_fit(spec: PoolSpec | Loss) -> None:
+def check_settings_fit(spec: Any) -> None:
     """Refuse a spec whose settings a request cannot carry (a RoI operator with many boxes).
 
     Raises:
@@ -104,8 +102,9 @@ def check_settings_fit(spec: PoolSpec | Loss) -> None:
                         "SYMJAC_SETTINGS, the C ABI's settings): give fewer or shorter values, e.g. fewer boxes")
 
 
-def settings(spec: PoolSpec | Loss, pads: tuple[tuple[int, int], ...] | None = None) -> list[str]:
-    """The settings lines of ``spec`` (and, for a pool, its resolved ``pads`` at one input shape)."""
+def settings(spec: Any, pads: tuple[tuple[int, int], ...] | None = None) -> list[str]:
+    """The settings lines of ``spec`` (a pool, max unpooling or a loss; and, for a pool, its resolved ``pads``
+    at one input shape)."""
     lines = [f"{key} {_text(value)}" for key, value in operator_fields(spec, pads).items()]
     for line in lines:
         if "\n" in line or not line.isascii():
