@@ -182,6 +182,27 @@ static inline double symjac_setting_number(const symjac_request *r, const char *
     return value;
 }
 
+/* Up to max numbers of setting key (a list: "0 1 7/2 -5/2 2") into out, each as
+   symjac_setting_number reads one (p/q as p divided by q: the double nearest p/q where p and q
+   are exact in a double); returns how many were read. A RoI operator's boxes, a loss's weights. */
+static inline int symjac_setting_numbers(const symjac_request *r, const char *key, double *out, int max) {
+    const char *p = symjac__setting_at(r, key);
+    int n = 0;
+    while (p != NULL && n < max && *p != '\n' && *p != '\0') {
+        char *end;
+        double v = strtod(p, &end);
+        if (end == p) break;
+        if (*end == '/') {
+            const char *q = end + 1;
+            v /= strtod(q, &end);
+            if (end == q) break;
+        }
+        out[n++] = v;
+        p = end;
+    }
+    return n;
+}
+
 /* Up to max integers of setting key into out; returns how many were read. */
 static inline int symjac_setting_ints(const symjac_request *r, const char *key, int64_t *out, int max) {
     const char *p = symjac__setting_at(r, key);

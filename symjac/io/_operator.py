@@ -33,7 +33,8 @@ def operator_fields(spec: PoolSpec | Loss, pads: tuple[tuple[int, int], ...] | N
     """``{"operator": type, field: value, ..., "rank": n, "pads": ((lo, hi), ...)}``, in that
     order: the spec's fields that are set (values as the spec holds them: ints, bools,
     words, Fractions, tuples; a loss option at its kind's default is left out, as if unset),
-    and for a pool the resolved ``pads`` at one input shape."""
+    and for a pool the resolved ``pads`` at one input shape (none for a table geometry, whose
+    ``rank`` is its map's)."""
     out: dict[str, Any] = {"operator": operator_kind(spec)}
     for field in dataclasses.fields(spec):
         value = getattr(spec, field.name)

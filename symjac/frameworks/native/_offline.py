@@ -44,8 +44,7 @@ from symjac._errors import SymjacError, UsageError
 from symjac.check._invoke import Unanswered
 from symjac.frameworks._adapter import Impl
 from symjac.frameworks.native._child import Child
-from symjac.pool._ops.unpool import refuse_scatter
-from symjac.frameworks.native._calls import NOT_IN_PROTOCOL, LossCalls, PoolCalls
+from symjac.frameworks.native._calls import NOT_IN_PROTOCOL, LossCalls, spec_calls
 from symjac.frameworks.native._poison import Poison, Run, buffer_sizes, echoed, protocol_lines, settle
 from symjac.frameworks.native._wire import (
     REQUEST,
@@ -135,7 +134,7 @@ def _impl(operator: Any, send: Replay, folder: Path) -> Impl | LossImpl:
     if isinstance(operator, Loss):
         calls = LossCalls(send, operator)
         return LossImpl(loss=operator, derivative=calls.derivative, forward=calls.forward)
-    pool = PoolCalls(send, operator)
+    pool = spec_calls(send, operator)
     return Impl(forward=pool.forward, backward=pool.backward, framework="offline", op=str(folder),
                 missing=NOT_IN_PROTOCOL)
 
@@ -147,7 +146,6 @@ def run_offline(case: Any, folder: str | Path, dtype: str = "float64", timeout: 
     the kernel in process), or the number of requests of the next round, written to
     ``folder`` (created if missing) and listed in its ``index.json``.
     """
-    refuse_scatter(case.operator, case.source)  # before a folder is made: the wire carries window pooling only
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     strict = Replay(folder)

@@ -19,10 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from symjac._errors import SymjacError
+from symjac._errors import SpecError, SymjacError
 from symjac.io._operator import operator_fields
-from symjac.loss._spec import Loss
-from symjac.pool._spec import PoolSpec
 
 PROTOCOL = 1
 REQUEST = f"symjac {PROTOCOL} request"
@@ -30,6 +28,9 @@ RESPONSE = f"symjac {PROTOCOL} response"
 #: A response header longer than this is garbage, not a header.
 MAX_HEADER = 1 << 16
 #: The dtypes the wire carries (NumPy's names; bfloat16 with ml_dtypes).
+#: The settings bytes a request carries (contrib/symjac_driver.h's SYMJAC_SETTINGS less its '\\0'),
+#: and the room kept in it for the ``rank`` and ``pads`` lines of an input shape.
+MAX_SETTINGS, SHAPE_ROOM = 16383, 160
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int64", "int32", "int8", "uint8", "bool")
 
 
@@ -85,8 +86,25 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def settings(spec: PoolSpec | Loss, pads: tuple[tuple[int, int], ...] | None = None) -> list[str]:
-    """The settings lines of ``spec`` (and, for a pool, its resolved ``pads`` at one input shape)."""
+def check_settings_fit(spec: Any) -> None:
+    """Refuse a spec whose settings a request cannot carry (a RoI operator with many boxes).
+
+    Raises:
+      SpecError: its settings lines (and room for ``rank`` and ``pads``) take more than
+        :data:`MAX_SETTINGS` bytes, the longest line named.
+    """
+    lines = settings(spec)
+    size = sum(len(line) + 1 for line in lines) + SHAPE_ROOM
+    if size > MAX_SETTINGS:
+        longest = max(lines, key=len)
+        raise SpecError(f"the settings of this {type(spec).__name__} take {size} bytes (the longest, {longest.split(' ')[0]!r}, "
+                        f"{len(longest)}); a native request carries at most {MAX_SETTINGS} (contrib/symjac_driver.h's "
+                        "SYMJAC_SETTINGS, the C ABI's settings): give fewer or shorter values, e.g. fewer boxes")
+
+
+def settings(spec: Any, pads: tuple[tuple[int, int], ...] | None = None) -> list[str]:
+    """The settings lines of ``spec`` (a pool, max unpooling or a loss; and, for a pool, its resolved ``pads``
+    at one input shape)."""
     lines = [f"{key} {_text(value)}" for key, value in operator_fields(spec, pads).items()]
     for line in lines:
         if "\n" in line or not line.isascii():

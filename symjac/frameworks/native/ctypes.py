@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from symjac.frameworks._adapter import Impl, LossImpl
-from symjac.frameworks.native._calls import NOT_IN_PROTOCOL, LossCalls, PoolCalls
+from symjac.frameworks.native._calls import NOT_IN_PROTOCOL, LossCalls, check_native_spec, spec_calls
 from symjac.frameworks.native._poison import (
     GUARD,
     KernelFault,
@@ -56,7 +56,8 @@ from symjac.frameworks.native._wire import (
     write_back,
 )
 from symjac.loss._spec import Loss, check_loss
-from symjac.pool._spec import PoolSpec, check_pool_spec
+from symjac.pool._ops.unpool import MaxUnpool
+from symjac.pool._spec import PoolSpec
 
 __all__ = ["ENTRY", "AbiMismatch", "KernelFault", "Library", "LibraryError", "impl", "loss_impl"]
 
@@ -252,16 +253,17 @@ def _library(lib: str | os.PathLike[str] | Library) -> Library:
     return lib if isinstance(lib, Library) else Library(lib)
 
 
-def impl(lib: str | os.PathLike[str] | Library, spec: PoolSpec) -> Impl:
-    """An :class:`Impl` calling a shared library's ``symjac_call`` for ``forward(x)`` and ``backward(x, dy)``.
+def impl(lib: str | os.PathLike[str] | Library, spec: PoolSpec | MaxUnpool) -> Impl:
+    """An :class:`Impl` calling a shared library's ``symjac_call`` for ``forward(x)`` and ``backward(x, dy)``
+    (for :class:`symjac.MaxUnpool`, ``forward(x, indices)`` and ``backward(x, indices, dy)``).
 
     Raises:
       SpecError: ``spec`` is not a pooling spec.
       OSError, AbiMismatch: the library cannot be used (see :class:`Library`).
       KernelRefused: (from the callables) the kernel returned non-zero (``symjac_fail``).
     """
-    spec, library = check_pool_spec(spec), _library(lib)
-    calls = PoolCalls(library.send, spec)
+    spec, library = check_native_spec(spec), _library(lib)
+    calls = spec_calls(library.send, spec)
     reproducer = (f"import symjac, symjac.frameworks.native.ctypes as sjc\nimpl = sjc.impl({library.path!r}, "
                   f"symjac.{spec!r})\ny = impl.forward(x)\ndx = impl.backward(x, dy)\n")
     return Impl(forward=calls.forward, backward=calls.backward, framework="ctypes", op=library.path,

@@ -38,7 +38,7 @@ import numpy as np
 
 from symjac.frameworks._adapter import Impl
 from symjac.frameworks.native._child import DEFAULT_TIMEOUT, Child, describe_exit
-from symjac.frameworks.native._calls import NOT_IN_PROTOCOL, LossCalls, PoolCalls
+from symjac.frameworks.native._calls import NOT_IN_PROTOCOL, LossCalls, check_native_spec, spec_calls
 from symjac.frameworks.native._poison import KernelFault, Poison, Run, buffer_sizes, echoed, protocol_lines, settle
 from symjac.frameworks.native._wire import (
     BadCommand,
@@ -52,7 +52,8 @@ from symjac.frameworks.native._wire import (
     write_back,
 )
 from symjac.loss._spec import Loss, check_loss
-from symjac.pool._spec import PoolSpec, check_pool_spec
+from symjac.pool._ops.unpool import MaxUnpool
+from symjac.pool._spec import PoolSpec
 from symjac.frameworks._adapter import LossImpl
 
 __all__ = ["DEFAULT_TIMEOUT", "BadCommand", "Child", "ChildCrashed", "ChildError", "ChildTimeout", "KernelFault",
@@ -97,14 +98,15 @@ class _Send:
                       lambda first: write_back(first.states, [a for _, a in inputs]))
 
 
-def impl(cmd: Command, spec: PoolSpec, *, timeout: float = DEFAULT_TIMEOUT, env: Mapping[str, str] | None = None,
+def impl(cmd: Command, spec: PoolSpec | MaxUnpool, *, timeout: float = DEFAULT_TIMEOUT, env: Mapping[str, str] | None = None,
          cwd: str | os.PathLike[str] | None = None) -> Impl:
-    """An :class:`Impl` whose ``forward(x)`` and ``backward(x, dy)`` are requests to a kernel program.
+    """An :class:`Impl` whose ``forward(x)`` and ``backward(x, dy)`` are requests to a kernel program
+    (for :class:`symjac.MaxUnpool`, ``forward(x, indices)`` and ``backward(x, indices, dy)``).
 
     Args:
       cmd: the program: a command line (split with :func:`shlex.split`, no shell), an
         argument list, or a :class:`Child` to share one process between several specs.
-      spec: the pooling spec whose settings every request carries.
+      spec: the pooling (or max unpooling) spec whose settings every request carries.
       timeout: seconds each call may take, its poisoned runs together (keep it below ``symjac.verify``'s own
         ``timeout``, 60 s by default, so a hung kernel is named as such).
       env, cwd: the program's environment and working directory.
@@ -116,9 +118,9 @@ def impl(cmd: Command, spec: PoolSpec, *, timeout: float = DEFAULT_TIMEOUT, env:
       SpecError: ``spec`` is not a pooling spec.
       ChildError: (from the callables) the kernel refused, hung, crashed or broke the protocol.
     """
-    spec = check_pool_spec(spec)
+    spec = check_native_spec(spec)
     child = _child(cmd, timeout, env, cwd)
-    calls = PoolCalls(_Send(child), spec)
+    calls = spec_calls(_Send(child), spec)
     reproducer = (f"import symjac, symjac.frameworks.native.process as sjp\nimpl = sjp.impl({child.argv!r}, symjac.{spec!r})\n"
                   "y = impl.forward(x)\ndx = impl.backward(x, dy)\n")
     return Impl(forward=calls.forward, backward=calls.backward, framework="process", op=child.command,
@@ -142,7 +144,7 @@ def loss_impl(cmd: Command, loss: Loss, *, timeout: float = DEFAULT_TIMEOUT, env
     return LossImpl(loss=loss, derivative=calls.derivative, forward=calls.forward)
 
 
-def impl_for(cmd: Command, spec: PoolSpec | Loss) -> Impl | LossImpl:
+def impl_for(cmd: Command, spec: PoolSpec | MaxUnpool | Loss) -> Impl | LossImpl:
     """:func:`impl` for a pooling spec, :func:`loss_impl` for a loss: what a spec-file case needs
     (``symjac verify SPEC --exec CMD`` gives every case one shared :class:`Child`)."""
     return loss_impl(cmd, spec) if isinstance(spec, Loss) else impl(cmd, spec)

@@ -182,8 +182,8 @@ def refuse_scatter(operator: Any, where: str) -> None:
     """A :class:`SpecError` for max unpooling (``kind = "max_unpool"``) where a stage takes window pooling only."""
     if isinstance(operator, MaxUnpool):
         raise SpecError(f"{where}: max unpooling (kind = \"max_unpool\") has no windows: symjac verify checks it "
-                        "(in process: --impl) and symjac golden writes its data; explain, graph, census and the "
-                        "native routes (--exec, probes/check, ctypes) take window pooling specs and losses")
+                        "(--impl, and a native kernel: --exec, probes/check, ctypes) and symjac golden writes its "
+                        "data; explain, graph and census take window pooling specs and losses")
 
 
 def check_unpool_spec(spec: Any) -> MaxUnpool:
@@ -262,6 +262,15 @@ class Scatter:
         """A flat index of the input (``which="input"``) or output as its multi-index."""
         shape = self.input_shape if which == "input" else self.output_shape
         return tuple(int(i) for i in np.unravel_index(flat, shape))
+
+
+def output_shape(spec: MaxUnpool, input_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The output's full shape (N, C, *spatial) at ``input_shape`` (what a native kernel answers with).
+
+    Raises:
+      SpecError: the output size is not valid at ``input_shape``.
+    """
+    return (*input_shape[:2], *_output_spatial(spec, input_shape))
 
 
 def _output_spatial(spec: MaxUnpool, input_shape: tuple[int, ...]) -> tuple[int, ...]:
