@@ -38,7 +38,8 @@ def operator_fields(spec: PoolSpec | Loss, pads: tuple[tuple[int, int], ...] | N
     out: dict[str, Any] = {"operator": operator_kind(spec)}
     for field in dataclasses.fields(spec):
         value = getattr(spec, field.name)
-        if value is not None and not (isinstance(spec, Loss) and spec.at_default(field.name)):
+        at_default = getattr(spec, "at_default", None)  # a loss's options, RoI Align's reduction
+        if value is not None and not (at_default is not None and at_default(field.name)):
             out[field.name] = value
     if pads is not None and not isinstance(spec, Loss):
         out.setdefault("rank", int(spec.rank))  # GlobalPool has it as a field

@@ -387,3 +387,9 @@ def weighted_nonfinite(g: Geometry, x: np.ndarray, policy: str) -> Nonfinite:
     special, value = sum_value(c)
     finite, exact = proxy(g, x)
     return Nonfinite(policy, finite, exact, special, value)
+
+
+def edge_weights(t: Table) -> np.ndarray:
+    """(windows, S) a table's weights of sample points exactly on a discontinuity (:attr:`Table.edge`)."""
+    assert t.edge is not None
+    return t.edge

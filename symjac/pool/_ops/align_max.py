@@ -49,7 +49,8 @@ from symjac._lastaxis import any_last
 from symjac.check._rounding import gamma, unit_roundoff
 from symjac.pool._ops._protocol import ForwardBound
 from symjac.pool._ops._tables import check_map, table_jacobian
-from symjac.pool._ops.roi_align import RoiAlign, RoiAlignOp, _axis, _coordinate_error, _corners, _edge_weights, _table
+from symjac.pool._ops._tables import edge_weights
+from symjac.pool._ops.roi_align import RoiAlign, RoiAlignOp, _axis, _coordinate_error, _corners, _table
 from symjac.pool._rows import ExactRows
 
 if TYPE_CHECKING:
@@ -293,7 +294,7 @@ class AlignMaxOp(RoiAlignOp):
         delta = _coordinate_error(g.spec, g.input_shape, np.dtype(dtype))
         weighted, largest = self._largest(g, x, np.dtype(dtype))
         ax = g.gather(np.abs(g.to_canonical(x).astype(np.float64)))
-        on_edge = (ax * _edge_weights(g.table)).max(axis=2, initial=0.0) * (delta > 0)  # type: ignore[attr-defined]
+        on_edge = (ax * edge_weights(g.table)).max(axis=2, initial=0.0) * (delta > 0)  # type: ignore[attr-defined]
         tol = gamma(2, u) * weighted + (2 * delta + float(gamma(2, u))) * largest * (delta > 0) + on_edge
         return e_c, np.asarray(tol + 2.0**-60 * np.abs(e_c)), lambda: g.to_canonical(exact_y.to_fractions(),
                                                                                         g.out_spatial)

@@ -1,27 +1,25 @@
 """RoI Align (torchvision ``roi_align``, Detectron2 ``ROIAlignV2``, ONNX ``RoiAlign`` in ``mode="avg"``;
 ``reduction="max"``, ONNX Runtime's ``mode="max"``, is :mod:`symjac.pool._ops.align_max`).
 
-Each box ``(n, x1, y1, x2, y2)`` of batch item n is scaled by ``spatial_scale`` and shifted by
-``-1/2`` when ``aligned`` (ONNX ``coordinate_transformation_mode="half_pixel"``; ``aligned=False``
-is ``"output_half_pixel"``, the legacy one); without ``aligned`` a box is at least 1 x 1
-(torchvision forces malformed boxes to 1 x 1). Its ``out_h x out_w`` bins each hold a grid of
-``g_h x g_w`` sample points, ``g = sampling_ratio`` if > 0 else ``ceil(box size / bins)`` (the
-adaptive grid: per box), at ``start + i·bin + (j + 1/2)·bin/g``. A sample point's value is the
-bilinear interpolation of the map (torchvision's ``bilinear_interpolate``): 0 where
-``y < -1 or y > H`` (or x likewise), else y clamped to 0 below, and past row H - 1 to row H - 1;
-the bin's value is the sum over its points divided by ``max(g_h·g_w, 1)``.
+Each box ``(n, x1, y1, x2, y2)`` of batch item n is scaled by ``spatial_scale`` and shifted by ``-1/2``
+when ``aligned`` (ONNX ``"half_pixel"``; ``aligned=False`` is ``"output_half_pixel"``), else it is at
+least 1 x 1 (torchvision's malformed boxes). Its ``out_h x out_w`` bins each hold ``g_h x g_w`` sample
+points, ``g = sampling_ratio`` if > 0 else ``ceil(box size / bins)`` (adaptive: per box), at
+``start + i·bin + (j + 1/2)·bin/g``. A point's value is the bilinear interpolation of the map
+(torchvision's ``bilinear_interpolate``): 0 where ``y < -1 or y > H`` (x likewise), else y clamped to
+0 below and past row H - 1 to H - 1; the bin's value is their sum divided by ``max(g_h·g_w, 1)``.
 
-Everything above is exact at rational boxes: the weights of each cell are rationals, the output
-is linear in the map (``y = J x``), ``J`` does not depend on x, its transpose is the backward and
-the second derivative is zero. The derivative with respect to the boxes is out of scope: ``dx``
-(the map's) is what is checked.
+Everything above is exact at rational boxes: the cells' weights are rational, ``y = J x`` with ``J``
+independent of x, the backward is ``J^T`` and the second derivative 0. The boxes' derivative is out
+of scope: ``dx`` (the map's) is checked.
 
 Rounding model: a float implementation computes each sample's coordinates, its four weights
 ``hy·hx, hy·lx, ly·hx, ly·lx``, four products and their sum, the bin's sum and one divide. Where
 every intermediate of the coordinates (``x1·scale - offset``, the box size, ``size/bins``,
 ``(j + 1/2)·bin/g``, the point, ``ly``, ``hy``) is exact in the dtype (dyadic boxes), the weights
 are exact and only the sums round: ``γ_{G+8}·Σ|w||x|`` (G sample points). Otherwise a coordinate
-may be off by ``γ_8`` of its magnitude, and each weight by twice that; and where a sample point
+may be off by ``γ_8`` of its magnitude, and each weight by twice that (a point on an inner grid line
+may read the row before it, with such a weight: :func:`_corners`); and where a sample point
 lies within that of the edge test (``y = -1``, ``y = H``) or an adaptive grid's ``size/bins`` within
 it of an integer, the float result is not decided: the verifier refuses the input there
 (:class:`symjac.InputError` naming the box), as its verdict would be looser than its proof.
@@ -60,6 +58,7 @@ from symjac.pool._ops._tables import (
     table_jacobian,
     table_of_arrays,
     weighted_nonfinite,
+    edge_weights,
 )
 from symjac.pool._rows import ExactRows
 
@@ -138,6 +137,10 @@ class RoiAlign(BoxesSpec):
         if self.reduction not in REDUCTIONS:
             raise SpecError(f"reduction={self.reduction!r} is not valid: give 'avg' (the bin's sample points "
                             "averaged) or 'max' (ONNX RoiAlign mode='max': the largest weighted corner)")
+
+    def at_default(self, name: str) -> bool:
+        """``reduction="avg"`` is left out of the wire's settings and golden's operator object."""
+        return name == "reduction" and self.reduction == "avg"
 
     @property
     def mode(self) -> str:
@@ -266,11 +269,6 @@ def _zero_reads(spec: RoiAlign, input_shape: tuple[int, ...]) -> np.ndarray:
                 out[box[0] * height * width] |= not cy or not cx
                 out[[(box[0] * height + r) * width + c for r, wr in cy for c, wc in cx if wr * wc == 0]] = True
     return out
-
-
-def _edge_weights(t: Table) -> np.ndarray:
-    assert t.edge is not None
-    return t.edge
 
 
 def _points(points: tuple[Fraction, ...], length: int) -> str:
@@ -448,7 +446,7 @@ class RoiAlignOp(Operator):
         depth = g.table.samples + 8  # type: ignore[attr-defined]
         ax = g.gather(np.abs(g.to_canonical(x).astype(np.float64)))
         with np.errstate(over="ignore", invalid="ignore"):  # extreme inputs: a term only where coordinates round
-            on_edge = np.where(delta > 0, (ax * _edge_weights(g.table)[None]).sum(axis=2), 0.0)  # type: ignore[attr-defined]
+            on_edge = np.where(delta > 0, (ax * edge_weights(g.table)[None]).sum(axis=2), 0.0)  # type: ignore[attr-defined]
             tol = gamma(depth, u) * weighted + np.where(delta > 0, (2 * delta + float(gamma(2, u))) * spread, 0.0) + on_edge
         return e_c, np.asarray(tol + 2.0**-60 * np.abs(e_c)), lambda: g.to_canonical(exact_y.to_fractions(),
                                                                                         g.out_spatial)
@@ -462,7 +460,7 @@ class RoiAlignOp(Operator):
         delta = _coordinate_error(g.spec, g.input_shape, np.dtype(dtype))
         count = np.maximum(t.samples, 1).astype(np.float64)[:, None]
         tol = gamma(t.terms + 4, u) * np.abs(weights) + (2 * delta[:, None] + float(gamma(2, u))) * t.terms / count \
-            * (delta[:, None] > 0) + _edge_weights(t) * (delta[:, None] > 0)
+            * (delta[:, None] > 0) + edge_weights(t) * (delta[:, None] > 0)
         shape = (g.batch,) + t.cells.shape
         none = np.zeros(shape[:2], dtype=bool)
         return ExactRows(np.broadcast_to(weights, shape).copy(), np.zeros(shape, dtype=bool), none,

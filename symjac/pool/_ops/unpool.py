@@ -183,7 +183,7 @@ def refuse_scatter(operator: Any, where: str) -> None:
     if isinstance(operator, MaxUnpool):
         raise SpecError(f"{where}: max unpooling (kind = \"max_unpool\") has no windows: symjac verify checks it "
                         "(--impl, and a native kernel: --exec, probes/check, ctypes) and symjac golden writes its "
-                        "data; explain, graph and census take window pooling specs and losses")
+                        "data; explain, graph, census take window pooling specs and losses")
 
 
 def check_unpool_spec(spec: Any) -> MaxUnpool:
