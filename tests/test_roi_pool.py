@@ -117,3 +117,30 @@ def test_ties_follow_the_first_maximum():
     x = np.array([[[[1.0, 3.0, 3.0], [3.0, 0.0, 1.0]]]])
     dx = symjac.vjp(spec, x, np.ones((1, 1, 1, 1)))
     np.testing.assert_array_equal(np.asarray(dx, dtype=np.float64), RoiPoolBackward(*_args(spec))(x, np.ones((1, 1, 1, 1))))
+
+
+def test_a_scan_from_a_float32_sentinel_is_caught_in_float64_by_the_extreme_family():
+    """torchvision's ``roi_pool_kernel.cpp`` starts each bin's scan at ``maxval = -FLT_MAX`` whatever the
+    dtype and takes a cell only when ``x > maxval``. In float64, values below -FLT_MAX (the ``extreme``
+    family: near -DBL_MAX) never beat it: the bin is -FLT_MAX and its gradient goes nowhere. The
+    reference scan (np.argmax) passes the same family."""
+    spec = symjac.RoiPool(2)
+    rois, out, scale = _args(spec)
+    sentinel = float(np.finfo(np.float32).max)
+
+    def forward(x):
+        y, _ = roi_pool_forward(x, rois, out, scale)
+        return np.where(y > -sentinel, y, -sentinel).astype(x.dtype)
+
+    def backward(x, dy):
+        y, arg = roi_pool_forward(x, rois, out, scale)
+        dx = np.zeros_like(x)
+        for k, c, ph, pw in np.ndindex(*arg.shape):
+            if arg[k, c, ph, pw] >= 0 and y[k, c, ph, pw] > -sentinel:
+                n, (r, col) = int(rois[k, 0]), divmod(int(arg[k, c, ph, pw]), x.shape[3])
+                dx[n, c, r, col] += dy[k, c, ph, pw]
+        return dx
+
+    report = symjac.verify(spec, forward=forward, backward=backward, dtype="float64")
+    assert not report.ok and {f.family for f in report.findings} == {"extreme"}, report
+    assert symjac.verify(spec, _impl(spec), dtype="float64").ok

@@ -31,6 +31,7 @@ import sympy
 
 from symjac._errors import InputError
 from symjac._exact import ExactArray
+from symjac.check._rounding import finfo
 from symjac.pool._foreign import accept_only_fields
 from symjac.pool._ops._protocol import ForwardBound, Operator
 from symjac.pool._ops._tables import (
@@ -202,6 +203,15 @@ class RoiPoolOp(Operator):
     samples = ({"output_size": 2, "boxes": ((0, -1, 0, 2, 3),)},
                {"output_size": (2, 1), "boxes": ((0, 0, 1, 3, 2), (0, 1, 1, 1, 1), (0, 9, 9, 9, 9))},
                {"output_size": 1, "spatial_scale": Fraction(1, 2), "boxes": ((0, 0, 1, 3, 5),)})
+
+    def families(self, g: Geometry, touches_padding: bool) -> tuple[str, ...]:
+        """Extreme negative values: below a finite sentinel a kernel's scan may start from (``-FLT_MAX``
+        in a double kernel), which would win. NaN and ±inf: not yet stated (torchvision's ``>`` scan
+        never takes a NaN; an all -inf bin is its sentinel), so not run."""
+        return ("extreme",)
+
+    def extreme_magnitude(self, g: Geometry, dtype: np.dtype[Any]) -> tuple[float, str]:
+        return float(finfo(dtype).max), "-"
 
     # -- spec and geometry ---------------------------------------------------------------
     def tables(self, spec: Any, input_shape: tuple[int, ...]) -> Table:
