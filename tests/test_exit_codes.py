@@ -132,3 +132,14 @@ def test_the_contract_covers_every_command_and_the_docs_name_each() -> None:
     for argv, code in ROWS:
         if code in (1, 3, 4):  # the codes that only some commands give name the commands that give them
             assert f"`{argv[0]}" in rows[code], (argv[0], code)
+
+
+def test_a_run_in_process_leaves_the_python_budget_settings_as_they_were(capsys: pytest.CaptureFixture[str]) -> None:
+    """``main`` names ``--max-nnz`` in its budget message for its own run only: a later Python call in the
+    same process is told about ``max_nnz`` again (the CI run saw the CLI's hint leak into test_geometry)."""
+    import symjac.pool
+
+    before = symjac.pool.BUDGET_HINT, symjac.pool.MAX_NNZ
+    assert main(["explain", SEED000, "--max-nnz", "1000"]) == 0
+    capsys.readouterr()
+    assert (symjac.pool.BUDGET_HINT, symjac.pool.MAX_NNZ) == before

@@ -452,9 +452,10 @@ def main(argv: list[str] | None = None) -> int:
             parsers[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:  # argparse already printed its usage line
         return EXIT_USAGE if exc.code else EXIT_OK
-    if hasattr(args, "max_nnz"):  # the budget's message names this run's option, not the Python settings
-        import symjac.pool
+    import symjac.pool
 
+    settings = symjac.pool.BUDGET_HINT, symjac.pool.MAX_NNZ  # this run's; a caller's in process come back
+    if hasattr(args, "max_nnz"):  # the budget's message names this run's option, not the Python settings
         symjac.pool.BUDGET_HINT = "--max-nnz N"
         if args.max_nnz is not None:
             symjac.pool.MAX_NNZ = args.max_nnz
@@ -469,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"symjac {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        symjac.pool.BUDGET_HINT, symjac.pool.MAX_NNZ = settings
 
 
 if __name__ == "__main__":
