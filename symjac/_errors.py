@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -108,3 +109,14 @@ def known_keywords(synonyms: Mapping[str, str] | None = None) -> Callable[[_F], 
 
 for _cls in (SymjacError, SpecError, InputError, VerificationError):
     _cls.__module__ = "symjac"
+
+
+@contextlib.contextmanager
+def named_by(source: str) -> Iterator[None]:
+    """A :class:`SymjacError` raised inside, as a :class:`SpecError` whose message names ``source`` (once):
+    a spec file's case whose input does not fit its operator."""
+    try:
+        yield
+    except SymjacError as exc:
+        message = str(exc)
+        raise SpecError(message if message.startswith(source) else f"{source}: {message}") from None

@@ -22,6 +22,19 @@ CC = shutil.which("cc") or shutil.which("gcc")
 #: Every warning an error: the header and the examples must compile cleanly as C99.
 FLAGS = ("-std=c99", "-O2", "-Wall", "-Wextra", "-pedantic", "-Werror")
 
+#: A kernel that answers zeros and writes 99 into x[0] (a backward that uses x as scratch): the mutated-input
+#: finding of every native route.
+MUTATES = r"""
+#include "symjac_driver.h"
+static int dispatch(symjac_request *r) {
+    const symjac_array *x = symjac_input(r, "x");
+    symjac_zero_output(r);
+    if (symjac_is(x->dtype, "float64")) ((double *)x->data)[0] = 99;
+    return 0;
+}
+SYMJAC_MAIN(dispatch)
+"""
+
 needs_cc = pytest.mark.skipif(CC is None, reason="no C compiler (cc or gcc) on PATH")
 
 

@@ -20,7 +20,7 @@ import pytest
 import symjac
 import symjac.frameworks.native.ctypes as sjc
 import symjac.frameworks.native.process as sjp
-from native_kernels import ROOT, build, deadline, needs_cc  # noqa: F401 - deadline: a fixture
+from native_kernels import MUTATES, ROOT, build, deadline, needs_cc  # noqa: F401 - deadline: a fixture
 
 sys.path.insert(0, str(ROOT / "examples"))
 import nntrainer_pool  # noqa: E402
@@ -30,17 +30,6 @@ pytestmark = [needs_cc, pytest.mark.usefixtures("deadline")]
 SEED000 = symjac.Pool("avg", 2, stride=1, padding="same")
 X = np.array([[1.0, 2.0], [3.0, 4.0]])
 ONES = np.ones((2, 2))
-# A kernel that answers zeros and writes 99 into x[0] (a backward that uses x as scratch).
-MUTATES = r"""
-#include "symjac_driver.h"
-static int dispatch(symjac_request *r) {
-    const symjac_array *x = symjac_input(r, "x");
-    symjac_zero_output(r);
-    if (symjac_is(x->dtype, "float64")) ((double *)x->data)[0] = 99;
-    return 0;
-}
-SYMJAC_MAIN(dispatch)
-"""
 SEGFAULT = r"""
 #include "symjac_driver.h"
 static int dispatch(symjac_request *r) {

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from symjac._errors import InputError, SpecError, SymjacError, did_you_mean, nearest_file
+from symjac._errors import InputError, SpecError, SymjacError, did_you_mean, named_by, nearest_file
 from symjac._exact import magnitude
 from symjac.loss._spec import KINDS, SYNONYMS, Loss, check_loss
 from symjac.pool._foreign import foreign_hint, toml_text
@@ -428,11 +428,8 @@ def pool_input(case: Case, plan: bool = False, dtype: Any = None) -> tuple[Any, 
     refuse_scatter(case.operator, case.source)
     if plan and not has_input(case):
         case = dataclasses.replace(case, inputs={**case.inputs, "shape": plan_shape(case.operator)})
-    try:
+    with named_by(case.source):
         return _pool_input(case, dtype)
-    except SymjacError as exc:
-        message = str(exc)
-        raise SpecError(message if message.startswith(case.source) else f"{case.source}: {message}") from None
 
 
 def _pool_input(case: Case, dtype: Any) -> tuple[Any, np.ndarray, np.ndarray]:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from symjac._errors import SpecError, SymjacError
+from symjac._errors import SpecError, named_by
 
 from symjac.verifiers.unpool._inputs import FINITE_FAMILIES as GENERATORS  # exact values: not ``nonfinite``
 
@@ -35,11 +35,8 @@ def unpool_input(case: Any, dtype: Any = None) -> tuple[Any, np.ndarray, np.ndar
     Raises:
       SpecError: the input does not fit the spec (shape, indices, generator); the message names the file.
     """
-    try:
+    with named_by(case.source):
         return _unpool_input(case, dtype)
-    except SymjacError as exc:
-        message = str(exc)
-        raise SpecError(message if message.startswith(case.source) else f"{case.source}: {message}") from None
 
 
 def _unpool_input(case: Any, dtype: Any) -> tuple[Any, np.ndarray, np.ndarray]:
