@@ -106,15 +106,6 @@ def _cell_text(exact: Any, value: float) -> str:
     return text if exact is not None and len(text) <= 5 else f"{value:.4g}"
 
 
-def write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str = "float64",
-                slice_nc: tuple[int, int] | None = None) -> tuple[list[str], Any]:
-    """Write ``out`` (.dot, .png or .svg); return messages for the user and the
-    implementation's :class:`symjac.Report` (None without one: its verdict is
-    :attr:`symjac.Report.verdict`). ``slice_nc`` picks the (N, C) slice a picture shows
-    (default (0, 0))."""
-    return _write_graph(case, out, fns, dtype, slice_nc)
-
-
 def failing_family(report: Any) -> str | None:
     """The input family of the report's first root-cause finding, when it is not the input the
     report's own x was (``given`` or ``distinct``): a picture at x would show no difference."""
@@ -124,8 +115,12 @@ def failing_family(report: Any) -> str | None:
     return None
 
 
-def _write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str,
-                 slice_nc: tuple[int, int] | None) -> tuple[list[str], Any]:
+def write_graph(case: Any, out: Path, fns: dict[str, Any] | None, dtype: str = "float64",
+                slice_nc: tuple[int, int] | None = None) -> tuple[list[str], Any]:
+    """Write ``out`` (.dot, .png or .svg); return messages for the user and the
+    implementation's :class:`symjac.Report` (None without one: its verdict is
+    :attr:`symjac.Report.verdict`). ``slice_nc`` picks the (N, C) slice a picture shows
+    (default (0, 0))."""
     from symjac._exact import ExactArray
     from symjac.io._specfile import has_input, pool_input
     from symjac.check._rounding import float_dtype
