@@ -153,11 +153,13 @@ def test_roi_operator_object_states_rank_boxes_and_ties_truly(tmp_path):
     assert "first maximal cell" in pool["jacobian"]
 
 
-def test_roi_onnx_format_says_why_it_writes_nothing(tmp_path):
+def test_roi_onnx_format_writes_a_roialign_backend_test(tmp_path):
+    # (it wrote none before issue 31's export: tests/test_golden_onnx_roi.py runs them)
     pytest.importorskip("onnx")
     spec = tmp_path / "case.toml"
     spec.write_text(ALIGN)
     r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(spec), "--out", str(tmp_path / "o"),
-                        "--format", "onnx"], capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 0 and "RoiAlign, MaxRoiPool and MaxUnpool backend tests are not written" in r.stderr
-    assert "adaptive" not in r.stderr
+                        "--format", "onnx", "--dtype", "float32"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0 and "no ONNX" not in r.stderr, r.stderr
+    data = tmp_path / "o" / "onnx" / "test_symjac_case_float32" / "test_data_set_0"
+    assert sorted(p.name for p in data.iterdir()) == ["input_0.pb", "input_1.pb", "input_2.pb", "output_0.pb"]
