@@ -326,3 +326,24 @@ def test_the_mapping_raises_a_typed_error_naming_the_setting():
     qs = {"indices": np.zeros((1, 1, 2, 2), dtype=np.int64), "y": np.zeros((1, 1, 5, 5))}
     with pytest.raises(NoOnnxForm, match=r"give output_size equal to the default, or none"):
         onnx_node(unpool, None, qs)
+
+
+def test_why_a_larger_unpool_output_size_is_refused_the_two_readings_differ():
+    # ONNX's own backend test test_maxunpool_export_with_output_shape (onnx 1.23, by hand from its
+    # expected y): indices 5, 7, 13, 15 of the default 4 x 4 output, padded to 5 x 5 at the end;
+    # ONNX Runtime 1.32 reads them as cells of the 5 x 5 tensor. If the two ever agree, the refusal
+    # in symjac.io.golden._onnx_nodes can become an output_shape input.
+    helper, tp = onnx.helper, onnx.TensorProto
+    node = helper.make_node("MaxUnpool", ["X", "I", "output_shape"], ["Y"], kernel_shape=[2, 2], strides=[2, 2])
+    graph = helper.make_graph([node], "unpool", [helper.make_tensor_value_info("X", tp.FLOAT, [1, 1, 2, 2]),
+                                                 helper.make_tensor_value_info("I", tp.INT64, [1, 1, 2, 2]),
+                                                 helper.make_tensor_value_info("output_shape", tp.INT64, [4])],
+                              [helper.make_tensor_value_info("Y", tp.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+    model.ir_version = 10
+    feeds = {"X": np.array([[[[5, 6], [7, 8]]]], dtype=np.float32), "I": np.array([[[[5, 7], [13, 15]]]]),
+             "output_shape": np.array([1, 1, 5, 5])}
+    reference = ReferenceEvaluator(model).run(None, feeds)[0]
+    runtime = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert np.argwhere(reference[0, 0]).tolist() == [[1, 1], [1, 3], [3, 1], [3, 3]]
+    assert np.argwhere(runtime[0, 0]).tolist() == [[1, 0], [1, 2], [2, 3], [3, 0]]
