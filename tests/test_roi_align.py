@@ -282,7 +282,9 @@ def test_conform_onnxruntime_covers_the_roi_ops():
     result = symjac.conform("onnxruntime", ops=["roi_align", "max_roi_pool"], dtypes=["float32"])
     ops = {r["config"]["op"] for r in result.results}
     assert ops == {"roi_align", "max_roi_pool"}
-    assert {r["status"] for r in result.results} == {"pass"}, [r for r in result.results if r["status"] != "pass"]
+    # MaxRoiPool at NaN is ONNX Runtime's documented defect (its known_defect; tests/test_roi_families.py)
+    off = [r for r in result.results if r["status"] != ("known_defect" if r["config"]["op"] == "max_roi_pool" else "pass")]
+    assert not off, off
 
 
 def test_explain_names_boxes_bins_and_exact_weights(tmp_path):

@@ -76,3 +76,132 @@ def test_half_precision_accumulator_caught_at_extreme_magnitudes():
     fwd = lambda x: roi_align_forward(x.astype(np.float16), *a).astype(x.dtype)  # noqa: E731
     report = symjac.verify(spec, forward=fwd, dtype="float32", families=["extreme"])
     assert not report.ok and "extreme" in report.details()
+
+
+# -- RoI max pooling -----------------------------------------------------------------------------------
+
+from roi_reference import RoiPoolBackward, roi_pool_forward  # noqa: E402
+
+POOL = symjac.RoiPool(2)
+LINE = symjac.RoiPool(1, boxes=[(0, 0, 0, 2, 0)])  # one bin over cells (0, 0), (0, 1), (0, 2) of a 1 x 3 map
+
+
+def _pool_args(spec):
+    return spec.rois(), spec.output_size, float(spec.spatial_scale)
+
+
+def _first_number_scan(cells):
+    """A correct ``ignore`` scan (torchvision's loop started at the bin's first cell, a number replacing a
+    NaN): maximumNumber of the cells, the first maximal one; NaN (the first cell) only where all are NaN."""
+    best = 0
+    for i, v in enumerate(cells):
+        if (np.isnan(cells[best]) and not np.isnan(v)) or v > cells[best]:
+            best = i
+    return best
+
+
+def _ignore_forward(x, rois, out, scale):
+    y, arg = roi_pool_forward(x, rois, out, scale)  # the bins' cells, as the reference finds them
+    y, arg = y.copy(), arg.copy()
+    for k, c, ph, pw in np.ndindex(*y.shape):
+        if arg[k, c, ph, pw] < 0:
+            continue
+        g = resolved(symjac.RoiPool(out, boxes=[tuple(rois[k])], spatial_scale=scale), (x.shape[0], 1) + x.shape[2:])
+        cells = g.cells[ph * out[1] + pw][g.valid[ph * out[1] + pw]]
+        flat = x[:, c].reshape(-1)[cells]
+        best = cells[_first_number_scan(flat)]
+        y[k, c, ph, pw], arg[k, c, ph, pw] = flat[_first_number_scan(flat)], best % (x.shape[2] * x.shape[3])
+    return y, arg
+
+
+@pytest.mark.parametrize("cells, policy, value, grad", [
+    # Derivation (IEEE 754-2019 maximumNumber for 'ignore', maximum for 'propagate'; ±inf ordered; the first
+    # maximal cell gets the gradient): one bin over three cells.
+    ((np.nan, 1.0, 2.0), "ignore", 2.0, (0, 0, 1)),
+    ((np.nan, 1.0, 2.0), "propagate", np.nan, (1, 0, 0)),
+    ((1.0, np.nan, np.nan), "propagate", np.nan, (0, 1, 0)),
+    ((np.nan, np.nan, np.nan), "ignore", np.nan, (1, 0, 0)),
+    ((-np.inf, -np.inf, -np.inf), "ignore", -np.inf, (1, 0, 0)),
+    ((-np.inf, np.nan, -np.inf), "ignore", -np.inf, (1, 0, 0)),
+    ((1.0, np.inf, np.inf), "ignore", np.inf, (0, 1, 0)),
+    ((np.inf, np.nan, -np.inf), "propagate", np.nan, (0, 1, 0)),
+])
+def test_roi_pool_convention_at_one_bin(cells, policy, value, grad):
+    g = resolved(LINE, (1, 1, 1, 3))
+    x = np.array(cells).reshape(1, 1, 1, 3)
+    view = g.operator.nonfinite(g, x, policy)
+    got = view.value[0, 0] if view.special[0, 0] else float(g.operator.exact_forward(g, view.exact).to_numpy()[0, 0, 0, 0])
+    assert (np.isnan(got) and np.isnan(value)) or got == value
+    rows = g.operator.rows(g, view.proxy, np.dtype(np.float64), lambda: view.exact).rows
+    np.testing.assert_array_equal(rows[0, 0], grad)
+
+
+def test_roi_pool_families_run_and_the_numpy_scan_passes_as_propagate():
+    a = _pool_args(POOL)
+    report = symjac.verify(POOL, forward=lambda x: roi_pool_forward(x, *a)[0], backward=RoiPoolBackward(*a))
+    assert report.ok, report
+    assert {"extreme", "nonfinite"} <= set(report.stats["families"]) and report.stats["nan_policy"] == "propagate"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_scan_from_the_first_number_passes_as_ignore(dtype):
+    a = _pool_args(POOL)
+    fwd = lambda x: _ignore_forward(x, *a)[0]  # noqa: E731
+
+    def bwd(x, dy):
+        _, arg = _ignore_forward(x, *a)
+        dx = np.zeros_like(x)
+        for k, c, ph, pw in np.ndindex(*arg.shape):
+            if arg[k, c, ph, pw] >= 0:
+                r, col = divmod(int(arg[k, c, ph, pw]), x.shape[3])
+                dx[int(a[0][k, 0]), c, r, col] += dy[k, c, ph, pw]
+        return dx
+
+    report = symjac.verify(POOL, forward=fwd, backward=bwd, dtype=dtype)
+    assert report.ok, report
+    assert report.stats["nan_policy"] == "ignore"
+
+
+def test_torchvision_sentinel_scan_is_reported_at_bins_of_minus_inf_and_nan_only():
+    """torchvision's ``roi_pool_kernel.cpp`` loop (``maxval = -FLT_MAX``, ``x > maxval``; the reference's
+    ``sentinel_scan``) in float32: it ignores NaN as the ``ignore`` policy does, but a bin of -inf (and NaN)
+    only is -FLT_MAX with no gradient where the convention says -inf (NaN) and its first cell: findings of the
+    nonfinite family at those bins only, the forward's values -FLT_MAX (the old code ran no nonfinite family
+    for RoiPool and passed it)."""
+    a = _pool_args(POOL)
+    report = symjac.verify(POOL, forward=lambda x: roi_pool_forward(x, *a, sentinel_scan=True)[0],
+                           backward=RoiPoolBackward(*a, sentinel_scan=True), dtype="float32")
+    assert not report.ok and {f.family for f in report.findings} == {"nonfinite"}, report
+    assert set(report.categories()) >= {"forward_values", "missing_windows"} and report.stats["nan_policy"] == "ignore"
+    fwd = next(f for f in report.findings if f.category == "forward_values")
+    assert set(np.asarray(fwd.observed, dtype=np.float64).tolist()) == {-float(np.finfo(np.float32).max)}
+    assert all(np.isnan(v) or v == -np.inf for v in np.asarray(fwd.expected, dtype=np.float64).tolist())
+
+
+def test_roi_pool_letting_nan_win_in_the_backward_only_is_caught():
+    """A kernel whose forward ignores NaN (the first-number scan) but whose backward routes by NumPy's
+    argmax (the first NaN wins): gradients at bins holding a NaN and a number go to the NaN cell."""
+    a = _pool_args(POOL)
+    report = symjac.verify(POOL, forward=lambda x: _ignore_forward(x, *a)[0], backward=RoiPoolBackward(*a))
+    assert not report.ok and {f.family for f in report.findings} == {"nonfinite"}
+    assert "wrong_cells" in report.categories()
+
+
+def test_onnxruntime_max_roi_pool_at_nan_follows_no_policy():
+    """Measured on ONNX Runtime 1.32 (float32), one bin over three cells: a NaN stays until the next cell
+    replaces it, and -inf only gives -FLT_MAX. symjac reports it at the nonfinite family, saying a NaN
+    window's value depends on where its NaN sits; the adapter documents it as a known defect."""
+    pytest.importorskip("onnxruntime")
+    from symjac.frameworks import onnxruntime as sort
+
+    spec, impl = sort.max_roi_pool((1, 1), rois=[(0, 0, 0, 2, 0)])
+    for cells, want in (((5, np.nan, 1), 1.0), ((1, 5, np.nan), np.nan), ((np.nan, 5, 1), 5.0),
+                        ((-np.inf,) * 3, -float(np.finfo(np.float32).max))):
+        y = impl.forward(np.array(cells, dtype=np.float32).reshape(1, 1, 1, 3))[0, 0, 0, 0]
+        assert (np.isnan(y) and np.isnan(want)) or y == want
+    spec, impl = sort.max_roi_pool((2, 2))
+    report = symjac.verify(spec, impl, dtype="float32")
+    assert not report.ok and {(f.category, f.family) for f in report.findings} == {("forward_values", "nonfinite")}
+    assert "depends on where its NaN sits" in report.summary()
+    known = sort.known_defect(next(c for c in sort.configurations() if c.op == "max_roi_pool"))
+    assert known is not None and known.families == ("nonfinite",)
