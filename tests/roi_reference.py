@@ -130,10 +130,15 @@ class RoiAlignBackward:
 
 
 def roi_pool_forward(x: np.ndarray, rois: np.ndarray, out: tuple[int, int], scale: float = 1.0,
-                     *, ignore_scale: bool = False, half_even: bool = False,
-                     end_floor: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                     *, ignore_scale: bool = False, half_even: bool = False, end_floor: bool = False,
+                     sentinel_scan: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """torchvision ``roi_pool`` forward: (output, argmax), argmax a flat H*W index or -1.
-    ``half_even`` plants NumPy's rounding (half to even) for C's; ``end_floor`` a bin end rounded down."""
+    ``half_even`` plants NumPy's rounding (half to even) for C's; ``end_floor`` a bin end rounded down.
+
+    A bin's scan is NumPy's ``argmax`` (the first maximum; the first NaN where one is: NaN wins),
+    which equals torchvision's at finite values above ``-FLT_MAX``. ``sentinel_scan`` runs the
+    kernel's own loop instead: ``maxval = -FLT_MAX`` (float32's, in either dtype), ``argmax = -1``,
+    a cell taken when ``x > maxval`` (NaN never; -inf and values below ``-FLT_MAX`` never)."""
     scale = 1.0 if ignore_scale else scale
     _round = _round_half_even if half_even else _round_away
     _ceil = math.floor if end_floor else math.ceil
@@ -155,11 +160,26 @@ def roi_pool_forward(x: np.ndarray, rois: np.ndarray, out: tuple[int, int], scal
                     if he <= hs or we <= ws:
                         continue
                     plane = x[int(roi[0]), c, hs:he, ws:we]
-                    i = int(np.argmax(plane))  # the first maximum in row-major order (strict >)
-                    y[k, c, ph, pw] = plane.reshape(-1)[i]
+                    if sentinel_scan:
+                        y[k, c, ph, pw], i = _sentinel_scan(plane.reshape(-1))
+                        if i < 0:
+                            continue
+                    else:
+                        i = int(np.argmax(plane))  # the first maximum in row-major order (strict >)
+                        y[k, c, ph, pw] = plane.reshape(-1)[i]
                     r, col = divmod(i, we - ws)
                     arg[k, c, ph, pw] = (hs + r) * width + ws + col
     return y, arg
+
+
+def _sentinel_scan(cells: np.ndarray) -> tuple[float, int]:
+    """torchvision's loop over a non-empty bin: ``T maxval = -FLT_MAX; int maxidx = -1;
+    for (...) if (input[i] > maxval) { maxval = input[i]; maxidx = i; }``."""
+    maxval, maxidx = cells.dtype.type(-np.finfo(np.float32).max), -1
+    for i, v in enumerate(cells):
+        if v > maxval:
+            maxval, maxidx = v, i
+    return maxval, maxidx
 
 
 def _round_away(v: float) -> int:

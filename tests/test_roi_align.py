@@ -282,7 +282,12 @@ def test_conform_onnxruntime_covers_the_roi_ops():
     result = symjac.conform("onnxruntime", ops=["roi_align", "max_roi_pool"], dtypes=["float32"])
     ops = {r["config"]["op"] for r in result.results}
     assert ops == {"roi_align", "max_roi_pool"}
-    assert {r["status"] for r in result.results} == {"pass"}, [r for r in result.results if r["status"] != "pass"]
+    # MaxRoiPool at NaN and -inf is ONNX Runtime's documented defect (its known_defect; tests/test_roi_families.py),
+    # and RoiAlign mode="max" at NaN where the family's NaN reaches a bin's first corner (else it passes)
+    off = [r for r in result.results if r["status"] != "pass" and not (r["status"] == "known_defect" and (
+        r["config"]["op"] == "max_roi_pool" or r["config"]["kwargs"].get("mode") == "max"))]
+    off += [r for r in result.results if r["config"]["op"] == "max_roi_pool" and r["status"] != "known_defect"]
+    assert not off, off
 
 
 def test_explain_names_boxes_bins_and_exact_weights(tmp_path):

@@ -126,9 +126,10 @@ def test_ties_first_policy_and_clarke_hull():
                     backward=lambda xx, dy: (np.array(row, dtype=xx.dtype).reshape(1, 1, 2, 2) * dy.reshape(-1)[0]),
                     framework="numpy", op="roi_align_max")
 
-    assert symjac.verify(spec, impl([0.375, 0.375, 0, 0]), x=x).ok  # the Clarke set's midpoint
-    assert symjac.verify(spec, impl([0, 0.75, 0, 0]), x=x).ok  # the other tied candidate ("last")
-    assert not symjac.verify(spec, impl([0.75, 0.75, 0, 0]), x=x).ok  # both: outside the hull
+    # at this x only (families=(): the fixed rows are this x's, not the extreme or nonfinite inputs')
+    assert symjac.verify(spec, impl([0.375, 0.375, 0, 0]), x=x, families=()).ok  # the Clarke set's midpoint
+    assert symjac.verify(spec, impl([0, 0.75, 0, 0]), x=x, families=()).ok  # the other tied candidate ("last")
+    assert not symjac.verify(spec, impl([0.75, 0.75, 0, 0]), x=x, families=()).ok  # both: outside the hull
 
 
 @pytest.mark.parametrize("ctm", ["half_pixel", "output_half_pixel"])
@@ -146,7 +147,16 @@ def test_verify_onnxruntime_max_no_false_alarm(ctm):
             assert spec.reduction == "max" and spec.aligned == (ctm == "half_pixel")
             for dtype in ("float32", "float16"):
                 report = symjac.verify(spec, forward=impl.forward, dtype=dtype)
-                assert report.ok, (kw, out, dtype, report)
+                # its NaN handling is its documented defect (tests/test_roi_families.py); nothing else
+                assert {(f.category, f.family) for f in report.findings} <= {("forward_values", "nonfinite")}, \
+                    (kw, out, dtype, report)
+                assert report.ok or ort_adapter.known_defect(_config(ort_adapter, spec, ctm, kw, out))
+
+
+def _config(adapter, spec, ctm, kw, out):
+    kwargs = {"output_height": out[0], "output_width": out[1], "sampling_ratio": kw["sampling_ratio"],
+              "spatial_scale": kw.get("spatial_scale", 1), "coordinate_transformation_mode": ctm, "mode": "max"}
+    return adapter.Config("roi_align", kwargs, (2, 1, 6, 7), "")
 
 
 DEFECTS = {
@@ -162,8 +172,10 @@ def test_planted_forward_defects_caught_at_defaults(name, aligned):
     """A forward-only implementation (as ONNX Runtime is) with a planted defect, at symjac's defaults:
     caught, the finding naming the box and bin. The correct transcription passes."""
     spec = symjac.RoiAlign(2, aligned=aligned, reduction="max")
-    assert symjac.verify(spec, forward=lambda x: _ort_max(x, spec), dtype="float32").ok
-    report = symjac.verify(spec, forward=lambda x: _ort_max(x, spec, **DEFECTS[name]), dtype="float32")
+    # without the nonfinite family: ONNX Runtime's loop at NaN is its known defect (tests/test_roi_families.py)
+    finite = ("extreme",)
+    assert symjac.verify(spec, forward=lambda x: _ort_max(x, spec), dtype="float32", families=finite).ok
+    report = symjac.verify(spec, forward=lambda x: _ort_max(x, spec, **DEFECTS[name]), dtype="float32", families=finite)
     assert not report.ok, name
     assert "forward_values" in report.categories()
     assert "box " in report.details() and "bin (" in report.details()
@@ -198,11 +210,11 @@ def _backward(spec, weight_one=False):
 def test_backward_verified_and_unweighted_route_caught():
     spec = symjac.RoiAlign(2, sampling_ratio=2, aligned=True, reduction="max")
     good = Impl(forward=lambda x: _ort_max(x, spec), backward=_backward(spec), framework="numpy", op="roi_align_max")
-    report = symjac.verify(spec, good)
+    report = symjac.verify(spec, good, families=("extreme",))  # ONNX Runtime's loop: its NaN defect aside
     assert report.ok, report
     bad = Impl(forward=lambda x: _ort_max(x, spec), backward=_backward(spec, weight_one=True), framework="numpy",
                op="roi_align_max")
-    report = symjac.verify(spec, bad)
+    report = symjac.verify(spec, bad, families=("extreme",))
     assert not report.ok and "wrong_weights" in report.categories()
     assert "largest weighted corner" in report.details()
 
@@ -234,4 +246,7 @@ def test_conform_onnxruntime_covers_roi_align_max():
     result = symjac.conform("onnxruntime", ops=["roi_align"], dtypes=["float32"], grid="full")
     modes = {r["config"]["kwargs"].get("mode") for r in result.results}
     assert "max" in modes
-    assert {r["status"] for r in result.results} == {"pass"}, [r for r in result.results if r["status"] != "pass"]
+    # mode="max" at NaN is ONNX Runtime's documented defect (tests/test_roi_families.py): known, or not reached
+    off = [r for r in result.results if r["status"] != "pass" and not (r["status"] == "known_defect"
+                                                                         and r["config"]["kwargs"]["mode"] == "max")]
+    assert not off, off

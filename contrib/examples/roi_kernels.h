@@ -175,7 +175,8 @@ typedef struct {
 /* RoI max pooling (torchvision's roi_pool, roi_pool_kernel.cpp): a box is rounded to cells
    (C's round: half away from zero), at least 1 x 1; bin i spans [floor(i * size / out),
    ceil((i + 1) * size / out)) from its start, clamped to the map; its value is the first maximum
-   in row-major order (strict >), 0 for an empty bin; the backward sends dy to that cell.
+   in row-major order (strict >, from the bin's first cell; a number replaces a NaN: symjac's NaN policy
+   "ignore", a bin of -inf only is -inf), 0 for an empty bin; the backward sends dy to that cell.
    -DROI_POOL_ROUND_EVEN  the box rounded half to even (rint), as NumPy rounds, not half away from zero;
    -DROI_POOL_END_FLOOR   a bin's end rounded down: overlapping bins lose their shared row. */
 #ifdef ROI_POOL_ROUND_EVEN
@@ -221,7 +222,9 @@ static inline int64_t roi_clamp(int64_t v, int64_t hi) { return v < 0 ? 0 : v > 
                         int64_t at = ((k * p->channels + c) * p->pooled_h + ph) * p->pooled_w + pw, best = -1; \
                         for (h = hs; h < he; h++)                                                         \
                             for (w = ws; w < we; w++)                                                     \
-                                if (best < 0 || plane[h * p->width + w] > plane[best]) best = h * p->width + w; \
+                                if (best < 0 || plane[h * p->width + w] > plane[best]                     \
+                                    || (plane[best] != plane[best] && plane[h * p->width + w] == plane[h * p->width + w])) \
+                                    best = h * p->width + w;                                              \
                         if (y != NULL) y[at] = empty ? (T)0 : plane[best];                                \
                         arg[at] = empty ? -1 : best;                                                      \
                     }                                                                                     \

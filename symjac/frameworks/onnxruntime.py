@@ -341,6 +341,17 @@ def known_defect(config: Config) -> KnownDefect | None:
             "ONNX Runtime's MaxPool ignores NaN and gives -max for a window of -inf only (with its Indices output "
             "asked for, it propagates a NaN from a window's first cell only): no NaN policy (symjac's nonfinite "
             "family; tests/test_nonfinite_frameworks.py)", ("forward_values",), ("nonfinite",)))
+    if config.op == "roi_align" and kw.get("mode") == "max":
+        found.append(KnownDefect(
+            "ONNX Runtime's RoiAlign mode='max' keeps a NaN only from the first corner of a bin's first sample point "
+            "(its std::max chain: a NaN at corner (0, 0) of a one-point bin gives NaN, at corner (1, 1) the largest "
+            "other candidate): no NaN policy (measured, 1.32; symjac's nonfinite family; tests/test_roi_families.py)",
+            ("forward_values",), ("nonfinite",)))
+    if config.op == "max_roi_pool":
+        found.append(KnownDefect(
+            "ONNX Runtime's MaxRoiPool keeps a NaN only until the bin's next cell replaces it ([5, nan, 1] -> 1, "
+            "[1, 5, nan] -> NaN: no NaN policy) and gives -FLT_MAX for a bin of -inf only (measured, 1.32; symjac's "
+            "nonfinite family; tests/test_roi_families.py)", ("forward_values",), ("nonfinite",)))
     return combine(found)
 
 

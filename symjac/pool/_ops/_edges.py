@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from symjac._exact import NAN, NEG_INF, POS_INF, ExactArray, finite_part, nonfinite_codes
+from symjac._exact import NAN, NEG_INF, POS_INF, ExactArray, _int_array, finite_part, nonfinite_codes
 
 if TYPE_CHECKING:
     from symjac.pool._geometry import Geometry
@@ -72,6 +72,28 @@ def proxy(g: Geometry, x: np.ndarray, fill: float = 0.0) -> tuple[np.ndarray, Ex
     return finite, ExactArray.from_any(finite)
 
 
+def ordered(g: Geometry, x: np.ndarray, policy: str) -> tuple[np.ndarray, ExactArray, np.ndarray | None]:
+    """A maximum's convention at NaN and ±inf as an order (max pooling, RoI max pooling): x (the
+    layout's array) as float64 with each non-finite cell 0 (the proxy), and exactly with every finite
+    value kept, +inf above them all, -inf below, NaN above +inf (``propagate``: IEEE 754-2019
+    *maximum*) or below -inf (``ignore``: *maximumNumber*); and x's non-finite codes (None: none).
+    A maximum taken on the exact array has the convention's tie sets and routes."""
+    codes = nonfinite_codes(x)
+    finite, exact = proxy(g, x)
+    num = exact.num.astype(object)
+    top = max((abs(int(v)) for v in num.reshape(-1).tolist()), default=0)
+    if codes is not None:
+        num[codes == POS_INF] = top + 1
+        num[codes == NEG_INF] = -(top + 1)
+        num[codes == NAN] = top + 2 if policy == "propagate" else -(top + 2)
+    return finite, ExactArray(_int_array(num), exact.den), codes
+
+
+def code_values(won: np.ndarray) -> np.ndarray:
+    """The values of non-finite codes (:data:`NAN`, :data:`POS_INF`, :data:`NEG_INF`; 0 for finite)."""
+    return np.asarray(np.select([won == NAN, won == POS_INF, won == NEG_INF], [np.nan, np.inf, -np.inf], 0.0))
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Nonfinite:
     """An operator's reading of an x with NaN or ±inf cells (its ``nonfinite`` rule).
@@ -98,4 +120,4 @@ class Nonfinite:
     zero: np.ndarray | None = None
 
 
-__all__ = ["Counts", "Nonfinite", "cells_read", "counts", "proxy", "sum_value"]
+__all__ = ["Counts", "Nonfinite", "cells_read", "code_values", "counts", "ordered", "proxy", "sum_value"]

@@ -25,6 +25,21 @@ them where a weight-0 candidate ties), the policy ``first`` (ONNX Runtime's ``st
 earlier of equals: the first candidate in point-then-corner order) gives the rows, and any element
 of the hull is accepted from a backward. The second derivative is zero off ties.
 
+Non-finite inputs (:meth:`AlignMaxOp.nonfinite`): a candidate of weight > 0 is IEEE 754's ``w·x``
+(NaN at a NaN, the infinity at an infinity); one of weight 0 (a corner on a grid line, the clamped
+row, an outside point) is 0 whatever its cell holds (``0·inf`` is NaN in a kernel that multiplies
+every corner, 0 in one that skips zero weights: not decided, and the ``nonfinite`` family keeps NaN
+and ±inf off such cells, as RoI Align's average does). The bin is max pooling's maximum of its
+candidates: +inf and -inf ordered values (a bin of -inf candidates only is -inf), a NaN read by the
+NaN policy ``propagate`` (the default, IEEE 754-2019 *maximum*: the bin is NaN) or ``ignore``
+(*maximumNumber*: the largest other candidate, NaN only where all are), the forward deciding which;
+the derivative is the winner's ``w·e_c``, the first in point-then-corner order (tied infinities: the
+hull). ONNX Runtime (1.32, float32 and float64, measured) follows neither: its ``std::max`` chain
+keeps a NaN only from the first corner of a bin's first point (a NaN at corner (0, 0) of a one-point
+bin gives NaN, at corner (1, 1) the largest other candidate): a known defect of the adapter
+(:mod:`symjac.frameworks.onnxruntime`). ±inf and magnitudes up to the dtype's largest (the ``extreme``
+family: ``w·x`` with ``w <= 1`` cannot overflow) it gets right.
+
 Rounding model: a float implementation forms each weight (one product of ``hy``/``ly`` by
 ``hx``/``lx``) and one product ``w·x``; the max selects one of them. Each candidate's value is within
 ``γ_2·|w||x|`` (plus, where a coordinate is not exact in the dtype, RoI Align's coordinate error
@@ -44,9 +59,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import sympy
 
-from symjac._exact import ExactArray
+from symjac._exact import NAN, NEG_INF, POS_INF, ExactArray, nonfinite_codes
 from symjac._lastaxis import any_last
-from symjac.check._rounding import gamma, unit_roundoff
+from symjac.check._rounding import finfo, gamma, unit_roundoff
+from symjac.pool._ops._edges import Nonfinite, code_values, proxy
 from symjac.pool._ops._protocol import ForwardBound
 from symjac.pool._ops._tables import check_map, table_jacobian
 from symjac.pool._ops._tables import edge_weights
@@ -135,17 +151,36 @@ class AlignMaxRows(ExactRows):
     zero: np.ndarray | None = None
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Ordered(ExactArray):
+    """x's finite proxy (non-finite cells 0) with the non-finite convention's order of its candidates
+    (:meth:`AlignMaxOp.nonfinite`): ``codes`` (B, n_in) canonical non-finite codes, ``policy`` the NaN
+    policy. :func:`_values` puts a weight > 0 candidate at a +inf cell above every finite one (tied
+    with the other +inf candidates, whatever their weights), at -inf below, at NaN above +inf
+    (``propagate``) or below -inf (``ignore``)."""
+
+    codes: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 0), dtype=np.int8))
+    policy: str = "propagate"
+
+
 def _values(g: Geometry, x: ExactArray) -> tuple[np.ndarray, np.ndarray]:
     """(B, W, M) the candidates' exact values ``num·x`` (numerators over ``q·x.den``; invalid slots far
-    below every value) and (B, W) the index of each bin's first maximal candidate (-1: none)."""
+    below every value; at an :class:`Ordered` x its non-finite candidates above or below every finite
+    one) and (B, W) the index of each bin's first maximal candidate (-1: none)."""
     c = candidates(g.spec, g.input_shape)
     xc = np.asarray(g.to_canonical(x.num))
     top = int(np.abs(xc).max()) if xc.size else 0
-    big = xc.dtype == object or top * max(int(c.num.max(initial=0)), 1) >= 2**61
+    level = top * max(int(c.num.max(initial=0)), 1) + 1  # above every finite candidate's magnitude
+    big = xc.dtype == object or level + 3 >= 2**61
     ext = np.concatenate([xc.astype(object if big else np.int64), np.zeros((xc.shape[0], 1), dtype=xc.dtype)], axis=1)
     num = c.num.astype(object) if big else c.num
     vals = ext[:, c.cell] * num[None]
-    floor = -(top * max(int(c.num.max(initial=0)), 1) + 1)
+    if isinstance(x, Ordered):
+        codes = np.concatenate([x.codes, np.zeros((x.codes.shape[0], 1), dtype=np.int8)], axis=1)[:, c.cell]
+        codes = np.where((c.num > 0)[None], codes, 0)  # a weight-0 candidate is 0 whatever its cell holds
+        nan = level + 2 if x.policy == "propagate" else -(level + 2)
+        vals = np.select([codes == POS_INF, codes == NEG_INF, codes == NAN], [level + 1, -(level + 1), nan], vals)
+    floor = -(level + 3)
     vals = np.where(c.valid[None], vals, floor)
     if big:
         arg = np.array([[max(range(len(r)), key=lambda k, r=r: (r[k], -k)) for r in per] for per in vals],  # type: ignore[misc]
@@ -206,10 +241,40 @@ class AlignMaxOp(RoiAlignOp):
                {"output_size": 1, "sampling_ratio": 2, "reduction": "max", "spatial_scale": Fraction(1, 2),
                 "boxes": ((0, 0, 0, 4, 6),)})
 
+    nan_policies = ("propagate", "ignore")
+
     def families(self, g: Geometry, touches_padding: bool) -> tuple[str, ...]:
-        """None yet: at NaN or ±inf the weight-0 corners' ``0·x`` (NaN) competes in the max, a convention
-        not defined here (issue 31)."""
-        return ()
+        """Magnitudes up to the dtype's largest, one sign per slice (a bin of negative candidates only: a
+        finite sentinel such as ``-FLT_MAX`` in a double kernel wins over them), and NaN and ±inf (the
+        module's convention; RoI Align's input keeps them off weight-0 reads)."""
+        return ("extreme", "nonfinite")
+
+    def extreme_magnitude(self, g: Geometry, dtype: np.dtype[Any]) -> tuple[float, str]:
+        """Up to the dtype's largest: a candidate ``w·x`` (``w <= 1``) and the max stay finite."""
+        return float(finfo(dtype).max), "slices"
+
+    def nonfinite(self, g: Geometry, x: np.ndarray, policy: str) -> Nonfinite:
+        """The module's convention as an order of the candidates (:class:`Ordered`): a bin's first maximal
+        candidate in it routes the gradient (its weight at its cell), and the bin's value is not finite
+        where that candidate (of weight > 0) reads a non-finite cell."""
+        finite, exact = proxy(g, x)
+        codes = nonfinite_codes(x)
+        codes_c = np.zeros((g.batch, g.n_in), dtype=np.int8) if codes is None else g.to_canonical(codes)
+        read = Ordered(exact.num, exact.den, codes=codes_c, policy=policy)
+        c = candidates(g.spec, g.input_shape)
+        _, arg = _values(g, read)
+        k = np.maximum(arg, 0)
+        w = np.arange(g.n_out)[None]
+        cell = np.where((arg >= 0) & (c.num[w, k] > 0), c.cell[w, k], g.n_in)
+        won = np.concatenate([codes_c, np.zeros((g.batch, 1), dtype=np.int8)], axis=1)[np.arange(g.batch)[:, None], cell]
+        return Nonfinite(policy, finite, read, np.asarray(won != 0), code_values(won))
+
+    def nonfinite_note(self, policy: str) -> str:
+        rule = ("a bin with a NaN candidate is NaN, its gradient to the first (IEEE 754-2019 maximum)" if
+                policy == "propagate" else "a bin is its largest candidate other than NaN, NaN only where all are "
+                "(IEEE 754-2019 maximumNumber)")
+        return (f"RoI Align max at NaN and ±inf, NaN policy {policy!r}: its candidates w·x of weight > 0 are IEEE "
+                f"754's (weight 0: 0), {rule}; ±inf are ordered values, the gradient the winner's w·e_c")
 
     def tables(self, spec: Any, input_shape: tuple[int, ...]) -> Table:
         return max_table(spec, input_shape)
@@ -294,7 +359,8 @@ class AlignMaxOp(RoiAlignOp):
         delta = _coordinate_error(g.spec, g.input_shape, np.dtype(dtype))
         weighted, largest = self._largest(g, x, np.dtype(dtype))
         ax = g.gather(np.abs(g.to_canonical(x).astype(np.float64)))
-        on_edge = (ax * edge_weights(g.table)).max(axis=2, initial=0.0) * (delta > 0)  # type: ignore[attr-defined]
+        with np.errstate(over="ignore", invalid="ignore"):  # extreme inputs: a term only where coordinates round
+            on_edge = np.where(delta > 0, (ax * edge_weights(g.table)).max(axis=2, initial=0.0), 0.0)  # type: ignore[attr-defined]
         tol = gamma(2, u) * weighted + (2 * delta + float(gamma(2, u))) * largest * (delta > 0) + on_edge
         return e_c, np.asarray(tol + 2.0**-60 * np.abs(e_c)), lambda: g.to_canonical(exact_y.to_fractions(),
                                                                                         g.out_spatial)

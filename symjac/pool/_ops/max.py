@@ -49,12 +49,12 @@ import numpy as np
 import sympy
 
 from symjac._errors import SpecError
-from symjac._exact import NAN, NEG_INF, POS_INF, ExactArray, _int_array, nonfinite_codes
+from symjac._exact import ExactArray, _int_array, nonfinite_codes
 from symjac._lastaxis import any_last, count_last
 from symjac.check._report import fmt_index, listing
 from symjac.check._rounding import finfo, gamma
 from symjac.pool._beta import Beta, lincomb
-from symjac.pool._ops._edges import Nonfinite, proxy
+from symjac.pool._ops._edges import Nonfinite, code_values, ordered
 from symjac.pool._ops._stamped import StampedOperator
 from symjac.pool._stamp import Stamp, apply
 from symjac.pool._symbolic import Template, lines
@@ -187,21 +187,13 @@ class Max(StampedOperator):
         them (and above a pad cell's 0), -inf below, and NaN above +inf (``propagate``) or below -inf
         (``ignore``), so its tie sets and routes are the convention's; a window's value is not finite
         where its maximal cell (the first) is not."""
-        codes = nonfinite_codes(x)
-        finite, exact = proxy(g, x)
-        num = exact.num.astype(object)
-        top = max((abs(int(v)) for v in num.reshape(-1).tolist()), default=0)
-        if codes is not None:
-            num[codes == POS_INF] = top + 1
-            num[codes == NEG_INF] = -(top + 1)
-            num[codes == NAN] = top + 2 if policy == "propagate" else -(top + 2)
-        read = ExactArray(_int_array(num), exact.den)
+        finite, read, codes = ordered(g, x, policy)
         cell = max_route(g, g.to_canonical(read.num), "first")[2]
         codes_c = np.zeros((g.batch, g.n_in + 1), dtype=np.int8)
         if codes is not None:
             codes_c[:, :-1] = g.to_canonical(codes)
         won = codes_c[np.arange(g.batch)[:, None], cell]  # cell -1 (a pad cell won) reads the finite column
-        value = np.select([won == NAN, won == POS_INF, won == NEG_INF], [np.nan, np.inf, -np.inf], 0.0)
+        value = code_values(won)
         return Nonfinite(policy, finite, read, np.asarray(won != 0), np.asarray(value))
 
     def nonfinite_note(self, policy: str) -> str:

@@ -15,6 +15,26 @@ input's dtype, and ``x1·scale`` too; where one of them rounds across an integer
 across a half) the float bins are not the exact ones. The verifier then refuses the input
 (:class:`symjac.InputError` naming the box and bin), rather than judge by bins an implementation
 does not have.
+
+Non-finite inputs (:meth:`RoiPoolOp.nonfinite`): max pooling's convention, bin by bin. +inf and
+-inf are ordered values (a bin of -inf only is -inf, its gradient to its first cell, a tie among
+them); a NaN is read by one of two policies, the forward deciding which:
+
+- ``ignore`` (the default; IEEE 754-2019 *maximumNumber*, the strict ``x > maxval`` scan of
+  torchvision, Caffe and Detectron): a bin is the maximum of its cells other than NaN, its
+  gradient goes there; a bin of NaN only is NaN, its gradient to its first cell.
+- ``propagate`` (IEEE 754-2019 *maximum*, NumPy's ``max``): a bin holding a NaN is NaN, its
+  gradient to its first NaN cell.
+
+What kernels do, measured (ONNX Runtime 1.32, float32; torchvision read from its
+``roi_pool_kernel.cpp``, run through ``tests/test_roi_pool.py``'s transcription, as its wheel does
+not load against torch 2.13's CPU build): torchvision starts each bin at ``-FLT_MAX`` (in float64
+too) and keeps ``argmax = -1`` until a cell is larger, so it ignores NaN, but a bin of -inf and NaN
+only is ``-FLT_MAX`` with no gradient (not -inf, or NaN), and in float64 so is a bin of values
+below ``-FLT_MAX`` (the ``extreme`` family): findings, not a convention. ONNX Runtime's
+``MaxRoiPool`` gives ``-FLT_MAX`` for a bin of -inf only too, and keeps a NaN until the next cell
+replaces it (``[5, nan, 1]`` -> 1, ``[1, 5, nan]`` -> NaN): a bin's value depends on where its
+NaN sits, which no policy allows (a known defect of the adapter, :mod:`symjac.frameworks.onnxruntime`).
 """
 
 from __future__ import annotations
@@ -30,9 +50,10 @@ import numpy as np
 import sympy
 
 from symjac._errors import InputError
-from symjac._exact import ExactArray
+from symjac._exact import ExactArray, nonfinite_codes
 from symjac.check._rounding import finfo
 from symjac.pool._foreign import accept_only_fields
+from symjac.pool._ops._edges import Nonfinite, code_values, ordered
 from symjac.pool._ops._protocol import ForwardBound, Operator
 from symjac.pool._ops._tables import (
     Box,
@@ -200,18 +221,43 @@ class RoiPoolOp(Operator):
     spec_name = "symjac.RoiPool"
     finite_differences = False
     extra_families = False
+    nan_policies = ("ignore", "propagate")
     samples = ({"output_size": 2, "boxes": ((0, -1, 0, 2, 3),)},
                {"output_size": (2, 1), "boxes": ((0, 0, 1, 3, 2), (0, 1, 1, 1, 1), (0, 9, 9, 9, 9))},
                {"output_size": 1, "spatial_scale": Fraction(1, 2), "boxes": ((0, 0, 1, 3, 5),)})
 
     def families(self, g: Geometry, touches_padding: bool) -> tuple[str, ...]:
-        """Extreme negative values: below a finite sentinel a kernel's scan may start from (``-FLT_MAX``
-        in a double kernel), which would win. NaN and ±inf: not yet stated (torchvision's ``>`` scan
-        never takes a NaN; an all -inf bin is its sentinel), so not run."""
-        return ("extreme",)
+        """Extreme negative values (below a finite sentinel a kernel's scan may start from: ``-FLT_MAX``
+        in a double kernel, which would win) and NaN and ±inf (the module's convention)."""
+        return ("extreme", "nonfinite")
 
     def extreme_magnitude(self, g: Geometry, dtype: np.dtype[Any]) -> tuple[float, str]:
         return float(finfo(dtype).max), "-"
+
+    # -- non-finite inputs ---------------------------------------------------------------
+    def nonfinite(self, g: Geometry, x: np.ndarray, policy: str) -> Nonfinite:
+        """Max pooling's order (:func:`~symjac.pool._ops._edges.ordered`: +inf above every finite value,
+        -inf below, NaN below -inf under ``ignore``, above +inf under ``propagate``): a bin's first
+        maximal cell in that order routes its gradient, and its value is not finite where that cell is
+        not (an empty bin: 0)."""
+        finite, read, codes = ordered(g, x, policy)
+        st = self._stamp(g, read)
+        arg = np.where(st.any(axis=2), st.argmax(axis=2), -1)
+        codes_c = np.zeros((g.batch, g.n_in + 1), dtype=np.int8)
+        if codes is not None:
+            codes_c[:, :-1] = g.to_canonical(codes)
+        cell = np.where(arg >= 0, g.cells[np.arange(g.n_out)[None], np.maximum(arg, 0)], g.n_in)
+        won = codes_c[np.arange(g.batch)[:, None], cell]  # an empty bin reads the finite column
+        return Nonfinite(policy, finite, read, np.asarray(won != 0), code_values(won))
+
+    def nonfinite_note(self, policy: str) -> str:
+        if policy == "propagate":
+            return ("RoI max pooling's NaN policy 'propagate' (IEEE 754-2019 maximum): a bin holding NaN is NaN, its "
+                    "gradient to its first NaN cell; ±inf are ordered values (a bin of -inf only is -inf)")
+        return ("RoI max pooling's NaN policy 'ignore' (IEEE 754-2019 maximumNumber, torchvision's x > maxval scan): "
+                "a bin is the maximum of its cells other than NaN, its gradient there (NaN only where all are); "
+                "±inf are ordered values: a bin of -inf only is -inf, its gradient to its first cell (not a "
+                "sentinel such as -FLT_MAX, and not dropped)")
 
     # -- spec and geometry ---------------------------------------------------------------
     def tables(self, spec: Any, input_shape: tuple[int, ...]) -> Table:
@@ -320,16 +366,22 @@ class RoiPoolOp(Operator):
         return ExactRows(st, np.zeros(st.shape, dtype=bool), none, np.ones((1, st.shape[1]), dtype=bool), none.copy())
 
     # -- lowering ------------------------------------------------------------------------
+    def _lower_arg(self, g: Geometry, x: np.ndarray) -> np.ndarray:
+        """(B, W) each bin's routed slot (-1: empty); at NaN or ±inf by the default NaN policy's order."""
+        if nonfinite_codes(x) is None:
+            return _argmax(g, g.to_canonical(x))
+        st = self._stamp(g, self.nonfinite(g, x, self.nan_policies[0]).exact)
+        return np.where(st.any(axis=2), st.argmax(axis=2), -1)
+
     def lower_forward(self, g: Geometry, x: np.ndarray) -> np.ndarray:
         xc = g.to_canonical(x)
-        arg = _argmax(g, xc)
+        arg = self._lower_arg(g, x)
         vals = g.gather(xc, fill=0)
         y = np.where(arg >= 0, np.take_along_axis(vals, np.maximum(arg, 0)[..., None], axis=2)[..., 0], 0)
         return g.from_canonical(y.astype(x.dtype), g.out_spatial)
 
     def lower_vjp(self, g: Geometry, x: np.ndarray, dy: np.ndarray, tie: str) -> np.ndarray:
-        xc = g.to_canonical(x)
-        arg = _argmax(g, xc)
+        arg = self._lower_arg(g, x)
         dyc = g.to_canonical(dy, g.out_spatial)
         dx = np.zeros((g.batch, g.n_in + 1), dtype=x.dtype)
         b, w = np.nonzero(arg >= 0)
