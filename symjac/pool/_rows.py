@@ -172,6 +172,16 @@ def cell_counts(g: Geometry) -> np.ndarray:
     return counts
 
 
+def dense_tolerance(bound: np.ndarray, shift: np.ndarray, count: np.ndarray, u: float) -> np.ndarray:
+    """How far a dense call's ``dx`` may be from the superposition ``Σ_w dy_w·obs_w`` of the observed
+    rows at a cell read by ``count`` (window, slot) pairs: ``(γ_{m+2} + 2^-60)·B + (1 + γ_{m+2})·S``,
+    ``B = Σ|dy_w·obs_w|`` and ``S`` what the float64 superposition and the rows' own deviations from
+    the exact rows shift it by. The verifier's dense check and golden's bound of ``dx`` for an
+    operator whose rows carry their own bounds (:mod:`symjac.io.golden._verified`) read it here."""
+    g = gamma(count + 2, u)
+    return np.asarray((g + 2.0**-60) * bound + (1 + g) * shift)
+
+
 def tolerance(exact: np.ndarray, u: float, terms: int | np.ndarray = 1) -> np.ndarray:
     """An entry from ``terms`` rounded products, one rounded weight and one rounded output:
     ``γ_{terms+2}·|e|`` (plus a 2^-60 relative guard for float64 noise in the bound itself)."""
