@@ -182,6 +182,13 @@ def dense_tolerance(bound: np.ndarray, shift: np.ndarray, count: np.ndarray, u: 
     return np.asarray((g + 2.0**-60) * bound + (1 + g) * shift)
 
 
+def superposition_tolerance(bound: np.ndarray, slots: int, u: float) -> np.ndarray:
+    """How far a dense JVP may be from the superposition ``Σ_k obs_k·t_k`` of a window's observed
+    row (``slots`` slots a window, ``bound = Σ|obs_k·t_k|``): ``(γ_{K+2} + 2^-60)·bound``. The
+    verifier's JVP check and golden's bound of ``jvp`` (:mod:`symjac.io.golden._verified`) read it."""
+    return np.asarray((gamma(slots + 2, u) + 2.0**-60) * bound)
+
+
 def tolerance(exact: np.ndarray, u: float, terms: int | np.ndarray = 1) -> np.ndarray:
     """An entry from ``terms`` rounded products, one rounded weight and one rounded output:
     ``γ_{terms+2}·|e|`` (plus a 2^-60 relative guard for float64 noise in the bound itself)."""
