@@ -24,8 +24,8 @@ BOUND_NOTE = ("max_abs_error[dtype] bounds |implementation - golden[dtype]| for 
               "routes to the cell, a Jacobian entry 1) rounds nothing and has 0, as has y where the verifier's forward "
               "tolerance is 0 (max pooling: y is one of its inputs); inputs (x, dy) have none; max_ulp is max_abs_error in ULPs of golden[dtype] "
               "(null where golden[dtype] is 0 and the bound is not: terms that cancel); RoI Align, whose weights "
-              "round with its sample coordinates, has for y and dx the verifier's own rounding model instead (its "
-              "forward bound; its rows' bounds through the dense check's tolerance) plus |exact - golden[dtype]|, "
+              "round with its sample coordinates, has for y, dx, jac_values and jvp the verifier's own rounding "
+              "model instead (its forward bound; its rows' bounds, through the dense checks' tolerances) plus |exact - golden[dtype]|, "
               "so that every implementation the verifier accepts lies within them")
 
 

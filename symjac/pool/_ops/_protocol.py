@@ -109,7 +109,7 @@ class Operator:
       weighted_sum_rounding: golden data's weighted-sum model (``γ_k·Σ|terms|``,
         :data:`symjac.io.golden._bounds.BOUND_NOTE`) covers a correct float y and dx. False (RoI
         Align: its weights come from sample coordinates that round in the dtype): golden data's
-        bounds of y and dx are this operator's own rounding model, :meth:`forward_bound` and
+        bounds of y, dx, the Jacobian's entries and the JVP are this operator's own rounding model, :meth:`forward_bound` and
         :meth:`rows` (:mod:`symjac.io.golden._verified`), so that everything the verifier accepts
         lies within them.
     """
