@@ -172,6 +172,23 @@ def cell_counts(g: Geometry) -> np.ndarray:
     return counts
 
 
+def dense_tolerance(bound: np.ndarray, shift: np.ndarray, count: np.ndarray, u: float) -> np.ndarray:
+    """How far a dense call's ``dx`` may be from the superposition ``Σ_w dy_w·obs_w`` of the observed
+    rows at a cell read by ``count`` (window, slot) pairs: ``(γ_{m+2} + 2^-60)·B + (1 + γ_{m+2})·S``,
+    ``B = Σ|dy_w·obs_w|`` and ``S`` what the float64 superposition and the rows' own deviations from
+    the exact rows shift it by. The verifier's dense check and golden's bound of ``dx`` for an
+    operator whose rows carry their own bounds (:mod:`symjac.io.golden._verified`) read it here."""
+    g = gamma(count + 2, u)
+    return np.asarray((g + 2.0**-60) * bound + (1 + g) * shift)
+
+
+def superposition_tolerance(bound: np.ndarray, slots: int, u: float) -> np.ndarray:
+    """How far a dense JVP may be from the superposition ``Σ_k obs_k·t_k`` of a window's observed
+    row (``slots`` slots a window, ``bound = Σ|obs_k·t_k|``): ``(γ_{K+2} + 2^-60)·bound``. The
+    verifier's JVP check and golden's bound of ``jvp`` (:mod:`symjac.io.golden._verified`) read it."""
+    return np.asarray((gamma(slots + 2, u) + 2.0**-60) * bound)
+
+
 def tolerance(exact: np.ndarray, u: float, terms: int | np.ndarray = 1) -> np.ndarray:
     """An entry from ``terms`` rounded products, one rounded weight and one rounded output:
     ``γ_{terms+2}·|e|`` (plus a 2^-60 relative guard for float64 noise in the bound itself)."""

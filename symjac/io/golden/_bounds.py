@@ -23,7 +23,10 @@ BOUND_NOTE = ("max_abs_error[dtype] bounds |implementation - golden[dtype]| for 
               "gamma(k) stands for; an entry that is one term of weight 1 (a copy of an input: max pooling's dx where one window "
               "routes to the cell, a Jacobian entry 1) rounds nothing and has 0, as has y where the verifier's forward "
               "tolerance is 0 (max pooling: y is one of its inputs); inputs (x, dy) have none; max_ulp is max_abs_error in ULPs of golden[dtype] "
-              "(null where golden[dtype] is 0 and the bound is not: terms that cancel)")
+              "(null where golden[dtype] is 0 and the bound is not: terms that cancel); RoI Align, whose weights "
+              "round with its sample coordinates, has for y, dx, jac_values and jvp the verifier's own rounding "
+              "model instead (its forward bound; its rows' bounds, through the dense checks' tolerances) plus |exact - golden[dtype]|, "
+              "so that every implementation the verifier accepts lies within them")
 
 
 def _pool_magnitudes(qs: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -64,17 +67,22 @@ def error_bounds(case: Any, qs: dict[str, np.ndarray], dtypes: list[str]) -> dic
         # float64 evaluation of an exact bound: the factor covers its own rounding errors.
         out[dt] = {name: (gamma(k, u) * mass * (1 + 2.0**-30)).reshape(qs[name].shape)
                    for name, (mass, k) in magnitudes.items()}
-        out[dt]["y"] = np.where(_forward_exact(case, qs, dt), 0.0, out[dt]["y"])
+        g = resolved(case.operator, tuple(qs["x"].shape))
+        if g.operator.weighted_sum_rounding:
+            out[dt]["y"] = np.where(_forward_exact(g, qs, dt), 0.0, out[dt]["y"])
+        else:  # its weights round too (RoI Align's sample coordinates): the operator's own model
+            from symjac.io.golden._verified import verified_bounds
+
+            out[dt].update({k: v.reshape(qs[k].shape) for k, v in verified_bounds(g, qs, dt).items()})
     return out
 
 
-def _forward_exact(case: Any, qs: dict[str, np.ndarray], dtype: str) -> np.ndarray:
+def _forward_exact(g: Any, qs: dict[str, np.ndarray], dtype: str) -> np.ndarray:
     """Where the verifier's forward tolerance (the operator's :meth:`forward_bound`) is 0:
     a correct forward in ``dtype`` is exact there (max pooling: y is one of its inputs, and
     rounding the inputs to ``dtype`` rounds their maximum alike)."""
     from symjac._exact import ExactArray
 
-    g = resolved(case.operator, tuple(qs["x"].shape))
     x = np.asarray(qs["x"])
     tol = g.operator.forward_bound(g, x.astype(np.float64), lambda: ExactArray.from_any(x), float_dtype(dtype),
                                    unit_roundoff(dtype))[1]

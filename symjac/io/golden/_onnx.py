@@ -17,8 +17,8 @@ runtime already runs with its backend-test runner::
 runner that honours ``data.json`` (ONNX's own does) compares within symjac's bound instead of
 its default rtol 1e-3: a correct implementation computing in the dtype stays within it (the
 largest ``max_abs_error`` of ``y`` that the other golden formats give per element; for RoI
-Align also the verifier's forward bound, whose sample coordinates round in the dtype:
-:attr:`~symjac.io.golden._onnx_nodes.OnnxNode.forward_atol`).
+Align that is its own rounding model, whose sample coordinates round in the dtype:
+:mod:`symjac.io.golden._verified`).
 
 The mapping from a spec to an ONNX node is :mod:`symjac.io.golden._onnx_nodes`' rule table,
 one rule per operator object; a setting with no ONNX equivalent is a
@@ -55,7 +55,6 @@ from typing import Any
 import numpy as np
 
 from symjac._atomic import made_folder, write_bytes
-from symjac._errors import InputError
 from symjac.io.golden._onnx_nodes import NoOnnxForm, OnnxNode, onnx_node
 
 __all__ = ["NoOnnxForm", "OnnxNode", "onnx_node", "write_onnx", "write_onnx_algebraic"]
@@ -85,31 +84,12 @@ def write_onnx(case: Any, geometry: Any, qs: dict[str, np.ndarray], bounds: dict
         y = np.asarray(rounded(qs["y"], dt))
         try:
             inputs = node.inputs(x.dtype)
-            atol = max(float(np.max(bounds[dt]["y"], initial=0.0)),
-                       _forward_atol(geometry, qs, y, dt) if node.forward_atol else 0.0)
-        except (NoOnnxForm, InputError) as exc:
+            atol = float(np.max(bounds[dt]["y"], initial=0.0))
+        except NoOnnxForm as exc:
             warnings.warn(f"{case.name}: no ONNX backend test in {dt}: {exc}", stacklevel=2)
             continue
         written += _write_test(onnx, helper, numpy_helper, case, geometry, node, dt, x, y, inputs, atol, out, stem)
     return written
-
-
-def _forward_atol(geometry: Any, qs: dict[str, np.ndarray], y: np.ndarray, dt: str) -> float:
-    """The operator's forward rounding bound at the case's input in ``dt`` (its :meth:`forward_bound`,
-    which models the float coordinates of RoI Align's sample points) plus half an ULP of Y.
-
-    Raises:
-      InputError: a float forward in ``dt`` is not decided there (a sample point within rounding of
-        the map's edge); the message names the box.
-    """
-    from symjac._exact import ExactArray
-    from symjac.check._rounding import float_dtype, unit_roundoff
-
-    x = np.asarray(qs["x"])
-    _, tol, _ = geometry.operator.forward_bound(geometry, np.array([float(v) for v in x.reshape(-1)]).reshape(x.shape),
-                                                lambda: ExactArray.from_any(x), float_dtype(dt), unit_roundoff(dt))
-    half_ulp = np.spacing(np.abs(y)).astype(np.float64) / 2
-    return float((np.max(tol, initial=0.0) + np.max(half_ulp, initial=0.0)) * (1 + 2.0**-30))
 
 
 def _onnx() -> tuple[Any, Any, Any]:

@@ -78,9 +78,6 @@ class OnnxNode:
       x_shape, y_shape: X and Y in ONNX's layout (the spec's arrays reshaped, no value changed).
       inputs: ``inputs(dtype)``, the node's inputs after X, as (name, array) in order (float arrays
         in ``dtype``); :class:`NoOnnxForm` where ``dtype`` cannot hold them exactly.
-      forward_atol: ``data.json``'s atol comes from the operator's forward rounding model
-        (:meth:`~symjac.pool._ops._protocol.Operator.forward_bound`: RoI Align's sample
-        coordinates round too) as well as from golden's weighted-sum bound of y.
     """
 
     op: str
@@ -89,7 +86,6 @@ class OnnxNode:
     x_shape: tuple[int, ...]
     y_shape: tuple[int, ...]
     inputs: Inputs = _no_inputs
-    forward_atol: bool = False
 
 
 # -- window pooling --------------------------------------------------------------------------------
@@ -185,7 +181,7 @@ def _roi_align(spec: Any, geometry: Any, qs: dict[str, np.ndarray]) -> OnnxNode:
                                                                                         dtype=np.int64))
 
     return OnnxNode("RoiAlign", attributes, ROI_OPSET, tuple(geometry.input_shape), tuple(geometry.output_shape),
-                    inputs, forward_atol=True)
+                    inputs)
 
 
 def _roi_pool(spec: Any, geometry: Any, qs: dict[str, np.ndarray]) -> OnnxNode:

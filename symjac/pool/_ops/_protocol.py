@@ -20,7 +20,8 @@ operator must give):
 - **ties**: :attr:`ties` (a tie structure with policies and the β family),
   :attr:`tie_family` (the verifier probes at tied inputs).
 - **rounding model**: :meth:`forward_bound` (the verifier's forward verdict) and
-  :meth:`rows` (exact rows with their bounds, the confirmations' predictions).
+  :meth:`rows` (exact rows with their bounds, the confirmations' predictions); golden data's
+  bounds read them where :attr:`weighted_sum_rounding` is False.
 - **lowering**: :meth:`lower_forward`, :meth:`lower_vjp`.
 - **inputs**: :meth:`families`, :meth:`default_input`, :meth:`tie_input`, :meth:`extreme_input`,
   :meth:`nonfinite_input`, :attr:`extra_families`, :attr:`finite_differences` (:meth:`fd_step`,
@@ -105,6 +106,12 @@ class Operator:
         names it (``stats["nan_policy"]``), as it names the tie policy.
       explain_note: a line ``symjac explain`` prints after the operator's forms ("" for none):
         what they leave unsaid (max pooling: what ``Heaviside(0)`` means at a tie).
+      weighted_sum_rounding: golden data's weighted-sum model (``γ_k·Σ|terms|``,
+        :data:`symjac.io.golden._bounds.BOUND_NOTE`) covers a correct float y and dx. False (RoI
+        Align: its weights come from sample coordinates that round in the dtype): golden data's
+        bounds of y, dx, the Jacobian's entries and the JVP are this operator's own rounding model, :meth:`forward_bound` and
+        :meth:`rows` (:mod:`symjac.io.golden._verified`), so that everything the verifier accepts
+        lies within them.
     """
 
     name: str = ""
@@ -126,6 +133,7 @@ class Operator:
     spec_kind: str = ""
     nan_policies: tuple[str, ...] = ("propagate",)
     explain_note: str = ""
+    weighted_sum_rounding: bool = True
 
     def __repr__(self) -> str:
         return f"<pooling operator {self.name!r}>"

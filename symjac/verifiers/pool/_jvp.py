@@ -31,7 +31,7 @@ from symjac.check._rounding import gamma, precision
 from symjac.pool._geometry import Geometry
 from symjac.pool._graph import input_colouring
 from symjac.verifiers.pool._diagnose import Diagnosis
-from symjac.pool._rows import ExactRows, Rows, exact_rows, row_tolerance
+from symjac.pool._rows import ExactRows, Rows, exact_rows, row_tolerance, superposition_tolerance
 
 #: tangent_each(x, ts) with each t canonical (B, n_in) -> each J·t canonical (B, n_out) float64, or None (unusable).
 TangentEach = Callable[[np.ndarray, Iterable[np.ndarray]], Generator["np.ndarray | None", None, None]]
@@ -237,7 +237,7 @@ def contradicted(g: Geometry, rows: Rows, t: np.ndarray, y: np.ndarray, u: float
     """Windows (not suspects already) where the dense call differs from the superposition of
     the probed rows, within ``γ_{K+2}·Σ|terms|`` (a JVP is linear in t)."""
     predicted, bound = superpose(g, rows, t)
-    tol = gamma(g.cells.shape[1] + 2, u) * bound + 2.0**-60 * bound
+    tol = superposition_tolerance(bound, g.cells.shape[1], u)
     known = set(suspects)
     return [(b, w) for b, w in np.argwhere(np.abs(y - predicted) > tol).tolist() if (b, w) not in known]
 

@@ -29,7 +29,8 @@ from symjac.verifiers.pool._clarke_sum import clarke_sum_slices
 from symjac.verifiers.pool._diagnose import Diagnosis
 from symjac.verifiers.pool._fd import MAX_COLOURS, STEP, check_fd, check_fd_directions, directional_fd, finite_differences
 from symjac.verifiers.pool._probe import Prober
-from symjac.pool._rows import ExactRows, Rows, cell_counts, deviates, open_windows, scatter, scatter_pair
+from symjac.pool._rows import (ExactRows, Rows, cell_counts, dense_tolerance, deviates, open_windows, scatter,
+                               scatter_pair)
 from symjac.verifiers.pool._families import Families
 from symjac.verifiers.pool._reading import Reading
 from symjac.verifiers.pool._summary import Summary
@@ -289,7 +290,7 @@ class _Verifier(Summary, Reading, Families):
         if deviates(rows, exact):  # (B, W, K) temporaries, rarely (read blockwise first), freed at once
             untied = ~np.broadcast_to(exact.tied[..., None], rows.obs.shape)
             shift = shift + (1 + 2.0**-52) * scatter_pair(g, dy, np.abs(rows.obs - exact.rows) * untied)[1]
-        tol = (gamma(count + 2, self.u) + 2.0**-60) * bound + (1 + gamma(count + 2, self.u)) * shift
+        tol = dense_tolerance(bound, shift, count, self.u)
         want = want_tol = None
         if self.op.extra_families:  # a rational dense J^T dy (avg, max); lp has its rows' derived bounds only
             ex = self.exact(x) if self.op.reuses_exact_input else None
