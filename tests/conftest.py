@@ -6,9 +6,13 @@ Markers (registered in pyproject.toml):
   ``pytest.importorskip`` gives, unless every named module imports. For tests whose
   optional package is reached inside the library (``dtype="bfloat16"`` needs
   ml_dtypes) rather than imported by the test itself.
-- ``@pytest.mark.slow``: a long grid. Skipped unless ``--run-slow`` is given
-  (``.ci/run`` gives it in its full-suite step), so that the README's test command
+- ``@pytest.mark.slow``: a long grid or a long test. Skipped unless ``--run-slow`` is
+  given (``.ci/run`` gives it in its full-suite step), so that the README's test command
   stays short.
+- The README's run also takes a **sample of each parametrized test**: its first, middle and
+  last case (``SAMPLE``), the rest deselected (pytest's summary counts them);
+  ``--run-slow`` runs every case. A module or test marked ``@pytest.mark.every_case`` is
+  not sampled (the docs' blocks: each is an example a reader copies).
 
 A worker that dies fails the run instead of being replaced (``pytest_configure``), and
 a test still running after pyproject's ``faulthandler_timeout`` dumps every thread's
@@ -25,6 +29,9 @@ from collections.abc import Iterator
 import pytest
 
 RUN_SLOW = "--run-slow"
+
+#: Cases of one parametrized test the run without ``--run-slow`` takes: spread over its grid.
+SAMPLE = 3
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -46,6 +53,10 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Skip markers added here are reported at the test's own line, as a skipif would be.
     run_slow = config.getoption(RUN_SLOW)
+    if not run_slow:
+        outside = _outside_the_sample(items)
+        config.hook.pytest_deselected(items=[item for item in items if id(item) in outside])
+        items[:] = [item for item in items if id(item) not in outside]
     for item in items:
         if not run_slow and item.get_closest_marker("slow") is not None:
             item.add_marker(pytest.mark.skip(reason=f"slow grid: run with {RUN_SLOW}"))
@@ -54,6 +65,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 reason = _missing(module)
                 if reason is not None:
                     item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def _outside_the_sample(items: list[pytest.Item]) -> set[int]:
+    """The ``id`` of each case of a parametrized test beyond its sample: of a grid of n > SAMPLE
+    cases (in collection order, those not marked slow) the run keeps cases 0, (n-1)/2 and n-1."""
+    grids: dict[tuple[object, ...], list[pytest.Item]] = {}
+    for item in items:
+        name = getattr(item, "originalname", item.name)
+        if name == item.name or item.get_closest_marker("slow") or item.get_closest_marker("every_case"):
+            continue
+        grids.setdefault((item.path, getattr(item, "cls", None), name), []).append(item)
+    outside: set[int] = set()
+    for cases in grids.values():
+        n = len(cases)
+        if n > SAMPLE:
+            keep = {round(i * (n - 1) / (SAMPLE - 1)) for i in range(SAMPLE)}
+            outside.update(id(case) for j, case in enumerate(cases) if j not in keep)
+    return outside
 
 
 @functools.cache

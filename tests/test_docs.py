@@ -54,6 +54,9 @@ from typing import Any
 
 import pytest
 
+# Every block runs: each is an example a reader copies (no fast sample, tests/conftest.py).
+pytestmark = pytest.mark.every_case
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 README = ROOT / "README.md"
