@@ -12,23 +12,23 @@
 static int dispatch(symjac_request *r) {
     const symjac_array *x = symjac_input(r, "x"), *dy = symjac_input(r, "dy");
     const symjac_array *out = symjac_is(r->op, "forward") ? &r->output : dy;
-    int last = symjac_is(r->layout, "channels_last"), a, rank = r->rank;
+    int rank = r->rank, last = symjac_is(r->layout, "channels_last") && x != NULL && x->ndim > rank, a;
     int64_t cells = 1, outs = 1;
     char zero_window[32]; /* lp: the rule at a zero window, its derivative 0 (zero, the default) or 1 (one) */
     pool_nd p = {0};
+    if (!symjac_is(r->operator_name, "pool") && !symjac_is(r->operator_name, "adaptive_pool") &&
+        !symjac_is(r->operator_name, "global_pool"))
+        return symjac_fail(r, "operator %s is not implemented", r->operator_name);
     if (symjac_is(r->mode, "max")) p.mode = POOL_MAX;
     else if (symjac_is(r->mode, "avg")) p.mode = POOL_AVG;
     else if (symjac_is(r->mode, "lp")) p.mode = POOL_LP;
     else return symjac_fail(r, "mode %s is not implemented", r->mode);
-    if (!symjac_is(r->operator_name, "pool") && !symjac_is(r->operator_name, "adaptive_pool") &&
-        !symjac_is(r->operator_name, "global_pool"))
-        return symjac_fail(r, "operator %s is not implemented", r->operator_name);
     if (!symjac_is(r->dtype, "float32") && !symjac_is(r->dtype, "float64"))
         return symjac_fail(r, "dtype %s is not implemented", r->dtype);
     if (!symjac_is(r->op, "forward") && (!symjac_is(r->op, "backward") || dy == NULL))
         return symjac_fail(r, "op %s is not forward or backward(x, dy)", r->op);
-    if (x == NULL || rank < 1 || rank > 3 || x->ndim < rank + last || out->ndim != x->ndim)
-        return symjac_fail(r, "x must have %d spatial axes%s", rank, last ? " and channels" : "");
+    if (x == NULL || rank < 1 || rank > 3 || x->ndim < rank || out->ndim != x->ndim)
+        return symjac_fail(r, "x must have %d spatial axes", rank);
     p.f32 = symjac_is(r->dtype, "float32");
     p.adaptive = !symjac_is(r->operator_name, "pool");
     p.inner = last ? x->shape[x->ndim - 1] : 1;

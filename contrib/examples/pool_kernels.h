@@ -42,6 +42,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 enum { POOL_MAX, POOL_AVG, POOL_LP };
 enum { POOL_EXCLUDE_PAD = -1, POOL_INCLUDE_PAD = -2 }; /* divisor rules; an integer >= 1 is an override */
@@ -104,6 +105,20 @@ static inline void pool_window_of(const pool_nd *p, const int64_t o[3], pool_win
             w->last[a] = reach < p->kernel[a] ? (reach < 0 ? 0 : reach) : p->kernel[a];
         }
     }
+}
+
+/* The 2-D NCHW case without dilation (planes of h x w maps, windows kh x kw at strides sh, sw, padding top,
+   bottom, left, right): the pool_nd a caller that knows no rank or layout fills in one call. */
+static inline pool_nd pool_nd_2d(int mode, int f32, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow,
+                                 int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t top, int64_t bottom,
+                                 int64_t left, int64_t right, int64_t divisor) {
+    pool_nd p;
+    memset(&p, 0, sizeof p);
+    p.mode = mode, p.f32 = f32, p.outer = planes, p.inner = 1, p.divisor = divisor, p.p = 1;
+    p.in[0] = p.out[0] = p.kernel[0] = p.stride[0] = p.dilation[0] = p.dilation[1] = p.dilation[2] = 1;
+    p.in[1] = h, p.in[2] = w, p.out[1] = oh, p.out[2] = ow, p.kernel[1] = kh, p.kernel[2] = kw;
+    p.stride[1] = sh, p.stride[2] = sw, p.low[1] = top, p.high[1] = bottom, p.low[2] = left, p.high[2] = right;
+    return p;
 }
 
 /* The spatial offset of slot (i, j, k) of a window, or -1 for a pad cell. */
