@@ -43,11 +43,12 @@ static int dispatch(symjac_request *r) {
     s.smoothing = symjac_setting_number(r, "label_smoothing", 0);
     s.ignore = symjac_setting(r, "ignore_index", NULL, 0) >= 0;
     s.ignore_index = (int64_t)symjac_setting_number(r, "ignore_index", -100);
-    if (s.indices ? !symjac_is(y->dtype, "int64") || y->count != rows : !symjac_is(y->dtype, z->dtype) || y->count != z->count)
-        return symjac_fail(r, "label: %s class indices, one per row, or pred's dtype and size", s.indices ? "int64" : "not");
+    if (s.indices ? !symjac_is(y->dtype, "int64") || y->count != rows
+                  : !symjac_is(y->dtype, z->dtype) || y->count != z->count)
+        return symjac_fail(r, "label: %s", s.indices ? "int64 class indices, one per row" : "pred's dtype and size");
     if ((s.n_weight && s.n_weight != s.classes && (s.kind == LOSS_SOFTMAX_CE || s.n_weight != 1)) ||
         (s.n_pos_weight && s.n_pos_weight != s.classes && s.n_pos_weight != 1))
-        return symjac_fail(r, "weight and pos_weight: one per class (%lld), or one number (sigmoid_ce)", (long long)s.classes);
+        return symjac_fail(r, "weight, pos_weight: one per class (%lld) or one number", (long long)s.classes);
     if ((d = loss_bad_label(&s, y->data)) >= 0) return symjac_fail(r, "row %lld: no class %lld", (long long)d,
                                                                    (long long)((const int64_t *)y->data)[d]);
     if (symjac_is(r->op, "loss")) {

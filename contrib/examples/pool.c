@@ -13,7 +13,7 @@ static int dispatch(symjac_request *r) {
     const symjac_array *x = symjac_input(r, "x"), *dy = symjac_input(r, "dy");
     const symjac_array *out = symjac_is(r->op, "forward") ? &r->output : dy;
     int rank = r->rank, last = symjac_is(r->layout, "channels_last") && x != NULL && x->ndim > rank, a;
-    int64_t cells = 1, outs = 1;
+    int64_t cells = 1;
     char zero_window[32]; /* lp: the rule at a zero window, its derivative 0 (zero, the default) or 1 (one) */
     pool_nd p = {0};
     if (!symjac_is(r->operator_name, "pool") && !symjac_is(r->operator_name, "adaptive_pool") &&
@@ -41,10 +41,9 @@ static int dispatch(symjac_request *r) {
         p.dilation[a] = s < 0 || r->dilation[s] < 1 ? 1 : r->dilation[s];
         p.low[a] = s < 0 ? 0 : r->pads[s][0];
         p.high[a] = s < 0 ? 0 : r->pads[s][1];
-        cells *= p.in[a], outs *= p.out[a];
+        cells *= p.in[a];
     }
     p.outer = cells * p.inner > 0 ? x->count / (cells * p.inner) : 0;
-    if (outs == 0 || p.outer * cells * p.inner == 0) return 0; /* nothing to compute */
     if (symjac_is(r->divisor, "include_pad")) p.divisor = POOL_INCLUDE_PAD;
     else if (r->divisor[0] >= '1' && r->divisor[0] <= '9') p.divisor = (int64_t)symjac_setting_number(r, "divisor", 1);
     else p.divisor = POOL_EXCLUDE_PAD; /* exclude_pad, and adaptive and global pooling */

@@ -255,7 +255,8 @@ static inline void pool_backward(const pool_nd *p, const void *x, const void *dy
     for (plane = 0; plane < p->outer; plane++)
         for (c = 0; c < p->inner; c++) {
             int64_t base = plane * cells * p->inner + c;
-            const void *xs = p->f32 ? (const void *)((const float *)x + base) : (const void *)((const double *)x + base);
+            const void *xs = p->f32 ? (const void *)((const float *)x + base)
+                                    : (const void *)((const double *)x + base);
             for (n = 0; n < outs; n++) {
                 pool_window w;
                 double g = pool_load(dy, p->f32, (plane * outs + n) * p->inner + c), y = 0;
@@ -281,7 +282,8 @@ static inline void pool_backward(const pool_nd *p, const void *x, const void *dy
                             double slope = 1;
                             if (at < 0) continue;
                             if (p->mode == POOL_LP) slope = pool_lp_slope(p, pool_load(xs, p->f32, at * p->inner), y);
-                            pool_store(dx, p->f32, base + at * step, pool_load(dx, p->f32, base + at * step) + g * slope);
+                            at = base + at * step;
+                            pool_store(dx, p->f32, at, pool_load(dx, p->f32, at) + g * slope);
                         }
             }
         }
