@@ -39,9 +39,9 @@ def build(out: pathlib.Path) -> tuple[str, str]:
         sys.exit("benchmarks/native.py needs a C compiler (cc or gcc)")
     src, inc = ROOT / "contrib" / "examples" / "pool.c", ROOT / "contrib"
     exe, lib = out / "pool", out / "libpool.so"
-    subprocess.run([cc, "-std=c99", "-O2", "-I", str(inc), "-o", str(exe), str(src)], check=True)
+    subprocess.run([cc, "-std=c99", "-O2", "-I", str(inc), "-o", str(exe), str(src), "-lm"], check=True)
     subprocess.run([cc, "-std=c99", "-O2", "-I", str(inc), "-shared", "-fPIC", "-DSYMJAC_SHARED", "-o", str(lib),
-                    str(src)], check=True)
+                    str(src), "-lm"], check=True)
     return str(exe), str(lib)
 
 

@@ -17,7 +17,8 @@ int main(int argc, char **argv) {
     symjac_golden_array x, dy, y, dx;
     double *got_y, *got_dx;
     size_t bad_y, bad_dx, first = 0;
-    pool2d p;
+    long long planes;
+    pool_nd p;
     for (i = 2; i < argc; i++) {
         if (strcmp(argv[i], "ties") == 0) ties = 1;
         else if (strcmp(argv[i], "float32") == 0 || strcmp(argv[i], "float64") == 0) dtype = argv[i];
@@ -48,11 +49,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     /* (N, C,) H, W: every leading dimension is a batch of planes */
-    for (p.planes = 1, i = 0; i < n_in - 2; i++) p.planes *= in[i];
-    p.h = in[n_in - 2], p.w = in[n_in - 1], p.oh = out[n_in - 2], p.ow = out[n_in - 1];
-    p.kh = kernel[0], p.kw = kernel[1], p.sh = stride[0], p.sw = stride[1];
-    p.top = pads[0], p.bottom = pads[1], p.left = pads[2], p.right = pads[3];
-    p.include_pad = strcmp(divisor, "include_pad") == 0;
+    for (planes = 1, i = 0; i < n_in - 2; i++) planes *= in[i];
+    p = pool_nd_2d(mode[0] == 'a' ? POOL_AVG : POOL_MAX, single, planes, in[n_in - 2], in[n_in - 1], out[n_in - 2],
+                   out[n_in - 1], kernel[0], kernel[1], stride[0], stride[1], pads[0], pads[1], pads[2], pads[3],
+                   strcmp(divisor, "include_pad") == 0 ? POOL_INCLUDE_PAD : POOL_EXCLUDE_PAD);
     if ((snprintf(name, sizeof name, "x.%s", dtype), symjac_golden_load(folder, name, &x, err, sizeof err)) ||
         (snprintf(name, sizeof name, "dy.%s", dtype), symjac_golden_load(folder, name, &dy, err, sizeof err)) ||
         (snprintf(name, sizeof name, "y.%s", dtype), symjac_golden_load(folder, name, &y, err, sizeof err)) ||
@@ -68,22 +68,14 @@ int main(int argc, char **argv) {
         float *yf = (float *)malloc(y.count * sizeof(float) + 1), *dxf = (float *)malloc(dx.count * sizeof(float) + 1);
         for (k = 0; k < x.count; k++) xf[k] = (float)x.values[k];
         for (k = 0; k < dy.count; k++) dyf[k] = (float)dy.values[k];
-        if (mode[0] == 'a') {
-            avg_pool2d_forward_f32(&p, xf, yf);
-            avg_pool2d_backward_f32(&p, dyf, dxf);
-        } else {
-            max_pool2d_forward_f32(&p, xf, yf);
-            max_pool2d_backward_f32(&p, xf, dyf, dxf);
-        }
+        pool_forward(&p, xf, yf);
+        pool_backward(&p, xf, dyf, dxf);
         for (k = 0; k < y.count; k++) got_y[k] = yf[k];
         for (k = 0; k < dx.count; k++) got_dx[k] = dxf[k];
         free(xf), free(dyf), free(yf), free(dxf);
-    } else if (mode[0] == 'a') {
-        avg_pool2d_forward_f64(&p, x.values, got_y);
-        avg_pool2d_backward_f64(&p, dy.values, got_dx);
     } else {
-        max_pool2d_forward_f64(&p, x.values, got_y);
-        max_pool2d_backward_f64(&p, x.values, dy.values, got_dx);
+        pool_forward(&p, x.values, got_y);
+        pool_backward(&p, x.values, dy.values, got_dx);
     }
     bad_y = symjac_golden_check(&y, got_y, &first);
     bad_dx = symjac_golden_check(&dx, got_dx, &first);

@@ -331,18 +331,10 @@ def test_the_layer_is_pytorch_pooling(name):
 KERNELS = """#include "pool_kernels.h"
 /* q: planes, h, w, oh, ow, kh, kw, sh, sw, top, bottom, left, right, include_pad */
 void run(int single, int avg, int backward, const long long *q, const void *x, const void *dy, void *out) {
-    pool2d p;
-    p.planes = q[0], p.h = q[1], p.w = q[2], p.oh = q[3], p.ow = q[4], p.kh = q[5], p.kw = q[6];
-    p.sh = q[7], p.sw = q[8], p.top = q[9], p.bottom = q[10], p.left = q[11], p.right = q[12];
-    p.include_pad = (int)q[13];
-    if (single && avg && backward) avg_pool2d_backward_f32(&p, (const float *)dy, (float *)out);
-    else if (single && avg) avg_pool2d_forward_f32(&p, (const float *)x, (float *)out);
-    else if (single && backward) max_pool2d_backward_f32(&p, (const float *)x, (const float *)dy, (float *)out);
-    else if (single) max_pool2d_forward_f32(&p, (const float *)x, (float *)out);
-    else if (avg && backward) avg_pool2d_backward_f64(&p, (const double *)dy, (double *)out);
-    else if (avg) avg_pool2d_forward_f64(&p, (const double *)x, (double *)out);
-    else if (backward) max_pool2d_backward_f64(&p, (const double *)x, (const double *)dy, (double *)out);
-    else max_pool2d_forward_f64(&p, (const double *)x, (double *)out);
+    pool_nd p = pool_nd_2d(avg ? POOL_AVG : POOL_MAX, single, q[0], q[1], q[2], q[3], q[4], q[5], q[6], q[7], q[8],
+                           q[9], q[10], q[11], q[12], q[13] ? POOL_INCLUDE_PAD : POOL_EXCLUDE_PAD);
+    if (backward) pool_backward(&p, x, dy, out);
+    else pool_forward(&p, x, out);
 }
 """
 
@@ -356,11 +348,11 @@ def _compile(tmp_path, what, *defines):
     if what == "golden_layer":
         exe = tmp_path / ("golden_layer" + "".join(defines).replace("-D", "_"))
         subprocess.run(["gcc", "-std=c99", "-O1", "-Wall", "-Werror", *defines, *includes, "-o", str(exe),
-                        str(ROOT / "tests" / "golden_layer.c")], check=True, capture_output=True)
+                        str(ROOT / "tests" / "golden_layer.c"), "-lm"], check=True, capture_output=True)
         return exe
     src, lib = tmp_path / "kernels.c", tmp_path / ("kernels" + "".join(defines).replace("-D", "_") + ".so")
     src.write_text(KERNELS)
-    subprocess.run(["gcc", "-std=c99", "-O1", "-shared", "-fPIC", *defines, *includes, "-o", str(lib), str(src)],
+    subprocess.run(["gcc", "-std=c99", "-O1", "-shared", "-fPIC", *defines, *includes, "-o", str(lib), str(src), "-lm"],
                    check=True, capture_output=True)
     return lib
 

@@ -154,7 +154,7 @@ def _compile(tmp_path, *defines):
     exe = tmp_path / ("golden_layer" + "".join(defines).replace("-D", "_"))
     subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", *defines,
                     "-I", str(ROOT / "contrib"), "-I", str(ROOT / "contrib" / "examples"),
-                    "-o", str(exe), str(ROOT / "tests" / "golden_layer.c")], check=True, capture_output=True)
+                    "-o", str(exe), str(ROOT / "tests" / "golden_layer.c"), "-lm"], check=True, capture_output=True)
     return exe
 
 

@@ -111,7 +111,8 @@ def test_c_helper_names_the_policy_a_kernel_follows(tmp_path):
     out = golden(tmp_path, TIES, "--format", "bin", "--dtype", "float64")
     exe = tmp_path / "golden_layer"
     subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "-I", str(ROOT / "contrib"),
-                    "-I", str(ROOT / "contrib" / "examples"), "-o", str(exe), str(ROOT / "tests" / "golden_layer.c")],
+                    "-I", str(ROOT / "contrib" / "examples"), "-o", str(exe), str(ROOT / "tests" / "golden_layer.c"),
+                    "-lm"],
                    check=True, capture_output=True)
     # the contrib max kernel keeps the first maximum (x[at] > x[best]): policy first
     r = subprocess.run([str(exe), str(out / "ties"), "ties"], capture_output=True, text=True)

@@ -85,18 +85,18 @@ static int dispatch(symjac_request *r) {
     const symjac_array *x = symjac_input(r, "x"), *dy = symjac_input(r, "dy");
     const symjac_array *grid = dy ? dy : &r->output;
     char padding[16];
-    pool2d p;
+    pool_nd p;
+    int64_t h, w;
     symjac_setting(r, "padding", padding, sizeof padding);
     printf("[mylib] %s request %lld, padding %s\n", r->op, (long long)r->id, padding);
     fputs("[mylib] no newline yet...", stdout);
     if (write(1, "[mylib] write(1)\n", 17) != 17) return symjac_fail(r, "write(1) failed");
-    memset(&p, 0, sizeof p);
-    p.h = x->shape[x->ndim - 2], p.w = x->shape[x->ndim - 1], p.planes = x->count / (p.h * p.w);
-    p.oh = grid->shape[grid->ndim - 2], p.ow = grid->shape[grid->ndim - 1];
-    p.kh = r->kernel[0], p.kw = r->kernel[1], p.sh = r->stride[0], p.sw = r->stride[1];
-    p.top = r->pads[0][0], p.bottom = r->pads[0][1], p.left = r->pads[1][0], p.right = r->pads[1][1];
-    if (dy) avg_pool2d_backward_f64(&p, dy->data, r->output.data);
-    else avg_pool2d_forward_f64(&p, x->data, r->output.data);
+    h = x->shape[x->ndim - 2], w = x->shape[x->ndim - 1]; /* 2-D, NCHW, float64 */
+    p = pool_nd_2d(POOL_AVG, 0, x->count / (h * w), h, w, grid->shape[grid->ndim - 2], grid->shape[grid->ndim - 1],
+                   r->kernel[0], r->kernel[1], r->stride[0], r->stride[1], r->pads[0][0], r->pads[0][1],
+                   r->pads[1][0], r->pads[1][1], POOL_EXCLUDE_PAD);
+    if (dy) pool_backward(&p, x->data, dy->data, r->output.data);
+    else pool_forward(&p, x->data, r->output.data);
     return 0;
 }
 SYMJAC_MAIN(dispatch)

@@ -44,6 +44,34 @@ PRELUDE = r"""
 #include <stdlib.h>
 #include "symjac_driver.h"
 #include "pool_kernels.h"
+/* A 2-D NCHW geometry of its own (the kernels below loop over windows themselves). */
+typedef struct {
+    int64_t planes, h, w, oh, ow, kh, kw, sh, sw, top, bottom, left, right;
+    int include_pad;
+} pool2d;
+/* The window's rows [*a, *b) and columns [*c, *d) inside the input; returns its divisor. */
+static inline int64_t pool2d_window(const pool2d *p, int64_t oi, int64_t oj, int64_t *a, int64_t *b, int64_t *c,
+                                    int64_t *d) {
+    int64_t i = oi * p->sh - p->top, j = oj * p->sw - p->left;
+    int64_t pa = i < -p->top ? -p->top : i, pb = i + p->kh > p->h + p->bottom ? p->h + p->bottom : i + p->kh;
+    int64_t pc = j < -p->left ? -p->left : j, pd = j + p->kw > p->w + p->right ? p->w + p->right : j + p->kw;
+    *a = i < 0 ? 0 : i, *b = i + p->kh > p->h ? p->h : i + p->kh;
+    *c = j < 0 ? 0 : j, *d = j + p->kw > p->w ? p->w : j + p->kw;
+    return p->include_pad ? (pb - pa) * (pd - pc) : (*b - *a) * (*d - *c);
+}
+/* The contrib kernels (pool_kernels.h) on that geometry. */
+static inline pool_nd as_nd(const pool2d *p) {
+    return pool_nd_2d(POOL_AVG, 0, p->planes, p->h, p->w, p->oh, p->ow, p->kh, p->kw, p->sh, p->sw, p->top, p->bottom,
+                      p->left, p->right, p->include_pad ? POOL_INCLUDE_PAD : POOL_EXCLUDE_PAD);
+}
+static inline void avg_forward(const pool2d *p, const void *x, double *y) {
+    pool_nd q = as_nd(p);
+    pool_forward(&q, x, y);
+}
+static inline void avg_backward(const pool2d *p, const void *x, const void *dy, double *dx) {
+    pool_nd q = as_nd(p);
+    pool_backward(&q, x, dy, dx);
+}
 static int setup(symjac_request *r, pool2d *p) {
     const symjac_array *x = symjac_input(r, "x"), *grid = symjac_input(r, "dy");
     memset(p, 0, sizeof *p);
@@ -67,13 +95,13 @@ static int dispatch(symjac_request *r) {
     pool2d p;
     if (setup(r, &p)) return 1;
     if (dy == NULL) {
-        avg_pool2d_forward_f64(&p, x->data, out);
+        avg_forward(&p, x->data, out);
 #ifdef FORWARD_PAST
         out[r->output.count] = 0;
 #endif
         return 0;
     }
-    avg_pool2d_backward_f64(&p, dy->data, out);
+    avg_backward(&p, x->data, dy->data, out);
 #ifdef PAST
     { int64_t i; for (i = 0; i < PAST; i++) out[x->count + i] = 0; }
 #endif
@@ -97,7 +125,7 @@ static int dispatch(symjac_request *r) {
     pool2d p;
     if (setup(r, &p)) return 1;
     if (dy == NULL) {
-        avg_pool2d_forward_f64(&p, x->data, out);
+        avg_forward(&p, x->data, out);
         return 0;
     }
 #ifdef ZERO
@@ -127,7 +155,7 @@ static int dispatch(symjac_request *r) {
     pool2d p;
     if (setup(r, &p)) return 1;
     if (dy == NULL) {
-        avg_pool2d_forward_f64(&p, x->data, out);
+        avg_forward(&p, x->data, out);
         return 0;
     }
 #ifdef SMALL

@@ -165,11 +165,12 @@ def test_the_fixed_loss_kernel_passes(kernels: dict[str, str], kind: str, reduct
 
 
 def test_a_refusal_is_a_finding_that_names_the_reason(kernels: dict[str, str]) -> None:
-    spec = symjac.Pool("lp", 2, p=2)
+    spec = symjac.FractionalMaxPool(2, output_size=3)  # the one pooling operator pool.c does not implement
     impl = sjp.impl(kernels["pool"], spec)
-    report = symjac.verify(spec, forward=impl.forward, backward=impl.backward, input_shape=(1, 1, 4, 4))
+    report = symjac.verify(spec, forward=impl.forward, backward=impl.backward, input_shape=(1, 1, 5, 5))
     assert "bad_output" in report.categories()
-    assert any("mode lp is not implemented" in f.message and "KernelRefused" in f.message for f in report.findings)
+    assert any("operator fractional_max_pool is not implemented" in f.message and "KernelRefused" in f.message
+               for f in report.findings)
 
 
 def test_large_arrays_cross_both_pipes(kernels: dict[str, str]) -> None:
