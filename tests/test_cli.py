@@ -101,6 +101,7 @@ def test_explain_prints_templates_and_latex():
     assert r"\frac{x[0,1]}{2}" in r.stdout
 
 
+@pytest.mark.slow  # several seconds: the full suite's (--run-slow)
 def test_golden_is_byte_identical_and_exact(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     for out in (a, b):
@@ -120,6 +121,7 @@ def test_golden_is_byte_identical_and_exact(tmp_path):
     assert raw.tolist() == [[0.25, 0.75], [0.75, 2.25]]
 
 
+@pytest.mark.slow  # several seconds: the full suite's (--run-slow)
 def test_graph_writes_dot_and_png(tmp_path):
     dot = tmp_path / "g.dot"
     r = symjac("graph", SEED000, "--impl", BUGGY, "--out", str(dot))
@@ -168,6 +170,7 @@ def _status_lines(stdout):
     return [line for line in stdout.splitlines() if line.startswith(("PASS", "FAIL", "SKIP", "ERROR"))]
 
 
+@pytest.mark.slow  # several seconds: the full suite's (--run-slow)
 def test_verify_takes_a_directory_a_quoted_glob_and_several_files():
     # specs/seeds holds 6 files: 5 pooling cases and the 5-case loss family (seed 003).
     by_dir = symjac("verify", "specs/seeds", "--impl", FIXED, "-k", "nntrainer")
@@ -180,6 +183,7 @@ def test_verify_takes_a_directory_a_quoted_glob_and_several_files():
         assert "2 cases in float64: 2 passed, 0 failed, 0 skipped" in r.stdout
 
 
+@pytest.mark.slow  # several seconds: the full suite's (--run-slow)
 def test_glob_or_directory_matching_nothing_is_a_usage_error(tmp_path):
     r = symjac("verify", "specs/seeds/*.tomx", "--impl", FIXED)
     assert r.returncode == 2 and "'specs/seeds/*.tomx': no spec file matches this pattern" in r.stderr
@@ -188,6 +192,7 @@ def test_glob_or_directory_matching_nothing_is_a_usage_error(tmp_path):
     assert "Is a directory" not in r.stderr
 
 
+@pytest.mark.slow  # several seconds: the full suite's (--run-slow)
 def test_case_and_keyword_select_cases():
     r = symjac("verify", "specs/seeds", "--impl", FIXED, "--case", "nntrainer_avgpool_same_2x2")
     assert r.returncode == 0 and len(_status_lines(r.stdout)) == 1, r.stdout
@@ -280,6 +285,7 @@ def test_impl_did_you_mean_and_candidates():
     assert "candidates: buggy, fixed (e.g. --impl examples/nntrainer_pool.py:buggy)" in r.stderr
 
 
+@pytest.mark.slow  # several seconds: the full suite's (--run-slow)
 def test_loss_key_names_the_file_key_and_suggests(tmp_path):
     spec = tmp_path / "ce.toml"
     spec.write_text('[operator]\nkind = "loss"\nloss = "cross_entropy"\n')
@@ -335,6 +341,7 @@ def test_explain_softmax_ce_over_many_classes_prints_the_class_generic_forms(tmp
 
 # ------------------------------------------------------------ graph
 
+@pytest.mark.slow  # several seconds: the full suite's (--run-slow)
 def test_graph_says_which_case_it_drew_and_takes_case(tmp_path):
     r = symjac("graph", "specs/seeds", "-k", "nntrainer", "--out", str(tmp_path / "g.dot"))
     assert r.returncode == 0, r.stderr
@@ -346,6 +353,7 @@ def test_graph_says_which_case_it_drew_and_takes_case(tmp_path):
     assert r.returncode == 2 and "graph draws pooling windows" in r.stderr
 
 
+@pytest.mark.slow  # several seconds: the full suite's (--run-slow)
 def test_graph_slice_of_a_batched_input(tmp_path):
     pytest.importorskip("matplotlib")
     # specs/conventions/channels_last.toml: input (1, 4, 4, 3), NHWC.
@@ -358,6 +366,7 @@ def test_graph_slice_of_a_batched_input(tmp_path):
     assert r.returncode == 2 and "give two indices n,c" in r.stderr
 
 
+@pytest.mark.slow  # several seconds: the full suite's (--run-slow)
 def test_golden_and_explain_take_globs_directories_and_selection(tmp_path):
     r = symjac("explain", "specs/seeds/textbook_*.toml")
     assert r.returncode == 0, r.stderr

@@ -270,6 +270,7 @@ def _grid():
             yield pytest.param(name, dt, id=f"{name}-{dt}", marks=marks)
 
 
+@pytest.mark.slow  # several seconds: the full suite's (--run-slow)
 @pytest.mark.parametrize("name, dt", list(_grid()))
 def test_golden_and_verify_agree_on_a_correct_and_a_buggy_layer(tmp_path, name, dt):
     np_dtype(dt)  # bfloat16 skips without ml_dtypes (the 'bfloat16' extra)

@@ -289,6 +289,7 @@ def test_torch_losses_pass_the_families():
     assert policies["mse_loss"] == {"nan": "nan", "inf": "limit", "-inf": "limit"}
 
 
+@pytest.mark.slow  # several seconds: the full suite's (--run-slow)
 def test_fast_route_at_extreme_inputs_agrees_with_the_exact_route(monkeypatch):
     # the fast route decides large inputs in float64 balls; at extreme magnitudes its enclosures
     # overflow and those entries go to the exact route: the verdicts are the exact route's
@@ -429,6 +430,7 @@ def test_mae_accepts_every_frameworks_sign_of_nan():
     assert r.categories() == ["wrong_values"]
 
 
+@pytest.mark.slow  # several seconds: the full suite's (--run-slow)
 def test_softmax_limits_are_sympys():
     # softmax_ce's class-generic limits (its rule) against sympy.limit of the explicit template
     from symjac.loss._kinds.softmax_ce import explicit_template

@@ -312,6 +312,7 @@ def _n_elements(finding: symjac.Finding) -> int:
 # ------------------------------------------------------------------ writes outside a buffer
 
 
+@pytest.mark.slow  # several seconds: the full suite's (--run-slow)
 @pytest.mark.parametrize("past", [1, 8])
 @pytest.mark.parametrize("route", ["process", "ctypes", "isolated"])
 def test_a_write_past_the_output_is_out_of_bounds(kernels: dict[str, str], past: int, route: str) -> None:
@@ -383,6 +384,7 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # several seconds: the full suite's (--run-slow)
 def test_a_scratch_tail_copied_out_is_caught_through_exec(kernels: dict[str, str], tmp_path: pathlib.Path) -> None:
     # issue 34: passed through --exec (fresh pages are zero), failed at once with MALLOC_PERTURB_ set by hand
     spec = tmp_path / "avg2.toml"

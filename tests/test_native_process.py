@@ -343,6 +343,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=300)
 
 
+@pytest.mark.slow  # several seconds: the full suite's (--run-slow)
 def test_symjac_verify_exec(kernels: dict[str, str]) -> None:
     seed000 = "specs/seeds/nntrainer_avgpool_same_2x2.toml"
     bug = _cli("verify", seed000, "--exec", kernels["pool_bug"])

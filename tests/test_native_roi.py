@@ -118,6 +118,7 @@ def test_setting_numbers_reads_exact_numbers(tmp_path: pathlib.Path) -> None:
 # ------------------------------------------------------------------ the correct kernel
 
 
+@pytest.mark.slow  # several seconds: the full suite's (--run-slow)
 @needs_cc
 @pytest.mark.parametrize("spec", [DEFAULT, *SPECS], ids=repr)
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
@@ -273,6 +274,7 @@ aligned = true
 """
 
 
+@pytest.mark.slow  # several seconds: the full suite's (--run-slow)
 @needs_cc
 def test_exec_from_the_command_line(kernels, tmp_path: pathlib.Path) -> None:
     (tmp_path / "roi.toml").write_text(TOML)
@@ -290,6 +292,7 @@ def test_exec_from_the_command_line(kernels, tmp_path: pathlib.Path) -> None:
                                              pytest.param("roi_align", "-DROI_CLAMP_BUG", marks=pytest.mark.slow),
                                              pytest.param("roi_pool", "roi", marks=pytest.mark.slow),
                                              pytest.param("roi_pool", "-DROI_POOL_END_FLOOR", marks=pytest.mark.slow)])
+@pytest.mark.slow  # several seconds: the full suite's (--run-slow)
 def test_offline_rounds_give_the_process_routes_report(kernels, kind, kernel, tmp_path: pathlib.Path) -> None:
     (tmp_path / "roi.toml").write_text(f'name = "defaults"\n[operator]\nkind = "{kind}"\noutput_size = 2\n')
     case = select_cases([str(tmp_path / "roi.toml")], (), None)[0]

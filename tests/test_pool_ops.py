@@ -97,6 +97,7 @@ def test_vjp_and_jvp_are_the_jacobian_applied(spec: Any, family: str) -> None:
     assert all(_same(a, b) for a, b in zip(jvp, want_jvp))
 
 
+@pytest.mark.slow  # several seconds: the full suite's (--run-slow)
 @pytest.mark.parametrize("spec", _cases())
 def test_the_template_differentiates_to_the_jacobian(spec: Any) -> None:
     # symjac.expressions builds each window from its class template; SymPy's derivative of

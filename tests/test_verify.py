@@ -706,6 +706,7 @@ def small_cases(draw):
 
 @settings(max_examples=40, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@pytest.mark.slow  # several seconds: the full suite's (--run-slow)
 @given(case=small_cases(), data=st.data())
 def test_property_lowered_passes_and_corruption_fails(case, data):
     spec, shape, dtype = case
