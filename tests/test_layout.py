@@ -13,6 +13,7 @@ between files of one sub-package.
 from __future__ import annotations
 
 import ast
+import functools
 import collections
 import pathlib
 import re
@@ -124,16 +125,15 @@ def _imports(name: str, tree: ast.AST) -> dict[str, str]:
     return out
 
 
+@functools.cache
 def _graph() -> nx.DiGraph:
+    """The import graph of symjac's modules: built when a test first asks (not at collection)."""
     graph = nx.DiGraph()
     for name, path in MODULES.items():
         graph.add_node(name)
         for target, how in _imports(name, ast.parse(path.read_text(encoding="utf-8"))).items():
             graph.add_edge(name, target, how=how)
     return graph
-
-
-GRAPH = _graph()
 
 
 def test_the_import_graph_sees_deferred_and_type_imports() -> None:
@@ -156,7 +156,7 @@ def test_every_room_has_a_layer() -> None:
 
 def test_every_import_points_down_the_stack() -> None:
     up = collections.defaultdict(list)
-    for a, b, how in GRAPH.edges(data="how"):
+    for a, b, how in _graph().edges(data="how"):
         ra, rb = room(a), room(b)
         if rb == "symjac":  # the public face imports from everything; nothing inside imports it
             up[(ra, "symjac (the root package)")].append(f"{a} -> {b}")
@@ -167,11 +167,11 @@ def test_every_import_points_down_the_stack() -> None:
 
 
 def test_no_import_circles() -> None:
-    run_time = nx.DiGraph([(a, b) for a, b, how in GRAPH.edges(data="how") if how == "run"])
+    run_time = nx.DiGraph([(a, b) for a, b, how in _graph().edges(data="how") if how == "run"])
     circles = [c for c in nx.simple_cycles(run_time) if len(c) > 1]
     shown = sorted(" -> ".join(c + [c[0]]) for c in circles)[:20]
     assert not circles, f"{len(circles)} run-time import circles (deferred imports counted), e.g.:\n" + "\n".join(shown)
-    across = [sorted(c) for c in nx.strongly_connected_components(GRAPH) if len({room(m) for m in c}) > 1]
+    across = [sorted(c) for c in nx.strongly_connected_components(_graph()) if len({room(m) for m in c}) > 1]
     assert not across, f"TYPE_CHECKING imports tie files of different sub-packages: {across}"
 
 
@@ -185,7 +185,7 @@ def test_the_stack_is_the_documented_one() -> None:
 
 
 def test_only_the_entry_points_import_the_command_line() -> None:
-    outside = sorted((a, b) for a, b in GRAPH.edges
+    outside = sorted((a, b) for a, b in _graph().edges
                      if b.startswith("symjac.cli") and not a.startswith("symjac.cli") and a != "symjac.__main__")
     assert not outside, f"modules outside symjac/cli import it: {outside}"
 
