@@ -25,11 +25,13 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any, TextIO, TypeVar, cast
 
 from symjac._errors import InputError
+
+T = TypeVar("T")
 
 #: Seconds before the first draw, and between redraws.
 DELAY, INTERVAL = 2.0, 0.2
@@ -133,6 +135,12 @@ class Progress(Listener):
         if self.name:
             self.done += 1
         self.name, self.detail, self.part = name, "", 0.0
+
+    def each(self, items: Iterable[T]) -> Iterator[T]:
+        """``for case in p.each(cases): ...``: each item a step, named by its ``name``."""
+        for item in items:
+            self.step(str(getattr(item, "name", item)))
+            yield item
 
     def tell(self, text: str, done: int, total: int) -> None:
         self.detail, self.part = text, (min(done, total) / total if total > 0 else 0.0)

@@ -83,7 +83,7 @@ def test_conform_on_a_terminal_goes_through_the_one_progress_line(monkeypatch, c
     code = main(["conform", ADAPTER, "--dtype", "float64", "--families", "distinct", "--no-isolate"])
     assert code == 1  # max_doubled's wrong weights (tests/test_conform.py)
     shown = tty.getvalue()
-    assert "symjac conform [" in shown and re.search(r"\d/4 configurations", shown)  # "1 failed": the hook test
+    assert "symjac conform [" in shown and re.search(r"\d/4 cells", shown)  # "1 failed": the hook test
     assert "\n" not in shown and _erased(shown)
     assert "configurations" in capsys.readouterr().out  # the table, on stdout as before
 
@@ -97,7 +97,7 @@ def test_conform_calls_a_progress_hook_per_configuration():
     # 0 of n before the first, then one call a configuration finished, then n of n "done"
     assert [(d, t) for d, t, _ in calls] == [(i, n) for i in range(n + 1)] + [(n, n)]
     # a configuration verified in this process does not tell its own coverage plan's shapes
-    assert all(re.fullmatch(rf"\d/{n} configurations(, 1 failed)?", detail) for _, _, detail in calls[:-1])
+    assert all(re.fullmatch(rf"\d/{n} cells(, 1 failed)?", detail) for _, _, detail in calls[:-1])
     assert calls[-1][2] == "done"
 
 

@@ -23,13 +23,13 @@ DASK_HINT = "Dask is not installed: pip install 'symjac[dask]' to run sweeps on 
 Runner = Callable[[dict[str, Any], str, str], dict[str, Any]]
 
 
-def _note(done: int, total: int, failed: int) -> None:
+def _note(done: int, total: int, failed: int, unit: str) -> None:
     """Tell the open progress listener (the command's bar, the API's hook) how far the grid is."""
-    note(f"{done}/{total} configurations" + (f", {failed} failed" if failed else ""), done, total)
+    note(f"{done}/{total} {unit}" + (f", {failed} failed" if failed else ""), done, total)
 
 
 def execute(grid: list[dict[str, Any]], impl_target: Any, *, runner: Runner, jobs: int = 1,
-            scheduler: str | None = None, dtype: str = "float64", deadline: float | None = None) -> list[dict[str, Any]]:
+            scheduler: str | None = None, dtype: str = "float64", unit: str = "configurations", deadline: float | None = None) -> list[dict[str, Any]]:
     """Run every configuration; results in grid order.
 
     Args:
@@ -38,6 +38,7 @@ def execute(grid: list[dict[str, Any]], impl_target: Any, *, runner: Runner, job
         when it is ``"fail"`` or ``"error"``. ``symjac sweep`` passes
         :func:`symjac.io._sweep.run_one`, ``conform`` its own.
       jobs: local worker processes (1: in this process); ``scheduler``: a Dask scheduler address.
+      unit: what a configuration is, in the progress notes (``"12/40 configurations, 1 failed"``).
       deadline: a ``time.monotonic()`` instant after which no configuration is started; those
         not run get ``{"config": ..., "status": "not_run"}``.
 
@@ -51,12 +52,12 @@ def execute(grid: list[dict[str, Any]], impl_target: Any, *, runner: Runner, job
         nonlocal failed
         results[i] = r
         failed += r["status"] in ("fail", "error")
-        _note(sum(x is not None for x in results), len(grid), failed)
+        _note(sum(x is not None for x in results), len(grid), failed, unit)
 
     def late() -> bool:
         return deadline is not None and time.monotonic() > deadline
 
-    _note(0, len(grid), 0)
+    _note(0, len(grid), 0, unit)
     if scheduler:
         try:
             from distributed import Client, as_completed

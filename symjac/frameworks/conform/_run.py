@@ -379,7 +379,7 @@ def conform(framework: str, *, grid: str = "small", budget: float | None = None,
         limit; isolated, its process is killed; with ``isolate=False`` its thread is left running and
         the run goes on); a user adapter's ``configurations()`` runs isolated too, within
         the smaller of ``timeout`` and ``budget`` (plus :data:`WORKER_START` for its worker's start).
-      progress: as :func:`symjac.verify`'s, a step each configuration (``"12/40 configurations, 1 failed"``).
+      progress: as :func:`symjac.verify`'s, a step each cell (``"12/40 cells, 1 failed"``).
       ops: only the configurations of these ops: the adapter's op names (``"max_pool3d"``,
         ``"cross_entropy"``) or the groups ``"pools"`` and ``"losses"`` (default: all; the loss
         rows come from the adapter's ``loss_configurations(grid)``, see
@@ -445,7 +445,7 @@ def conform(framework: str, *, grid: str = "small", budget: float | None = None,
     jobs_list = _cells(configs, dtypes, chosen, chosen_modes, common)
     order = sample_order(len(jobs_list), budget)
     raw_in_order = execute([jobs_list[i] for i in order], target, jobs=jobs, scheduler=scheduler, runner=run_job,
-                           deadline=budget and started + budget)
+                           unit="cells", deadline=budget and started + budget)
     raw: list[dict[str, Any]] = [{}] * len(jobs_list)
     for i, r in zip(order, raw_in_order):
         raw[i] = r
