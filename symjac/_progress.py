@@ -1,13 +1,17 @@
-"""A progress line on stderr for a long command-line run (``verify``, ``golden``): plain stdlib.
+"""The one home of progress: a bar on stderr for a long command-line run, the API's ``progress=``.
 
-The Python API's ``progress=`` argument (:func:`symjac.verify`, :func:`symjac.verify_loss`) listens
-to the same :func:`note` calls (:func:`with_progress`): a hook, this line on a terminal, or an
-updating display in a Jupyter notebook.
+The bar is drawn by tqdm when it is installed (``pip install 'symjac[progress]'``), by a plain
+stdlib line otherwise; either way this module decides when and where (:class:`Progress`). The
+Python API's ``progress=`` argument (:func:`symjac.verify`, :func:`symjac.verify_loss`,
+:func:`symjac.conform`) listens to the same :func:`note` calls (:func:`with_progress`): a hook,
+this bar on a terminal, or, in a Jupyter notebook, tqdm's widget (``tqdm.notebook``, what
+``tqdm.auto`` picks in a kernel; it needs ipywidgets) or an updating text display.
 
 The command opens a :class:`Progress` over its steps (the cases); it draws nothing for the
 first ``delay`` seconds (a quick run stays silent), nothing at all when the stream is not a
 terminal (a pipe, a CI log) or with ``-q``, and then redraws one line from a ticker thread:
-the bar over the steps, the step's name, what the step is doing (``shape 3/9 of the coverage
+the bar over the steps (or, for a run that counts its own units, as ``sweep`` and ``conform`` count
+configurations, what :func:`note` told), the step's name, what the step is doing (``shape 3/9 of the coverage
 plan``, told by the verifier through :func:`note`) and the elapsed seconds. The line is
 erased when the run ends, so the command's own output is unchanged.
 """
@@ -16,15 +20,18 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any, TextIO, TypeVar, cast
 
 from symjac._errors import InputError
+
+T = TypeVar("T")
 
 #: Seconds before the first draw, and between redraws.
 DELAY, INTERVAL = 2.0, 0.2
@@ -65,6 +72,14 @@ class Listener:
                  traceback: TracebackType | None) -> Any:
         global _active
         _active = self._outer
+        return None
+
+
+class Mute(Listener):
+    """Hears nothing: a call run inside a step whose notes are not the step's (one configuration of
+    a grid, which counts configurations) keeps the open line as it is."""
+
+    def tell(self, text: str, done: int, total: int) -> None:
         return None
 
 
@@ -112,6 +127,7 @@ class Progress(Listener):
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._bar: Any = None  # tqdm's bar, made at the first draw (None: not yet, or no tqdm)
         self._start = time.monotonic()
 
     def step(self, name: str) -> None:
@@ -120,24 +136,55 @@ class Progress(Listener):
             self.done += 1
         self.name, self.detail, self.part = name, "", 0.0
 
+    def each(self, items: Iterable[T]) -> Iterator[T]:
+        """``for case in p.each(cases): ...``: each item a step, named by its ``name``."""
+        for item in items:
+            self.step(str(getattr(item, "name", item)))
+            yield item
+
     def tell(self, text: str, done: int, total: int) -> None:
         self.detail, self.part = text, (min(done, total) / total if total > 0 else 0.0)
 
+    def count(self) -> str:
+        """What the line says after the bar: ``1/3 case`` over the steps, or nothing when the run
+        opened no step (its :func:`note` tells the count, as ``sweep``'s ``12/40 configurations``)."""
+        return f"{self.done}/{self.total} {self.name}" if self.name else ""
+
+    def text(self) -> str:
+        """The line after the bar: the count, the detail told by :func:`note`, the seconds."""
+        parts = [p for p in (self.count(), self.detail) if p]
+        return " · ".join([*parts, f"{time.monotonic() - self._start:.0f} s"])
+
+    def fraction(self) -> float:
+        return min(self.done + self.part, self.total) / self.total
+
     def line(self) -> str:
+        """The stdlib line (tqdm absent): ``what [####......] text``, cut to the terminal's width."""
         width = 20
-        filled = int(width * min(self.done + self.part, self.total) / self.total)
-        detail = f" · {self.detail}" if self.detail else ""
-        text = (f"{self.what} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {self.name}"
-                f"{detail} · {time.monotonic() - self._start:.0f} s")
-        columns = shutil.get_terminal_size((100, 20)).columns - 1
-        return text if len(text) <= columns else text[:max(columns - 3, 0)] + "..."
+        filled = int(width * self.fraction())
+        text = f"{self.what} [{'#' * filled}{'.' * (width - filled)}] {self.text()}"
+        return _cut(text, shutil.get_terminal_size((100, 20)).columns - 1)
 
     def _draw(self) -> None:
         with self._lock:
+            columns = shutil.get_terminal_size((100, 20)).columns - 1
+            if not self.drawn:  # the first draw: tqdm's bar when it is installed
+                self._bar = _terminal_bar(self.stream, self._format(columns))
+            if self._bar is not None:  # tqdm draws the bar; the text after it is ours
+                self._bar.bar_format = self._format(columns)
+                self._bar.n = self.fraction()
+                self._bar.refresh()
+                self.drawn = 1
+                return
             text = self.line()
             self.stream.write("\r" + text + " " * max(self.drawn - len(text), 0))
             self.stream.flush()
             self.drawn = max(self.drawn, len(text))
+
+    def _format(self, columns: int) -> str:
+        """tqdm's ``bar_format``: ``what [bar] text``, the text cut so the bar keeps 10 cells or more."""
+        text = _cut(self.text(), columns - len(self.what) - 14)
+        return f"{_braces(self.what)} [{{bar}}] {_braces(text)}"
 
     def _tick(self) -> None:
         if self._stop.wait(self.delay):
@@ -159,34 +206,85 @@ class Progress(Listener):
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        if self.drawn:  # erase the line: the command's output starts on a clean line
+        if self._bar is not None:  # leave=False: tqdm blanks its line and returns to its start
+            self._bar.close()
+        elif self.drawn:  # erase the line: the command's output starts on a clean line
             self.stream.write("\r" + " " * self.drawn + "\r")
             self.stream.flush()
         return None
 
 
+def _braces(text: str) -> str:
+    """``text`` as literal text of a tqdm ``bar_format`` (a format string)."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def _cut(text: str, columns: int) -> str:
+    return text if len(text) <= columns else text[:max(columns - 3, 0)] + "..."
+
+
+def _tqdm() -> Any:
+    """The tqdm module, or None when it is not installed (the stdlib line draws instead)."""
+    try:
+        return importlib.import_module("tqdm")  # optional: the 'progress' extra
+    except ImportError:
+        return None
+
+
+def _terminal_bar(stream: TextIO, bar_format: str) -> Any:
+    """A tqdm bar on ``stream`` (None without tqdm), made at the first draw: after the delay, so a
+    quick run never writes. ``leave=False``: closing it blanks the line."""
+    tqdm = _tqdm()
+    if tqdm is None:
+        return None
+    return tqdm.tqdm(total=1.0, file=stream, leave=False, dynamic_ncols=True, mininterval=0, delay=0,
+                     bar_format=bar_format)
+
+
 class Notebook(Progress):
-    """The line as an updating display in a Jupyter notebook (IPython's ``display_id``): no
-    ``\\r``, no ticker thread; redrawn at each sub-step and at the end."""
+    """The bar in a Jupyter notebook: tqdm's widget (``tqdm.notebook``) when tqdm and ipywidgets are
+    installed, else an updating text display (IPython's ``display_id``); no ``\\r``, no ticker
+    thread; redrawn at each sub-step and at the end."""
 
     def __init__(self, name: str):
-        display: Any = importlib.import_module("IPython.display")  # optional: untyped here
-
         super().__init__("symjac", 1, enabled=False)
         self.step(name)
-        self._pretty = display.Pretty
-        self.handle = display.display(self._pretty(self.line()), display_id=True)
+        self.widget: Any = _notebook_bar(name)
+        self.handle: Any = None
+        if self.widget is None:
+            display: Any = importlib.import_module("IPython.display")  # optional: untyped here
+            self._pretty = display.Pretty
+            self.handle = display.display(self._pretty(self.line()), display_id=True)
+
+    def _show(self) -> None:
+        if self.widget is not None:
+            self.widget.n = self.fraction()
+            self.widget.set_description_str(f"symjac {self.name}", refresh=False)
+            self.widget.set_postfix_str(self.detail, refresh=False)
+            self.widget.refresh()
+        else:
+            self.handle.update(self._pretty(self.line()))
 
     def tell(self, text: str, done: int, total: int) -> None:
         super().tell(text, done, total)
-        self.handle.update(self._pretty(self.line()))
+        self._show()
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
                  traceback: TracebackType | None) -> Any:
         super().__exit__(kind, value, traceback)
         self.step("done")  # the bar full: 1/1
-        self.handle.update(self._pretty(self.line()))
+        self._show()
+        if self.widget is not None:
+            self.widget.close()
         return None
+
+
+def _notebook_bar(name: str) -> Any:
+    """tqdm's notebook widget (None without tqdm or ipywidgets, which draws it)."""
+    if _tqdm() is None or importlib.util.find_spec("ipywidgets") is None:
+        return None
+    notebook: Any = importlib.import_module("tqdm.notebook")
+    return notebook.tqdm(total=1.0, desc=f"symjac {name}", leave=True)
 
 
 def in_notebook() -> bool:

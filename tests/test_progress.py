@@ -1,5 +1,6 @@
-"""The progress line of long ``verify`` and ``golden`` runs (issue 24): on stderr, only on a terminal, only
-after the delay, never with ``-q``; erased at the end so the command's output is unchanged."""
+"""The progress line of long ``verify``, ``golden``, ``sweep`` and ``conform`` runs (issues 24, 33): on stderr,
+only on a terminal, only after the delay, never with ``-q``; erased at the end so the command's output is
+unchanged; drawn by tqdm when it is installed (the ``progress`` extra), by a stdlib line when not."""
 
 from __future__ import annotations
 
@@ -22,6 +23,12 @@ class FakeTTY(io.StringIO):
         return True
 
 
+@pytest.fixture
+def no_tqdm(monkeypatch):
+    """tqdm not installed: ``import tqdm`` raises ImportError (a None entry in sys.modules)."""
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+
+
 def _run(stream, steps, enabled=True, delay=0.0):
     with Progress("symjac verify", len(steps), enabled=enabled, stream=stream, delay=delay, interval=0.01) as p:
         for name in steps:
@@ -30,7 +37,7 @@ def _run(stream, steps, enabled=True, delay=0.0):
             time.sleep(0.08)
 
 
-def test_a_terminal_gets_a_redrawn_line_that_is_erased_at_the_end():
+def test_a_terminal_gets_a_redrawn_line_that_is_erased_at_the_end(no_tqdm):
     tty = FakeTTY()
     _run(tty, ["a", "b"])
     text = tty.getvalue()
@@ -40,10 +47,58 @@ def test_a_terminal_gets_a_redrawn_line_that_is_erased_at_the_end():
     assert last[-1] == "" and set(last[-2]) == {" "}  # the last write blanks the line and returns to its start
 
 
+def test_with_tqdm_the_bar_is_tqdms_and_is_erased_at_the_end(monkeypatch):
+    tqdm = pytest.importorskip("tqdm")
+    made = []
+    real = tqdm.tqdm
+
+    def spy(*args, **kwargs):
+        made.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tqdm, "tqdm", spy)
+    tty = FakeTTY()
+    _run(tty, ["a", "b"])
+    text = tty.getvalue()
+    assert len(made) == 1 and made[0]["file"] is tty and made[0]["leave"] is False  # one bar, on our stream
+    assert "\rsymjac verify [" in text and "0/2 a · shape 1/2 of a" in text and "1/2 b · shape 1/2 of b" in text
+    assert "[##########..........]" not in text  # tqdm's bar, not the stdlib line's 20 cells
+    last = text.rsplit("\r", 2)
+    assert last[-1] == "" and set(last[-2]) == {" "}  # tqdm's leave=False blanks the line, back to its start
+
+
+def test_tqdm_is_made_only_after_the_delay(monkeypatch):
+    # a run shorter than the delay writes nothing: tqdm's bar would draw itself when made
+    tqdm = pytest.importorskip("tqdm")
+    monkeypatch.setattr(tqdm, "tqdm", lambda *a, **k: pytest.fail("tqdm made before the delay"))
+    tty = FakeTTY()
+    _run(tty, ["a"], delay=60.0)
+    assert tty.getvalue() == ""
+
+
+@pytest.mark.parametrize("tqdm_installed", [True, False], ids=["tqdm", "stdlib"])
+def test_braces_in_a_step_name_are_text(monkeypatch, tqdm_installed):
+    # tqdm's bar_format is a format string: a case named "a{b}" must not be read as a field
+    if tqdm_installed:
+        pytest.importorskip("tqdm")
+    else:
+        monkeypatch.setitem(sys.modules, "tqdm", None)
+    tty = FakeTTY()
+    _run(tty, ["a{b}"])
+    assert "0/1 a{b} · shape 1/2 of a{b}" in tty.getvalue()
+
+
 @pytest.mark.parametrize("stream, enabled, delay", [(io.StringIO(), True, 0.0), (FakeTTY(), False, 0.0),
                                                     (FakeTTY(), True, 60.0)],
                          ids=["not a terminal", "-q", "a run shorter than the delay"])
-def test_nothing_is_drawn(stream, enabled, delay):
+@pytest.mark.parametrize("tqdm_installed", [True, False], ids=["tqdm", "stdlib"])
+def test_nothing_is_drawn(monkeypatch, stream, enabled, delay, tqdm_installed):
+    if tqdm_installed:
+        pytest.importorskip("tqdm")
+    else:
+        monkeypatch.setitem(sys.modules, "tqdm", None)
+    stream.seek(0)
+    stream.truncate()
     _run(stream, ["a"], enabled=enabled, delay=delay)
     assert stream.getvalue() == ""
 

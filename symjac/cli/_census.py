@@ -14,6 +14,8 @@ import json
 from typing import Any
 
 from symjac._errors import UsageError
+from symjac._progress import Progress
+from symjac.cli._select import add_quiet_argument
 
 DTYPES = ("float16", "float32", "float64")
 
@@ -32,6 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dy", default=None, help="upstream gradient (.npy; default ones)")
     p.add_argument("--betas", default="0,1", help="the two β compared for max pooling, e.g. 0,1 or 0,1/2")
     p.add_argument("--json", action="store_true", help="print the census as JSON")
+    add_quiet_argument(p)
 
 
 def _load(path: str) -> Any:
@@ -45,33 +48,15 @@ def _load(path: str) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """``symjac census``: print the census of every case (text or JSON); exit 0."""
-    import numpy as np
-
-    from symjac.io._specfile import load, pool_input
-    from symjac.pool._census import ZONES, tie_census
+    from symjac.io._specfile import load
+    from symjac.pool._census import ZONES
 
     betas = tuple(b.strip() for b in args.betas.split(","))
     if len(betas) != 2:
         raise UsageError(f"--betas {args.betas!r}: give two values, e.g. 0,1")
-    results = []
-    for case in load(args.spec).cases:
-        if case.is_loss:
-            raise UsageError(f"{case.source}: census needs a pooling operator; this case is a loss")
-        if args.x is not None:
-            x = _load(args.x)
-            reference = _load(args.reference) if args.reference else None
-            note = None
-        elif "x" in case.inputs:
-            reference = case.inputs["x"]
-            x = np.array([float(v) for v in reference.reshape(-1)]).reshape(reference.shape).astype(args.dtype)
-            note = None
-        else:  # generated in --dtype, as verify and graph do: its exact values are the reference
-            g, reference, _ = pool_input(case, plan=True, dtype=args.dtype)
-            x = reference.astype(np.float64).astype(args.dtype)
-            note = _generated(case, g.input_shape)
-        dy = _load(args.dy) if args.dy else None
-        census = tie_census(case.operator, x, reference, dy=dy, betas=(betas[0], betas[1]))
-        results.append((case, census, note))
+    cases = load(args.spec).cases
+    with Progress("symjac census", len(cases), enabled=not args.quiet) as progress:  # after 2 s, on a terminal
+        results = [_census(case, args, (betas[0], betas[1])) for case in progress.each(cases)]
     if args.json:
         out = [dict(case=c.name, **({"input": note} if note else {}), **census.to_dict())
                for c, census, note in results]
@@ -86,6 +71,31 @@ def run(args: argparse.Namespace) -> int:
         for zone, items in census.differs.items():
             print(f"  backprop {a} vs {b} differs through the {zone} zone in batch items {list(items)}")
     return 0
+
+
+def _census(case: Any, args: argparse.Namespace, betas: tuple[str, str]) -> tuple[Any, Any, str | None]:
+    """One case's census, and how its input was made (None: given)."""
+    import numpy as np
+
+    from symjac.io._specfile import pool_input
+    from symjac.pool._census import tie_census
+
+    if case.is_loss:
+        raise UsageError(f"{case.source}: census needs a pooling operator; this case is a loss")
+    if args.x is not None:
+        x = _load(args.x)
+        reference = _load(args.reference) if args.reference else None
+        note = None
+    elif "x" in case.inputs:
+        reference = case.inputs["x"]
+        x = np.array([float(v) for v in reference.reshape(-1)]).reshape(reference.shape).astype(args.dtype)
+        note = None
+    else:  # generated in --dtype, as verify and graph do: its exact values are the reference
+        g, reference, _ = pool_input(case, plan=True, dtype=args.dtype)
+        x = reference.astype(np.float64).astype(args.dtype)
+        note = _generated(case, g.input_shape)
+    dy = _load(args.dy) if args.dy else None
+    return case, tie_census(case.operator, x, reference, dy=dy, betas=betas), note
 
 
 def _generated(case: Any, shape: tuple[int, ...]) -> str:

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from symjac._errors import UsageError
-from symjac._progress import on_terminal
+from symjac._progress import Progress, on_terminal
 from symjac.cli import _interrupt
 
 
@@ -79,12 +79,14 @@ def run(args: argparse.Namespace) -> int:
     _interrupt.LEDGER.bar = not args.quiet and on_terminal(sys.stderr)  # what a Ctrl-C reports: the bar's line, the files written at the end
     _interrupt.LEDGER.pending += [f"{option} {path} (written at the end)" for option, path in
                                   (("--json", args.json), ("--reproducers", args.reproducers)) if path]
-    result = conform(args.framework, grid=grid, budget=args.budget, dtypes=_list("--dtype", args.dtype, DTYPES),
-                     families=_list("--families", args.families, GENERATORS), isolate=not args.no_isolate,
-                     jobs=args.jobs, scheduler=args.scheduler, timeout=args.timeout or None, progress=not args.quiet,
-                     ops=[o for o in args.ops.split(",") if o] if args.ops else None,
-                     transforms=_list("--transforms", args.transforms, tuple(_TRANSFORMS.split(","))),
-                     modes=None if args.modes is None else _list("--modes", args.modes, tuple(_MODES.split(","))))
+    with Progress("symjac conform", 1, enabled=not args.quiet):  # after 2 s, on a terminal: the cells done
+        result = conform(args.framework, grid=grid, budget=args.budget, dtypes=_list("--dtype", args.dtype, DTYPES),
+                         families=_list("--families", args.families, GENERATORS), isolate=not args.no_isolate,
+                         jobs=args.jobs, scheduler=args.scheduler, timeout=args.timeout or None,
+                         ops=[o for o in args.ops.split(",") if o] if args.ops else None,
+                         transforms=_list("--transforms", args.transforms, tuple(_TRANSFORMS.split(","))),
+                         modes=None if args.modes is None else _list("--modes", args.modes,
+                                                                     tuple(_MODES.split(","))))
     print(result.table())
     if args.json:
         write_text(args.json, result.to_json() + "\n")

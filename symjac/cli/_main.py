@@ -20,7 +20,7 @@ from typing import Any
 from symjac._errors import UsageError
 from symjac._progress import Progress
 from symjac.check._call import DEFAULT_TIMEOUT
-from symjac.cli._select import add_spec_arguments as add_spec_arguments
+from symjac.cli._select import add_quiet_argument, add_spec_arguments as add_spec_arguments
 from symjac.cli import _census
 from symjac.cli import _conform
 from symjac.cli import _interrupt
@@ -209,7 +209,10 @@ def cmd_golden(args: argparse.Namespace) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     from symjac.io._explain import explain
 
-    print("\n\n".join(explain(case, latex=args.latex) for case in _selected(args)))
+    cases = _selected(args)
+    with Progress("symjac explain", len(cases), enabled=not args.quiet) as progress:  # after 2 s, on a terminal
+        texts = [explain(case, latex=args.latex) for case in progress.each(cases)]
+    print("\n\n".join(texts))
     return EXIT_OK
 
 
@@ -239,7 +242,9 @@ def cmd_graph(args: argparse.Namespace) -> int:
     print(f"case {case.name!r} from {case.source.split('#')[0]}{note}")
     impl = load_impl(args.impl) if args.impl else None
     fns = _callables(impl, case, args.impl) if impl is not None else None
-    messages, report = write_graph(case, out, fns, dtype=args.dtype, slice_nc=_slice(args.slice))
+    with Progress("symjac graph", 1, enabled=not args.quiet) as progress:  # after 2 s, on a terminal
+        progress.step(case.name)
+        messages, report = write_graph(case, out, fns, dtype=args.dtype, slice_nc=_slice(args.slice))
     for message in messages:
         print(message)
     verdict = "PASS" if report is None else report.verdict
@@ -273,7 +278,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 IMPL_HELP = ("the implementation: a .py path or an importable module, then :ATTR (e.g. mypool.py:fixed); "
              "pooling needs backward(x, dy), losses derivative(pred, label); forward is optional")
-QUIET_HELP = "no progress line (it shows on a terminal once a run passes 2 s, on stderr)"
 DTYPE_HELP = f"dtype of the arrays the implementation receives (default {DEFAULT_DTYPE})"
 
 
@@ -319,7 +323,7 @@ def _verify_args(p: argparse.ArgumentParser) -> None:
                    "plan's index-width shapes (past 2^16 cells along each axis and per plane; docs/coverage.md)")
     p.add_argument("--json", action="store_true", help="print the full report as JSON (a list for several cases)")
     p.add_argument("-v", "--verbose", action="store_true", help="after a FAIL line, print every finding")
-    p.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
+    add_quiet_argument(p)
 
 
 def _golden_args(p: argparse.ArgumentParser) -> None:
@@ -334,13 +338,14 @@ def _golden_args(p: argparse.ArgumentParser) -> None:
                    help="the operator object lists every output window's divisor (a pool's 'divisors')")
     p.add_argument("--cover", action="store_true", help="one case per coverage-plan shape and input family verify "
                    "runs, named CASE__SHAPE__FAMILY (pooling; a loss case is written as it is)")
-    p.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
+    add_quiet_argument(p)
 
 
 def _explain_args(p: argparse.ArgumentParser) -> None:
     add_spec_arguments(p)
     _max_nnz_arg(p)
     p.add_argument("--latex", action="store_true", help="render the expressions as LaTeX")
+    add_quiet_argument(p)
 
 
 def _graph_args(p: argparse.ArgumentParser) -> None:
@@ -352,6 +357,7 @@ def _graph_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=DEFAULT_DTYPE, choices=DTYPES, help=DTYPE_HELP)
     p.add_argument("--slice", default=None, metavar="N,C",
                    help="the (batch, channel) slice a picture shows for a batched input (default 0,0)")
+    add_quiet_argument(p)
 
 
 def _sweep_args(p: argparse.ArgumentParser) -> None:

@@ -13,7 +13,8 @@ import argparse
 from typing import Any
 
 from symjac._errors import UsageError
-from symjac.cli._select import add_spec_arguments
+from symjac._progress import Progress
+from symjac.cli._select import add_quiet_argument, add_spec_arguments
 
 EXIT_OK, EXIT_FINDING, EXIT_PENDING = 0, 1, 3
 DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -29,6 +30,7 @@ def add_probes_arguments(p: argparse.ArgumentParser) -> None:
     add_spec_arguments(p)
     p.add_argument("--out", required=True, metavar="DIR", help="folder for the request files (created if missing)")
     _dtype(p)
+    add_quiet_argument(p)
 
 
 def add_check_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,6 +42,7 @@ def add_check_arguments(p: argparse.ArgumentParser) -> None:
                        help="instead: one observed dx for the case's x and dy (.npy, .npz), or a golden bin case folder "
                             "(its dx.DTYPE for its own x and dy), diagnosed against the exact Jacobian at window level")
     _dtype(p)
+    add_quiet_argument(p)
 
 
 def _dtype(p: argparse.ArgumentParser) -> None:
@@ -52,12 +55,14 @@ def _rounds(args: argparse.Namespace, folder: str) -> tuple[list[tuple[Any, Any]
     from symjac.frameworks.native._offline import run_offline
 
     reports, pending = [], 0
-    for case in select_cases(args.spec, args.case or (), args.keyword):
-        got = run_offline(case, folder, args.dtype)
-        if isinstance(got, int):
-            pending += got
-        else:
-            reports.append((case, got))
+    cases = select_cases(args.spec, args.case or (), args.keyword)
+    with Progress(f"symjac {args.command}", len(cases), enabled=not args.quiet) as progress:  # after 2 s, on a terminal
+        for case in progress.each(cases):
+            got = run_offline(case, folder, args.dtype)
+            if isinstance(got, int):
+                pending += got
+            else:
+                reports.append((case, got))
     return reports, pending
 
 

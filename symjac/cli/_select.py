@@ -178,6 +178,14 @@ def select_cases(paths: Sequence[str], names: Sequence[str] = (), keyword: str |
     return cases
 
 
+QUIET_HELP = "no progress line (it shows on a terminal once a run passes 2 s, on stderr)"
+
+
+def add_quiet_argument(p: argparse.ArgumentParser) -> None:
+    """-q/--quiet: no progress line (every command that may run past 2 s has one)."""
+    p.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
+
+
 def add_spec_arguments(p: argparse.ArgumentParser) -> None:
     """SPEC... plus --case/-k: the selection every spec-reading command shares."""
     p.add_argument("spec", nargs="+", metavar="SPEC",

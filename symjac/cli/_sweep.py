@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from symjac._atomic import write_text
+from symjac._progress import Progress
 from symjac.io._sweep import load_grid, verify_grid
 
 
@@ -34,7 +35,8 @@ def run_sweep(path: str | Path, impl_target: Any, *, jobs: int = 1, scheduler: s
               out: Path | None = None, dtype: str = "float64", progress: bool = True) -> list[dict[str, Any]]:
     """The ``symjac sweep`` command: prints the table and returns the results (:func:`verify_grid`)."""
     grid = load_grid(path)
-    results = verify_grid(grid, impl_target, jobs=jobs, scheduler=scheduler, dtype=dtype, progress=progress)
+    with Progress("symjac sweep", 1, enabled=progress):  # after 2 s, on a terminal: the configurations done
+        results = verify_grid(grid, impl_target, jobs=jobs, scheduler=scheduler, dtype=dtype)
     lines = "".join(json.dumps(r, sort_keys=True) + "\n" for r in results)
     if out is not None:
         write_text(out, lines)  # atomically: an interrupted run leaves the previous file

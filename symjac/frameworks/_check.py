@@ -133,7 +133,7 @@ def _from_layer(fn: Any, op: str, module: ModuleType, arguments: dict[str, Any])
 
 def check(module: ModuleType, fn: Any, op: str | None, arguments: dict[str, Any], *, input_shape: Any = None,
           dtype: Any = None, tie: Any = "any", seed: int = 0, timeout: float | None = DEFAULT_TIMEOUT,
-          isolate: bool = False) -> Any:
+          isolate: bool = False, progress: Any = None) -> Any:
     """Verify ``fn`` as the adapter ``module``'s op ``op`` with the framework's ``arguments``.
 
     ``fn`` is wrapped by ``module.wrap``: called as ``fn(x, **arguments)`` when its signature
@@ -158,7 +158,7 @@ def check(module: ModuleType, fn: Any, op: str | None, arguments: dict[str, Any]
         spec = _spec_of(module, op, arguments)
         impl = module.wrap(fn, **arguments) if _takes(fn, arguments, op) else module.wrap(fn)
     return verify(spec, impl, input_shape=input_shape, dtype=dtype, tie=tie, seed=seed, timeout=timeout,
-                  isolate=isolate)
+                  isolate=isolate, progress=progress)
 
 
 def _run(framework: str, fn: Any, op: str | None, arguments: dict[str, Any], options: dict[str, Any]) -> Any:
@@ -172,7 +172,7 @@ _OPTIONS = """
       op: the adapter's op ``fn`` computes (default: the one ``fn``'s name names).
       input_shape: one full input shape in the framework's layout (default: every shape of the
         coverage plan, :func:`symjac.cover`).
-      dtype, tie, seed, timeout, isolate: as for :func:`symjac.verify`.
+      dtype, tie, seed, timeout, isolate, progress: as for :func:`symjac.verify`.
       **arguments: the op's arguments, in the framework's own names.
 
     ``fn`` is called as ``fn(x, **arguments)`` when its signature takes the arguments (the
@@ -195,9 +195,9 @@ def _checker(framework: str, doc: str) -> Callable[..., Any]:
     """The adapter module's ``check``: one signature for every framework, its own summary in ``doc``."""
     def framework_check(fn: Any, op: str | None = None, /, *, input_shape: Any = None, dtype: Any = None,
                         tie: Any = "any", seed: int = 0, timeout: float | None = DEFAULT_TIMEOUT,
-                        isolate: bool = False, **arguments: Any) -> Any:
+                        isolate: bool = False, progress: Any = None, **arguments: Any) -> Any:
         return _run(framework, fn, op, arguments, dict(input_shape=input_shape, dtype=dtype, tie=tie, seed=seed,
-                                                       timeout=timeout, isolate=isolate))
+                                                       timeout=timeout, isolate=isolate, progress=progress))
 
     framework_check.__name__ = framework_check.__qualname__ = f"{framework}_check"
     framework_check.__doc__ = doc + _OPTIONS

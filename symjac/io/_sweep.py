@@ -25,12 +25,10 @@ Work runs in local worker processes or on a Dask distributed cluster
 from __future__ import annotations
 
 import itertools
-import sys
 from pathlib import Path
 from typing import Any
 
 from symjac._errors import InputError, SpecError, SymjacError, UsageError
-from symjac._progress import on_terminal
 from symjac.io._specfile import OPERATOR_TABLES, _check_keys, _operator, read_toml
 from symjac.pool._geometry import resolve
 from symjac.run._executor import execute
@@ -120,13 +118,12 @@ def run_one(config: dict[str, Any], impl_target: Any, dtype: str = "float64") ->
 
 
 def verify_grid(grid: list[dict[str, Any]], impl_target: Any, *, jobs: int = 1, scheduler: str | None = None,
-                dtype: str = "float64", progress: bool = False) -> list[dict[str, Any]]:
+                dtype: str = "float64") -> list[dict[str, Any]]:
     """:func:`run_one` for every configuration of ``grid`` (:func:`load_grid`), in this
     process (``jobs=1``), ``jobs`` worker processes or on the Dask ``scheduler``; results in
-    grid order."""
+    grid order; each configuration finished is told to the open progress listener (the command's bar)."""
     try:
-        return execute(grid, impl_target, runner=run_one, jobs=jobs, scheduler=scheduler, dtype=dtype,
-                       progress=progress and on_terminal(sys.stderr))  # a bar never goes into a pipe or a log
+        return execute(grid, impl_target, runner=run_one, jobs=jobs, scheduler=scheduler, dtype=dtype)
     finally:  # a native kernel opened in this process (jobs=1) ends here, with whatever it started
         opened = _IMPL_CACHE.pop(impl_target, None) if not isinstance(impl_target, str) else None
         if opened is not None:

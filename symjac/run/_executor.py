@@ -4,36 +4,32 @@
 runner) and ``conform`` (:mod:`symjac.frameworks.conform._run`'s) share. A runner is a
 module-level function ``runner(config, impl_target, dtype) -> result dict``, so worker
 processes and Dask workers can import it; results come back in grid order whichever way
-they ran.
+they ran. Each result finished is told to the open progress listener (:func:`symjac._progress.note`):
+the command's bar, or the API's ``progress=``; a run with none open is silent.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 from symjac._errors import SpecError
+from symjac._progress import Mute, note
 
 DASK_HINT = "Dask is not installed: pip install 'symjac[dask]' to run sweeps on a cluster"
 
 Runner = Callable[[dict[str, Any], str, str], dict[str, Any]]
 
 
-def _progress(done: int, total: int, failed: int) -> None:
-    width = 30
-    filled = width * done // max(total, 1)
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}  failures: {failed}")
-    if done == total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
+def _note(done: int, total: int, failed: int, unit: str) -> None:
+    """Tell the open progress listener (the command's bar, the API's hook) how far the grid is."""
+    note(f"{done}/{total} {unit}" + (f", {failed} failed" if failed else ""), done, total)
 
 
 def execute(grid: list[dict[str, Any]], impl_target: Any, *, runner: Runner, jobs: int = 1,
-            scheduler: str | None = None, dtype: str = "float64", progress: bool = False,
-            deadline: float | None = None) -> list[dict[str, Any]]:
+            scheduler: str | None = None, dtype: str = "float64", unit: str = "configurations", deadline: float | None = None) -> list[dict[str, Any]]:
     """Run every configuration; results in grid order.
 
     Args:
@@ -42,9 +38,7 @@ def execute(grid: list[dict[str, Any]], impl_target: Any, *, runner: Runner, job
         when it is ``"fail"`` or ``"error"``. ``symjac sweep`` passes
         :func:`symjac.io._sweep.run_one`, ``conform`` its own.
       jobs: local worker processes (1: in this process); ``scheduler``: a Dask scheduler address.
-      progress: a progress bar on stderr; the caller asks for it only when stderr is a terminal
-        (:func:`symjac._progress.on_terminal`, a stage above this module): never into a pipe or a
-        log file.
+      unit: what a configuration is, in the progress notes (``"12/40 configurations, 1 failed"``).
       deadline: a ``time.monotonic()`` instant after which no configuration is started; those
         not run get ``{"config": ..., "status": "not_run"}``.
 
@@ -58,12 +52,12 @@ def execute(grid: list[dict[str, Any]], impl_target: Any, *, runner: Runner, job
         nonlocal failed
         results[i] = r
         failed += r["status"] in ("fail", "error")
-        if progress:
-            _progress(sum(x is not None for x in results), len(grid), failed)
+        _note(sum(x is not None for x in results), len(grid), failed, unit)
 
     def late() -> bool:
         return deadline is not None and time.monotonic() > deadline
 
+    _note(0, len(grid), 0, unit)
     if scheduler:
         try:
             from distributed import Client, as_completed
@@ -91,5 +85,7 @@ def execute(grid: list[dict[str, Any]], impl_target: Any, *, runner: Runner, job
         for i, c in enumerate(grid):
             if late():
                 break
-            record(i, runner(c, impl_target, dtype))
+            with Mute():  # the configuration's own notes (a verify's coverage plan) are not the grid's
+                result = runner(c, impl_target, dtype)
+            record(i, result)
     return [r if r is not None else {"config": grid[i], "status": "not_run"} for i, r in enumerate(results)]

@@ -24,7 +24,6 @@ starting new configurations once spent.
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -32,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from symjac._errors import InputError, SpecError
-from symjac._progress import on_terminal
+from symjac._progress import with_progress
 from symjac.pool._ops import operator_of
 from symjac.frameworks.conform._plan import PackageMissing, adapter_target, builtin, check_budget, load_adapter
 from symjac.frameworks.conform._plan import numpy_dtype
@@ -356,10 +355,11 @@ def _select(configs: list[dict[str, Any]], ops: Sequence[str], where: str) -> li
     return [c for c in configs if c["op"] in ops or any(bool(c.get("loss")) == group[g] for g in ops if g in group)]
 
 
+@with_progress("conform")
 def conform(framework: str, *, grid: str = "small", budget: float | None = None,
             dtypes: Sequence[str] = DTYPES, families: Sequence[str] = FAMILIES, isolate: bool = True,
             jobs: int = 1, scheduler: str | None = None, timeout: float | None = 120.0,
-            progress: bool = False, known_defects: bool = True, ops: Sequence[str] | None = None,
+            progress: Any = None, known_defects: bool = True, ops: Sequence[str] | None = None,
             transforms: Sequence[str] = ("vjp",), modes: Sequence[str] | None = None) -> Conformance:
     """Run a framework's convention matrix and verify every cell.
 
@@ -379,7 +379,7 @@ def conform(framework: str, *, grid: str = "small", budget: float | None = None,
         limit; isolated, its process is killed; with ``isolate=False`` its thread is left running and
         the run goes on); a user adapter's ``configurations()`` runs isolated too, within
         the smaller of ``timeout`` and ``budget`` (plus :data:`WORKER_START` for its worker's start).
-      progress: a progress bar on stderr.
+      progress: as :func:`symjac.verify`'s, a step each cell (``"12/40 cells, 1 failed"``).
       ops: only the configurations of these ops: the adapter's op names (``"max_pool3d"``,
         ``"cross_entropy"``) or the groups ``"pools"`` and ``"losses"`` (default: all; the loss
         rows come from the adapter's ``loss_configurations(grid)``, see
@@ -445,7 +445,7 @@ def conform(framework: str, *, grid: str = "small", budget: float | None = None,
     jobs_list = _cells(configs, dtypes, chosen, chosen_modes, common)
     order = sample_order(len(jobs_list), budget)
     raw_in_order = execute([jobs_list[i] for i in order], target, jobs=jobs, scheduler=scheduler, runner=run_job,
-                           progress=progress and on_terminal(sys.stderr), deadline=budget and started + budget)
+                           unit="cells", deadline=budget and started + budget)
     raw: list[dict[str, Any]] = [{}] * len(jobs_list)
     for i, r in zip(order, raw_in_order):
         raw[i] = r

@@ -16,6 +16,7 @@ import mpmath
 import numpy as np
 
 from symjac._errors import InputError, SpecError
+from symjac._progress import note, with_progress
 from symjac.check._report import Report, jsonable
 from symjac.check._rounding import float_dtype
 from symjac.loss._spec import Loss
@@ -145,8 +146,9 @@ def _impl(name: str, value: Any) -> LossImpl:
                     "'derivative'")
 
 
+@with_progress("check_loss_family")
 def check_loss_family(
-    impls: Mapping[str, Any], scale: Any = 8, *, dtype: Any = "float64"
+    impls: Mapping[str, Any], scale: Any = 8, *, dtype: Any = "float64", progress: Any = None
 ) -> FamilyTable:
     """Verify sibling loss implementations that share one loss scale S, as a table.
 
@@ -160,6 +162,7 @@ def check_loss_family(
       impls: name -> :class:`LossImpl` (or a dict with its fields).
       scale: the shared loss scale S > 0; it replaces each spec's scale.
       dtype: as for :func:`verify_loss`.
+      progress: as :func:`symjac.verify`'s, a step each loss (``"kld (3/5)"``).
 
     Returns:
       A :class:`FamilyTable` (``str`` renders it; ``to_dict`` for JSON).
@@ -172,7 +175,8 @@ def check_loss_family(
         raise SpecError(f"impls={impls!r} is not valid: give a non-empty mapping name -> LossImpl")
     s = Loss("mse", scale=scale).scale  # validates S once, with Loss's message
     rows = []
-    for name, value in impls.items():
+    for i, (name, value) in enumerate(impls.items()):
+        note(f"{name} ({i + 1}/{len(impls)})", i, len(impls))
         impl = _impl(str(name), value)
         try:
             spec = impl.loss if isinstance(impl.loss, Loss) else Loss(impl.loss)
