@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from symjac._errors import InputError, SpecError, SymjacError, UsageError
+from symjac._progress import Mute, note
 from symjac.io._specfile import OPERATOR_TABLES, _check_keys, _operator, read_toml
 from symjac.pool._geometry import resolve
 from symjac.run._executor import execute
@@ -123,7 +124,7 @@ def verify_grid(grid: list[dict[str, Any]], impl_target: Any, *, jobs: int = 1, 
     process (``jobs=1``), ``jobs`` worker processes or on the Dask ``scheduler``; results in
     grid order; each configuration finished is told to the open progress listener (the command's bar)."""
     try:
-        return execute(grid, impl_target, runner=run_one, jobs=jobs, scheduler=scheduler, dtype=dtype)
+        return execute(grid, impl_target, runner=run_one, jobs=jobs, scheduler=scheduler, dtype=dtype, note=note, mute=Mute)
     finally:  # a native kernel opened in this process (jobs=1) ends here, with whatever it started
         opened = _IMPL_CACHE.pop(impl_target, None) if not isinstance(impl_target, str) else None
         if opened is not None:

@@ -4,32 +4,38 @@
 runner) and ``conform`` (:mod:`symjac.frameworks.conform._run`'s) share. A runner is a
 module-level function ``runner(config, impl_target, dtype) -> result dict``, so worker
 processes and Dask workers can import it; results come back in grid order whichever way
-they ran. Each result finished is told to the open progress listener (:func:`symjac._progress.note`):
-the command's bar, or the API's ``progress=``; a run with none open is silent.
+they ran. Each result finished is told to the ``note`` the caller passes (``sweep`` and ``conform``
+pass :func:`symjac._progress.note`: the command's bar, or the API's ``progress=``; run/ imports no
+stage above it); with none, the run is silent.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from symjac._errors import SpecError
-from symjac._progress import Mute, note
 
 DASK_HINT = "Dask is not installed: pip install 'symjac[dask]' to run sweeps on a cluster"
 
 Runner = Callable[[dict[str, Any], str, str], dict[str, Any]]
 
 
-def _note(done: int, total: int, failed: int, unit: str) -> None:
-    """Tell the open progress listener (the command's bar, the API's hook) how far the grid is."""
-    note(f"{done}/{total} {unit}" + (f", {failed} failed" if failed else ""), done, total)
+Note = Callable[[str, int, int], None]
+
+
+def _silent(text: str, done: int, total: int) -> None:
+    return None
 
 
 def execute(grid: list[dict[str, Any]], impl_target: Any, *, runner: Runner, jobs: int = 1,
-            scheduler: str | None = None, dtype: str = "float64", unit: str = "configurations", deadline: float | None = None) -> list[dict[str, Any]]:
+            scheduler: str | None = None, dtype: str = "float64", unit: str = "configurations", deadline: float | None = None,
+            note: Note = _silent, mute: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
+            ) -> list[dict[str, Any]]:
     """Run every configuration; results in grid order.
 
     Args:
@@ -39,6 +45,9 @@ def execute(grid: list[dict[str, Any]], impl_target: Any, *, runner: Runner, job
         :func:`symjac.io._sweep.run_one`, ``conform`` its own.
       jobs: local worker processes (1: in this process); ``scheduler``: a Dask scheduler address.
       unit: what a configuration is, in the progress notes (``"12/40 configurations, 1 failed"``).
+      note: told ``(text, done, total)`` as configurations finish (``"12/40 configurations, 1 failed"``);
+        ``mute``: a context that keeps a configuration run in this process from telling its own
+        notes (a verify's coverage plan) as the grid's (``symjac._progress``'s ``note`` and ``Mute``).
       deadline: a ``time.monotonic()`` instant after which no configuration is started; those
         not run get ``{"config": ..., "status": "not_run"}``.
 
@@ -47,6 +56,9 @@ def execute(grid: list[dict[str, Any]], impl_target: Any, *, runner: Runner, job
     """
     results: list[dict[str, Any] | None] = [None] * len(grid)
     failed = 0
+
+    def _note(done: int, total: int, failed: int, unit: str) -> None:
+        note(f"{done}/{total} {unit}" + (f", {failed} failed" if failed else ""), done, total)
 
     def record(i: int, r: dict[str, Any]) -> None:
         nonlocal failed
@@ -85,7 +97,7 @@ def execute(grid: list[dict[str, Any]], impl_target: Any, *, runner: Runner, job
         for i, c in enumerate(grid):
             if late():
                 break
-            with Mute():  # the configuration's own notes (a verify's coverage plan) are not the grid's
+            with mute():  # the configuration's own notes (a verify's coverage plan) are not the grid's
                 result = runner(c, impl_target, dtype)
             record(i, result)
     return [r if r is not None else {"config": grid[i], "status": "not_run"} for i, r in enumerate(results)]

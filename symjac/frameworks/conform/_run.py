@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from symjac._errors import InputError, SpecError
-from symjac._progress import with_progress
+from symjac._progress import Mute, note, with_progress
 from symjac.pool._ops import operator_of
 from symjac.frameworks.conform._plan import PackageMissing, adapter_target, builtin, check_budget, load_adapter
 from symjac.frameworks.conform._plan import numpy_dtype
@@ -445,7 +445,7 @@ def conform(framework: str, *, grid: str = "small", budget: float | None = None,
     jobs_list = _cells(configs, dtypes, chosen, chosen_modes, common)
     order = sample_order(len(jobs_list), budget)
     raw_in_order = execute([jobs_list[i] for i in order], target, jobs=jobs, scheduler=scheduler, runner=run_job,
-                           unit="cells", deadline=budget and started + budget)
+                           unit="cells", deadline=budget and started + budget, note=note, mute=Mute)
     raw: list[dict[str, Any]] = [{}] * len(jobs_list)
     for i, r in zip(order, raw_in_order):
         raw[i] = r
