@@ -73,6 +73,24 @@ def _samples(roi, out, scale, ratio, aligned, t, ph, pw, **bins_kw):
             yield y, x, count
 
 
+def align_points(x: np.ndarray, spec, t: type):
+    """RoI Align's sample points as ONNX Runtime's max mode (and a kernel's backward) walks them: per
+    output cell ``(k, c, ph, pw)``, the box's batch item ``n`` and each sample point's bilinear corners
+    ``(row, col, weight)`` in order (a point outside the map: four corners of weight 0 at cell (0, 0)).
+    ``spec`` is a ``symjac.RoiAlign``; ``t`` the arithmetic (x's dtype, or ``Fraction``)."""
+    rois, out = spec.rois(), spec.output_size
+    for k, roi in enumerate(rois):
+        n = int(roi[0])
+        for c in range(x.shape[1]):
+            plane = x[n, c]
+            for ph in range(out[0]):
+                for pw in range(out[1]):
+                    points = [_bilinear(plane, yy, xx, t) or [(0, 0, t(0))] * 4
+                              for yy, xx, _ in _samples(roi, out, float(spec.spatial_scale), spec.sampling_ratio,
+                                                        spec.aligned, t, ph, pw)]
+                    yield (k, c, ph, pw), n, points
+
+
 def roi_align_forward(x: np.ndarray, rois: np.ndarray, out: tuple[int, int], scale: float = 1.0, ratio: int = -1,
                       aligned: bool = False, *, offset_missing: bool = False, low_clamp: float = -1.0,
                       high_strict: bool = True, ignore_scale: bool = False) -> np.ndarray:

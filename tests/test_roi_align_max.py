@@ -21,7 +21,7 @@ import symjac
 from symjac.frameworks._adapter import Impl
 from symjac.pool._geometry import resolved
 
-from roi_reference import _bilinear, _samples
+from roi_reference import align_points
 
 
 def _ort(x, spec):
@@ -41,24 +41,17 @@ def _ort_max(x, spec, *, skip_zero_weights=False, average=False, unweighted=Fals
     switches planting defects: weight-0 corners left out of the max, the average of the points'
     maxima, the corners' values unweighted."""
     t = Fraction if x.dtype == object else x.dtype.type
-    rois, out = spec.rois(), spec.output_size
-    y = np.zeros((len(rois), x.shape[1]) + out, dtype=x.dtype)
-    for k, roi in enumerate(rois):
-        for c in range(x.shape[1]):
-            plane = x[int(roi[0]), c]
-            for ph in range(out[0]):
-                for pw in range(out[1]):
-                    best, n = None, 0
-                    for yy, xx, _ in _samples(roi, out, float(spec.spatial_scale), spec.sampling_ratio, spec.aligned,
-                                              t, ph, pw):
-                        corners = _bilinear(plane, yy, xx, t) or [(0, 0, t(0))] * 4  # outside: weight 0
-                        vals = [t(plane[r, col]) if unweighted else t(w * plane[r, col]) for r, col, w in corners
-                                if not (skip_zero_weights and w == 0)]
-                        if not vals:
-                            continue
-                        v = max(vals)
-                        best, n = (v if best is None else (best + v if average else max(best, v))), n + 1
-                    y[k, c, ph, pw] = t(0) if best is None else (t(best / n) if average else best)
+    y = np.zeros((len(spec.boxes), x.shape[1]) + spec.output_size, dtype=x.dtype)
+    for idx, n, points in align_points(x, spec, t):
+        plane, best, count = x[n, idx[1]], None, 0
+        for corners in points:
+            vals = [t(plane[r, col]) if unweighted else t(w * plane[r, col]) for r, col, w in corners
+                    if not (skip_zero_weights and w == 0)]
+            if not vals:
+                continue
+            v = max(vals)
+            best, count = (v if best is None else (best + v if average else max(best, v))), count + 1
+        y[idx] = t(0) if best is None else (t(best / count) if average else best)
     return y
 
 
@@ -187,22 +180,14 @@ def _backward(spec, weight_one=False):
     def backward(x, dy):
         t = x.dtype.type
         dx = np.zeros_like(x)
-        rois, out = spec.rois(), spec.output_size
-        for k, roi in enumerate(rois):
-            n = int(roi[0])
-            for c in range(x.shape[1]):
-                plane = x[n, c]
-                for ph in range(out[0]):
-                    for pw in range(out[1]):
-                        best = None
-                        for yy, xx, _ in _samples(roi, out, float(spec.spatial_scale), spec.sampling_ratio,
-                                                  spec.aligned, t, ph, pw):
-                            for r, col, w in _bilinear(plane, yy, xx, t) or [(0, 0, t(0))] * 4:
-                                v = t(w * plane[r, col])
-                                if best is None or v > best[0]:
-                                    best = (v, r, col, w)
-                        if best is not None and best[3] != 0:
-                            dx[n, c, best[1], best[2]] += dy[k, c, ph, pw] * (t(1) if weight_one else best[3])
+        for idx, n, points in align_points(x, spec, t):
+            plane, best = x[n, idx[1]], None
+            for r, col, w in (corner for corners in points for corner in corners):
+                v = t(w * plane[r, col])
+                if best is None or v > best[0]:
+                    best = (v, r, col, w)
+            if best is not None and best[3] != 0:
+                dx[n, idx[1], best[1], best[2]] += dy[idx] * (t(1) if weight_one else best[3])
         return dx
     return backward
 

@@ -210,7 +210,7 @@ def test_onnxruntime_max_roi_pool_at_nan_follows_no_policy():
 
 # -- RoI Align, reduction="max" (ONNX RoiAlign mode="max") ---------------------------------------------
 
-from roi_reference import _bilinear, _samples  # noqa: E402
+from roi_reference import align_points  # noqa: E402
 
 ALIGN_MAX = [symjac.RoiAlign(2, reduction="max"), symjac.RoiAlign(2, aligned=True, sampling_ratio=2, reduction="max")]
 
@@ -219,20 +219,12 @@ def _bins(x, spec):
     """Per (k, c, ph, pw): the bin's candidates ``(w·x, n, row, col, w)`` in ONNX Runtime's order (point, then
     corner; an outside point four of weight 0 at cell (0, 0)), in x's dtype (tests/roi_reference.py's sampling)."""
     t = x.dtype.type
-    rois, out = spec.rois(), spec.output_size
-    for k, roi in enumerate(rois):
-        n = int(roi[0])
-        for c in range(x.shape[1]):
-            plane = x[n, c]
-            for ph in range(out[0]):
-                for pw in range(out[1]):
-                    cands = []
-                    for yy, xx, _ in _samples(roi, out, float(spec.spatial_scale), spec.sampling_ratio, spec.aligned,
-                                              t, ph, pw):
-                        for r, col, w in _bilinear(plane, yy, xx, t) or [(0, 0, t(0))] * 4:
-                            with np.errstate(invalid="ignore"):
-                                cands.append((t(w * plane[r, col]) if w != 0 else t(0), n, r, col, w))
-                    yield (k, c, ph, pw), cands
+    for idx, n, points in align_points(x, spec, t):
+        plane, cands = x[n, idx[1]], []
+        for r, col, w in (corner for corners in points for corner in corners):
+            with np.errstate(invalid="ignore"):
+                cands.append((t(w * plane[r, col]) if w != 0 else t(0), n, r, col, w))
+        yield idx, cands
 
 
 def _winner(cands, policy, sentinel=None):
