@@ -22,24 +22,14 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
+from test_golden_roi import ALIGN  # noqa: E402 - the json tests' dyadic case
 
 ROOT = Path(__file__).resolve().parent.parent
 DTYPES = ("float16", "float32", "float64")
 
 # dyadic boxes, scale and bins (sizes 3 and 3/2 over 2 bins, 2 points each): every sample
 # coordinate is exact in float16, so only the sums round and atol is the dtype's rounding
-ALIGN_DYADIC = """
-[operator]
-kind = "roi_align"
-output_size = [2, 2]
-boxes = [[0, "1/2", 0, "7/2", 3], [1, 1, 1, 2, "5/2"], [0, "-3/4", "5/4", 6, 4]]
-spatial_scale = "1/2"
-sampling_ratio = 2
-aligned = true
-[input]
-shape = [2, 2, 5, 6]
-seed = 3
-"""
+ALIGN_DYADIC = ALIGN
 
 # symjac's default boxes (inside, partly and wholly outside, points exactly at y = H and x = W, a
 # point box, an inverted box: output_half_pixel's 1 x 1 clamp), bins of a third, both grids and modes
@@ -121,10 +111,14 @@ def _golden(tmp_path: Path, specs: dict[str, str], formats: str = "json,onnx") -
     return out, r.stderr
 
 
-def _tensor(path: Path) -> np.ndarray:
+def _proto(path: Path) -> onnx.TensorProto:
     t = onnx.TensorProto()
     t.ParseFromString(path.read_bytes())
-    return numpy_helper.to_array(t)
+    return t
+
+
+def _tensor(path: Path) -> np.ndarray:
+    return numpy_helper.to_array(_proto(path))
 
 
 def _test(out: Path, name: str, dt: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray], np.ndarray, float]:
@@ -133,8 +127,7 @@ def _test(out: Path, name: str, dt: str) -> tuple[onnx.ModelProto, dict[str, np.
     onnx.checker.check_model(model, full_check=True)
     feeds = {}
     for i in range(len(model.graph.input)):
-        t = onnx.TensorProto()
-        t.ParseFromString((folder / "test_data_set_0" / f"input_{i}.pb").read_bytes())
+        t = _proto(folder / "test_data_set_0" / f"input_{i}.pb")
         assert t.name == model.graph.input[i].name
         feeds[t.name] = numpy_helper.to_array(t)
     atol = json.loads((folder / "data.json").read_text())
