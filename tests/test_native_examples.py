@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
 import pytest
 
 import symjac.frameworks.native.process as sjp
-from native_kernels import CC, CONTRIB, EXAMPLES, ROOT, build, deadline, needs_cc  # noqa: F401 - deadline: a fixture
+from native_kernels import (CC, CXX, CXX_FLAGS, EXAMPLES, FLAGS, INCLUDES, OPTIMISED, ROOT, SHARED,  # noqa: F401
+                            build, deadline, needs_cc, run_compiler)  # deadline: a fixture
 from symjac.io._case import verify_case
 from symjac.io._specfile import load
 
@@ -189,11 +191,36 @@ def test_each_planted_defect_fails_through_exec(grids: dict[str, pathlib.Path], 
     assert all(line.startswith("FAIL ") for line in verdicts.values()), verdicts
 
 
-@pytest.mark.parametrize("source", ["pool.c", "loss.c"])
-def test_the_examples_build_warning_free_at_O3(tmp_path: pathlib.Path, source: str) -> None:
-    # (the planted defects' builds are checked with -Wall -Wextra -pedantic -Werror by build())
-    assert CC is not None
-    cmd = [CC, "-Wall", "-Wextra", "-O3", "-I", str(CONTRIB), "-I", str(EXAMPLES), "-c", "-o", str(tmp_path / "k.o"),
-           str(EXAMPLES / source)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0 and not proc.stderr, f"{' '.join(cmd)}:\n{proc.stderr}"
+def _variants() -> list[object]:
+    """Each source of contrib/examples as it is, with each macro it or an example header it includes
+    tests (its planted defects, pool.cpp's VERBOSE), and as a library (-DSYMJAC_SHARED)."""
+    variants = []
+    for source in sorted(p for p in EXAMPLES.iterdir() if p.suffix in (".c", ".cpp")):
+        text = source.read_text()
+        headers = re.findall(r'^#include "(\w+\.h)"', text, re.M)
+        text += "".join((EXAMPLES / h).read_text() for h in headers if (EXAMPLES / h).is_file())
+        macros = sorted(set(re.findall(r"^#\s*if(?:n?def)?\s+(\w+)\s*$", text, re.M)) - {"__cplusplus"})
+        variants += [pytest.param(source.name, (), id=f"{source.name}-as_is")]
+        variants += [pytest.param(source.name, (f"-D{m}",), id=f"{source.name}-{m}") for m in macros
+                     if not m.endswith("_H")]
+        variants += [pytest.param(source.name, SHARED[1:], id=f"{source.name}-shared")]
+    return variants
+
+
+@pytest.mark.every_case  # no sample: each variant is checked nowhere else
+@pytest.mark.parametrize(("source", "flags"), _variants())
+def test_the_examples_build_warning_free_optimised(tmp_path: pathlib.Path, source: str, flags: tuple[str, ...]) -> None:
+    # The tests build at -O0 (native_kernels.FLAGS): fast. The warnings only an optimising compile
+    # gives (-Wmaybe-uninitialized, -Wformat-truncation, ...) are checked here, once a variant: at -O2
+    # with every warning an error, and each source as it is also at -O3 (nothing on stderr).
+    cxx = source.endswith(".cpp")
+    compiler = CXX if cxx else CC
+    if compiler is None:
+        pytest.skip("no C++ compiler (c++ or g++) on PATH")
+    flags_o0 = CXX_FLAGS if cxx else FLAGS
+    run_compiler([compiler, *(f for f in flags_o0 if not f.startswith("-O")), *OPTIMISED, *INCLUDES, *flags, "-c",
+                  "-o", str(tmp_path / "k.o"), str(EXAMPLES / source)])
+    if not flags:
+        cmd = [compiler, "-Wall", "-Wextra", "-O3", *INCLUDES, "-c", "-o", str(tmp_path / "k.o"), str(EXAMPLES / source)]
+        proc = run_compiler(cmd, check=False)
+        assert proc.returncode == 0 and not proc.stderr, f"{' '.join(cmd)}:\n{proc.stderr}"
