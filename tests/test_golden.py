@@ -2,7 +2,6 @@
 format, loss values, and the C/C++ reader in contrib/ (compiled when a compiler exists)."""
 
 import json
-import shutil
 import subprocess
 import sys
 from fractions import Fraction
@@ -11,6 +10,7 @@ from pathlib import Path
 import mpmath
 import numpy as np
 import pytest
+from native_kernels import CC, CXX, build, run_compiler
 
 ROOT = Path(__file__).resolve().parent.parent
 AVG3 = """name = "avg3"
@@ -150,8 +150,8 @@ def test_torch_scaled_sigmoid_ce_stays_within_the_loss_bounds(tmp_path, dtype):
 
 @pytest.mark.parametrize("compiler", ["gcc", "g++"])
 def test_c_and_cpp_header_reads_every_array(tmp_path, compiler):
-    if shutil.which(compiler) is None:
-        pytest.skip(f"{compiler} is not installed")
+    if (CXX if compiler == "g++" else CC) is None:
+        pytest.skip(f"no {'C++' if compiler == 'g++' else 'C'} compiler")
     src = tmp_path / ("dump.c" if compiler == "gcc" else "dump.cpp")
     src.write_text(r'''
 #include <stdio.h>
@@ -173,10 +173,7 @@ int main(int argc, char **argv) {
     return 0;
 }
 ''')
-    std = ["-std=c99"] if compiler == "gcc" else ["-std=c++11"]
-    exe = tmp_path / "dump"
-    subprocess.run([compiler, *std, "-Wall", "-Wextra", "-pedantic", "-Werror", "-I", str(ROOT / "contrib"),
-                    "-o", str(exe), str(src)], check=True)
+    exe = build(tmp_path, src)  # C99 or C++11 by the suffix, every warning an error
     out = golden(AVG3, tmp_path, "--format", "bin", "--dtype", "float16,float32,float64")
     folder = out / "avg3"
     index = json.loads((folder / "index.json").read_text())["arrays"]
@@ -232,16 +229,14 @@ int main(int argc, char **argv) {
 def test_the_metadata_readers_compile_without_warnings_at_o3(tmp_path, compiler):
     # issue 33 item 14: gcc -O3 -Wall -Wextra warned -Wformat-truncation 12 times (a 4096-byte path
     # formatted into the caller's err); the messages now cut a long path from its start
-    if shutil.which(compiler) is None:
-        pytest.skip(f"{compiler} is not installed")
+    if (CXX if compiler == "g++" else CC) is None:
+        pytest.skip(f"no {'C++' if compiler == 'g++' else 'C'} compiler")
     src = tmp_path / ("meta.c" if compiler == "gcc" else "meta.cpp")
     src.write_text(METADATA_READER)
     std = ["-std=c99"] if compiler == "gcc" else ["-std=c++11"]
     exe = tmp_path / "meta"
-    built = subprocess.run([compiler, *std, "-O3", "-Wall", "-Wextra", "-pedantic", "-Wformat=2",
-                            "-Wformat-truncation=2", "-Werror", "-I", str(ROOT / "contrib"), "-o", str(exe), str(src),
-                            "-lm"], capture_output=True, text=True)
-    assert built.returncode == 0, built.stderr
+    run_compiler([CXX if compiler == "g++" else CC, *std, "-O3", "-Wall", "-Wextra", "-pedantic", "-Wformat=2",
+                  "-Wformat-truncation=2", "-Werror", "-I", str(ROOT / "contrib"), "-o", str(exe), str(src), "-lm"])
     folder = golden(AVG3, tmp_path, "--format", "bin", "--dtype", "float32") / "avg3"
     missing = "/nowhere/" + "deep/" * 60 + "case"
     run = subprocess.run([str(exe), str(folder), missing], capture_output=True, text=True, check=True)
@@ -259,8 +254,8 @@ def test_the_metadata_readers_compile_without_warnings_at_o3(tmp_path, compiler)
 
 
 def test_half_conversion_matches_numpy(tmp_path):
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed")
+    if CC is None:
+        pytest.skip("no C compiler")
     src = tmp_path / "half.c"
     src.write_text(r'''
 #include <stdio.h>
@@ -272,9 +267,7 @@ int main(void) {
     return 0;
 }
 ''')
-    exe = tmp_path / "half"
-    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "-I", str(ROOT / "contrib"),
-                    "-o", str(exe), str(src)], check=True)
+    exe = build(tmp_path, src)
     printed = np.array(subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split(),
                        dtype=np.float64)
     want = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float64)

@@ -341,21 +341,15 @@ void run(int single, int avg, int backward, const long long *q, const void *x, c
 
 
 def _compile(tmp_path, what, *defines):
-    import shutil
+    from native_kernels import CC, ROOT, build
 
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed")
-    includes = ["-I", str(ROOT / "contrib"), "-I", str(ROOT / "contrib" / "examples")]
+    if CC is None:
+        pytest.skip("no C compiler")
     if what == "golden_layer":
-        exe = tmp_path / ("golden_layer" + "".join(defines).replace("-D", "_"))
-        subprocess.run(["gcc", "-std=c99", "-O1", "-Wall", "-Werror", *defines, *includes, "-o", str(exe),
-                        str(ROOT / "tests" / "golden_layer.c"), "-lm"], check=True, capture_output=True)
-        return exe
-    src, lib = tmp_path / "kernels.c", tmp_path / ("kernels" + "".join(defines).replace("-D", "_") + ".so")
+        return build(tmp_path, ROOT / "tests" / "golden_layer.c", *defines)
+    src = tmp_path / "kernels.c"
     src.write_text(KERNELS)
-    subprocess.run(["gcc", "-std=c99", "-O1", "-shared", "-fPIC", *defines, *includes, "-o", str(lib), str(src), "-lm"],
-                   check=True, capture_output=True)
-    return lib
+    return build(tmp_path, src, *defines, shared=True)
 
 
 class CLayer:

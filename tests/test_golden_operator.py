@@ -4,7 +4,6 @@ a C test that builds its layer from index.json alone (contrib/symjac_golden.h) a
 contrib reference kernels against the golden arrays (compiled when a compiler exists)."""
 
 import json
-import shutil
 import subprocess
 import sys
 from fractions import Fraction
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from native_kernels import CC, build
 
 from symjac.frameworks.native._wire import settings
 from symjac.io._operator import operator_json
@@ -151,16 +151,12 @@ def test_the_wire_and_golden_share_one_serializer(spec, pads):
 
 
 def _compile(tmp_path, *defines):
-    exe = tmp_path / ("golden_layer" + "".join(defines).replace("-D", "_"))
-    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", *defines,
-                    "-I", str(ROOT / "contrib"), "-I", str(ROOT / "contrib" / "examples"),
-                    "-o", str(exe), str(ROOT / "tests" / "golden_layer.c"), "-lm"], check=True, capture_output=True)
-    return exe
+    return build(tmp_path, ROOT / "tests" / "golden_layer.c", *defines)
 
 
 def test_c_test_builds_the_layer_from_index_json(tmp_path):
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed")
+    if CC is None:
+        pytest.skip("no C compiler")
     spec = tmp_path / "cases.toml"
     spec.write_text(CASES)
     out = golden(tmp_path, "--format", "bin", "--dtype", "float64", spec=spec)

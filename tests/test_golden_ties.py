@@ -4,13 +4,13 @@ which one it follows. Expected values: seed 001 by hand, PyTorch (first maximum)
 others, and a plain loop over the windows for split."""
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from native_kernels import CC, build
 
 ROOT = Path(__file__).resolve().parent.parent
 SEEDS = ROOT / "specs" / "seeds"
@@ -106,14 +106,10 @@ def test_no_tie_arrays_without_tied_windows(tmp_path):
 
 
 def test_c_helper_names_the_policy_a_kernel_follows(tmp_path):
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed")
+    if CC is None:
+        pytest.skip("no C compiler")
     out = golden(tmp_path, TIES, "--format", "bin", "--dtype", "float64")
-    exe = tmp_path / "golden_layer"
-    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "-I", str(ROOT / "contrib"),
-                    "-I", str(ROOT / "contrib" / "examples"), "-o", str(exe), str(ROOT / "tests" / "golden_layer.c"),
-                    "-lm"],
-                   check=True, capture_output=True)
+    exe = build(tmp_path, ROOT / "tests" / "golden_layer.c")
     # the contrib max kernel keeps the first maximum (x[at] > x[best]): policy first
     r = subprocess.run([str(exe), str(out / "ties"), "ties"], capture_output=True, text=True)
     assert (r.returncode, r.stdout) == (0, "y: 0 bad, dx: 0 bad\ntie policy: first\n"), r.stderr

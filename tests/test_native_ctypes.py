@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import ctypes.util
 import pathlib
-import shutil
-import subprocess
 import sys
 
 import numpy as np
@@ -20,7 +18,7 @@ import pytest
 import symjac
 import symjac.frameworks.native.ctypes as sjc
 import symjac.frameworks.native.process as sjp
-from native_kernels import MUTATES, ROOT, build, deadline, needs_cc  # noqa: F401 - deadline: a fixture
+from native_kernels import MUTATES, ROOT, build, deadline, needs_cc, needs_cxx  # noqa: F401 - deadline: a fixture
 
 sys.path.insert(0, str(ROOT / "examples"))
 import nntrainer_pool  # noqa: E402
@@ -83,19 +81,14 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     }
 
 
-@pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None, reason="no C++ compiler")
+@needs_cxx
 def test_a_cpp_kernel_through_both_routes(tmp_path: pathlib.Path) -> None:
-    cxx = shutil.which("c++") or shutil.which("g++")
     src = tmp_path / "kernel.cpp"
     src.write_text(CPP)
-    flags = [str(cxx), "-std=c++11", "-O2", "-Wall", "-Wextra", "-pedantic", "-Werror", "-I", str(ROOT / "contrib"),
-             "-I", str(ROOT / "contrib" / "examples")]
-    for extra, target in (([], "kernel"), (["-shared", "-fPIC", "-DSYMJAC_SHARED"], "libkernel.so")):
-        proc = subprocess.run([*flags, *extra, "-o", str(tmp_path / target), str(src)], capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr
+    program, library = build(tmp_path, src, name="kernel"), build(tmp_path, src, name="kernel", shared=True)
     spec = symjac.Pool("avg", 3, stride=2, padding=1)
     reports = [symjac.verify(spec, forward=i.forward, backward=i.backward)
-               for i in (sjp.impl(str(tmp_path / "kernel"), spec), sjc.impl(tmp_path / "libkernel.so", spec))]
+               for i in (sjp.impl(str(program), spec), sjc.impl(library, spec))]
     assert reports[0].ok and reports[0].headline == reports[1].headline, reports[0].headline
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 
@@ -17,13 +16,10 @@ import pytest
 import symjac
 import symjac.frameworks.native.ctypes as sjc
 import symjac.frameworks.native.process as sjp
-from native_kernels import CONTRIB, EXAMPLES, ROOT, build, deadline, needs_cc  # noqa: F401 - a fixture
+from native_kernels import CXX, EXAMPLES, ROOT, build, deadline, needs_cc, needs_cxx  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.usefixtures("deadline")
 
-CXX = shutil.which("g++") or shutil.which("c++")
-needs_cxx = pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++ or c++) on PATH")
-CXX_FLAGS = ("-std=c++11", "-O2", "-Wall", "-Wextra", "-pedantic", "-Werror")
 SEED000 = symjac.Pool("avg", 2, stride=1, padding="same")
 X = np.array([[1.0, 2.0], [3.0, 4.0]])
 ONES = np.ones((2, 2))
@@ -124,16 +120,6 @@ def test_a_kernel_printing_to_stdout_leaves_the_protocol_clean(tmp_path: pathlib
 # ------------------------------------------------------------------ C++: contrib/examples/pool.cpp
 
 
-def _build_cxx(out: pathlib.Path, source: pathlib.Path, *flags: str, name: str, shared: bool = False) -> pathlib.Path:
-    assert CXX is not None
-    target = out / (f"lib{name}.so" if shared else name)
-    cmd = [CXX, *CXX_FLAGS, *(["-shared", "-fPIC", "-DSYMJAC_SHARED"] if shared else []), *flags, "-I", str(CONTRIB),
-           "-o", str(target), str(source)]
-    built = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
-    assert built.returncode == 0, f"{' '.join(cmd)} failed:\n{built.stderr}"
-    return target
-
-
 THROWS = r"""
 #include <stdexcept>
 #include "symjac_driver.h"
@@ -148,14 +134,14 @@ SYMJAC_MAIN(dispatch)
 @pytest.fixture(scope="module")
 def cxx(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     if CXX is None:
-        pytest.skip("no C++ compiler (g++ or c++) on PATH")
+        pytest.skip("no C++ compiler (c++ or g++) on PATH")
     out = tmp_path_factory.mktemp("cxx")
     (out / "throws.cpp").write_text(THROWS)
     pool = EXAMPLES / "pool.cpp"
-    return {"pool": str(_build_cxx(out, pool, name="pool_cpp")),
-            "verbose": str(_build_cxx(out, pool, "-DVERBOSE", name="pool_cpp_verbose")),
-            "libpool": str(_build_cxx(out, pool, name="pool_cpp", shared=True)),
-            "throws": str(_build_cxx(out, out / "throws.cpp", name="throws"))}
+    return {"pool": str(build(out, pool, name="pool_cpp")),
+            "verbose": str(build(out, pool, "-DVERBOSE", name="pool_cpp_verbose")),
+            "libpool": str(build(out, pool, name="pool_cpp", shared=True)),
+            "throws": str(build(out, out / "throws.cpp", name="throws"))}
 
 
 SPECS = ["specs/seeds/nntrainer_avgpool_same_2x2.toml", "specs/seeds/maxpool_ties.toml", "specs/seeds/textbook_4x4_max.toml",

@@ -14,7 +14,7 @@ import pytest
 
 import symjac
 import symjac.frameworks.native.process as sjp
-from native_kernels import CC, CONTRIB, ROOT, deadline  # noqa: F401 - deadline: a fixture
+from native_kernels import CC, CONTRIB, ROOT, deadline, run_compiler  # noqa: F401 - deadline: a fixture
 from symjac.frameworks.native._child import QUOTED_TAIL
 
 pytestmark = pytest.mark.usefixtures("deadline")
@@ -104,7 +104,7 @@ def asan_kernel(tmp_path_factory: pytest.TempPathFactory) -> str:
     for name in ("probe", "asan"):
         cmd = [CC, "-std=c99", "-g", "-fsanitize=address", "-fno-omit-frame-pointer", "-I", str(CONTRIB),
                "-o", str(out / name), str(out / f"{name}.c")]
-        built = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        built = run_compiler(cmd, check=False)
         if built.returncode:
             pytest.skip(f"{CC} cannot build with -fsanitize=address: {built.stderr.strip()[-300:]}")
     ran = subprocess.run([str(out / "probe")], capture_output=True, text=True, timeout=60)
