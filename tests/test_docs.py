@@ -275,6 +275,8 @@ C_TYPES = {"<f8": "f8", "<f4": "f4", "<f2": "f2", "<i8": "i8"}
 
 
 def run_c(block: Block, workdir: Path) -> str:
+    from native_kernels import run_compiler  # tests/: this file's folder, on sys.path as a script too
+
     gcc = shutil.which("gcc")
     if gcc is None:
         raise Skip("gcc is not installed")
@@ -284,9 +286,8 @@ def run_c(block: Block, workdir: Path) -> str:
         src = tmp_path / name
         src.write_text(block.text, encoding="utf-8")
         exe = tmp_path / Path(name).stem
-        proc = subprocess.run([gcc, "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "-I", str(ROOT / "contrib"),
-                               "-o", str(exe), str(src)],
-                              capture_output=True, text=True)
+        proc = run_compiler([gcc, "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "-I", str(ROOT / "contrib"),
+                             "-o", str(exe), str(src)], check=False)
         if proc.returncode:
             raise AssertionError(f"gcc failed:\n{proc.stderr}")
         if "golden-reader" not in block.tags:
