@@ -22,11 +22,13 @@ under that key in :func:`cache_dir`, shared by every worker of a run, so that tw
 workers compiling the same thing compile once: a worker that finds the key being compiled by another
 waits for it (an ``flock`` per key), and each entry is written to a temporary name and renamed
 (``os.replace``), so no reader ever sees half a file. Each test then gets a copy at its own path.
+Only the repository's sources are cached (contrib/examples, tests/golden_layer.c, ...): a source a
+test writes into its tmp_path is compiled once a run anyway, at a path no later run has.
 
 Keeping entries across runs is safe because the key is the content: a changed header, source, flag
 or compiler is another key, never a stale hit (the system's own headers and libraries change only
 with the compiler's package, whose ``--version`` is in the key). A failed compile is not stored.
-Entries unused for a week are removed. ``SYMJAC_TEST_CC_CACHE=DIR`` puts the cache in DIR, and
+Entries unused for a day are removed. ``SYMJAC_TEST_CC_CACHE=DIR`` puts the cache in DIR, and
 ``SYMJAC_TEST_CC_CACHE=off`` runs every compile.
 """
 
@@ -83,7 +85,7 @@ SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".inc")
 COMPILER_ENV = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARY_PATH", "COMPILER_PATH",
                 "GCC_EXEC_PREFIX", "SOURCE_DATE_EPOCH", "TMPDIR")
 #: An entry unused this long is removed (an entry's mtime is its last use).
-STALE_AFTER = 7 * 24 * 3600
+STALE_AFTER = 24 * 3600
 
 
 def build(out: pathlib.Path, source: str | pathlib.Path, *defines: str, shared: bool = False,
@@ -113,12 +115,13 @@ def run_compiler(cmd: Sequence[str], *, check: bool = True) -> subprocess.Comple
     """
     cmd = [str(part) for part in cmd]
     at = cmd.index("-o") + 1
-    target = pathlib.Path(cmd[at])
+    sources = _sources(cmd[:at] + cmd[at + 1:])
     cache = cache_dir()
-    if cache is None:
+    if cache is None or not sources or not all(ROOT in s.resolve().parents for s in sources):
+        # a test's own file in its tmp_path: compiled once a run anyway, at a path no other run has
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     else:
-        result = _cached(cache, _key(cmd, at), cmd, at, target)
+        result = _cached(cache, _key(cmd, at, sources), cmd, at, pathlib.Path(cmd[at]))
     if check:
         assert result.returncode == 0, f"{' '.join(cmd)} failed:\n{result.stderr}"
     return result
@@ -158,7 +161,12 @@ def _copy_out(entry: pathlib.Path, stderr: pathlib.Path, target: pathlib.Path) -
     return text
 
 
-def _key(cmd: list[str], at: int) -> str:
+def _sources(args: list[str]) -> list[pathlib.Path]:
+    """The files a command line names that the compiler reads as text."""
+    return [pathlib.Path(a) for a in args if a.endswith(SOURCE_SUFFIXES) and os.path.isfile(a)]
+
+
+def _key(cmd: list[str], at: int, sources: list[pathlib.Path]) -> str:
     digest = hashlib.sha256()
 
     def add(label: str, data: bytes) -> None:
@@ -170,7 +178,6 @@ def _key(cmd: list[str], at: int) -> str:
     add("compiler", _identity(cmd[0]).encode())
     add("env", "\0".join(f"{k}={os.environ.get(k, '')}" for k in COMPILER_ENV).encode())
     add("cwd", os.getcwd().encode())  # -g records it
-    sources = [pathlib.Path(a) for a in args if a.endswith(SOURCE_SUFFIXES) and os.path.isfile(a)]
     includes = [pathlib.Path(args[i + 1]) for i, a in enumerate(args[:-1]) if a == "-I"]
     includes += [pathlib.Path(a[2:]) for a in args if a.startswith("-I") and len(a) > 2]
     folders = {CONTRIB, EXAMPLES, *includes, *(s.parent for s in sources)}
