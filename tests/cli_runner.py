@@ -2,7 +2,8 @@
 
 ``symjac(*args)`` calls :func:`symjac.cli._main.main` with ``args`` as a pipe-connected user's run
 would see it: the working directory changed to ``cwd`` (the repository's root unless told), ``env``'s
-variables set in ``os.environ`` (so that a worker or kernel the command starts inherits them), stdin
+variables set in ``os.environ`` (so that a worker or kernel the command starts inherits them; None unsets
+one), stdin
 empty, stdout and stderr captured as text (streams that are no terminal, as a pipe), warnings shown on
 stderr under Python's own default filters (not recorded by pytest), and everything put back after the
 call. It answers what :func:`subprocess.run` would: ``returncode``, ``stdout``, ``stderr`` and ``args``.
@@ -43,20 +44,21 @@ class Run:
     stderr: str
 
 
-def symjac(*args: str, cwd: str | os.PathLike[str] | None = ROOT, env: dict[str, str] | None = None,
+def symjac(*args: str, cwd: str | os.PathLike[str] | None = ROOT, env: dict[str, str | None] | None = None,
            timeout: float | None = None, process: bool = False, **popen: object) -> Run | subprocess.CompletedProcess:
     """``symjac ARGS`` run in ``cwd`` with ``env``'s variables added to the environment; ``timeout``
     applies to a process only (``process=True``)."""
     argv = [str(a) for a in args]
     if process:
+        environ = None if env is None else {k: v for k, v in {**os.environ, **env}.items() if v is not None}
         return subprocess.run([sys.executable, "-m", "symjac", *argv], cwd=cwd, capture_output=True, text=True,
-                              timeout=timeout, env=None if env is None else {**os.environ, **env}, **popen)
+                              timeout=timeout, env=environ, **popen)
     if popen:
         raise TypeError(f"{sorted(popen)} apply to a process: give process=True")
     return _in_process(argv, cwd, env or {})
 
 
-def _in_process(argv: list[str], cwd: str | os.PathLike[str] | None, env: dict[str, str]) -> Run:
+def _in_process(argv: list[str], cwd: str | os.PathLike[str] | None, env: dict[str, str | None]) -> Run:
     from symjac.cli._main import main
 
     out, err = _Captured(), _Captured()
@@ -91,9 +93,13 @@ class _Captured(io.StringIO):
 
 
 @contextlib.contextmanager
-def _environment(env: dict[str, str]):
+def _environment(env: dict[str, str | None]):
     saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
+    for name, value in env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     try:
         yield
     finally:
