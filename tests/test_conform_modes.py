@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 QUICK = ("--dtype", "float32", "--families", "distinct", "-q")
 
 
-def cli(*args, timeout=300):
-    return cli_runner.symjac("conform", *args, env={"PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"})
+def cli(*args, **options):
+    return cli_runner.symjac("conform", *args, env={"PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}, **options)
 
 
 def _adapter(tmp_path, body, name="adapter"):
