@@ -3,10 +3,9 @@
 ``symjac(*args)`` calls :func:`symjac.cli._main.main` with ``args`` as a pipe-connected user's run
 would see it: the working directory changed to ``cwd`` (the repository's root unless told), ``env``'s
 variables set in ``os.environ`` (so that a worker or kernel the command starts inherits them; None unsets
-one), stdin
-empty, stdout and stderr captured as text (streams that are no terminal, as a pipe), warnings shown on
-stderr under Python's own default filters (not recorded by pytest), and everything put back after the
-call. It answers what :func:`subprocess.run` would: ``returncode``, ``stdout``, ``stderr`` and ``args``.
+one), stdin empty, stdout and stderr captured as text (streams that are no terminal, as a pipe), warnings
+shown on stderr under Python's own default filters (not recorded by pytest), and everything put back
+after the call. It answers what :func:`subprocess.run` would: ``returncode``, ``stdout``, ``stderr`` and ``args``.
 A process's start (importing SymPy and NumPy) costs about a second; a call here does not pay it.
 
 ``process=True`` runs ``python -m symjac ARGS`` instead, for the tests about the process itself: the
@@ -77,8 +76,8 @@ def _in_process(argv: list[str], cwd: str | os.PathLike[str] | None, env: dict[s
     return Run(["symjac", *argv], code, _text(out), _text(err))
 
 
-def _text(stream: io.StringIO) -> str:
-    return stream.getvalue() if not stream.closed else getattr(stream, "held", "")
+def _text(stream: _Captured) -> str:
+    return stream.held if stream.closed else stream.getvalue()
 
 
 class _Captured(io.StringIO):
