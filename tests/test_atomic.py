@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_runner import symjac
 from symjac import _atomic
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,8 +34,7 @@ def _golden(tmp_path, *spec_texts, args=()):
         spec.write_text(text, encoding="utf-8")
         specs.append(str(spec))
     out = tmp_path / "golden"
-    return subprocess.run([sys.executable, "-m", "symjac", "golden", *specs, "--out", str(out), *args],
-                          capture_output=True, text=True, cwd=ROOT), out
+    return symjac("golden", *specs, "--out", str(out), *args), out
 
 
 def _leftovers(folder):
@@ -111,9 +111,9 @@ def test_golden_rewrite_that_runs_out_of_space_keeps_the_good_files(tmp_path, fm
     def small_disk():
         resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))
 
-    r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(tmp_path / "case0.toml"), "--out", str(out),
-                        "--format", fmt, "--dtype", "float16"], capture_output=True, text=True, cwd=ROOT,
-                       preexec_fn=small_disk)
+    # a resource limit on the process: a real one
+    r = symjac("golden", tmp_path / "case0.toml", "--out", out, "--format", fmt, "--dtype", "float16", process=True,
+               preexec_fn=small_disk)
     assert r.returncode == 2 and "File too large" in r.stderr, (r.returncode, r.stderr)
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert _leftovers(out) == []
@@ -141,14 +141,12 @@ def test_a_failed_golden_run_leaves_no_new_folder_behind(tmp_path):
     spec = tmp_path / "over.toml"
     spec.write_text(over, encoding="utf-8")
     out = tmp_path / "new" / "deeper" / "golden"
-    r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(spec), "--out", str(out), "--dtype", "float16"],
-                       capture_output=True, text=True, cwd=ROOT)
+    r = symjac("golden", str(spec), "--out", str(out), "--dtype", "float16")
     assert r.returncode == 2 and "beyond the largest finite float16" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "new").exists()
     kept = tmp_path / "kept"
     kept.mkdir()
-    r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(spec), "--out", str(kept), "--dtype", "float16"],
-                       capture_output=True, text=True, cwd=ROOT)
+    r = symjac("golden", str(spec), "--out", str(kept), "--dtype", "float16")
     assert r.returncode == 2 and kept.is_dir()
 
 

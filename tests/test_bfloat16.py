@@ -1,7 +1,6 @@
 """bfloat16 wherever float16 is: dtype parsing, lowering, golden data (verify: tests/test_verify_reach.py)."""
 
 import json
-import subprocess
 import sys
 from fractions import Fraction
 from pathlib import Path
@@ -9,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import cli_runner
 import symjac
 from symjac import InputError, Pool
 from symjac.check._rounding import float_dtype, unit_roundoff
@@ -62,8 +62,7 @@ def test_lowering_refuses_other_dtypes_naming_bfloat16():
 def test_golden_bfloat16_bits_match_torch_rounding(tmp_path):
     torch = pytest.importorskip("torch")
     spec = ROOT / "specs/seeds/nntrainer_avgpool_same_2x2.toml"
-    r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(spec), "--out", str(tmp_path),
-                        "--format", "json,bin", "--dtype", "bfloat16"], capture_output=True, text=True, timeout=300)
+    r = cli_runner.symjac("golden", str(spec), "--out", str(tmp_path), "--format", "json,bin", "--dtype", "bfloat16")
     assert r.returncode == 0, r.stderr
     folder = tmp_path / "nntrainer_avgpool_same_2x2"
     index = json.loads((folder / "index.json").read_text())

@@ -1,23 +1,20 @@
-"""The symjac command line, run as a user would (a subprocess), and its exit codes."""
+"""The symjac command line and its exit codes: run in process (:mod:`cli_runner`), and through the
+real entry points (``python -m symjac`` and the console script) where the process is the point."""
 
 import json
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_runner import symjac
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED000 = "specs/seeds/nntrainer_avgpool_same_2x2.toml"
 BUGGY = "examples/nntrainer_pool.py:buggy"
 FIXED = "examples/nntrainer_pool.py:fixed"
-
-
-def symjac(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "symjac", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
 def test_verify_seed_000_buggy_exits_1_with_the_diagnosis():
@@ -146,6 +143,19 @@ def test_console_script_is_installed():
         pytest.skip("console script not on PATH (package not installed with pip)")
     r = subprocess.run([exe, "verify", SEED000, "--impl", FIXED], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0
+
+
+@pytest.mark.parametrize("args, code", [(("verify", SEED000, "--impl", FIXED), 0),
+                                        (("verify", SEED000, "--impl", BUGGY), 1),
+                                        (("verify", SEED000, "--impl", FIXED, "--bogus"), 2)])
+def test_python_m_symjac_exits_with_mains_code(args, code):
+    # the other tests call main() in process; this one runs the entry point a user runs, in its own process
+    r = symjac(*args, process=True, timeout=300)
+    assert r.returncode == code, r.stdout + r.stderr
+    if code < 2:
+        assert r.stdout.startswith(("PASS", "FAIL")[code]), r.stdout
+    else:
+        assert r.stderr.startswith("usage: symjac verify ") and "unrecognized arguments: --bogus" in r.stderr
 
 
 def test_golden_loss_with_default_inputs(tmp_path):

@@ -1,11 +1,10 @@
-"""``symjac census`` as a user runs it (a subprocess); counts derived by hand."""
+"""``symjac census`` on the command line (run in process: :mod:`cli_runner`); counts derived by hand."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
+from cli_runner import symjac
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = """
@@ -19,8 +18,7 @@ x = [[[1, 1, 1, "2049/2048", "1/3", "5/16", 5, 3]]]
 
 
 def run(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "symjac", "census", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300)
+    return symjac("census", *args, cwd=cwd)
 
 
 def test_census_rounding_the_spec_input(tmp_path):

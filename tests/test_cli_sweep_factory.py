@@ -3,9 +3,9 @@ with ``backward`` (as ``verify`` takes one) is verified, an object without ``bac
 ``error`` row naming what is missing."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
+
+from cli_runner import symjac
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEP = """[operator]
@@ -42,8 +42,7 @@ def test_a_factory_returning_a_dict_or_no_backward_is_a_result(tmp_path):
     (tmp_path / "factories.py").write_text(FACTORIES)
     rows = {}
     for name in ("as_dict", "nothing"):
-        r = subprocess.run([sys.executable, "-m", "symjac", "sweep", "sweep.toml", "--impl", f"factories.py:{name}",
-                            "--out", f"{name}.jsonl", "-q"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+        r = symjac("sweep", "sweep.toml", "--impl", f"factories.py:{name}", "--out", f"{name}.jsonl", "-q", cwd=tmp_path)
         assert "Traceback" not in r.stderr, r.stderr
         rows[name] = (r.returncode, json.loads((tmp_path / f"{name}.jsonl").read_text()))
     assert rows["as_dict"][0] == 0 and rows["as_dict"][1]["status"] == "pass"
@@ -58,9 +57,8 @@ def test_a_rejected_dtype_is_an_unsupported_row_and_exits_4(tmp_path):
     (tmp_path / "factories.py").write_text(FACTORIES)
 
     def sweep(*args):
-        return subprocess.run([sys.executable, "-m", "symjac", "sweep", "sweep.toml", "--impl",
-                               "factories.py:float32_only", "--out", "rows.jsonl", "-q", *args],
-                              capture_output=True, text=True, cwd=tmp_path, timeout=300)
+        return symjac("sweep", "sweep.toml", "--impl", "factories.py:float32_only", "--out", "rows.jsonl", "-q", *args,
+                      cwd=tmp_path)
 
     r = sweep()
     row = json.loads((tmp_path / "rows.jsonl").read_text())

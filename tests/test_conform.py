@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+import cli_runner
 import symjac
 
 ROOT = Path(__file__).resolve().parent.parent
 ADAPTER = str(ROOT / "tests" / "conform_adapter.py")
-
-
-def cli(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "symjac", "conform", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +66,8 @@ def test_without_isolation_the_crash_free_cells_are_the_same():
 
 def test_cli_exit_codes_json_and_reproducers(tmp_path):
     out = tmp_path / "c.json"
-    r = cli(ADAPTER, "--dtype", "float64", "--families", "distinct", "--json", str(out), "--reproducers",
-            str(tmp_path / "rep"))
+    r = cli_runner.symjac("conform", ADAPTER, "--dtype", "float64", "--families", "distinct", "--json", str(out),
+                          "--reproducers", str(tmp_path / "rep"))
     assert r.returncode == 1, r.stderr
     assert "crashed:SIGABRT" in r.stdout and "wrong_weights" in r.stdout
     # stderr is a pipe here: no progress bar (issue 33 item 4a: its \r-redrawn lines went into pipes and logs)
@@ -84,11 +78,11 @@ def test_cli_exit_codes_json_and_reproducers(tmp_path):
 
 
 def test_cli_usage_errors():
-    r = cli("nosuchframework")
+    r = cli_runner.symjac("conform", "nosuchframework")
     assert r.returncode == 2 and "give one of torch, jax, tensorflow, onnxruntime" in r.stderr
-    r = cli(ADAPTER, "--dtype", "float8")
+    r = cli_runner.symjac("conform", ADAPTER, "--dtype", "float8")
     assert r.returncode == 2 and "--dtype 'float8' is not valid" in r.stderr
-    r = cli(ADAPTER, "--budget", "0")
+    r = cli_runner.symjac("conform", ADAPTER, "--budget", "0")
     assert r.returncode == 2
 
 

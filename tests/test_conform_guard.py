@@ -4,13 +4,11 @@ and exit 2 (or a finding), never a traceback, a hang or a silent exit 0."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+import cli_runner
 from cli_checks import one_line_error
 
 import symjac
@@ -21,10 +19,8 @@ ADAPTER = str(ROOT / "tests" / "conform_adapter.py")
 QUICK = ("--dtype", "float64", "--families", "distinct", "-q")
 
 
-def cli(*args, timeout=120):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "symjac", "conform", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, env=env)
+def cli(*args, **options):
+    return cli_runner.symjac("conform", *args, env={"PYTHONPATH": str(ROOT)}, **options)
 
 
 @pytest.mark.parametrize(("name", "words"), [
@@ -87,10 +83,9 @@ def test_json_that_runs_out_of_space_keeps_the_previous_file(tmp_path):
     def small_disk():
         resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    r = subprocess.run([sys.executable, "-m", "symjac", "conform", f"{ADAPTER}:crash_free", "--ops", "max_ok",
-                        "--no-isolate", "--json", str(out), *QUICK], cwd=ROOT, capture_output=True, text=True,
-                       timeout=120, env=env, preexec_fn=small_disk)
+    # a resource limit on the process: a real one
+    r = cli(f"{ADAPTER}:crash_free", "--ops", "max_ok", "--no-isolate", "--json", str(out), *QUICK, timeout=120,
+            process=True, preexec_fn=small_disk)
     assert r.returncode == 2 and "File too large" in r.stderr, (r.returncode, r.stderr)
     assert out.read_text() == '{"previous": "run"}' and [p.name for p in tmp_path.iterdir()] == ["c.json"]
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import cli_runner
 import symjac
 from symjac import _atomic
 
@@ -20,8 +21,7 @@ ADAPTER = str(ROOT / "tests" / "conform_known_adapter.py")
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "symjac", "conform", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
+    return cli_runner.symjac("conform", *args)
 
 
 @pytest.fixture(scope="module")

@@ -16,16 +16,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import cli_runner
 import symjac
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = ("--dtype", "float32", "--families", "distinct", "-q")
 
 
-def cli(*args, timeout=300):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
-    return subprocess.run([sys.executable, "-m", "symjac", "conform", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, env=env)
+def cli(*args, **options):
+    return cli_runner.symjac("conform", *args, env={"PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}, **options)
 
 
 def _adapter(tmp_path, body, name="adapter"):

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import cli_runner
 import symjac
 from symjac.io._specwrite import dumps, operator_table
 
@@ -320,16 +321,13 @@ def test_golden_cover_writes_its_extreme_family_without_overflow_notes(tmp_path:
     # the extreme family holds each dtype's largest finite value; rounding it to float32/float16 asked
     # nextafter for its upper neighbour, inf, and the command line printed numpy's overflow warning as a note
     import json
-    import subprocess
-    import sys
     from pathlib import Path
 
     spec = tmp_path / "frac.toml"
     spec.write_text('[operator]\nkind = "fractional_max_pool"\nkernel = [2, 2]\noutput_size = [3, 3]\n'
                     'samples = ["1/4", "5/8"]\n[input]\nshape = [1, 1, 6, 6]\n')
-    r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(spec), "--out", str(tmp_path / "out"), "--cover",
-                        "--format", "json", "--dtype", "float32"],
-                       capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    r = cli_runner.symjac("golden", str(spec), "--out", str(tmp_path / "out"), "--cover", "--format", "json",
+                          "--dtype", "float32", cwd=Path(__file__).resolve().parents[1])
     assert r.returncode == 0 and "overflow" not in r.stderr and "note:" not in r.stderr, r.stderr
     largest = [max(abs(v) for v in json.loads(p.read_text())["arrays"]["x"]["float32"])
                for p in (tmp_path / "out").glob("*extreme*.json")]

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import cli_runner
 import symjac
 from framework_checks import nan_only, FULL, assert_counts, check_configurations
 from symjac.frameworks import Impl
@@ -311,11 +312,8 @@ def test_every_generated_configuration_passes_each_transform(framework, transfor
 
 
 def test_cli_transforms_option_rejects_an_unknown_one_in_one_line():
-    import subprocess
-    import sys
 
-    r = subprocess.run([sys.executable, "-m", "symjac", "conform", "torch", "--transforms", "vjp,jacfwd"],
-                       capture_output=True, text=True, timeout=120)
+    r = cli_runner.symjac("conform", "torch", "--transforms", "vjp,jacfwd")
     assert r.returncode == 2
     assert "--transforms 'jacfwd' is not valid: give a comma-separated subset of vjp,jvp,hvp,vmap" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1

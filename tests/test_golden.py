@@ -3,7 +3,6 @@ format, loss values, and the C/C++ reader in contrib/ (compiled when a compiler 
 
 import json
 import subprocess
-import sys
 from fractions import Fraction
 from pathlib import Path
 
@@ -11,6 +10,8 @@ import mpmath
 import numpy as np
 import pytest
 from native_kernels import CC, CXX, build, run_compiler
+
+import cli_runner
 
 ROOT = Path(__file__).resolve().parent.parent
 AVG3 = """name = "avg3"
@@ -30,8 +31,7 @@ def golden(spec_text, tmp_path, *args):
     spec = tmp_path / "case.toml"
     spec.write_text(spec_text)
     out = tmp_path / "golden"
-    r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(spec), "--out", str(out), *args],
-                       capture_output=True, text=True, cwd=ROOT)
+    r = cli_runner.symjac("golden", str(spec), "--out", str(out), *args)
     assert r.returncode == 0, r.stderr
     return out
 

@@ -2,13 +2,12 @@
 ``<case>__<shape>__<family>``, each with its operator object; values against PyTorch."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import cli_runner
 import symjac
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,9 +25,8 @@ def test_one_case_per_plan_shape_and_family_with_pytorch_values(tmp_path):
     torch = pytest.importorskip("torch")
     (tmp_path / "mp.toml").write_text(SPEC)
     loss = ROOT / "specs" / "seeds" / "loss_scale_family.toml"
-    r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(tmp_path / "mp.toml"), str(loss), "--case", "mp",
-                        "--case", "mse", "--out", str(tmp_path / "g"), "--cover", "--dtype", "float64"],
-                       capture_output=True, text=True, cwd=ROOT)
+    r = cli_runner.symjac("golden", str(tmp_path / "mp.toml"), str(loss), "--case", "mp", "--case", "mse", "--out",
+                          str(tmp_path / "g"), "--cover", "--dtype", "float64")
     assert r.returncode == 0, r.stderr
     # the families verify runs for max pooling whose windows touch padding: distinct, ties (its
     # probed pass at tied inputs), all_negative (padding taken for 0 shows), near_ties, orders (its first
@@ -65,8 +63,7 @@ def test_a_case_without_input_writes_nothing_and_names_cover(tmp_path):
     (tmp_path / "mp.toml").write_text(SPEC)
     seed = ROOT / "specs" / "seeds" / "textbook_4x4_max.toml"  # has [input]
     out = tmp_path / "g"
-    r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(seed), str(tmp_path / "mp.toml"),
-                        "--out", str(out), "--dtype", "float64"], capture_output=True, text=True, cwd=ROOT)
+    r = cli_runner.symjac("golden", str(seed), str(tmp_path / "mp.toml"), "--out", str(out), "--dtype", "float64")
     assert r.returncode == 2, r.stderr
     assert not out.exists() or not list(out.iterdir())
     assert str(tmp_path / "mp.toml") in r.stderr and "--cover" in r.stderr

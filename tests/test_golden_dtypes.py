@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import cli_runner
 import symjac
 from symjac import AdaptivePool, GlobalPool, Pool
 
@@ -220,8 +220,7 @@ def write_cover(tmp_path, operator, dt):
     """``symjac golden --cover --dtype dt`` of the ``[operator]`` table ``operator``, as json; the folder."""
     src, out = tmp_path / "case.toml", tmp_path / f"golden_{dt}"
     src.write_text(f'name = "case"\n[operator]\n{operator}\n')
-    r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(src), "--out", str(out), "--cover",
-                        "--dtype", dt], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    r = cli_runner.symjac("golden", str(src), "--out", str(out), "--cover", "--dtype", dt)
     assert r.returncode == 0, r.stderr
     return out
 
@@ -399,8 +398,7 @@ def test_a_c_layer_on_golden_data_agrees_with_verify(tmp_path, name, dt):
     folder = tmp_path / "bin"
     src = tmp_path / "case.toml"
     src.write_text(f'name = "case"\n[operator]\n{operator}\n')
-    r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(src), "--out", str(folder), "--cover",
-                        "--dtype", dt, "--format", "bin"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    r = cli_runner.symjac("golden", str(src), "--out", str(folder), "--cover", "--dtype", dt, "--format", "bin")
     assert r.returncode == 0, r.stderr
     cases = sorted(p for p in folder.iterdir() if p.is_dir())
     for defines, correct in [((), True)] + ([((bug,), False)] if bug else []):

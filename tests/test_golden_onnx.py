@@ -3,12 +3,12 @@ independent implementation) runs to the stored outputs, within the bound written
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+import cli_runner
 
 onnx = pytest.importorskip("onnx")
 from onnx import numpy_helper  # noqa: E402
@@ -22,8 +22,7 @@ DTYPES = ("float16", "float32", "float64")
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     out = tmp_path_factory.mktemp("golden")
-    r = subprocess.run([sys.executable, "-m", "symjac", "golden", *SPECS, "--out", str(out), "--format", "onnx,json",
-                        "--dtype", ",".join(DTYPES)], capture_output=True, text=True, cwd=ROOT)
+    r = cli_runner.symjac("golden", *SPECS, "--out", str(out), "--format", "onnx,json", "--dtype", ",".join(DTYPES))
     assert r.returncode == 0, r.stderr
     return out, r.stderr
 
@@ -91,8 +90,7 @@ def test_a_pool_against_pytorch_through_the_export(tmp_path):
     spec = tmp_path / "c.toml"
     spec.write_text('name = "c"\n[operator]\nkind = "pool"\nmode = "avg"\nkernel = 3\nstride = 2\npadding = 1\n'
                     'ceil_mode = true\ndivisor = "include_pad"\n[input]\nshape = [1, 2, 6, 7]\ngenerator = "random"\n')
-    r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(spec), "--out", str(tmp_path / "g"),
-                        "--format", "onnx", "--dtype", "float32"], capture_output=True, text=True, cwd=ROOT)
+    r = cli_runner.symjac("golden", str(spec), "--out", str(tmp_path / "g"), "--format", "onnx", "--dtype", "float32")
     assert r.returncode == 0, r.stderr
     folder = tmp_path / "g" / "onnx" / "test_symjac_c_float32"
     x = _tensor(folder / "test_data_set_0" / "input_0.pb")
@@ -107,9 +105,8 @@ def test_a_pool_against_pytorch_through_the_export(tmp_path):
 def _golden_onnx(tmp_path, name, operator, input_lines, formats="onnx"):
     spec = tmp_path / f"{name}.toml"
     spec.write_text(f'name = "{name}"\n[operator]\nkind = "pool"\nmode = "lp"\n{operator}\n[input]\n{input_lines}\n')
-    return subprocess.run([sys.executable, "-m", "symjac", "golden", str(spec), "--out", str(tmp_path / "g"),
-                           "--format", formats, "--dtype", "float16,float32,float64"],
-                          capture_output=True, text=True, cwd=ROOT)
+    return cli_runner.symjac("golden", str(spec), "--out", str(tmp_path / "g"), "--format", formats, "--dtype",
+                             "float16,float32,float64")
 
 
 @pytest.mark.parametrize("name, operator, input_lines, p, kernel, stride", [

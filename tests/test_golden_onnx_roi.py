@@ -10,13 +10,13 @@ equivalent are named, not written (issue 31).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+import cli_runner
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -105,8 +105,7 @@ def _golden(tmp_path: Path, specs: dict[str, str], formats: str = "json,onnx") -
         (tmp_path / f"{name}.toml").write_text(f'name = "{name}"\n' + text)
         paths.append(str(tmp_path / f"{name}.toml"))
     out = tmp_path / "golden"
-    r = subprocess.run([sys.executable, "-m", "symjac", "golden", *paths, "--out", str(out), "--format", formats,
-                        "--dtype", ",".join(DTYPES)], capture_output=True, text=True, cwd=ROOT)
+    r = cli_runner.symjac("golden", *paths, "--out", str(out), "--format", formats, "--dtype", ",".join(DTYPES))
     assert r.returncode == 0, r.stderr
     return out, r.stderr
 

@@ -5,7 +5,6 @@ contrib reference kernels against the golden arrays (compiled when a compiler ex
 
 import json
 import subprocess
-import sys
 from fractions import Fraction
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 from native_kernels import CC, build
 
+import cli_runner
 from symjac.frameworks.native._wire import settings
 from symjac.io._operator import operator_json
 from symjac.loss._spec import Loss
@@ -84,8 +84,7 @@ def golden(tmp_path, *args, spec=None):
         spec = tmp_path / "cases.toml"
         spec.write_text(CASES)
     out = tmp_path / "golden"
-    r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(spec), "--out", str(out), *args],
-                       capture_output=True, text=True, cwd=ROOT)
+    r = cli_runner.symjac("golden", str(spec), "--out", str(out), *args)
     assert r.returncode == 0, r.stderr
     return out
 

@@ -9,14 +9,13 @@ Runtime's ``RoiAlign`` forward (opset 16; ``half_pixel`` is ``aligned = true``),
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import cli_runner
 from roi_reference import RoiAlignBackward, roi_align_forward, roi_pool_backward, roi_pool_forward
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,8 +59,7 @@ def _golden(tmp_path: Path, text: str, *args: str) -> Path:
     spec = tmp_path / "case.toml"
     spec.write_text(text)
     out = tmp_path / "golden"
-    r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(spec), "--out", str(out), *args],
-                       capture_output=True, text=True, cwd=ROOT)
+    r = cli_runner.symjac("golden", str(spec), "--out", str(out), *args)
     assert r.returncode == 0, r.stderr
     return out
 
@@ -158,8 +156,7 @@ def test_roi_onnx_format_writes_a_roialign_backend_test(tmp_path):
     pytest.importorskip("onnx")
     spec = tmp_path / "case.toml"
     spec.write_text(ALIGN)
-    r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(spec), "--out", str(tmp_path / "o"),
-                        "--format", "onnx", "--dtype", "float32"], capture_output=True, text=True, cwd=ROOT)
+    r = cli_runner.symjac("golden", str(spec), "--out", str(tmp_path / "o"), "--format", "onnx", "--dtype", "float32")
     assert r.returncode == 0 and "no ONNX" not in r.stderr, r.stderr
     data = tmp_path / "o" / "onnx" / "test_symjac_case_float32" / "test_data_set_0"
     assert sorted(p.name for p in data.iterdir()) == ["input_0.pb", "input_1.pb", "input_2.pb", "output_0.pb"]

@@ -13,14 +13,13 @@ bound of 1.1e-6), the reference's y 1.5x, dx 2.8x and Jacobian entries 21x (floa
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import cli_runner
 import roi_reference
 from roi_reference import RoiAlignBackward, roi_align_forward
 
@@ -47,8 +46,7 @@ def _golden(tmp_path: Path, mode: str) -> dict:
     spec = tmp_path / f"{mode}.toml"
     spec.write_text(SPEC.format(mode=mode))
     out = tmp_path / "golden"
-    r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(spec), "--out", str(out), "--format", "json",
-                        "--dtype", ",".join(DTYPES)], capture_output=True, text=True, cwd=ROOT)
+    r = cli_runner.symjac("golden", str(spec), "--out", str(out), "--format", "json", "--dtype", ",".join(DTYPES))
     assert r.returncode == 0, r.stderr
     return json.loads((out / f"{mode}.json").read_text())
 

@@ -5,12 +5,13 @@ others, and a plain loop over the windows for split."""
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from native_kernels import CC, build
+
+import cli_runner
 
 ROOT = Path(__file__).resolve().parent.parent
 SEEDS = ROOT / "specs" / "seeds"
@@ -35,8 +36,7 @@ def golden(tmp_path, spec, *args):
         (tmp_path / "case.toml").write_text(spec)
         spec = tmp_path / "case.toml"
     out = tmp_path / "golden"
-    r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(spec), "--out", str(out), *args],
-                       capture_output=True, text=True, cwd=ROOT)
+    r = cli_runner.symjac("golden", str(spec), "--out", str(out), *args)
     assert r.returncode == 0, r.stderr
     return out
 
@@ -126,8 +126,8 @@ def test_a_tie_that_appears_once_rounded_gets_the_tie_arrays(tmp_path):
     spec = tmp_path / "t.toml"
     spec.write_text('name = "t"\n[operator]\nkind = "pool"\nmode = "max"\nkernel = [1, 2]\n'
                     '[input]\nx = [[1, "1048577/1048576"]]\ndy = [["3/2"]]\n')
-    r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(spec), "--out", str(tmp_path / "g"),
-                        "--dtype", "float16,float32", "--format", "json,bin"], capture_output=True, text=True, cwd=ROOT)
+    r = cli_runner.symjac("golden", str(spec), "--out", str(tmp_path / "g"), "--dtype", "float16,float32", "--format",
+                          "json,bin")
     assert r.returncode == 0, r.stderr
     half = json.loads((tmp_path / "g" / "t__float16.json").read_text())
     single = json.loads((tmp_path / "g" / "t__float32.json").read_text())
@@ -150,8 +150,7 @@ def test_a_case_written_per_dtype_never_takes_another_case_name(tmp_path):
                     '[case.input]\nx = [[1, "1/3"]]\n'
                     '[[case]]\nname = "a__float16"\n[case.operator]\nkind = "pool"\nmode = "max"\nkernel = [1, 2]\n'
                     '[case.input]\nx = [[1, 2]]\n')
-    r = subprocess.run([sys.executable, "-m", "symjac", "golden", str(spec), "--out", str(tmp_path / "g"),
-                        "--dtype", "float16,float32"], capture_output=True, text=True, cwd=ROOT)
+    r = cli_runner.symjac("golden", str(spec), "--out", str(tmp_path / "g"), "--dtype", "float16,float32")
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "'a__float16'" in r.stderr and "rename" in r.stderr
     assert not (tmp_path / "g").exists() or not list((tmp_path / "g").iterdir())

@@ -8,13 +8,13 @@ write, overwritten ones too, so it is no oracle there)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+import cli_runner
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,11 +30,10 @@ dy = [[[10, 20, 30, 40, 50, 60, 70, 80]]]
 """
 
 
-def _golden(folder: Path, text: str, *args: str) -> subprocess.CompletedProcess:
+def _golden(folder: Path, text: str, *args: str) -> cli_runner.Run:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "case.toml").write_text(text)
-    return subprocess.run([sys.executable, "-m", "symjac", "golden", str(folder / "case.toml"), "--out",
-                           str(folder / "golden"), *args], capture_output=True, text=True, cwd=ROOT)
+    return cli_runner.symjac("golden", str(folder / "case.toml"), "--out", str(folder / "golden"), *args)
 
 
 def _exact(entry: dict) -> list:
@@ -112,7 +111,6 @@ def test_cover_writes_repeated_indices_from_the_plan(tmp_path):
 
 def test_the_stages_without_scatter_support_still_refuse_it(tmp_path):
     (tmp_path / "case.toml").write_text(REPEATED.format(write="last"))
-    r = subprocess.run([sys.executable, "-m", "symjac", "explain", str(tmp_path / "case.toml")],
-                       capture_output=True, text=True, cwd=ROOT)
+    r = cli_runner.symjac("explain", str(tmp_path / "case.toml"))
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "symjac golden writes its data" in r.stderr and "explain, graph, census" in r.stderr

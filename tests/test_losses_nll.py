@@ -19,6 +19,7 @@ import mpmath
 import numpy as np
 import pytest
 
+import cli_runner
 import symjac
 from symjac import Loss, LossImpl, verify_loss
 
@@ -496,16 +497,13 @@ def test_golden_data_holds_pytorchs_values_within_each_dtypes_bound(tmp_path: An
     # before); PyTorch's loss and autograd in each dtype within each entry's max_abs_error, and the exact
     # value there mpmath's from the definition (above)
     import json
-    import subprocess
-    import sys
 
     torch = pytest.importorskip("torch")
     options, inputs = GOLDEN[kind]
     spec = tmp_path / "case.toml"
     spec.write_text(f'[operator]\nkind = "loss"\n{options}[input]\n{inputs}')
     out = tmp_path / "golden"
-    run = subprocess.run([sys.executable, "-m", "symjac", "golden", str(spec), "--out", str(out), "--dtype",
-                          "float16,float32,float64"], capture_output=True, text=True)
+    run = cli_runner.symjac("golden", str(spec), "--out", str(out), "--dtype", "float16,float32,float64")
     assert run.returncode == 0, run.stderr
     arrays = json.loads((out / "case.json").read_text())["arrays"]
     loss = Loss(kind, **{k: v for k, v in {"nll": {"weight": (0.75, 2, 0.25), "ignore_index": 1},

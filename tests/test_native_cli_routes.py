@@ -10,14 +10,12 @@ is a finding of the report, never the end of symjac.
 
 from __future__ import annotations
 
-import os
 import pathlib
-import subprocess
-import sys
 import time
 
 import pytest
 
+import cli_runner
 from native_kernels import MUTATES, ROOT, build, needs_cc
 
 pytestmark = needs_cc
@@ -72,37 +70,31 @@ def libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     }
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "symjac", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
-
-
 def test_verify_lib_finds_seed_000_and_passes_the_repair(libs: dict[str, str]) -> None:
-    r = _cli("verify", SEED000, "--lib", libs["pool_bug"])
+    r = cli_runner.symjac("verify", SEED000, "--lib", libs["pool_bug"])
     assert r.returncode == 1, r.stdout + r.stderr
     assert r.stdout.startswith("FAIL nntrainer_avgpool_same_2x2: backward visits 1 of 4 output windows: "
                                "(0,1), (1,0), (1,1) get nothing")
-    r = _cli("verify", SEED000, "--lib", libs["pool"])
+    r = cli_runner.symjac("verify", SEED000, "--lib", libs["pool"])
     assert r.returncode == 0 and r.stdout.startswith("PASS nntrainer_avgpool_same_2x2"), r.stdout + r.stderr
 
 
 def test_verify_lib_finds_seed_003_in_a_loss_library(libs: dict[str, str]) -> None:
-    r = _cli("verify", SEED003, "--lib", libs["loss_bug"], "--case", "sigmoid_ce")
+    r = cli_runner.symjac("verify", SEED003, "--lib", libs["loss_bug"], "--case", "sigmoid_ce")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "[missing_scale]" in r.stdout and "S = 8" in r.stdout
 
 
 def test_a_library_that_crashes_is_a_finding_not_the_end_of_symjac(libs: dict[str, str]) -> None:
-    r = _cli("verify", SEED000, "--lib", libs["segfault"])
+    r = cli_runner.symjac("verify", SEED000, "--lib", libs["segfault"])
     assert r.returncode == 1, r.stdout + r.stderr
     assert r.stdout.startswith("FAIL nntrainer_avgpool_same_2x2") and "crashed" in r.stdout
-    assert "SIGSEGV" in _cli("verify", SEED000, "--lib", libs["segfault"], "-v").stdout
+    assert "SIGSEGV" in cli_runner.symjac("verify", SEED000, "--lib", libs["segfault"], "-v").stdout
 
 
 def test_a_library_that_hangs_is_a_timeout_finding(libs: dict[str, str]) -> None:
     started = time.monotonic()
-    r = _cli("verify", SEED000, "--lib", libs["hangs"], "--timeout", "2", "-v")
+    r = cli_runner.symjac("verify", SEED000, "--lib", libs["hangs"], "--timeout", "2", "-v")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "timeout" in r.stdout and "did not return within" in r.stdout
     assert time.monotonic() - started < 240  # each hung call is killed by its worker's deadline
@@ -110,24 +102,24 @@ def test_a_library_that_hangs_is_a_timeout_finding(libs: dict[str, str]) -> None
 
 def test_a_library_that_changes_its_input_is_a_finding(libs: dict[str, str]) -> None:
     # the kernel writes into x in the worker process; the worker sends the change back
-    r = _cli("verify", SEED000, "--lib", libs["mutates"], "-v")
+    r = cli_runner.symjac("verify", SEED000, "--lib", libs["mutates"], "-v")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "mutates_inputs" in r.stdout and "changed x in place" in r.stdout
 
 
 def test_bad_kernel_options_are_usage_errors(libs: dict[str, str], tmp_path: pathlib.Path) -> None:
-    r = _cli("verify", SEED000, "--lib", str(tmp_path / "missing.so"))
+    r = cli_runner.symjac("verify", SEED000, "--lib", str(tmp_path / "missing.so"))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "cannot load" in r.stderr, r.stderr
-    r = _cli("verify", SEED000, "--lib", libs["pool"], "--exec", libs["pool_bug_exe"])
+    r = cli_runner.symjac("verify", SEED000, "--lib", libs["pool"], "--exec", libs["pool_bug_exe"])
     assert r.returncode == 2 and "got --exec and --lib" in r.stderr, r.stderr
-    r = _cli("sweep", libs["sweep"])
+    r = cli_runner.symjac("sweep", libs["sweep"])
     assert r.returncode == 2 and "give one of --impl" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("route", ["--exec", "--lib"])
 def test_sweep_takes_a_native_kernel(libs: dict[str, str], route: str) -> None:
     kernel = libs["pool_bug_exe" if route == "--exec" else "pool_bug"]
-    r = _cli("sweep", libs["sweep"], route, kernel, "-q")
+    r = cli_runner.symjac("sweep", libs["sweep"], route, kernel, "-q")
     assert r.returncode == 1, r.stdout + r.stderr
     rows = r.stdout.splitlines()
     # seed 000's loop bound: at stride 1 SAME on 4x4 the last row and column of windows get nothing
@@ -137,6 +129,6 @@ def test_sweep_takes_a_native_kernel(libs: dict[str, str], route: str) -> None:
 
 
 def test_sweep_lib_on_two_workers_passes_the_repair(libs: dict[str, str]) -> None:
-    r = _cli("sweep", libs["sweep"], "--lib", libs["pool"], "-j", "2", "-q")
+    r = cli_runner.symjac("sweep", libs["sweep"], "--lib", libs["pool"], "-j", "2", "-q")
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.splitlines()[-1] == "4 pass 0 fail 0 error 0 skipped of 4 configurations"

@@ -12,14 +12,13 @@ must FAIL the cases it concerns. The default run verifies the grids at small exp
 
 from __future__ import annotations
 
-import os
 import pathlib
 import re
 import subprocess
-import sys
 
 import pytest
 
+import cli_runner
 import symjac.frameworks.native.process as sjp
 from native_kernels import (CC, CXX, CXX_FLAGS, EXAMPLES, FLAGS, INCLUDES, OPTIMISED, ROOT, SHARED,  # noqa: F401
                             build, deadline, needs_cc, run_compiler)  # deadline: a fixture
@@ -136,9 +135,7 @@ def programs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 def _verify(spec: pathlib.Path, program: str, *args: str) -> dict[str, str]:
     """``symjac verify SPEC --exec PROGRAM``: each case's verdict line, by case name."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    run = subprocess.run([sys.executable, "-m", "symjac", "verify", str(spec), "--exec", program, *args], cwd=ROOT,
-                         env=env, capture_output=True, text=True, timeout=600)
+    run = cli_runner.symjac("verify", str(spec), "--exec", program, *args)
     lines = [line for line in run.stdout.splitlines() if line.startswith(("PASS ", "FAIL "))]
     assert lines, f"exit {run.returncode}: {run.stdout}\n{run.stderr}"
     return {line.split()[1].rstrip(":"): line for line in lines}

@@ -5,14 +5,13 @@ whose message quotes what()."""
 
 from __future__ import annotations
 
-import os
 import pathlib
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+import cli_runner
 import symjac
 import symjac.frameworks.native.ctypes as sjc
 import symjac.frameworks.native.process as sjp
@@ -23,12 +22,6 @@ pytestmark = pytest.mark.usefixtures("deadline")
 SEED000 = symjac.Pool("avg", 2, stride=1, padding="same")
 X = np.array([[1.0, 2.0], [3.0, 4.0]])
 ONES = np.ones((2, 2))
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "symjac", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
 
 
 # ------------------------------------------------------------------ symjac_setting
@@ -114,7 +107,7 @@ def test_a_kernel_printing_to_stdout_leaves_the_protocol_clean(tmp_path: pathlib
     assert "[mylib] backward request 1, padding same\n" in tail
     assert "[mylib] write(1)\n" in tail
     assert "[mylib] no newline yet...[mylib] " in tail  # stdout's buffer reaches stderr after each request
-    assert _cli("verify", "specs/seeds/nntrainer_avgpool_same_2x2.toml", "--exec", str(program)).returncode == 0
+    assert cli_runner.symjac("verify", "specs/seeds/nntrainer_avgpool_same_2x2.toml", "--exec", str(program)).returncode == 0
 
 
 # ------------------------------------------------------------------ C++: contrib/examples/pool.cpp
@@ -150,7 +143,7 @@ SPECS = ["specs/seeds/nntrainer_avgpool_same_2x2.toml", "specs/seeds/maxpool_tie
 
 @needs_cxx
 def test_the_cxx_example_passes_verify_exec(cxx: dict[str, str]) -> None:
-    run = _cli("verify", *SPECS, "--exec", cxx["pool"])
+    run = cli_runner.symjac("verify", *SPECS, "--exec", cxx["pool"])
     status = [line.split(":")[0] for line in run.stdout.splitlines() if line.startswith(("PASS", "FAIL", "ERROR"))]
     assert run.returncode == 0 and status == ["PASS nntrainer_avgpool_same_2x2", "PASS maxpool_ties_3x3",
                                               "PASS textbook_4x4_max", "PASS torch_ceil_include_pad",

@@ -11,16 +11,15 @@ when H is odd: its exact gradient is 0), columns alike; dx has N*C*H*W float64 e
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import re
-import subprocess
 import sys
 from typing import Any
 
 import numpy as np
 import pytest
 
+import cli_runner
 import symjac
 import symjac.frameworks.native.ctypes as sjc
 import symjac.frameworks.native.process as sjp
@@ -377,11 +376,8 @@ def test_output_left_unwritten_is_named(kernels: dict[str, str], route: str) -> 
 # ------------------------------------------------------------------ memory the kernel never wrote
 
 
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if k != "MALLOC_PERTURB_"}  # as a user runs it: no perturbation set
-    base["PYTHONPATH"] = str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-m", "symjac", *args], cwd=ROOT, env={**base, **(env or {})},
-                          capture_output=True, text=True, timeout=300)
+def _cli(*args: str) -> cli_runner.Run:
+    return cli_runner.symjac(*args, env={"MALLOC_PERTURB_": None})  # as a user runs it: no perturbation set
 
 
 @pytest.mark.slow  # several seconds: the full suite's (--run-slow)

@@ -10,15 +10,14 @@ S = 8 makes -4 right (/work/shared/seeds, docs/case-seed00*.md).
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import subprocess
 import sys
 import time
 
 import numpy as np
 import pytest
 
+import cli_runner
 import symjac
 import symjac.frameworks.native.process as sjp
 from native_kernels import ROOT, build, deadline, needs_cc  # noqa: F401 - deadline: a fixture
@@ -337,27 +336,21 @@ def test_a_command_that_cannot_start_is_refused_when_given() -> None:
 # ------------------------------------------------------------------- the command line
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "symjac", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
-
-
 @pytest.mark.slow  # several seconds: the full suite's (--run-slow)
 def test_symjac_verify_exec(kernels: dict[str, str]) -> None:
     seed000 = "specs/seeds/nntrainer_avgpool_same_2x2.toml"
-    bug = _cli("verify", seed000, "--exec", kernels["pool_bug"])
+    bug = cli_runner.symjac("verify", seed000, "--exec", kernels["pool_bug"])
     assert bug.returncode == 1, bug.stderr
     assert bug.stdout.startswith("FAIL nntrainer_avgpool_same_2x2: backward visits 1 of 4 output windows")
-    fixed = _cli("verify", seed000, "--exec", kernels["pool"])
+    fixed = cli_runner.symjac("verify", seed000, "--exec", kernels["pool"])
     assert fixed.returncode == 0 and fixed.stdout.startswith("PASS nntrainer_avgpool_same_2x2"), fixed.stdout
-    losses = _cli("verify", "specs/seeds/loss_scale_family.toml", "--exec", kernels["loss_bug"], "--case", "sigmoid_ce",
+    losses = cli_runner.symjac("verify", "specs/seeds/loss_scale_family.toml", "--exec", kernels["loss_bug"], "--case", "sigmoid_ce",
                   "--case", "mse", "--json")
     assert losses.returncode == 1
     by_case = {r["case"]: r for r in json.loads(losses.stdout)}
     assert [f["category"] for f in by_case["sigmoid_ce"]["findings"]] == ["missing_scale"]
     assert by_case["mse"]["findings"] == []  # nntrainer's mse applies S
-    neither = _cli("verify", seed000)
+    neither = cli_runner.symjac("verify", seed000)
     assert neither.returncode == 2 and "give one of --impl MODULE_OR_PATH[:ATTR], --exec CMD" in neither.stderr
 
 

@@ -16,6 +16,7 @@ import time
 import numpy as np
 import pytest
 
+import cli_runner
 import symjac
 import symjac.frameworks.native.ctypes as sjc
 import symjac.frameworks.native.process as sjp
@@ -88,12 +89,6 @@ def kernels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
             "pool": str(build(out, "pool.c")), "libpool": str(build(out, "pool.c", shared=True))}
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "symjac", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
-
-
 # ------------------------------------------------------------------ a kernel serving one request per run
 
 
@@ -106,7 +101,7 @@ def test_a_kernel_serving_one_request_per_run_passes(kernels: dict[str, str]) ->
             report = symjac.verify(SPEC, forward=impl.forward, backward=impl.backward)
             assert report.ok and not report.findings, report.headline
             assert child.starts > 1  # a fresh process per request
-    got = _cli("verify", SEED000, "--exec", kernels["one_shot"])
+    got = cli_runner.symjac("verify", SEED000, "--exec", kernels["one_shot"])
     assert got.returncode == 0 and got.stdout.startswith("PASS nntrainer_avgpool_same_2x2"), got.stdout + got.stderr
 
 
@@ -139,7 +134,7 @@ def _ended(pid: int, wait: float = 0.0) -> bool:
 def test_the_kernels_own_child_process_ends_with_verify_exec(kernels: dict[str, str], tmp_path: pathlib.Path) -> None:
     # issue 34: the kernel's own child process outlived `verify --exec`
     pid_file = tmp_path / "helper.pid"
-    got = _cli("verify", SEED000, "--exec", f"{kernels['forks']} {pid_file}")
+    got = cli_runner.symjac("verify", SEED000, "--exec", f"{kernels['forks']} {pid_file}")
     assert got.returncode == 0, got.stdout + got.stderr
     helper = int(pid_file.read_text())
     assert _ended(helper, wait=5), f"the kernel's helper process {helper} still runs"
@@ -208,7 +203,7 @@ REASONS = {"quote": r"is not a command line \(No closing quotation", "missing": 
 @pytest.mark.parametrize("what", list(REASONS))
 def test_verify_exec_with_a_command_that_cannot_run_exits_2_with_one_line(unusable: dict[str, str],
                                                                           what: str) -> None:
-    got = _cli("verify", SEED000, "--exec", unusable[what])
+    got = cli_runner.symjac("verify", SEED000, "--exec", unusable[what])
     assert got.returncode == 2, (got.returncode, got.stdout, got.stderr)
     lines = got.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("symjac verify: error: "), got.stderr

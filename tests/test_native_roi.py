@@ -12,7 +12,6 @@ named by the box, the bin and its sample points.
 
 from __future__ import annotations
 
-import os
 import pathlib
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+import cli_runner
 import symjac
 import symjac.frameworks.native.ctypes as sjc
 import symjac.frameworks.native.process as sjp
@@ -278,10 +278,8 @@ aligned = true
 @needs_cc
 def test_exec_from_the_command_line(kernels, tmp_path: pathlib.Path) -> None:
     (tmp_path / "roi.toml").write_text(TOML)
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for kernel, code, word in (("roi", 0, "PASS roi_align_aligned"), ("-DROI_NO_ALIGN_OFFSET", 1, "FAIL roi_align")):
-        run = subprocess.run([sys.executable, "-m", "symjac", "verify", str(tmp_path / "roi.toml"), "--exec",
-                              kernels[kernel]], env=env, capture_output=True, text=True, timeout=300)
+        run = cli_runner.symjac("verify", str(tmp_path / "roi.toml"), "--exec", kernels[kernel])
         assert run.returncode == code, run.stdout + run.stderr
         assert run.stdout.startswith(word)
     assert "box 0 (batch item 0, x 1..4, y 1..7/2), bin (0, 0): sample points" in run.stdout

@@ -5,13 +5,13 @@ the report's legend and stack pushed it out of the tail the message quotes."""
 from __future__ import annotations
 
 import pathlib
-import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+import cli_runner
 import symjac
 import symjac.frameworks.native.process as sjp
 from native_kernels import CC, CONTRIB, ROOT, deadline, run_compiler  # noqa: F401 - deadline: a fixture
@@ -123,10 +123,7 @@ def test_an_asan_report_names_the_overflow(asan_kernel: str) -> None:
 
 
 def test_verify_exec_names_the_asan_report(asan_kernel: str) -> None:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-m", "symjac", "verify", "specs/seeds/nntrainer_avgpool_same_2x2.toml",
-                           "--exec", asan_kernel, "--json"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = cli_runner.symjac("verify", "specs/seeds/nntrainer_avgpool_same_2x2.toml", "--exec", asan_kernel, "--json")
     assert proc.returncode == 1, proc.stderr
     assert "ERROR: AddressSanitizer: heap-buffer-overflow" in proc.stdout
 

@@ -10,14 +10,12 @@ kept; ONNX's tensor-flat indices count the whole output), and, where PyTorch is 
 
 from __future__ import annotations
 
-import os
 import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+import cli_runner
 import symjac
 import symjac.frameworks.native.ctypes as sjc
 import symjac.frameworks.native.process as sjp
@@ -116,10 +114,8 @@ def test_forward_that_never_zeroes_leaves_output_unwritten(kernels) -> None:
 
 def test_exec_and_offline(kernels, tmp_path: pathlib.Path) -> None:
     (tmp_path / "unpool.toml").write_text('[operator]\nkind = "max_unpool"\nkernel = [3]\nstride = [2]\n')
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for kernel, code in (("unpool", 0), ("gather", 1)):
-        run = subprocess.run([sys.executable, "-m", "symjac", "verify", str(tmp_path / "unpool.toml"), "--exec",
-                              kernels[kernel]], env=env, capture_output=True, text=True, timeout=300)
+        run = cli_runner.symjac("verify", str(tmp_path / "unpool.toml"), "--exec", kernels[kernel])
         assert run.returncode == code, run.stdout + run.stderr
     case = select_cases([str(tmp_path / "unpool.toml")], (), None)[0]
     while isinstance(got := run_offline(case, tmp_path / "dir"), int):

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+import cli_runner
 from symjac.check._call import Guard
 from symjac.check._invoke import Unanswered
 from symjac.cli._select import select_cases
@@ -139,8 +140,7 @@ def test_kernel_error_response_is_a_refusal_finding(tmp_path):
 
 def test_cli_rounds_and_exit_codes(tmp_path):
     def symjac(*args):
-        return subprocess.run([sys.executable, "-m", "symjac", *args], capture_output=True, text=True, cwd=ROOT,
-                              env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=300)
+        return cli_runner.symjac(*args, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
 
     d = str(tmp_path / "probes")
     r = symjac("probes", SEED000, "--out", d)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import cli_runner
 import symjac
 from symjac.verifiers.pool._inputs import order_count, order_input
 
@@ -173,8 +174,6 @@ def test_large_needs_the_plan():
 
 @pytest.mark.slow
 def test_cli_verify_large(tmp_path):
-    import subprocess
-    import sys
     from pathlib import Path
 
     (tmp_path / "wrap.toml").write_text('name = "wrap"\n[operator]\nkind = "pool"\nmode = "avg"\nkernel = [3]\n'
@@ -186,9 +185,8 @@ def test_cli_verify_large(tmp_path):
     root = Path(__file__).resolve().parent.parent
 
     def cli(*extra):
-        return subprocess.run([sys.executable, "-m", "symjac", "verify", str(tmp_path / "wrap.toml"), "--impl",
-                               str(tmp_path / "wrap_impl.py"), *extra], cwd=root, capture_output=True, text=True,
-                              timeout=300)
+        return cli_runner.symjac("verify", str(tmp_path / "wrap.toml"), "--impl", str(tmp_path / "wrap_impl.py"),
+                                 *extra, cwd=root)
 
     plain, large = cli(), cli("--large")
     assert plain.returncode == 0 and plain.stdout.startswith("PASS"), plain.stdout + plain.stderr

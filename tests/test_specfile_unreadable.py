@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+import cli_runner
 import symjac
 from cli_checks import one_line_error
 
@@ -23,9 +22,7 @@ VALID = "give the path of a spec file (a TOML file) or of a link to one"
 
 
 def golden(*paths, cwd):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "symjac", "golden", *paths, "--out", "out"], capture_output=True,
-                          text=True, cwd=cwd, env=env, timeout=120)
+    return cli_runner.symjac("golden", *paths, "--out", "out", cwd=cwd)
 
 
 @pytest.fixture
@@ -67,9 +64,7 @@ def test_a_broken_symlink_names_its_target(tree):
 
 def test_a_directory_where_a_file_is_expected(tree):
     # census reads one spec file (no folder expansion): a folder there is named as such
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    r = subprocess.run([sys.executable, "-m", "symjac", "census", "specs"], capture_output=True, text=True, cwd=tree,
-                       env=env, timeout=120)
+    r = cli_runner.symjac("census", "specs", cwd=tree)
     one_line_error(r, "specs: a directory, not a spec file", VALID)
     with pytest.raises(symjac.SpecError, match="a directory, not a spec file"):
         symjac.load_spec_file(tree / "specs")

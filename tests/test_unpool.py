@@ -14,6 +14,7 @@ import math
 import numpy as np
 import pytest
 
+import cli_runner
 import symjac
 from symjac.pool._ops.unpool import cover, pooled_indices, repeated_indices, scatter
 
@@ -387,10 +388,8 @@ def test_window_stages_refuse_max_unpooling_with_a_typed_error(tmp_path) -> None
     assert run_offline(case, tmp_path / "requests") > 0
 
 
-@pytest.mark.slow  # five interpreters (about 5 s each)
+@pytest.mark.slow  # five runs of the command line
 def test_command_line_verifies_and_refuses_window_stages_with_a_typed_error(tmp_path) -> None:
-    import subprocess
-    import sys
 
     spec_file = tmp_path / "unpool.toml"
     spec_file.write_text('[operator]\nkind = "max_unpool"\nkernel = [3]\nstride = [2]\n')
@@ -401,8 +400,7 @@ def test_command_line_verifies_and_refuses_window_stages_with_a_typed_error(tmp_
                     "bad = reference(symjac.MaxUnpool((3,), stride=2), overwritten_grad=True)\n")
 
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "symjac", *args], cwd=tmp_path, capture_output=True, text=True,
-                              timeout=300)
+        return cli_runner.symjac(*args, cwd=tmp_path)
 
     assert run("verify", "unpool.toml", "--impl", "impl.py:good").returncode == 0
     bad = run("verify", "unpool.toml", "--impl", "impl.py:bad")

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import cli_runner
 import symjac
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -244,12 +243,10 @@ def test_the_command_line_prints_unsupported(tmp_path):
         "    hot = np.eye(4)[win.argmax(-1)] * dy[..., None]\n"
         "    return hot.reshape(h // 2, w // 2, 2, 2).transpose(0, 2, 1, 3).reshape(h, w).astype(x.dtype)\n")
     spec_file = str(ROOT / "specs" / "seeds" / "textbook_4x4_max.toml")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
     def run(dtype):
-        return subprocess.run([sys.executable, "-m", "symjac", "verify", spec_file, "--impl",
-                               str(tmp_path / "f32.py"), "--dtype", dtype], cwd=tmp_path, capture_output=True,
-                              text=True, timeout=300, env=env)
+        return cli_runner.symjac("verify", spec_file, "--impl", str(tmp_path / "f32.py"), "--dtype", dtype,
+                                 cwd=tmp_path)
 
     r = run("float64")
     # exit 4: the dtype is rejected, nothing failed (docs/cli.md; it was 1 before issue 33 item 10)
@@ -291,9 +288,7 @@ def test_the_command_line_says_a_backward_not_written_needs_no_other_dtype(tmp_p
     hint that no --dtype will do, not "try another --dtype" (issue 33, item 2)."""
     (tmp_path / "todo.py").write_text("def backward(x, dy):\n    raise NotImplementedError('todo')\n")
     spec_file = str(ROOT / "specs" / "seeds" / "textbook_4x4_max.toml")
-    r = subprocess.run([sys.executable, "-m", "symjac", "verify", spec_file, "--impl", str(tmp_path / "todo.py")],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    r = cli_runner.symjac("verify", spec_file, "--impl", str(tmp_path / "todo.py"), cwd=tmp_path)
     assert r.returncode == 4, r.stdout + r.stderr
     assert "backward is not implemented: it raised NotImplementedError on every call, in every float dtype: todo" \
         in r.stdout and "unsupported in float64" not in r.stdout
