@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import pathlib
 import re
-import subprocess
 
 import pytest
 
@@ -204,7 +203,7 @@ def _variants() -> list[object]:
     return variants
 
 
-@pytest.mark.every_case  # no sample: each variant is checked nowhere else
+# Each variant is checked nowhere else: the README's run takes a sample, .ci/run's full suite every variant.
 @pytest.mark.parametrize(("source", "flags"), _variants())
 def test_the_examples_build_warning_free_optimised(tmp_path: pathlib.Path, source: str, flags: tuple[str, ...]) -> None:
     # The tests build at -O0 (native_kernels.FLAGS): fast. The warnings only an optimising compile

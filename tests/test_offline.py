@@ -82,6 +82,7 @@ def test_seed000_offline_report_is_verifys(impl, tmp_path):
     _same_report(report, verify_case(case, impl, "float64"))
 
 
+@pytest.mark.slow  # ~10 s: the whole max-pooling plan over the wire (the other offline tests take the route faster)
 def test_max_pool_coverage_plan_offline_report_is_verifys(tmp_path):
     spec = tmp_path / "max.toml"
     spec.write_text(MAX_PLAN)
