@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import cli_runner
+from native_kernels import build, needs_cc
 from symjac.check._call import Guard
 from symjac.check._invoke import Unanswered
 from symjac.cli._select import select_cases
@@ -262,14 +263,11 @@ def test_cli_observed_names_the_files_it_takes(tmp_path, capsys):
         assert "--observed takes a .npy file, an .npz archive" in err and "golden bin case folder" in err
 
 
-@pytest.mark.skipif(__import__("shutil").which("cc") is None and __import__("shutil").which("gcc") is None,
-                    reason="no C compiler")
+@needs_cc
 @pytest.mark.parametrize("defines", [("-DSEED000_BUG",), ()], ids=["bug", "fixed"])
 def test_exec_responder_gives_the_process_routes_report(tmp_path, defines):
     """The remote side as a C kernel program: the offline report is the process route's."""
-    sys.path.insert(0, str(ROOT / "tests"))
     import symjac.frameworks.native.process as sjp
-    from native_kernels import build
 
     program = str(build(tmp_path, "pool.c", *defines))
     case = select_cases([SEED000], (), None)[0]
@@ -282,14 +280,11 @@ def test_exec_responder_gives_the_process_routes_report(tmp_path, defines):
     assert rounds >= 1 and got.to_dict() == online.to_dict()
 
 
-@pytest.mark.skipif(__import__("shutil").which("cc") is None and __import__("shutil").which("gcc") is None,
-                    reason="no C compiler")
+@needs_cc
 @pytest.mark.parametrize("name", ["sigmoid_ce", "mse"])
 def test_loss_cases_offline_give_the_process_routes_report(tmp_path, name):
     """Seed 003's C loss kernel (missing scale in sigmoid_ce; mse right) answered offline."""
-    sys.path.insert(0, str(ROOT / "tests"))
     import symjac.frameworks.native.process as sjp
-    from native_kernels import build
 
     program = str(build(tmp_path, "loss.c", "-DSEED003_BUG"))
     case = select_cases([str(ROOT / "specs/seeds/loss_scale_family.toml")], (name,), None)[0]
