@@ -212,7 +212,7 @@ def test_the_examples_build_warning_free_optimised(tmp_path: pathlib.Path, sourc
     cxx = source.endswith(".cpp")
     compiler = CXX if cxx else CC
     if compiler is None:
-        pytest.skip("no C++ compiler (c++ or g++) on PATH")
+        pytest.skip("no C++ compiler (c++ or g++) on PATH" if cxx else "no C compiler (cc or gcc) on PATH")
     flags_o0 = CXX_FLAGS if cxx else FLAGS
     run_compiler([compiler, *(f for f in flags_o0 if not f.startswith("-O")), *OPTIMISED, *INCLUDES, *flags, "-c",
                   "-o", str(tmp_path / "k.o"), str(EXAMPLES / source)])
