@@ -44,23 +44,28 @@ class Run:
 
 
 def symjac(*args: str, cwd: str | os.PathLike[str] | None = ROOT, env: dict[str, str | None] | None = None,
-           timeout: float | None = None, process: bool = False, **popen: object) -> Run | subprocess.CompletedProcess:
+           timeout: float | None = None, process: bool = False, merged: bool = False,
+           **popen: object) -> Run | subprocess.CompletedProcess:
     """``symjac ARGS`` run in ``cwd`` with ``env``'s variables added to the environment; ``timeout``
-    applies to a process only (``process=True``)."""
+    applies to a process only (``process=True``). ``merged``: stderr goes to stdout's stream, in the
+    order they are written (a shell's ``2>&1``; ``stderr`` is then empty)."""
     argv = [str(a) for a in args]
     if process:
         environ = None if env is None else {k: v for k, v in {**os.environ, **env}.items() if v is not None}
-        return subprocess.run([sys.executable, "-m", "symjac", *argv], cwd=cwd, capture_output=True, text=True,
+        return subprocess.run([sys.executable, "-m", "symjac", *argv], cwd=cwd, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT if merged else subprocess.PIPE, text=True,
                               timeout=timeout, env=environ, **popen)
     if popen:
         raise TypeError(f"{sorted(popen)} apply to a process: give process=True")
-    return _in_process(argv, cwd, env or {})
+    return _in_process(argv, cwd, env or {}, merged)
 
 
-def _in_process(argv: list[str], cwd: str | os.PathLike[str] | None, env: dict[str, str | None]) -> Run:
+def _in_process(argv: list[str], cwd: str | os.PathLike[str] | None, env: dict[str, str | None],
+                merged: bool = False) -> Run:
     from symjac.cli._main import main
 
-    out, err = _Captured(), _Captured()
+    out = _Captured()
+    err = out if merged else _Captured()
     with contextlib.ExitStack() as stack:
         stack.enter_context(_environment(env))
         if cwd is not None:
@@ -73,7 +78,7 @@ def _in_process(argv: list[str], cwd: str | os.PathLike[str] | None, env: dict[s
             code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
             if not isinstance(exc.code, (int, type(None))):
                 print(exc.code, file=sys.stderr)
-    return Run(["symjac", *argv], code, _text(out), _text(err))
+    return Run(["symjac", *argv], code, _text(out), "" if merged else _text(err))
 
 
 def _text(stream: _Captured) -> str:

@@ -29,3 +29,18 @@ def test_a_run_sees_cwd_env_and_pipes_and_leaves_them_as_they_were(tmp_path, mon
     assert seen == {"cwd": str(tmp_path), "set": "1", "unset": None, "tty": (False, False), "stdin": ""}
     assert (os.getcwd(), sys.stdout, sys.stderr, sys.stdin) == before
     assert "SYMJAC_RUNNER_SET" not in os.environ and os.environ["SYMJAC_RUNNER_UNSET"] == "kept"
+
+
+def test_merged_streams_keep_the_order_they_were_written_in(monkeypatch):
+    # a shell's `2>&1`, as the docs' console blocks show a command's output: both streams in one, in order
+    def main(argv):
+        print("first")
+        print("second", file=sys.stderr)
+        print("third")
+        return 1
+
+    monkeypatch.setattr("symjac.cli._main.main", main)
+    r = cli_runner.symjac("verify", merged=True)
+    assert (r.returncode, r.stdout, r.stderr) == (1, "first\nsecond\nthird\n", "")
+    apart = cli_runner.symjac("verify")
+    assert (apart.stdout, apart.stderr) == ("first\nthird\n", "second\n")
