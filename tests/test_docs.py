@@ -43,6 +43,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -53,6 +54,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+import cli_runner
 
 # Every block runs: each is an example a reader copies (no fast sample, tests/conftest.py).
 pytestmark = pytest.mark.every_case
@@ -209,13 +212,34 @@ def check_requirements(block: Block) -> None:
             raise Skip(f"{name} is not installed")
 
 
+#: what makes a command line need a shell: pipes, redirections, lists, substitutions, globs, variables
+_SHELL = re.compile(r"[|&;<>`$*?(){}\[\]~\\]")
+
+
+def symjac_argv(cmd: str) -> list[str] | None:
+    """The arguments of a plain ``symjac ARGS`` line (quotes and a trailing comment allowed), which the
+    runner calls in its own process (tests/cli_runner.py: no second or so of imports per line); None
+    for any line that needs a shell, which runs in one."""
+    try:
+        words = shlex.split(cmd, comments=True)
+    except ValueError:
+        return None
+    if not words or words[0] != "symjac" or _SHELL.search(re.sub(r"\s+#[^\"']*$", "", cmd)):
+        return None
+    return words[1:]
+
+
 def run_console(block: Block, workdir: Path) -> str:
     commands = parse_console(block.text)
     if not commands:
         raise AssertionError("the block has no `$ ` command line (tag it norun if it is not meant to run)")
     for cmd, code, expected in commands:
-        proc = subprocess.run(cmd, shell=True, cwd=workdir, env=_env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, timeout=COMMAND_TIMEOUT)
+        argv = symjac_argv(cmd)
+        if argv is not None:
+            proc = cli_runner.symjac(*argv, cwd=workdir, merged=True)
+        else:
+            proc = subprocess.run(cmd, shell=True, cwd=workdir, env=_env(), stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, timeout=COMMAND_TIMEOUT)
         out = "".join(line.rstrip() + "\n" for line in proc.stdout.splitlines())
         if proc.returncode != code:
             raise AssertionError(f"$ {cmd}\nexit code {proc.returncode}, the docs say {code}; output:\n{out}")
@@ -468,6 +492,13 @@ def test_arrow_and_output_helpers() -> None:
     assert output_pattern(["a ... c", "...", "z"]).match("a b c\nq\nr\nz\n")
     assert not output_pattern(["a", "z"]).match("a\nq\nz\n")
     assert parse_console("$ false  # exit 1\nout\n") == [("false  # exit 1", 1, ["out"])]
+
+
+def test_only_plain_symjac_lines_run_in_process() -> None:
+    assert symjac_argv('symjac golden "a b.toml" --out g  # exit 1 (a defect)') == ["golden", "a b.toml", "--out", "g"]
+    for shell in ("symjac conform tensorflow -q 2>/dev/null", 'symjac x "a#b" | tail -1', "TF=1 symjac x",
+                  "python -m symjac x", 'symjac probes --impl "examples/*.py"', "symjac x && ls"):
+        assert symjac_argv(shell) is None, shell
 
 
 # ------------------------------------------------------------------------ __main__
