@@ -4,8 +4,34 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 pytest_plugins = ["pytester"]
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """pytester whose in-process runs keep every module they import but the run's own files.
+
+    pytester drops, after each in-process run, the modules the run imported, so that a later run
+    imports its test files afresh. That also drops what symjac imported lazily (NumPy's and SymPy's
+    submodules, symjac's stages), and NumPy's C extensions cannot load twice in one process: the next
+    import would fail. Here only the modules of files under the run's own directory are dropped; a
+    run then costs its tests, not a second or so of importing SymPy (``runpytest_subprocess`` stays
+    for what only a new process shows: the plugin found through its entry point)."""
+    from _pytest.pytester import SysModulesSnapshot
+
+    def imported_elsewhere(name: str) -> bool:
+        origin = getattr(sys.modules.get(name), "__file__", None) or ""
+        return not origin.startswith(str(pytester.path))
+
+    def snapshot() -> SysModulesSnapshot:
+        return SysModulesSnapshot(preserve=imported_elsewhere)
+
+    monkeypatch.setattr(pytester, "_Pytester__take_sys_modules_snapshot", snapshot)
+    monkeypatch.setattr(pytester, "_sys_modules_snapshot", snapshot())
+    return pytester
 
 
 def test_loading_the_plugin_imports_no_sympy():
@@ -37,7 +63,7 @@ def test_marker_parametrises_over_cases(pytester):
             assert symjac_dtype == "float32"
             assert symjac_spec.name
     """)
-    result = pytester.runpytest_subprocess("--symjac-dtype", "float32", "-v")
+    result = pytester.runpytest_inprocess("--symjac-dtype", "float32", "-v")
     # 2 textbook files + 5 loss cases.
     result.assert_outcomes(passed=7)
     # A case's test id is its name.
@@ -49,7 +75,7 @@ def test_fixture_without_marker_is_a_usage_error(pytester):
         def test_case(symjac_spec):
             pass
     """)
-    result = pytester.runpytest_subprocess()
+    result = pytester.runpytest_inprocess()
     assert result.ret != 0
     result.stdout.fnmatch_lines(["*mark it @pytest.mark.symjac_spec*"])
 
@@ -73,7 +99,7 @@ def test_assert_backward_matches_in_a_test(pytester):
         def test_buggy():
             assert_backward_matches(SPEC, buggy.backward, buggy.forward, x=np.array([[1., 2.], [3., 4.]]))
     """)
-    result = pytester.runpytest_subprocess()
+    result = pytester.runpytest_inprocess()
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*VerificationError*backward visits 1 of 4 output windows*"])
 
@@ -86,7 +112,7 @@ def test_marker_glob_matching_nothing_is_one_clear_collection_error(pytester):
         def test_case(symjac_spec):
             pass
     """)
-    result = pytester.runpytest_subprocess()
+    result = pytester.runpytest_inprocess()
     assert result.ret != 0
     where = str(pytester.path)
     out = result.stdout.str()
@@ -130,7 +156,7 @@ def test_symjac_case_verifies_pool_and_loss_cases(pytester):
                 pytest.skip("not in impls")
             symjac_case.verify(impls)
     """)
-    result = pytester.runpytest_subprocess("--symjac-dtype", "float32", "-v", "--tb=short")
+    result = pytester.runpytest_inprocess("--symjac-dtype", "float32", "-v", "--tb=short")
     result.assert_outcomes(passed=2, failed=2, skipped=3)
     result.stdout.fnmatch_lines(["*test_pool_fixed?nntrainer_avgpool_same_2x2? PASSED*",
                                  "*test_pool_buggy?nntrainer_avgpool_same_2x2? FAILED*",
@@ -179,13 +205,13 @@ def test_a_long_report_fails_a_test_in_one_screen_and_shows_whole_under_vv(pytes
             assert_backward_matches(symjac.Pool("max", 2, stride=2), lambda x, dy: np.zeros_like(x) + 0.5,
                                     input_shape=(1, 1, 8, 8))
     """)
-    short = pytester.runpytest_subprocess("--tb=short", "-p", "no:cacheprovider")
+    short = pytester.runpytest_inprocess("--tb=short", "-p", "no:cacheprovider")
     short.assert_outcomes(failed=1)
     failure = [line for line in short.stdout.lines if line.startswith("E ")]
     assert 10 < len(failure) <= 41  # SCREEN_LINES (40) and the exception's own line
     assert failure[-1].endswith("more lines: the error's .report.details() (pytest -vv) shows every finding")
     assert not any("symjac report, every finding" in line for line in short.stdout.lines)
-    whole = pytester.runpytest_subprocess("--tb=short", "-vv", "-p", "no:cacheprovider")
+    whole = pytester.runpytest_inprocess("--tb=short", "-vv", "-p", "no:cacheprovider")
     whole.assert_outcomes(failed=1)
     at = next(i for i, line in enumerate(whole.stdout.lines) if "symjac report, every finding" in line)
     more = int(failure[-1].split("... ")[1].split()[0])  # the lines the cut left out, all shown here
