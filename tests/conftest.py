@@ -13,7 +13,8 @@ Markers (registered in pyproject.toml):
   case (``SAMPLE``; a grid usually runs from its plainest case to its hardest, or from a
   correct implementation to a planted defect), the rest deselected (pytest's summary counts them);
   ``--run-slow`` runs every case. A module or test marked ``@pytest.mark.every_case`` is
-  not sampled (the docs' blocks: each is an example a reader copies).
+  not sampled (the docs' blocks: each is an example a reader copies). A property test draws a
+  quarter of its Hypothesis examples (``tests/sampling.py``).
 
 A worker that dies fails the run instead of being replaced (``pytest_configure``), and
 a test still running after pyproject's ``faulthandler_timeout`` dumps every thread's
@@ -28,6 +29,8 @@ import importlib
 from collections.abc import Iterator
 
 import pytest
+
+import sampling
 
 RUN_SLOW = "--run-slow"
 
@@ -49,6 +52,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # --max-worker-restart still wins.
     if getattr(config.option, "maxworkerrestart", "unset") is None:
         config.option.maxworkerrestart = "0"
+    sampling.FULL = bool(config.getoption(RUN_SLOW))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 import symjac
 from symjac import AdaptivePool, GlobalPool, Pool, SpecError
 from symjac.pool._cover import length_bound
+from sampling import examples
 
 
 def classes_at(spec: Pool, length: int) -> set | None:
@@ -35,7 +36,7 @@ one_d = st.builds(
     st.booleans(), st.sampled_from(["exclude_pad", "include_pad", 3]))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(one_d)
 def test_plan_covers_every_class_up_to_three_times_the_bound(spec):
     try:
@@ -52,7 +53,7 @@ def test_plan_covers_every_class_up_to_three_times_the_bound(spec):
         assert seen is None or seen <= covered, (L, seen - covered, lengths)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(one_d)
 def test_plan_has_every_residue_of_the_long_lengths(spec):
     try:

@@ -21,6 +21,7 @@ from mutants import NumpyPool, spec_for
 import symjac
 from symjac import Pool, SpecError
 from symjac.pool import _cover
+from sampling import examples
 
 
 def test_the_issues_long_kernel_gets_a_plan():
@@ -120,7 +121,7 @@ one_d = st.builds(
     st.booleans(), st.sampled_from(["exclude_pad", "include_pad"]))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(one_d)
 def test_the_long_plan_shows_every_kind_and_cut_extreme_of_any_length(spec):
     # The long-kernel plan is derived, not enumerated; here, on kernels small enough to enumerate,

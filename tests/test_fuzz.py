@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 import symjac
 from symjac import AdaptivePool, GlobalPool, InputError, Pool, SpecError
 from test_verify_reach import Lowered
+from sampling import examples
 
 EXPECTED = (SpecError, InputError)
-#: Examples per run: 600 keeps CI well under a minute; SYMJAC_FUZZ_EXAMPLES=5000 for a longer campaign.
+#: Examples per full run (a quarter in the README's, tests/sampling.py): 600 keeps CI well under a minute; SYMJAC_FUZZ_EXAMPLES=5000 for a longer campaign.
 EXAMPLES = int(os.environ.get("SYMJAC_FUZZ_EXAMPLES", "600"))
 
 def mostly(valid, invalid):
@@ -73,7 +74,7 @@ def small_enough(g) -> bool:
     return g.batch * g.n_in <= 400 and g.valid.sum(axis=1).max() <= 9
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(EXAMPLES), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(specs(), shapes, st.integers(0, 3), st.sampled_from(["float64", "float32", "float16", "bfloat16", "int8", None]))
 def test_only_typed_errors_escape(make_spec, shape, seed, dtype):
     try:
@@ -101,7 +102,7 @@ def test_only_typed_errors_escape(make_spec, shape, seed, dtype):
         return
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(specs())
 def test_cover_only_raises_typed_errors(make_spec):
     try:

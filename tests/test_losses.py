@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import symjac
 from symjac import InputError, Loss, SpecError, loss_derivative, loss_derivative_set, loss_value
 from symjac.loss import _elements as LE, _evaluate as L, _templates as LT, _spec as LS
+from sampling import examples
 
 TIGHT = mpmath.mpf("1e-50")  # ">= 50 digits": agreement demanded of exact values
 
@@ -193,7 +194,7 @@ def test_values_carry_at_least_50_digits():
     assert abs(v - mpmath.log(2)) < mpmath.mpf(10) ** -55
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(st.lists(st.integers(-512, 512), min_size=1, max_size=6), st.integers(0, 3), st.integers(1, 64))
 def test_mse_derivative_matches_fractions(ints, shift, scale):
     # Independent exact oracle: d(S·mean((z - y)²))/dz = 2·S·(z - y)/n, in Fractions.
@@ -203,7 +204,7 @@ def test_mse_derivative_matches_fractions(ints, shift, scale):
     assert_exact(got, [2 * scale * (a - b) / len(z) for a, b in zip(z, y)])
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(st.integers(-600, 600), st.sampled_from([0.0, 0.25, 1.0]), st.sampled_from([1, 3, 0.5]))
 def test_sigmoid_ce_matches_mpmath_diff_of_independent_formula(k, y, pw):
     # Oracle: mpmath.diff of -[p·y·log σ + (1-y) log(1-σ)], σ written with mpmath.exp.

@@ -18,6 +18,7 @@ import symjac
 from symjac import Pool
 from symjac._exact import ExactArray
 from symjac.check._rounding import unit_roundoff
+from sampling import examples
 
 hypothesis = pytest.importorskip("hypothesis")
 st = hypothesis.strategies
@@ -88,7 +89,7 @@ def _within_own_bound(spec: Any, x: np.ndarray) -> None:
     assert (np.abs(y_c - e_c) <= tol)[finite].all()
 
 
-@hypothesis.settings(max_examples=25, deadline=None)
+@hypothesis.settings(max_examples=examples(25), deadline=None)
 @hypothesis.given(st.sampled_from(["float16", "float32", "float64"]), st.integers(1, 3), st.integers(1, 3),
                   st.sampled_from(["exclude_pad", "include_pad"]), st.data())
 def test_avg_lowering_near_overflow_stays_within_its_bound(dtype: str, k: int, s: int, divisor: str,
@@ -114,7 +115,7 @@ def test_avg_bound_of_windows_of_the_largest_values_is_finite(divisor: str) -> N
     _within_own_bound(Pool("avg", (2, 2), stride=1, padding=1, divisor=divisor), x)
 
 
-@hypothesis.settings(max_examples=20, deadline=None)
+@hypothesis.settings(max_examples=examples(20), deadline=None)
 @hypothesis.given(st.sampled_from(["float16", "float32", "float64"]), st.sampled_from([1, 2, 3, 4]), st.data())
 def test_lp_lowering_near_overflow_stays_within_its_bound(dtype: str, p: int, data: Any) -> None:
     dt = np.dtype(dtype)

@@ -17,6 +17,7 @@ import pytest
 import sympy
 
 import symjac
+from sampling import examples
 
 hypothesis = pytest.importorskip("hypothesis")
 st = hypothesis.strategies
@@ -74,7 +75,7 @@ def _cases(draw: Any) -> tuple[Any, np.ndarray, tuple[Any, ...]]:
     return spec, x, (tuple(kernel), tuple(stride), tuple(dilation), tuple(pads), pad_value)
 
 
-@hypothesis.settings(max_examples=150, deadline=None)
+@hypothesis.settings(max_examples=examples(150), deadline=None)
 @hypothesis.given(_cases())
 def test_max_pooling_matches_np_pad_and_max_for_every_pad_value(case: Any) -> None:
     spec, x, args = case

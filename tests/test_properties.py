@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import symjac
+from sampling import examples
 
 SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.filter_too_much, HealthCheck.too_slow]}
 MAX_SPATIAL = {1: 7, 2: 4, 3: 3}
@@ -283,7 +284,7 @@ def small_ints(data, shape, lo, hi) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------- tests
-@settings(max_examples=100, **SETTINGS)
+@settings(max_examples=examples(100), **SETTINGS)
 @given(case=cases(modes=("avg",)), data=st.data())
 def test_avg_jacobian_equals_exact_central_differences(case, data):
     """Average pooling is linear, so the exact central difference with h = 1,
@@ -314,7 +315,7 @@ def test_avg_jacobian_equals_exact_central_differences(case, data):
     assert J == want
 
 
-@settings(max_examples=200, **SETTINGS)
+@settings(max_examples=examples(200), **SETTINGS)
 @given(case=cases(modes=("avg",), divisors=("exclude_pad",)), data=st.data())
 def test_exclude_pad_vjp_conserves_mass(case, data):
     """divisor="exclude_pad" (and adaptive/global, whose divisor is the cell count):
@@ -353,7 +354,7 @@ def test_include_pad_vjp_does_not_conserve_mass():
     assert [frac(v) for v in symjac.vjp(exclude, (1,), [1, 1])] == [2]
 
 
-@settings(max_examples=200, **SETTINGS)
+@settings(max_examples=examples(200), **SETTINGS)
 @given(case=cases(modes=("max",), paddings=("valid", "valid", "pairs", "same")), data=st.data())
 def test_max_tie_sets_and_jacobian_rows(case, data):
     """With values in {0, 1, 2}, windows tie often. Each tie set must be exactly the
@@ -392,7 +393,7 @@ def test_max_tie_sets_and_jacobian_rows(case, data):
 UNIT_ROUNDOFF = {np.float16: Fraction(1, 2**11), np.float32: Fraction(1, 2**24), np.float64: Fraction(1, 2**53)}
 
 
-@settings(max_examples=300, **SETTINGS)
+@settings(max_examples=examples(300), **SETTINGS)
 @given(case=cases(), data=st.data(), dtype=st.sampled_from(list(UNIT_ROUNDOFF)),
        tie=st.sampled_from(("first", "last", "split")))
 def test_lowering_within_rounding_of_exact(case, data, dtype, tie):

@@ -31,6 +31,7 @@ from symjac import AdaptivePool, GlobalPool, Pool
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from sampling import examples  # noqa: E402
 
 SHAPE_CATEGORIES = {"missing_windows", "partial_windows", "wrong_cells", "wrong_weights"}
 
@@ -704,7 +705,7 @@ def small_cases(draw):
     return spec, shape, dtype
 
 
-@settings(max_examples=40, deadline=None, derandomize=True,
+@settings(max_examples=examples(40), deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 @pytest.mark.slow  # several seconds: the full suite's (--run-slow)
 @given(case=small_cases(), data=st.data())
