@@ -25,7 +25,8 @@ def test_the_documented_arguments_map_to_the_spec():
 
 
 def test_one_configuration_of_every_loss_passes():
-    configs = list(sjj.loss_configurations("small"))[:7]
+    configs = list(sjj.loss_configurations("small"))
+    configs = configs[:5] + configs[36:38]  # one of each op of the first cycle (36 of them), then of the KL one
     assert {c.op for c in configs} == {"squared_error", "huber_loss", "sigmoid_binary_cross_entropy",
                                        "softmax_cross_entropy", "softmax_cross_entropy_with_integer_labels",
                                        "kl_divergence", "kl_divergence_with_log_targets"}

@@ -43,7 +43,8 @@ def test_keras_mean_squared_error_passes_derivative_and_hvp():
 def test_one_configuration_of_every_loss_passes():
     from framework_checks import check_losses
 
-    configs = list(stf.loss_configurations("small"))[:len(TF_OPS)]  # one of each op of the cycle
+    configs = list(stf.loss_configurations("small"))
+    configs = configs[:11] + configs[36:38]  # one of each op of the first cycle (36 of them), then of the Poisson one
     assert {c.op for c in configs} == set(TF_OPS)
     assert check_losses(stf, configs, ("float32",))["float32"] == len(TF_OPS)
 
