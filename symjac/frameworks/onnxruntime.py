@@ -26,6 +26,12 @@ ONNX                               symjac
 
 ONNX Runtime's CPU provider has float16 and float32 kernels for all four ops and float64 for
 ``MaxPool`` only (see :func:`limitation`).
+
+Its losses ``NegativeLogLikelihoodLoss`` and ``SoftmaxCrossEntropyLoss`` (forward only, as
+:class:`symjac.LossImpl` with ``derivative=None``; their mapping onto ``Loss("nll")`` and
+``Loss("softmax_ce", labels="indices")``: :mod:`symjac.frameworks._ort_losses`) are re-exported
+here with their ``loss_configurations(grid)`` and ``make_loss``, so ``symjac conform onnxruntime
+--ops negative_log_likelihood_loss,softmax_cross_entropy_loss`` (or ``--ops losses``) checks them.
 """
 
 from __future__ import annotations
@@ -40,6 +46,9 @@ import numpy as np
 from symjac.frameworks._adapter import Config, Impl, KnownDefect, Unsupported, combine, generate, grid_size, label
 from symjac.frameworks._adapter import require
 from symjac.frameworks._adapter import make as _make
+from symjac.frameworks._ort_losses import loss_configurations as loss_configurations, make_loss as make_loss
+from symjac.frameworks._ort_losses import negative_log_likelihood_loss as negative_log_likelihood_loss
+from symjac.frameworks._ort_losses import softmax_cross_entropy_loss as softmax_cross_entropy_loss
 from symjac.pool._ops.unpool import MaxUnpool
 from symjac.pool._spec import GlobalPool, Pool, RoiAlign, RoiPool
 

@@ -80,7 +80,8 @@ class LossImpl:
 
     Attributes:
       loss: a :class:`Loss` or a kind name (its scale is replaced by the family's S).
-      derivative: as for :func:`verify_loss`.
+      derivative: as for :func:`verify_loss`; None for a forward-only runtime (ONNX Runtime): then
+        :func:`verify_loss` checks the forward alone and reports the derivative not checked.
       forward: optional, as for :func:`verify_loss`.
       pred, label, upstream: inputs (default :func:`symjac.losses.default_inputs`).
       hvp: optional ``hvp(pred, label, v) -> H·v`` (``hvp(pred, label, v, upstream)`` for
@@ -92,7 +93,7 @@ class LossImpl:
     """
 
     loss: Loss | str
-    derivative: Callable[..., Any]
+    derivative: Callable[..., Any] | None
     forward: Callable[..., Any] | None = None
     pred: Any = None
     label: Any = None
@@ -131,7 +132,8 @@ def implementation(holder: Any, *, loss: bool, what: str = "") -> dict[str, Any]
     implementation object: a :class:`symjac.frameworks.Impl` (or :class:`symjac.LossImpl`), an
     object or dict with those entries, or a ``torch.autograd.Function`` subclass (pooling; called
     through its ``apply``, as :func:`symjac.frameworks.torch.wrap` calls it). ``forward`` is None
-    when the object has none; so is ``backward`` for a forward-only runtime's ``Impl`` (ONNX Runtime).
+    when the object has none; so is ``backward`` (``derivative``) for a forward-only runtime's ``Impl``
+    (``LossImpl``: ONNX Runtime).
 
     Raises:
       InputError: the object has neither callable; the message lists the implementations
@@ -146,7 +148,8 @@ def implementation(holder: Any, *, loss: bool, what: str = "") -> dict[str, Any]
         return fn if callable(fn) else None
 
     fns = {needed: get(needed), "forward": get("forward")}
-    forward_only = not loss and isinstance(holder, Impl) and holder.backward is None and fns["forward"] is not None
+    forward_only = fns["forward"] is not None and (isinstance(holder, LossImpl) and holder.derivative is None if loss
+                                                   else isinstance(holder, Impl) and holder.backward is None)
     if fns[needed] is None and not forward_only:
         found = impl_candidates(holder, (needed,))
         hint = (f"; candidates: {', '.join(found)}" if found else

@@ -13,6 +13,10 @@ framework's loss through :func:`symjac.verify_loss`:
           the exact Hessian (:func:`symjac.loss_hessian`)
 ========  =====================================================================================
 
+A forward-only runtime's loss (a :class:`symjac.LossImpl` with ``derivative`` and ``hvp`` None: ONNX
+Runtime) has its ``vjp`` cell check the forward alone, as its pools' cells do (``forward_only`` in
+the result; :mod:`symjac.verifiers.loss._forward_only`), and no ``hvp`` cell (unsupported).
+
 ``jvp`` and ``vmap`` have no loss cells: a loss is a reduction to one number (or one per
 element), so its forward mode is the same gradient read the other way and the batching rules
 checked are the pools'; the table shows ``n/a`` there.
@@ -82,18 +86,22 @@ def run_loss_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any
         return {**out, "status": "not_run", "reason": str(exc), "missing": exc.package}
     known = getattr(adapter, "known_loss_defect", None)
     out.update(known_fields(known(config, dt, LOSS_TRANSFORMS[transform]) if callable(known) else None))
-    fn = impl.hvp if transform == "hvp" else impl.derivative
+    forward_only = impl.derivative is None and impl.hvp is None  # a runtime without autodiff (ONNX Runtime)
+    out["forward_only"] = forward_only
+    fn = impl.hvp if transform == "hvp" else impl.forward if forward_only else impl.derivative
     if fn is None:
-        return _unsupported(out, f"the adapter gives no hvp for {job['op']} (hvp transform)")
+        return _unsupported(out, f"the adapter gives no {transform} for {job['op']}"
+                            + (" (a forward-only runtime)" if forward_only else f" ({transform} transform)"))
     pred = np.asarray(config.pred).astype(dt)
     try:  # the framework's own word that it lacks the dtype (or the transform)
         args = (pred, config.target) + ((pred.copy(),) if transform == "hvp" else ())
-        fn(*args, *(() if config.upstream is None else (np.asarray(config.upstream).astype(dt),)))
+        fn(*args, *(() if config.upstream is None or forward_only else (np.asarray(config.upstream).astype(dt),)))
     except NotImplementedError as exc:
         return _unsupported(out, f"{type(exc).__name__}: {exc}")
     except Exception:  # noqa: BLE001 - verify_loss reports it as a finding
         pass
     calls = {"hvp": impl.hvp} if transform == "hvp" else {"derivative": impl.derivative, "forward": impl.forward}
+    # forward only: verify_loss checks the forward's values and reports the derivative not checked
     try:
         report = verify_loss(loss, pred=config.pred, label=config.target, upstream=config.upstream, dtype=dt, **calls)
     except InputError as exc:  # verify_loss does not take this dtype, or these inputs
@@ -113,8 +121,9 @@ def run_loss_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any
 
 def _inputs(loss: Any, config: Any, dt: np.dtype[Any]) -> dict[str, Any]:
     """What a failing cell's reproducer needs: the inputs in ``dt`` (the label as given), v (verify_loss's
-    default direction), the loss scale and the exact derivative and H·v (float64; None where symjac has none)."""
-    from symjac.loss._evaluate import loss_derivative
+    default direction), the loss scale and the exact derivative, H·v (float64; None where symjac has none) and
+    loss (unscaled; per element for ``"none"``)."""
+    from symjac.loss._evaluate import loss_derivative, loss_value
     from symjac.loss._hessian import loss_hvp
     from symjac.verifiers.loss._hvp import default_direction
 
@@ -135,4 +144,5 @@ def _inputs(loss: Any, config: Any, dt: np.dtype[Any]) -> dict[str, Any]:
             "upstream": None if upstream is None else upstream.astype(np.float64).tolist(),
             "v": v.astype(np.float64).tolist(), "scale": float(loss.scale),
             "derivative": exact(lambda: loss_derivative(loss, pred, label, upstream)),
-            "hvp": exact(lambda: loss_hvp(loss, pred, label, v, upstream))}
+            "hvp": exact(lambda: loss_hvp(loss, pred, label, v, upstream)),
+            "loss": np.asarray(loss_value(loss, pred, label), dtype=np.float64).tolist()}

@@ -358,6 +358,8 @@ def configurations(grid: str = "small") -> Iterator[Config]:
 
 from symjac.frameworks.jax._losses import (  # noqa: E402 - the losses are their own module; re-exported here
     huber_loss as huber_loss,
+    kl_divergence as kl_divergence,
+    kl_divergence_with_log_targets as kl_divergence_with_log_targets,
     loss_configurations as loss_configurations,
     loss_impl as loss_impl,
     make_loss as make_loss,

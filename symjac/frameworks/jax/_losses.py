@@ -14,20 +14,37 @@ optax                                               symjac
 ``sigmoid_binary_cross_entropy(logits, labels)``    ``Loss("sigmoid_ce")``
 ``softmax_cross_entropy(logits, labels)``           ``Loss("softmax_ce")`` (probability rows)
 ``softmax_cross_entropy_with_integer_labels``       ``Loss("softmax_ce", labels="indices")``
+``kl_divergence(log_predictions, targets)``         ``Loss("kld", log_input=True)``
+``kl_divergence_with_log_targets``                  ``Loss("kld", log_input=True, log_target=True)``
 ``reduction="mean"/"sum"/"none"``                   ``jnp.mean`` / ``jnp.sum`` / per element
+``reduction="batch_mean"/"sum"`` (the two KLs)      ``jnp.mean`` / ``jnp.sum`` of the row sums
 ==================================================  =========================================
+
+optax's KL divergences sum each row (its last axis): their mean over rows is symjac's
+``"batch_mean"``; a row sum is no per-element loss, so they take no ``"none"``.
+
+Not covered (no symjac kind is the same function): ``hinge_loss`` (``max(0, 1 - y·z)``, labels ±1: a
+binary hinge, where ``hinge_embedding`` is ``z`` at ``y = 1``), ``perceptron_loss``,
+``multiclass_hinge_loss`` (``max_i(z_i + 1 - [i = y]) - z_y``: the largest hinge, where
+``multi_margin`` sums them over the classes and divides by C; at C = 2 it is twice
+``multi_margin``'s), ``multiclass_perceptron_loss``, ``poly_loss_cross_entropy``,
+``sigmoid_focal_loss``, ``convex_kl_divergence``, ``generalized_kl_divergence``, the sparsemax,
+Fenchel-Young, ranking, dice, cosine and ``ntxent`` losses; optax has no ``nll``, ``poisson_nll``,
+``gaussian_nll``, ``soft_margin``, ``multilabel_soft_margin``, ``multi_margin`` or
+``multilabel_margin``. (``triplet_margin_loss`` and ``ctc_loss`` are other adapters' work.)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
-from symjac.frameworks._adapter import Unsupported, require
+from symjac.frameworks._adapter import Unsupported, grid_size, require
 from symjac.frameworks.jax._context import cpu as _cpu, precision
 from symjac.frameworks._loss_grid import LossConfig, dyadic, generate_losses, probabilities, upstream_for
 from symjac.loss._spec import Loss
@@ -105,16 +122,42 @@ def softmax_cross_entropy_with_integer_labels(reduction: str = "mean") -> tuple[
     return _optax("softmax_cross_entropy_with_integer_labels", "softmax_ce", reduction, labels="indices")
 
 
+#: The KL divergences' reductions of their row sums.
+_ROW_REDUCTIONS = ("batch_mean", "sum")
+
+
+def _optax_kl(name: str, reduction: str, log_target: bool) -> tuple[Loss, LossImpl]:
+    if reduction not in _ROW_REDUCTIONS:
+        raise Unsupported(f"reduction={reduction!r}: optax's {name} sums each row; give "
+                          f"{' or '.join(map(repr, _ROW_REDUCTIONS))}")
+    op, reduce = getattr(require("optax").losses, name), _reduce("mean" if reduction == "batch_mean" else "sum")
+    spec = Loss("kld", reduction=reduction, log_input=True, log_target=log_target)
+    return spec, loss_impl(lambda p, y: reduce(op(p, y)), spec)
+
+
+def kl_divergence(reduction: str = "batch_mean") -> tuple[Loss, LossImpl]:
+    """``optax.kl_divergence(log_predictions, targets)`` (row sums) reduced over rows, and its spec
+    ``Loss("kld", log_input=True)``."""
+    return _optax_kl("kl_divergence", reduction, False)
+
+
+def kl_divergence_with_log_targets(reduction: str = "batch_mean") -> tuple[Loss, LossImpl]:
+    """``optax.kl_divergence_with_log_targets`` (row sums) reduced over rows, and its spec
+    ``Loss("kld", log_input=True, log_target=True)``."""
+    return _optax_kl("kl_divergence_with_log_targets", reduction, True)
+
+
 def make_loss(config: LossConfig) -> tuple[Loss, LossImpl]:
     """``(loss, impl)`` of one loss configuration (its ``reproducer`` snippet set)."""
     op: Callable[..., tuple[Loss, LossImpl]] = getattr(sys.modules[__name__], config.op)
     loss, impl = op(**config.kwargs)
     kwargs = dict(config.kwargs)
-    reduce = {"mean": "jnp.mean", "sum": "jnp.sum", "none": ""}[kwargs.pop("reduction", "mean")]
+    reduce = {"mean": "jnp.mean", "batch_mean": "jnp.mean", "sum": "jnp.sum",
+              "none": ""}[kwargs.pop("reduction", "mean")]
     call = ", ".join(["p", "y", *(f"{k}={v!r}" for k, v in kwargs.items())])
     snippet = ("import jax\nimport jax.numpy as jnp\nimport optax\n"
                "jax.config.update('jax_enable_x64', pred.dtype == 'float64')\n\n\n"
-               f"def loss(p, y):\n    return {reduce}(optax.{config.op}({call}))\n\n\n" + _GRAD_JVP)
+               f"def loss(p, y):\n    return {reduce}(optax.losses.{config.op}({call}))\n\n\n" + _GRAD_JVP)
     return loss, dataclasses.replace(impl, reproducer=snippet)
 
 
@@ -126,13 +169,17 @@ _GRAD_JVP = ("y = None if label is None else jnp.asarray(label)\n"
              "hvp = np.asarray(jax.jvp(jax.grad(total), (jnp.asarray(pred),), (jnp.asarray(v),))[1])\n")
 
 
-OPS = ("squared_error", "huber_loss", "sigmoid_binary_cross_entropy", "softmax_cross_entropy",
-       "softmax_cross_entropy_with_integer_labels")
+_FIRST = ("squared_error", "huber_loss", "sigmoid_binary_cross_entropy", "softmax_cross_entropy",
+          "softmax_cross_entropy_with_integer_labels")
+#: drawn after the others, a stream of their own (the configurations above keep their numbers)
+KL_OPS = ("kl_divergence", "kl_divergence_with_log_targets")
+OPS = (*_FIRST, *KL_OPS)
 
 
 def _draw(rng: np.random.Generator, op: str) -> LossConfig:
     n, c = int(rng.integers(1, 5)), int(rng.integers(2, 6))
-    reduction = str(rng.choice(_REDUCTIONS))
+    kl = op.startswith("kl_divergence")
+    reduction = str(rng.choice(_ROW_REDUCTIONS if kl else _REDUCTIONS))
     kwargs: dict[str, Any] = {"reduction": reduction}
     shape: tuple[int, ...] = (n, c)
     pred = dyadic(rng, -4, 4, shape)
@@ -146,6 +193,9 @@ def _draw(rng: np.random.Generator, op: str) -> LossConfig:
             target[(d == delta) | (d == 0)] += 1 / 128
     elif op == "sigmoid_binary_cross_entropy":
         target = rng.choice([0.0, 1.0, 0.25, 0.5], shape)
+    elif kl:  # log-probabilities; targets as probability rows, or log-targets <= 0
+        pred = dyadic(rng, -4, 0, shape)
+        target = probabilities(rng, shape) if op == "kl_divergence" else dyadic(rng, -4, 0, shape)
     elif op == "softmax_cross_entropy":
         target, shape = probabilities(rng, shape), (n,)
     else:
@@ -159,5 +209,6 @@ def _drawer(op: str) -> Callable[[np.random.Generator], LossConfig]:
 
 
 def loss_configurations(grid: str = "small") -> Iterator[LossConfig]:
-    """optax's losses over reductions, huber's delta, both softmax target forms; seeded."""
-    yield from generate_losses(grid, [_drawer(op) for op in OPS])
+    """optax's losses over reductions, huber's delta, both softmax target forms, both KL target forms; seeded."""
+    yield from generate_losses(grid, [_drawer(op) for op in _FIRST])
+    yield from itertools.islice(generate_losses(grid, [_drawer(op) for op in KL_OPS], seed=32), grid_size(grid) // 6)

@@ -12,6 +12,8 @@ TensorFlow / Keras                                     symjac
 ``tf.nn.softmax_cross_entropy_with_logits``            ``Loss("softmax_ce")`` (probability rows)
 ``tf.nn.sparse_softmax_cross_entropy_with_logits``     ``Loss("softmax_ce", labels="indices")``
 ``tf.nn.weighted_cross_entropy_with_logits``           ``Loss("sigmoid_ce", pos_weight)`` (per class)
+``tf.nn.log_poisson_loss(compute_full_loss)``          ``Loss("poisson_nll", full=...)`` (log-rate
+                                                       input; targets >= 0, see below)
 ``reduction="mean"/"sum"/"none"`` (``tf.nn``)          ``reduce_mean`` / ``reduce_sum`` / per element
 ``keras.losses.MeanSquaredError()``                    ``Loss("mse", reduction="mean")``
 ``keras.losses.MeanAbsoluteError()``                   ``Loss("mae")``
@@ -20,24 +22,39 @@ TensorFlow / Keras                                     symjac
 ``keras.losses.CategoricalCrossentropy``               ``Loss("softmax_ce", label_smoothing)``
 ``keras.losses.SparseCategoricalCrossentropy``         ``Loss("softmax_ce", labels="indices")``
 ``keras.losses.KLDivergence()``                        ``Loss("kld", reduction="batch_mean")``
+``keras.losses.Poisson()``                             ``Loss("poisson_nll", log_input=False,
+                                                       eps=keras.config.epsilon())`` (the mean)
 Keras ``reduction="sum_over_batch_size"/"sum"/None``   ``"mean"`` / ``"sum"`` / ``"none"`` (per row:
                                                        the cross-entropies only)
 =====================================================  ========================================
 
 Keras's element-wise losses average over the last axis per sample, then over the batch: the mean
 over every element, their one reduction here (``"sum"`` would be ``1/C`` of symjac's sum).
+
+``tf.nn.log_poisson_loss`` adds the Stirling term ``y·log y - y + ½·log(2πy)`` except where
+``0 <= y <= 1``; PyTorch (and symjac's ``poisson_nll``) adds it where ``y > 1``: the same for
+every count ``y >= 0``, but at a negative target (no Poisson count) TF adds the term, NaN from
+``log y``, where PyTorch adds 0. The grid's targets are counts and rates >= 0.
+
+Not covered (no symjac kind is the same function): ``keras.losses.Hinge`` and ``SquaredHinge``
+(``mean(max(1 - y·z, 0)[²])`` over the last axis, labels in {0, 1} mapped to {-1, 1}: a binary hinge,
+where ``hinge_embedding`` is ``z`` at ``y = 1``), ``CategoricalHinge`` (``max(0, 1 + max_{i≠y} z_i -
+z_y)``, one-hot rows: the largest hinge, where ``multi_margin`` sums them over the classes and
+divides by C); TF and Keras have no ``nll``, ``gaussian_nll``, ``soft_margin``,
+``multilabel_soft_margin``, ``multi_margin`` or ``multilabel_margin``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from symjac.frameworks._adapter import KnownDefect, Unsupported
+from symjac.frameworks._adapter import KnownDefect, Unsupported, grid_size
 from symjac.frameworks.keras._backend import import_keras
 from symjac.frameworks._loss_grid import LossConfig, dyadic, generate_losses, probabilities, upstream_for
 from symjac.frameworks.keras._tape import import_tf
@@ -122,6 +139,15 @@ def weighted_cross_entropy_with_logits(pos_weight: Sequence[float], reduction: s
         labels=y, logits=p, pos_weight=tf.constant(list(pos_weight), p.dtype))), spec)
 
 
+def log_poisson_loss(compute_full_loss: bool = False, reduction: str = "mean") -> tuple[Loss, LossImpl]:
+    """``tf.nn.log_poisson_loss(targets, log_input, compute_full_loss)`` reduced, and its spec
+    ``Loss("poisson_nll", full=compute_full_loss)`` (the log-rate input; targets >= 0: the module docstring)."""
+    tf, reduce = import_tf(), _reduce(reduction)
+    spec = Loss("poisson_nll", reduction=reduction, full=bool(compute_full_loss))
+    return spec, loss_impl(lambda p, y: reduce(tf.nn.log_poisson_loss(
+        targets=y, log_input=p, compute_full_loss=bool(compute_full_loss))), spec)
+
+
 def _spec(kind: str, **options: Any) -> Loss:
     """The spec from the framework's arguments (floats, tuples; symjac reads them as exact numbers)."""
     return Loss(kind, **options)
@@ -194,6 +220,14 @@ def keras_kl_divergence() -> tuple[Loss, LossImpl]:
     return spec, _keras("KLDivergence", spec)
 
 
+def keras_poisson() -> tuple[Loss, LossImpl]:
+    """``keras.losses.Poisson()``: ``z - y·log(z + ε)`` averaged over the last axis, then over the batch
+    (ε = ``keras.config.epsilon()``, 1e-7 unless set), and its spec ``Loss("poisson_nll",
+    log_input=False, eps=ε)``: the mean over all elements."""
+    spec = _spec("poisson_nll", log_input=False, eps=float(import_keras().config.epsilon()))
+    return spec, _keras("Poisson", spec)
+
+
 def known_loss_defect(config: LossConfig, dtype: Any, transform: str) -> KnownDefect | None:
     """A known TensorFlow defect a loss configuration runs into (``transform``: ``"derivative"`` or
     ``"hvp"``), or None."""
@@ -218,7 +252,7 @@ _KERAS_NAMES = {"keras_mean_squared_error": "MeanSquaredError", "keras_mean_abso
                 "keras_huber": "Huber", "keras_binary_crossentropy": "BinaryCrossentropy",
                 "keras_categorical_crossentropy": "CategoricalCrossentropy",
                 "keras_sparse_categorical_crossentropy": "SparseCategoricalCrossentropy",
-                "keras_kl_divergence": "KLDivergence"}
+                "keras_kl_divergence": "KLDivergence", "keras_poisson": "Poisson"}
 #: The reproducer's nested tapes around ``loss(p, y)``.
 _NESTED_TAPES = (
     "p, y = tf.constant(pred), None if label is None else tf.constant(label)\n"
@@ -239,18 +273,27 @@ def _reproducer(op: str, kwargs: dict[str, Any]) -> str:
         head, body = "import keras\nimport tensorflow as tf\n", f"keras.losses.{_KERAS_NAMES[op]}({args})(y, p)"
     else:
         reduce = {"mean": "tf.reduce_mean", "sum": "tf.reduce_sum", "none": ""}[kwargs.pop("reduction", "mean")]
-        extra = "".join(f", {k}=tf.constant({list(v)!r}, p.dtype)" for k, v in kwargs.items())
-        head, body = "import tensorflow as tf\n", f"{reduce}(tf.nn.{op}(labels=y, logits=p{extra}))"
+        if op == "log_poisson_loss":
+            call = f"targets=y, log_input=p, compute_full_loss={bool(kwargs.get('compute_full_loss'))!r}"
+        else:
+            call = "labels=y, logits=p" + "".join(f", {k}=tf.constant({list(v)!r}, p.dtype)" for k, v in kwargs.items())
+        head, body = "import tensorflow as tf\n", f"{reduce}(tf.nn.{op}({call}))"
     return f"{head}\n\ndef loss(p, y):\n    return {body}\n\n\n" + _NESTED_TAPES
 
 
 # ------------------------------------------------------------------ configurations
 
 _TF_NN = ("sigmoid_cross_entropy_with_logits", "weighted_cross_entropy_with_logits",
-          "softmax_cross_entropy_with_logits", "sparse_softmax_cross_entropy_with_logits")
-OPS = (*_TF_NN, "keras_mean_squared_error", "keras_mean_absolute_error", "keras_huber",
-       "keras_binary_crossentropy", "keras_categorical_crossentropy", "keras_sparse_categorical_crossentropy",
-       "keras_kl_divergence")
+          "softmax_cross_entropy_with_logits", "sparse_softmax_cross_entropy_with_logits", "log_poisson_loss")
+_FIRST = ("sigmoid_cross_entropy_with_logits", "weighted_cross_entropy_with_logits",
+          "softmax_cross_entropy_with_logits", "sparse_softmax_cross_entropy_with_logits", "keras_mean_squared_error",
+          "keras_mean_absolute_error", "keras_huber", "keras_binary_crossentropy", "keras_categorical_crossentropy",
+          "keras_sparse_categorical_crossentropy", "keras_kl_divergence")
+#: issue 32's: drawn after the others, a stream of their own (the configurations above keep their numbers)
+POISSON_OPS = ("log_poisson_loss", "keras_poisson")
+OPS = (*_FIRST, *POISSON_OPS)
+#: Poisson targets: counts and rates >= 0, on both sides of the Stirling mask's edge y = 1 (and at it).
+_COUNTS = (0.0, 0.5, 1.0, 2.0, 3.5, 6.0)
 
 
 def _draw(rng: np.random.Generator, op: str) -> LossConfig:
@@ -282,6 +325,13 @@ def _draw(rng: np.random.Generator, op: str) -> LossConfig:
         if not logits:
             pred = dyadic(rng, 1 / 32, 31 / 32, shape, 8)
         target = rng.choice([0.0, 1.0, 0.25], shape)
+    elif op in ("log_poisson_loss", "keras_poisson"):
+        target = rng.choice(_COUNTS, shape)
+        if op == "log_poisson_loss":
+            kwargs["compute_full_loss"] = bool(rng.random() < 0.5)
+            pred = dyadic(rng, -3, 2, shape)  # log-rates
+        else:
+            pred = dyadic(rng, 1 / 64, 4, shape)  # rates
     elif op == "keras_kl_divergence":  # positive rows: Keras clips a zero label to 1e-7
         pred, target = dyadic(rng, 1 / 16, 1, shape, 6), dyadic(rng, 1 / 16, 1, shape, 6)
     else:  # mse, mae, huber
@@ -302,7 +352,10 @@ def _drawer(op: str) -> Callable[[np.random.Generator], LossConfig]:
 
 
 def loss_configurations(grid: str = "small") -> Iterator[LossConfig]:
-    """``tf.nn`` losses (reductions, pos_weight) and ``keras.losses`` (MSE, MAE, Huber's delta, binary
-    cross-entropy from logits or probabilities, categorical with label smoothing and Keras's
-    reductions, sparse categorical, KL divergence); seeded."""
-    yield from generate_losses(grid, [_drawer(op) for op in OPS])
+    """``tf.nn`` losses (reductions, pos_weight, log Poisson with and without the Stirling term) and
+    ``keras.losses`` (MSE, MAE, Huber's delta, binary cross-entropy from logits or probabilities,
+    categorical with label smoothing and Keras's reductions, sparse categorical, KL divergence,
+    Poisson); seeded."""
+    yield from generate_losses(grid, [_drawer(op) for op in _FIRST])
+    yield from itertools.islice(generate_losses(grid, [_drawer(op) for op in POISSON_OPS], seed=32),
+                                grid_size(grid) // 3)

@@ -7,7 +7,8 @@ Element-wise, z the prediction and y the target (a count or rate):
   (default 1e-8; Keras' ``Poisson`` is this form with ε = 1e-7);
 - ``full=True`` adds the Stirling term ``y·log y - y + ½·log(2πy)`` where ``y > 1`` and 0
   elsewhere (PyTorch masks ``target <= 1``; TensorFlow's ``log_poisson_loss(compute_full_loss)``
-  the same): it does not depend on z, so only the loss value sees it.
+  masks ``0 <= target <= 1``: the same for every target >= 0, the term (NaN) at a negative one):
+  it does not depend on z, so only the loss value sees it.
 """
 
 from __future__ import annotations

@@ -134,6 +134,9 @@ _IMPL_KEYS = {f.name for f in dataclasses.fields(LossImpl)}
 
 def _impl(name: str, value: Any) -> LossImpl:
     if isinstance(value, LossImpl):
+        if value.derivative is None:
+            raise SpecError(f"impls[{name!r}] has derivative=None (forward only): a family compares derivatives; "
+                            "check a forward-only loss with symjac.verify_loss")
         return value
     if isinstance(value, Mapping):
         extra = set(value) - _IMPL_KEYS
@@ -181,6 +184,7 @@ def check_loss_family(
         try:
             spec = impl.loss if isinstance(impl.loss, Loss) else Loss(impl.loss)
             spec = dataclasses.replace(spec, scale=s)
+            assert impl.derivative is not None  # _impl refuses a forward-only one
             outcome = _verify(spec, impl.derivative, impl.forward, impl.pred, impl.label, impl.upstream, dtype)
         except (SpecError, InputError) as exc:
             raise type(exc)(f"impls[{name!r}]: {exc}") from None

@@ -149,6 +149,9 @@ def verify_loss(loss: Loss, impl: Any = None, /, *, derivative: Callable[..., An
       dtype: ``"float16"``, ``"bfloat16"``, ``"float32"`` or ``"float64"``; default, as :func:`symjac.verify`
         takes x's: the dtype of a float ``pred`` (else of a float ``label``), else float64.
       timeout: seconds a call may take (None: no limit); a longer one is a ``timeout`` finding.
+      Given ``forward`` alone (no derivative, no hvp; or a :class:`symjac.LossImpl` with ``derivative=None``,
+        a runtime without autodiff), only the forward's values are checked, within their derived bound, and the
+        report says the derivative was not checked (:mod:`symjac.verifiers.loss._forward_only`).
       hvp: optional ``hvp(pred, label, v) -> H·v`` (``hvp(pred, label, v, upstream)`` for
         ``"none"``), ``H = S·∂²L/∂pred²``: checked against the exact Hessian within the bound
         derived from the second derivative's expressions (:mod:`symjac.verifiers.loss._hvp`;
@@ -192,10 +195,14 @@ def verify_loss(loss: Loss, impl: Any = None, /, *, derivative: Callable[..., An
             hvp, unchecked = own_hvp(impl)
     if kind_of(loss).whole:  # a sequence loss (ctc): its own route, PyTorch's call signature
         return verify_whole(loss, derivative, forward, pred, label, upstream, dtype, timeout, hvp, families, _dtype)
+    if derivative is None and hvp is None and forward is not None:  # a runtime without autodiff
+        from symjac.verifiers.loss._forward_only import verify_forward_only
+
+        return verify_forward_only(loss, forward, pred, label, upstream, _dtype(dtype, pred, label), timeout)
     if derivative is None and hvp is None:
         raise InputError("verify_loss needs the implementation: give derivative=(pred, label) -> S·dL/dpred, "
-                         "hvp=(pred, label, v) -> H·v, or an implementation object as the second argument: there "
-                         "is nothing to verify")
+                         "hvp=(pred, label, v) -> H·v, forward=(pred, label) -> L alone (a forward-only check), or "
+                         "an implementation object as the second argument: there is nothing to verify")
     second = None if hvp is None else _check_hvp(loss, hvp, pred, label, upstream, v, dtype, timeout)
     if derivative is None:
         assert second is not None

@@ -31,7 +31,8 @@ def write_loss_reproducer(out: Path, stem: str, framework: str, r: dict[str, Any
     """The script ``out/stem.py`` of a failing loss cell (a text note when the cell recorded no inputs)."""
     config, transform = r["config"], r["config"].get("transform", "vjp")
     status = "known defect " if r["status"] == "known_defect" else ""
-    what = "second derivative (hvp)" if transform == "hvp" else "derivative"
+    forward_only = bool(r.get("forward_only")) and transform != "hvp"  # a runtime without autodiff: its forward
+    what = "second derivative (hvp)" if transform == "hvp" else "forward (forward only)" if forward_only else "derivative"
     title = f"{framework} {config['label']} in {r['dtype']}: {status}{r['category']} in its {what}"
     inputs = r.get("inputs")
     if not inputs or not r.get("reproducer"):
@@ -39,11 +40,12 @@ def write_loss_reproducer(out: Path, stem: str, framework: str, r: dict[str, Any
         write_text(note, f"{title}\n{r.get('summary', '')}\nno reproducer: the cell recorded no inputs or the "
                          "adapter gave no snippet\n")
         return [note]
-    dt, name = r["dtype"], "hvp" if transform == "hvp" else "derivative"
+    dt, name = r["dtype"], "hvp" if transform == "hvp" else "loss_value" if forward_only else "derivative"
+    key, scale = ("loss", "") if forward_only else (name, " * scale")
     known = f"\nKnown defect (the adapter documents it): {r['known_defect']}\n" if r.get("known_defect") else ""
     lines = [f'"""Reproducer: {title}.', "", f"Loss spec: symjac.{r.get('loss', '?')}", "",
              f"symjac: {r.get('summary', '')}", known,
-             "Expected values: symjac's exact derivative and Hessian-vector product, rounded to float64.", '"""',
+             "Expected values: symjac's exact loss, derivative or Hessian-vector product, rounded to float64.", '"""',
              "import numpy as np"]
     if dt == "bfloat16":
         lines.append("import ml_dtypes")
@@ -51,8 +53,9 @@ def write_loss_reproducer(out: Path, stem: str, framework: str, r: dict[str, Any
               f"label = {_literal(inputs['label'], inputs['label_dtype'] or 'float64')}",
               f"upstream = {_literal(inputs['upstream'], dt)}", f"v = {_literal(inputs['v'], dt)}",
               f"scale = {inputs['scale']!r}  # the loss scale S: the derivative checked is S times the framework's",
-              "", r["reproducer"], f"got = np.asarray({name}, dtype=np.float64) * scale",
-              f"expected = {_literal(inputs[name], 'float64')}",
+              "", r["reproducer"], f"got = np.atleast_1d(np.asarray({name}, dtype=np.float64)){scale}",
+              f"expected = {_literal(inputs.get(key), 'float64')}",
+              "expected = None if expected is None else np.atleast_1d(expected)",
               f"print('{name} (framework) =', got.tolist())",
               f"print('{name} (exact)     =', None if expected is None else expected.tolist())",
               "if expected is not None:",
