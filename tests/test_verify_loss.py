@@ -55,6 +55,10 @@ def _hinges(loss, z, y):
         return np.where(y == 1, z, np.maximum(t(0), m - z)), np.where(y == 1, t(1), np.where(m - z > 0, t(-1), t(0)))
     if kind == "soft_margin":
         return np.logaddexp(t(0), -y * z), -y * _sigmoid(-y * z)
+    if kind == "margin_ranking":  # (x1, x2) pairs along the last axis, label (y, 0): [-y·(x1 - x2) + m]₊
+        yy, a = y[..., 0], -y[..., 0] * (z[..., 0] - z[..., 1]) + t(loss.margin)
+        on = np.where(a > 0, yy, t(0))
+        return np.maximum(t(0), a), np.stack([-on, on], axis=-1)
     c = z.shape[-1]
     w = np.ones(c, dtype=z.dtype) if loss.weight is None else np.array([float(v) for v in loss.weight], dtype=z.dtype)
     if kind == "multilabel_soft_margin":
@@ -79,7 +83,7 @@ def _hinges(loss, z, y):
 
 
 MARGIN = dict.fromkeys(("hinge_embedding", "soft_margin", "multilabel_soft_margin", "multi_margin",
-                        "multilabel_margin"), _hinges)
+                        "multilabel_margin", "margin_ranking"), _hinges)
 
 
 def reference(loss, scale=None):

@@ -28,6 +28,8 @@ PyTorch                                         symjac
 ``multilabel_soft_margin_loss(weight)``         ``Loss("multilabel_soft_margin", weight)``
 ``multi_margin_loss(p, margin, weight)``        ``Loss("multi_margin", p, margin, weight)`` (no hvp)
 ``multilabel_margin_loss``                      ``Loss("multilabel_margin")`` (no hvp)
+``margin_ranking_loss(x1, x2, y, margin)``      ``Loss("margin_ranking", margin)``: pred ``[..., 0]``
+                                                x1, ``[..., 1]`` x2; label ``(y, 0)`` pairs
 ==============================================  ===========================================
 """
 
@@ -258,6 +260,15 @@ def multilabel_margin_loss(reduction: str = "mean", *, scale: Any = 1) -> tuple[
     return spec, dataclasses.replace(impl, hvp=None)
 
 
+def margin_ranking_loss(margin: float = 0.0, reduction: str = "mean", *, scale: Any = 1) -> tuple[Loss, LossImpl]:
+    """``F.margin_ranking_loss(x1, x2, y)`` with pred's last axis the pair (x1, x2) and the label's (y, 0),
+    and its spec ``Loss("margin_ranking", margin)``: the derivative with respect to x2 is pred's second
+    entry's. Its hvp is 0 (PyTorch's gradient of the hinge has no graph: piecewise constant)."""
+    spec = _spec("margin_ranking", reduction, margin=margin, scale=scale)
+    return spec, loss_impl(lambda p, y: _F().margin_ranking_loss(p[..., 0], p[..., 1], y[..., 0], margin=margin,
+                                                                 reduction=reduction), spec)
+
+
 def known_loss_defect(config: LossConfig, dtype: Any, transform: str) -> KnownDefect | None:
     """A known PyTorch defect a loss configuration runs into in ``dtype`` under ``transform``
     (``"derivative"`` or ``"hvp"``), or None."""
@@ -288,7 +299,8 @@ _DOUBLE_BACKWARD = (
 
 
 #: The operands of an op whose pred is not PyTorch's one input (gaussian_nll_loss: the (input, var) pairs).
-_OPERANDS = {"gaussian_nll_loss": "p[..., 0], y[..., 0], p[..., 1]"}
+_OPERANDS = {"gaussian_nll_loss": "p[..., 0], y[..., 0], p[..., 1]",
+             "margin_ranking_loss": "p[..., 0], p[..., 1], y[..., 0]"}
 
 
 def _reproducer(op: str, kwargs: Any) -> str:
@@ -351,6 +363,8 @@ def _draw(rng: np.random.Generator, op: str) -> LossConfig:
         pred, target, shape = _LIKELIHOOD[op](rng, kwargs, shape, weights)
     elif op in MARGIN_OPS:
         pred, target, shape = _draw_margin(rng, op, kwargs, n, c, weights)
+    elif op in PAIR_OPS:
+        pred, target, shape = _draw_pair(rng, op, kwargs, n, c, weights)
     else:  # kl_div: log Q input
         log_target = bool(rng.random() < 0.4)
         kwargs["log_target"] = log_target
@@ -417,6 +431,20 @@ def _draw_margin(rng: np.random.Generator, op: str, kwargs: dict[str, Any], n: i
     return pred, target, (n,)
 
 
+def _draw_pair(rng: np.random.Generator, op: str, kwargs: dict[str, Any], n: int, c: int,
+               weights: Any) -> tuple[Any, Any, tuple[int, ...]]:
+    """The pairwise margin losses' inputs (issue 32): (x1, x2) pairs along a last axis, the label (y, 0)
+    pairs, some pairs on the hinge's kink -y·(x1 - x2) + margin = 0 on purpose."""
+    kwargs["margin"] = margin = float(rng.choice([0.0, 0.5, 1.0, -1.0]))
+    x1, x2, y = dyadic(rng, -3, 3, (n, c)), dyadic(rng, -3, 3, (n, c)), rng.choice([-1.0, 1.0], (n, c))
+    kink = rng.random((n, c)) < 0.3
+    x1[kink] = (x2 + y * margin)[kink]  # -y·(x1 - x2) + margin = -y²·margin + margin = 0
+    return np.stack([x1, x2], axis=-1), np.stack([y, np.zeros((n, c))], axis=-1), (n, c)
+
+
+#: The pairwise margin losses (issue 32), drawn by :func:`_draw_pair`: a stream of their own after the
+#: margin family's (seeded apart), so its configurations keep their numbers.
+PAIR_OPS = ("margin_ranking_loss",)
 #: The margin family's ops (issue 32), drawn by :func:`_draw_margin`.
 MARGIN_OPS = ("hinge_embedding_loss", "soft_margin_loss", "multilabel_soft_margin_loss", "multi_margin_loss",
               "multilabel_margin_loss")
@@ -432,13 +460,15 @@ def loss_configurations(grid: str = "small") -> Iterator[LossConfig]:
     ignore_index, both cross-entropy target forms, kl_div's log_target; then nll_loss, and
     poisson_nll_loss's and gaussian_nll_loss's log_input and full; then the margin family
     (issue 32: hinge_embedding, soft_margin, multilabel_soft_margin, multi_margin, multilabel_margin,
-    some inputs on a hinge's kink); seeded."""
+    some inputs on a hinge's kink); then the pairwise ones (margin_ranking); seeded."""
     yield from generate_losses(grid, [_drawer(op) for op in OPS])
     # each family after them (a third as many, seeded apart): the configurations above keep their numbers
     yield from itertools.islice(generate_losses(grid, [_drawer(op) for op in LIKELIHOOD_OPS], seed=32),
                                 grid_size(grid) // 3)
     yield from itertools.islice(generate_losses(grid, [_drawer(op) for op in MARGIN_OPS], seed=32),
                                 grid_size(grid) // 3)
+    yield from itertools.islice(generate_losses(grid, [_drawer(op) for op in PAIR_OPS], seed=33),
+                                grid_size(grid) // 6)
 
 
 def _drawer(op: str) -> Callable[[np.random.Generator], LossConfig]:
