@@ -92,7 +92,7 @@ def _softmax_rows(loss: symjac.Loss, label: np.ndarray, classes: int) -> tuple[l
     return coeffs, den
 
 
-ROW_KINDS = ("multilabel_soft_margin", "multi_margin", "multilabel_margin", "margin_ranking")
+ROW_KINDS = ("multilabel_soft_margin", "multi_margin", "multilabel_margin", "margin_ranking", "cosine_embedding")
 
 
 def _row_loss(loss: symjac.Loss, label: Any, classes: int) -> Any:
@@ -108,6 +108,11 @@ def _row_loss(loss: symjac.Loss, label: Any, classes: int) -> Any:
                 mpmath.exp(z[c]))) for c in range(classes)) / classes
         if loss.kind == "margin_ranking":  # PyTorch docs: max(0, -y·(x1 - x2) + margin), (x1, x2) a row
             return max(zero, -_f(Fraction(float(lab[r][0]))) * (z[0] - z[1]) + _f(loss.margin))
+        if loss.kind == "cosine_embedding":  # aten Loss.cpp: Σx1·x2 / sqrt((Σx1² + 1e-12)(Σx2² + 1e-12)), (x1 | x2) a row
+            d, eps, y = classes // 2, mpmath.mpf(1e-12), lab[r][0]
+            cos = mpmath.fsum(z[k] * z[d + k] for k in range(d)) / mpmath.sqrt(
+                (mpmath.fsum(v**2 for v in z[:d]) + eps) * (mpmath.fsum(v**2 for v in z[d:]) + eps))
+            return 1 - cos if y == 1 else max(zero, cos - _f(loss.margin))
         if loss.kind == "multi_margin":
             t = int(lab[r])
             return mpmath.fsum(w[t] * max(zero, _f(loss.margin) - z[t] + z[i]) ** loss.p for i in range(classes)

@@ -208,7 +208,7 @@ def _torch_elementwise(name: str, loss: Loss) -> Any:
 TORCH = {name: "elementwise" for name in ("mse", "mae", "smooth_l1", "huber", "sigmoid_ce", "bce", "kld",
                                            "constant_derivative", "poisson_nll", "hinge_embedding", "soft_margin")} | {
     name: "rows" for name in ("softmax_ce", "nll", "gaussian_nll", "multilabel_soft_margin", "multi_margin",
-                              "multilabel_margin", "margin_ranking")}
+                              "multilabel_margin", "margin_ranking", "cosine_embedding")}
 
 
 def _torch_rows(name: str, loss: Loss, label: np.ndarray) -> Any:
@@ -229,6 +229,10 @@ def _torch_rows(name: str, loss: Loss, label: np.ndarray) -> Any:
         target = torch.tensor(label, dtype=torch.float64)
         return lambda zz: F.margin_ranking_loss(zz[..., 0], zz[..., 1], target[..., 0], margin=float(loss.margin),
                                                 reduction="sum")
+    if name == "cosine_embedding":  # rows [x1 | x2], the label (y, 0, ..., 0)
+        target, d = torch.tensor(label, dtype=torch.float64), label.shape[-1] // 2
+        return lambda zz: F.cosine_embedding_loss(zz[..., :d], zz[..., d:], target[..., 0], margin=float(loss.margin),
+                                                  reduction="sum")
     if name == "softmax_ce":
         target = torch.tensor(label) if REGISTRY[name].labels_are_indices(loss) else \
             torch.tensor(label, dtype=torch.float64)
