@@ -47,15 +47,15 @@ def _sigmoid(z):
 
 
 def _cosine(z, y, m):
-    """PyTorch's cos = Σx1·x2 / sqrt((Σx1² + 1e-12)(Σx2² + 1e-12)) with each vector scaled by its largest
+    """PyTorch's cos = Σx1·x2 / sqrt((Σx1² + ε)(Σx2² + ε)) (ε float32's 1e-12) with each vector scaled by its largest
     magnitude s first (ε/s² beside it): no square overflows. (elements, dℓ/dz) in z's dtype."""
     t, d = z.dtype.type, z.shape[-1] // 2
     a, b = z[..., :d], z[..., d:]
     with np.errstate(all="ignore"):  # a NaN or ±inf row: NaN, as PyTorch
         sa, sb = np.abs(a).max(-1, keepdims=True), np.abs(b).max(-1, keepdims=True)
         ua, ub = a / sa, b / sb
-        n1 = np.sqrt((ua * ua).sum(-1, keepdims=True) + t(1e-12) / (sa * sa))
-        n2 = np.sqrt((ub * ub).sum(-1, keepdims=True) + t(1e-12) / (sb * sb))
+        n1 = np.sqrt((ua * ua).sum(-1, keepdims=True) + t(np.float32(1e-12)) / (sa * sa))
+        n2 = np.sqrt((ub * ub).sum(-1, keepdims=True) + t(np.float32(1e-12)) / (sb * sb))
         cos = (ua * ub).sum(-1, keepdims=True) / (n1 * n2)
         dcos = np.concatenate([(ub / (n1 * n2) - cos * ua / (n1 * n1)) / sa,
                                (ua / (n1 * n2) - cos * ub / (n2 * n2)) / sb], axis=-1)

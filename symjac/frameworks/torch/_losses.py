@@ -30,6 +30,8 @@ PyTorch                                         symjac
 ``multilabel_margin_loss``                      ``Loss("multilabel_margin")`` (no hvp)
 ``margin_ranking_loss(x1, x2, y, margin)``      ``Loss("margin_ranking", margin)``: pred ``[..., 0]``
                                                 x1, ``[..., 1]`` x2; label ``(y, 0)`` pairs
+``cosine_embedding_loss(x1, x2, y, margin)``    ``Loss("cosine_embedding", margin)``: pred rows
+                                                ``[x1 | x2]`` (2·D); label rows ``(y, 0, ...)``
 ==============================================  ===========================================
 """
 
@@ -269,6 +271,20 @@ def margin_ranking_loss(margin: float = 0.0, reduction: str = "mean", *, scale: 
                                                                  reduction=reduction), spec)
 
 
+def cosine_embedding_loss(margin: float = 0.0, reduction: str = "mean", *, scale: Any = 1) -> tuple[Loss, LossImpl]:
+    """``F.cosine_embedding_loss(x1, x2, y)`` ((N, D) each) with pred's rows ``[x1 | x2]`` (N, 2·D) and the
+    label's rows ``(y, 0, ..., 0)``, and its spec ``Loss("cosine_embedding", margin)``: the derivative with
+    respect to x2 is pred's second half's. PyTorch squares the entries as written: NaN where a squared
+    norm overflows (the ``extreme`` family's inputs)."""
+    spec = _spec("cosine_embedding", reduction, margin=margin, scale=scale)
+
+    def fn(p: Any, y: Any) -> Any:
+        d = p.shape[-1] // 2
+        return _F().cosine_embedding_loss(p[..., :d], p[..., d:], y[..., 0], margin=margin, reduction=reduction)
+
+    return spec, loss_impl(fn, spec)
+
+
 def known_loss_defect(config: LossConfig, dtype: Any, transform: str) -> KnownDefect | None:
     """A known PyTorch defect a loss configuration runs into in ``dtype`` under ``transform``
     (``"derivative"`` or ``"hvp"``), or None."""
@@ -300,7 +316,8 @@ _DOUBLE_BACKWARD = (
 
 #: The operands of an op whose pred is not PyTorch's one input (gaussian_nll_loss: the (input, var) pairs).
 _OPERANDS = {"gaussian_nll_loss": "p[..., 0], y[..., 0], p[..., 1]",
-             "margin_ranking_loss": "p[..., 0], p[..., 1], y[..., 0]"}
+             "margin_ranking_loss": "p[..., 0], p[..., 1], y[..., 0]",
+             "cosine_embedding_loss": "p[..., :p.shape[-1] // 2], p[..., p.shape[-1] // 2:], y[..., 0]"}
 
 
 def _reproducer(op: str, kwargs: Any) -> str:
@@ -433,8 +450,12 @@ def _draw_margin(rng: np.random.Generator, op: str, kwargs: dict[str, Any], n: i
 
 def _draw_pair(rng: np.random.Generator, op: str, kwargs: dict[str, Any], n: int, c: int,
                weights: Any) -> tuple[Any, Any, tuple[int, ...]]:
-    """The pairwise margin losses' inputs (issue 32): (x1, x2) pairs along a last axis, the label (y, 0)
-    pairs, some pairs on the hinge's kink -y·(x1 - x2) + margin = 0 on purpose."""
+    """The pairwise margin losses' inputs (issue 32): margin_ranking's (x1, x2) pairs along a last axis, the
+    label (y, 0) pairs, some pairs on the hinge's kink -y·(x1 - x2) + margin = 0 on purpose;
+    cosine_embedding's rows [x1 | x2] of 2·c, the label rows (y, 0, ...), at margin 0 some rows orthogonal
+    at y = -1 (cos = 0: the kink)."""
+    if op == "cosine_embedding_loss":
+        return _draw_cosine(rng, kwargs, n, c)
     kwargs["margin"] = margin = float(rng.choice([0.0, 0.5, 1.0, -1.0]))
     x1, x2, y = dyadic(rng, -3, 3, (n, c)), dyadic(rng, -3, 3, (n, c)), rng.choice([-1.0, 1.0], (n, c))
     kink = rng.random((n, c)) < 0.3
@@ -442,9 +463,27 @@ def _draw_pair(rng: np.random.Generator, op: str, kwargs: dict[str, Any], n: int
     return np.stack([x1, x2], axis=-1), np.stack([y, np.zeros((n, c))], axis=-1), (n, c)
 
 
+def _draw_cosine(rng: np.random.Generator, kwargs: dict[str, Any], n: int, c: int) -> tuple[Any, Any, tuple[int, ...]]:
+    kwargs["margin"] = margin = float(rng.choice([0.0, 0.0, 0.25, -0.5]))
+    x1, x2, y = dyadic(rng, -3, 3, (n, c)), dyadic(rng, -3, 3, (n, c)), rng.choice([-1.0, 1.0], n)
+    for r in range(n):
+        if not np.any(x1[r]):  # a zero x1: PyTorch's ε gives |∇| ~ 1e6, beyond float16
+            x1[r, 0] = 1.0
+        if not np.any(x2[r]):
+            x2[r, -1] = 1.0
+        if margin == 0 and y[r] == -1 and rng.random() < 0.4:  # orthogonal: Σ x1·x2 = 0, cos = 0, the kink
+            x2[r] = 0.0
+            x2[r, 0], x2[r, 1] = x1[r, 1], -x1[r, 0]  # c >= 2
+            if not np.any(x2[r]):  # x1 = (0, 0, ...): (1, 0, ...) is orthogonal to it
+                x2[r, 0] = 1.0
+    label = np.zeros((n, 2 * c))
+    label[:, 0] = y
+    return np.concatenate([x1, x2], axis=-1), label, (n,)
+
+
 #: The pairwise margin losses (issue 32), drawn by :func:`_draw_pair`: a stream of their own after the
 #: margin family's (seeded apart), so its configurations keep their numbers.
-PAIR_OPS = ("margin_ranking_loss",)
+PAIR_OPS = ("margin_ranking_loss", "cosine_embedding_loss")
 #: The margin family's ops (issue 32), drawn by :func:`_draw_margin`.
 MARGIN_OPS = ("hinge_embedding_loss", "soft_margin_loss", "multilabel_soft_margin_loss", "multi_margin_loss",
               "multilabel_margin_loss")
@@ -460,7 +499,7 @@ def loss_configurations(grid: str = "small") -> Iterator[LossConfig]:
     ignore_index, both cross-entropy target forms, kl_div's log_target; then nll_loss, and
     poisson_nll_loss's and gaussian_nll_loss's log_input and full; then the margin family
     (issue 32: hinge_embedding, soft_margin, multilabel_soft_margin, multi_margin, multilabel_margin,
-    some inputs on a hinge's kink); then the pairwise ones (margin_ranking); seeded."""
+    some inputs on a hinge's kink); then the pairwise ones (margin_ranking, cosine_embedding); seeded."""
     yield from generate_losses(grid, [_drawer(op) for op in OPS])
     # each family after them (a third as many, seeded apart): the configurations above keep their numbers
     yield from itertools.islice(generate_losses(grid, [_drawer(op) for op in LIKELIHOOD_OPS], seed=32),

@@ -6,9 +6,12 @@ PyTorch's definition (aten ``Loss.cpp``, ``cosine_embedding_loss``; ``#define EP
     prod_sum = (x1 * x2).sum(1); mag_square1 = (x1 * x1).sum(1) + EPSILON
     mag_square2 = (x2 * x2).sum(1) + EPSILON; cos = prod_sum / sqrt(mag_square1 * mag_square2)
 
-so ``cos = Σ x1·x2 / sqrt((Σ x1² + ε)(Σ x2² + ε))`` with ε the double nearest 1e-12 (measured in
-float64: at ``x1 = 0``, ``x2 = (1, 1/2)`` its gradient in x1 is ``-x2/sqrt(ε·(5/4 + ε))``,
-``tests/test_margin_pairs.py``). ε is part of the exact definition here: a zero x1 or x2 has
+so ``cos = Σ x1·x2 / sqrt((Σ x1² + ε)(Σ x2² + ε))``. ε is the float32 nearest 1e-12,
+``9.999999960041972e-13``, in float64 too: measured on PyTorch 2.13 in float64, its forward at
+``x1 = (1e-7, 0)``, ``x2 = (1, 0)``, ``y = -1``, ``margin = -1`` is ``1.0995037192177795``, which is
+mpmath's value with that ε to the last bit (with the double 1e-12: ``1.0995037190209491``), and
+at ``x1 = 0``, ``x2 = (1, 1/2)`` its gradient in x1 is ``-x2/sqrt(ε·(5/4 + ε))`` with that ε
+(``tests/test_margin_pairs.py``). ε is part of the exact definition here: a zero x1 or x2 has
 the finite cosine 0 and the derivative of PyTorch's definition there, not a pole.
 
 Layout: PyTorch's loss has two differentiable inputs, x1 and x2 of shape ``(N, D)``; a loss
@@ -56,8 +59,9 @@ from symjac.loss._templates import LossTemplate, element_template, positive_part
 if TYPE_CHECKING:
     from symjac.loss._spec import Loss
 
-#: PyTorch's ``EPSILON`` (aten Loss.cpp: ``#define EPSILON 1e-12``), the double it is, added to each squared norm.
-EPS = Fraction(1e-12)
+#: PyTorch's ``EPSILON`` (aten Loss.cpp, 1e-12) as PyTorch applies it in every dtype, float32's nearest
+#: (measured in float64: the module docstring), added to each squared norm.
+EPS = Fraction(float(np.float32(1e-12)))
 #: The default rows' D (x1 and x2 of 2 entries each: a row of 4).
 DEFAULT_DIM = 2
 #: The default rows (x1 | x2) and labels: row 0 at y = 1; row 1 orthogonal at y = -1 (cos = 0: the kink at
