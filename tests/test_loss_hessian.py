@@ -92,7 +92,7 @@ def _softmax_rows(loss: symjac.Loss, label: np.ndarray, classes: int) -> tuple[l
     return coeffs, den
 
 
-ROW_KINDS = ("multilabel_soft_margin", "multi_margin", "multilabel_margin")
+ROW_KINDS = ("multilabel_soft_margin", "multi_margin", "multilabel_margin", "margin_ranking", "cosine_embedding")
 
 
 def _row_loss(loss: symjac.Loss, label: Any, classes: int) -> Any:
@@ -106,6 +106,14 @@ def _row_loss(loss: symjac.Loss, label: Any, classes: int) -> Any:
             y = [_f(Fraction(float(v))) for v in lab[r]]
             return mpmath.fsum(w[c] * (y[c] * mpmath.log1p(mpmath.exp(-z[c])) + (1 - y[c]) * mpmath.log1p(
                 mpmath.exp(z[c]))) for c in range(classes)) / classes
+        if loss.kind == "margin_ranking":  # PyTorch docs: max(0, -y·(x1 - x2) + margin), (x1, x2) a row
+            return max(zero, -_f(Fraction(float(lab[r][0]))) * (z[0] - z[1]) + _f(loss.margin))
+        if loss.kind == "cosine_embedding":  # aten Loss.cpp: Σx1·x2 / sqrt((Σx1² + ε)(Σx2² + ε)), (x1 | x2) a row,
+            # ε float32's 1e-12 (PyTorch's in float64 too, measured: tests/test_margin_pairs.py)
+            d, eps, y = classes // 2, mpmath.mpf(float(np.float32(1e-12))), lab[r][0]
+            cos = mpmath.fsum(z[k] * z[d + k] for k in range(d)) / mpmath.sqrt(
+                (mpmath.fsum(v**2 for v in z[:d]) + eps) * (mpmath.fsum(v**2 for v in z[d:]) + eps))
+            return 1 - cos if y == 1 else max(zero, cos - _f(loss.margin))
         if loss.kind == "multi_margin":
             t = int(lab[r])
             return mpmath.fsum(w[t] * max(zero, _f(loss.margin) - z[t] + z[i]) ** loss.p for i in range(classes)

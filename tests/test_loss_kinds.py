@@ -208,7 +208,7 @@ def _torch_elementwise(name: str, loss: Loss) -> Any:
 TORCH = {name: "elementwise" for name in ("mse", "mae", "smooth_l1", "huber", "sigmoid_ce", "bce", "kld",
                                            "constant_derivative", "poisson_nll", "hinge_embedding", "soft_margin")} | {
     name: "rows" for name in ("softmax_ce", "nll", "gaussian_nll", "multilabel_soft_margin", "multi_margin",
-                              "multilabel_margin")}
+                              "multilabel_margin", "margin_ranking", "cosine_embedding")}
 
 
 def _torch_rows(name: str, loss: Loss, label: np.ndarray) -> Any:
@@ -225,6 +225,14 @@ def _torch_rows(name: str, loss: Loss, label: np.ndarray) -> Any:
         target = torch.tensor(label, dtype=torch.float64)
         return lambda zz: F.gaussian_nll_loss(zz[..., 0], target[..., 0], zz[..., 1], full=bool(loss.full),
                                               eps=float(loss.eps or 0), reduction="sum")
+    if name == "margin_ranking":  # (x1, x2) pairs along the last axis, the label (y, 0)
+        target = torch.tensor(label, dtype=torch.float64)
+        return lambda zz: F.margin_ranking_loss(zz[..., 0], zz[..., 1], target[..., 0], margin=float(loss.margin),
+                                                reduction="sum")
+    if name == "cosine_embedding":  # rows [x1 | x2], the label (y, 0, ..., 0)
+        target, d = torch.tensor(label, dtype=torch.float64), label.shape[-1] // 2
+        return lambda zz: F.cosine_embedding_loss(zz[..., :d], zz[..., d:], target[..., 0], margin=float(loss.margin),
+                                                  reduction="sum")
     if name == "softmax_ce":
         target = torch.tensor(label) if REGISTRY[name].labels_are_indices(loss) else \
             torch.tensor(label, dtype=torch.float64)
@@ -297,7 +305,8 @@ def test_extreme_inputs_are_exact_in_the_dtype_in_the_domain_and_finite_there(na
     if got is None:  # the kind's float evaluation overflows only where its exact value does
         # linear in pred, or hinges of it (a square of a hinge overflows where its exact value does);
         # poisson_nll's log-rate form: e^z - y·z overflows where its exact value does
-        assert name in ("constant_derivative", "hinge_embedding", "multi_margin", "multilabel_margin") or \
+        assert name in ("constant_derivative", "hinge_embedding", "multi_margin", "multilabel_margin",
+                        "margin_ranking") or \
             (name == "poisson_nll" and loss.log_input)
         return
     pred, label, _ = got

@@ -46,6 +46,24 @@ def _sigmoid(z):
         return 1 / (1 + np.exp(-z))
 
 
+def _cosine(z, y, m):
+    """PyTorch's cos = Σx1·x2 / sqrt((Σx1² + ε)(Σx2² + ε)) (ε float32's 1e-12) with each vector scaled by its largest
+    magnitude s first (ε/s² beside it): no square overflows. (elements, dℓ/dz) in z's dtype."""
+    t, d = z.dtype.type, z.shape[-1] // 2
+    a, b = z[..., :d], z[..., d:]
+    with np.errstate(all="ignore"):  # a NaN or ±inf row: NaN, as PyTorch
+        sa, sb = np.abs(a).max(-1, keepdims=True), np.abs(b).max(-1, keepdims=True)
+        ua, ub = a / sa, b / sb
+        n1 = np.sqrt((ua * ua).sum(-1, keepdims=True) + t(np.float32(1e-12)) / (sa * sa))
+        n2 = np.sqrt((ub * ub).sum(-1, keepdims=True) + t(np.float32(1e-12)) / (sb * sb))
+        cos = (ua * ub).sum(-1, keepdims=True) / (n1 * n2)
+        dcos = np.concatenate([(ub / (n1 * n2) - cos * ua / (n1 * n1)) / sa,
+                               (ua / (n1 * n2) - cos * ub / (n2 * n2)) / sb], axis=-1)
+    c, on = cos[..., 0], (y == -1) & (cos[..., 0] - m > 0)
+    ell = np.where(y == 1, t(1) - c, np.where(on, c - m, t(0)))
+    return ell, np.where((y == 1)[..., None], -dcos, np.where(on[..., None], dcos, t(0)))
+
+
 def _hinges(loss, z, y):
     """Issue 32's margin family from PyTorch's docs: (elements, dℓ/dz) in z's dtype."""
     t = z.dtype.type
@@ -55,6 +73,12 @@ def _hinges(loss, z, y):
         return np.where(y == 1, z, np.maximum(t(0), m - z)), np.where(y == 1, t(1), np.where(m - z > 0, t(-1), t(0)))
     if kind == "soft_margin":
         return np.logaddexp(t(0), -y * z), -y * _sigmoid(-y * z)
+    if kind == "cosine_embedding":  # rows [x1 | x2], label (y, 0...): 1 - cos at y = 1, [cos - m]₊ at y = -1
+        return _cosine(z, y[..., 0], t(loss.margin))
+    if kind == "margin_ranking":  # (x1, x2) pairs along the last axis, label (y, 0): [-y·(x1 - x2) + m]₊
+        yy, a = y[..., 0], -y[..., 0] * (z[..., 0] - z[..., 1]) + t(loss.margin)
+        on = np.where(a > 0, yy, t(0))
+        return np.maximum(t(0), a), np.stack([-on, on], axis=-1)
     c = z.shape[-1]
     w = np.ones(c, dtype=z.dtype) if loss.weight is None else np.array([float(v) for v in loss.weight], dtype=z.dtype)
     if kind == "multilabel_soft_margin":
@@ -79,7 +103,7 @@ def _hinges(loss, z, y):
 
 
 MARGIN = dict.fromkeys(("hinge_embedding", "soft_margin", "multilabel_soft_margin", "multi_margin",
-                        "multilabel_margin"), _hinges)
+                        "multilabel_margin", "margin_ranking", "cosine_embedding"), _hinges)
 
 
 def reference(loss, scale=None):

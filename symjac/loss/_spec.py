@@ -81,7 +81,15 @@ class Loss:
       ``multi_margin`` (one class index y per row, ``p`` in {1, 2}, ``margin`` m,
       ``weight`` w): ``ℓ = (w_y/C)·Σ_{i≠y} [m - z_y + z_i]₊^p``; ``multilabel_margin``
       (per row the target classes J, PyTorch's integer rows ended by the first -1):
-      ``ℓ = (1/C)·Σ_{j∈J} Σ_{i∉J} [1 - z_j + z_i]₊``.
+      ``ℓ = (1/C)·Σ_{j∈J} Σ_{i∉J} [1 - z_j + z_i]₊``; ``margin_ranking`` (one element per
+      pair: pred's last axis holds 2 entries, x1 and x2, so both derivatives are pred's; the
+      label has pred's shape, y in {-1, 1} first and 0 second; ``margin`` m, default 0):
+      ``ℓ = [-y·(x1 - x2) + m]₊``; ``cosine_embedding`` (one element per row of 2·D entries,
+      ``pred[..., :D]`` = x1 and ``pred[..., D:]`` = x2; the label has pred's shape, y in
+      {-1, 1} first and 0 elsewhere; ``margin`` m, default 0):
+      ``cos = Σx1·x2 / sqrt((Σx1² + ε)(Σx2² + ε))`` with PyTorch's ε (float32's 1e-12,
+      9.999999960041972e-13, part of the definition: a zero vector has cos = 0 and a finite
+      derivative), ``ℓ = 1 - cos`` at ``y = 1``, ``[cos - m]₊`` at ``y = -1``.
     - ``ctc`` (PyTorch ``ctc_loss``): pred is log_probs ``(T, N, C)``, the label
       ``(targets, input_lengths, target_lengths)``; one loss element per batch item,
       ``ℓ_b = -log Σ_{alignments π of l_b} Π_{t<T_b} e^{x_{t,b,π_t}}`` (a blank between repeated
@@ -132,7 +140,8 @@ class Loss:
         (default False).
       eps: ``poisson_nll``'s ε inside the log (default 1e-8), ``gaussian_nll``'s clamp of
         the variance (default 1e-6); a number >= 0 (> 0 for gaussian_nll), kept exact.
-      margin: ``hinge_embedding``, ``multi_margin``: the margin (a number, default 1).
+      margin: ``hinge_embedding``, ``multi_margin``: the margin (a number, default 1);
+        ``margin_ranking``, ``cosine_embedding``: the margin (a number, default 0).
       p: ``multi_margin``: the hinge's power, 1 or 2 (default 1).
       blank: ``ctc``: the blank class index (default 0).
       zero_infinity: ``ctc``: an impossible alignment's infinite loss and its derivative are 0

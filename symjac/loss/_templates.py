@@ -92,6 +92,8 @@ def running_error(e: sympy.Basic) -> sympy.Expr:
     - n-term sum: ``Σ E(a_i) + (n-1)·Σ|a_i|`` (recursive summation, γ_{n-1}Σ|a_i|);
     - product: ``Σ_i E(a_i)·Π_{j≠i}|a_j| + m·|Π a_i|``, m the inexact multiplications;
     - ``b^k`` (integer k): ``|k·b^(k-1)|·E(b) + ops·|b^k|``;
+    - ``b^x`` (other x: a square root, ``(·)^(-1/2)``): ``|x·b^(x-1)|·E(b) + |b^x·log b|·E(x) + 2|b^x|`` (a
+      correctly rounded sqrt and a division are within 2u together);
     - ``exp(a)``: ``|exp a|·E(a) + 2|exp a|``; ``log(a)``: ``E(a)/|a| + 2|log a|``;
       ``log1p(a)``: ``E(a)/|1 + a| + 2|log1p a|``
       (libm within 1 ulp = 2u); other functions ``|f'(a)|·E(a) + 2|f(a)|``;
@@ -131,8 +133,10 @@ def _running_error(e: sympy.Basic) -> sympy.Expr:
             k = int(ex)
             ops = max(abs(k).bit_length() - 1 + abs(k).bit_count() - 1, 0) + (1 if k < 0 else 0)
             return sympy.Abs(k * base ** (k - 1)) * running_error(base) + max(ops, 1) * sympy.Abs(e)
-        return (sympy.Abs(sympy.diff(e, base)) * running_error(base) + sympy.Abs(sympy.diff(e, ex)) * running_error(ex)
-                + _OP_COST_TRANSCENDENTAL * sympy.Abs(e))
+        # b^x = e^{x·log b}: d/db = x·b^(x-1), d/dx = b^x·log b (a constant exponent: its E is 0, no log)
+        eb, ex_err = running_error(base), running_error(ex)
+        out = sympy.Abs(ex * base ** (ex - 1)) * eb + _OP_COST_TRANSCENDENTAL * sympy.Abs(e)
+        return out + sympy.Abs(e * sympy.log(base)) * ex_err if ex_err != 0 else out
     if isinstance(e, sympy.exp):
         return sympy.Abs(e) * running_error(e.args[0]) + _OP_COST_TRANSCENDENTAL * sympy.Abs(e)
     if isinstance(e, sympy.log):

@@ -28,6 +28,10 @@ PyTorch                                         symjac
 ``multilabel_soft_margin_loss(weight)``         ``Loss("multilabel_soft_margin", weight)``
 ``multi_margin_loss(p, margin, weight)``        ``Loss("multi_margin", p, margin, weight)`` (no hvp)
 ``multilabel_margin_loss``                      ``Loss("multilabel_margin")`` (no hvp)
+``margin_ranking_loss(x1, x2, y, margin)``      ``Loss("margin_ranking", margin)``: pred ``[..., 0]``
+                                                x1, ``[..., 1]`` x2; label ``(y, 0)`` pairs
+``cosine_embedding_loss(x1, x2, y, margin)``    ``Loss("cosine_embedding", margin)``: pred rows
+                                                ``[x1 | x2]`` (2·D); label rows ``(y, 0, ...)``
 ==============================================  ===========================================
 """
 
@@ -45,6 +49,7 @@ import numpy as np
 from symjac.frameworks._adapter import KnownDefect, grid_size, require
 from symjac.frameworks.torch._arrays import to_numpy, to_torch
 from symjac.frameworks._loss_grid import LossConfig, dyadic, generate_losses, probabilities, upstream_for
+from symjac.frameworks.torch._margins import MARGIN_OPS, PAIR_OPS, draw_margin, draw_pair
 from symjac.loss._spec import Loss
 from symjac.frameworks._adapter import LossImpl
 
@@ -258,6 +263,29 @@ def multilabel_margin_loss(reduction: str = "mean", *, scale: Any = 1) -> tuple[
     return spec, dataclasses.replace(impl, hvp=None)
 
 
+def margin_ranking_loss(margin: float = 0.0, reduction: str = "mean", *, scale: Any = 1) -> tuple[Loss, LossImpl]:
+    """``F.margin_ranking_loss(x1, x2, y)`` with pred's last axis the pair (x1, x2) and the label's (y, 0),
+    and its spec ``Loss("margin_ranking", margin)``: the derivative with respect to x2 is pred's second
+    entry's. Its hvp is 0 (PyTorch's gradient of the hinge has no graph: piecewise constant)."""
+    spec = _spec("margin_ranking", reduction, margin=margin, scale=scale)
+    return spec, loss_impl(lambda p, y: _F().margin_ranking_loss(p[..., 0], p[..., 1], y[..., 0], margin=margin,
+                                                                 reduction=reduction), spec)
+
+
+def cosine_embedding_loss(margin: float = 0.0, reduction: str = "mean", *, scale: Any = 1) -> tuple[Loss, LossImpl]:
+    """``F.cosine_embedding_loss(x1, x2, y)`` ((N, D) each) with pred's rows ``[x1 | x2]`` (N, 2·D) and the
+    label's rows ``(y, 0, ..., 0)``, and its spec ``Loss("cosine_embedding", margin)``: the derivative with
+    respect to x2 is pred's second half's. PyTorch squares the entries as written: NaN where a squared
+    norm overflows (the ``extreme`` family's inputs)."""
+    spec = _spec("cosine_embedding", reduction, margin=margin, scale=scale)
+
+    def fn(p: Any, y: Any) -> Any:
+        d = p.shape[-1] // 2
+        return _F().cosine_embedding_loss(p[..., :d], p[..., d:], y[..., 0], margin=margin, reduction=reduction)
+
+    return spec, loss_impl(fn, spec)
+
+
 def known_loss_defect(config: LossConfig, dtype: Any, transform: str) -> KnownDefect | None:
     """A known PyTorch defect a loss configuration runs into in ``dtype`` under ``transform``
     (``"derivative"`` or ``"hvp"``), or None."""
@@ -288,7 +316,9 @@ _DOUBLE_BACKWARD = (
 
 
 #: The operands of an op whose pred is not PyTorch's one input (gaussian_nll_loss: the (input, var) pairs).
-_OPERANDS = {"gaussian_nll_loss": "p[..., 0], y[..., 0], p[..., 1]"}
+_OPERANDS = {"gaussian_nll_loss": "p[..., 0], y[..., 0], p[..., 1]",
+             "margin_ranking_loss": "p[..., 0], p[..., 1], y[..., 0]",
+             "cosine_embedding_loss": "p[..., :p.shape[-1] // 2], p[..., p.shape[-1] // 2:], y[..., 0]"}
 
 
 def _reproducer(op: str, kwargs: Any) -> str:
@@ -350,7 +380,9 @@ def _draw(rng: np.random.Generator, op: str) -> LossConfig:
     elif op in _LIKELIHOOD:
         pred, target, shape = _LIKELIHOOD[op](rng, kwargs, shape, weights)
     elif op in MARGIN_OPS:
-        pred, target, shape = _draw_margin(rng, op, kwargs, n, c, weights)
+        pred, target, shape = draw_margin(rng, op, kwargs, n, c, weights)
+    elif op in PAIR_OPS:
+        pred, target, shape = draw_pair(rng, op, kwargs, n, c)
     else:  # kl_div: log Q input
         log_target = bool(rng.random() < 0.4)
         kwargs["log_target"] = log_target
@@ -391,35 +423,6 @@ def _gaussian_draw(rng: np.random.Generator, kwargs: dict[str, Any], shape: tupl
 
 _LIKELIHOOD = {"nll_loss": _nll_draw, "poisson_nll_loss": _poisson_draw, "gaussian_nll_loss": _gaussian_draw}
 
-def _draw_margin(rng: np.random.Generator, op: str, kwargs: dict[str, Any], n: int, c: int,
-                 weights: Callable[[float, float], tuple[float, ...] | None]) -> tuple[Any, Any, tuple[int, ...]]:
-    """The margin family's inputs (issue 32), some on a hinge's kink on purpose: (pred, target, element shape)."""
-    if op in ("hinge_embedding_loss", "soft_margin_loss"):
-        pred, target = dyadic(rng, -3, 3, (n, c)), rng.choice([-1.0, 1.0], (n, c))
-        if op == "hinge_embedding_loss":
-            kwargs["margin"] = margin = float(rng.choice([1.0, 0.5, 2.0]))
-            pred[(target == -1) & (rng.random((n, c)) < 0.3)] = margin  # z = margin at y = -1: the kink
-        return pred, target, (n, c)
-    pred = dyadic(rng, -3, 3, (n, c))
-    if op == "multilabel_soft_margin_loss":
-        kwargs["weight"] = weights(0.25, 2)
-        return pred, rng.choice([0.0, 1.0], (n, c)), (n,)
-    if op == "multi_margin_loss":
-        kwargs.update(p=int(rng.choice([1, 2])), margin=float(rng.choice([1.0, 0.5])), weight=weights(0.25, 2))
-        target = rng.integers(0, c, n)
-        r = int(rng.integers(0, n))
-        pred[r, (target[r] + 1) % c] = pred[r, target[r]] - kwargs["margin"]  # a hinge at its kink
-        return pred, target, (n,)
-    target = np.full((n, c), -1)  # multilabel_margin_loss: each row's targets, then -1
-    for r in range(n):
-        k = int(rng.integers(0, c + 1))
-        target[r, :k] = rng.permutation(c)[:k]
-    return pred, target, (n,)
-
-
-#: The margin family's ops (issue 32), drawn by :func:`_draw_margin`.
-MARGIN_OPS = ("hinge_embedding_loss", "soft_margin_loss", "multilabel_soft_margin_loss", "multi_margin_loss",
-              "multilabel_margin_loss")
 OPS = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
        "binary_cross_entropy_with_logits", "cross_entropy", "cross_entropy", "kl_div")
 #: The likelihood losses: a stream of their own after OPS' (a third of the grid's size, seeded apart), so
@@ -432,13 +435,15 @@ def loss_configurations(grid: str = "small") -> Iterator[LossConfig]:
     ignore_index, both cross-entropy target forms, kl_div's log_target; then nll_loss, and
     poisson_nll_loss's and gaussian_nll_loss's log_input and full; then the margin family
     (issue 32: hinge_embedding, soft_margin, multilabel_soft_margin, multi_margin, multilabel_margin,
-    some inputs on a hinge's kink); seeded."""
+    some inputs on a hinge's kink); then the pairwise ones (margin_ranking, cosine_embedding); seeded."""
     yield from generate_losses(grid, [_drawer(op) for op in OPS])
     # each family after them (a third as many, seeded apart): the configurations above keep their numbers
     yield from itertools.islice(generate_losses(grid, [_drawer(op) for op in LIKELIHOOD_OPS], seed=32),
                                 grid_size(grid) // 3)
     yield from itertools.islice(generate_losses(grid, [_drawer(op) for op in MARGIN_OPS], seed=32),
                                 grid_size(grid) // 3)
+    yield from itertools.islice(generate_losses(grid, [_drawer(op) for op in PAIR_OPS], seed=33),
+                                grid_size(grid) // 6)
 
 
 def _drawer(op: str) -> Callable[[np.random.Generator], LossConfig]:
