@@ -51,6 +51,7 @@ FUNCTIONS: dict[str, Any] = {
     "exp": _vector(gmpy2.exp),
     "log": _vector(gmpy2.log),
     "log1p": _vector(gmpy2.log1p),
+    "sqrt": _vector(gmpy2.sqrt),  # triplet_margin's Euclidean distance (correctly rounded, as IEEE's)
     "sign": _vector(gmpy2.sign),
     "_rational": _rational,
     "_pi": lambda: gmpy2.const_pi(),  # π at the context's precision (the Stirling term's log 2π), not numpy.pi
