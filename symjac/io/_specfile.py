@@ -162,7 +162,7 @@ def _loss(args: dict[str, Any], where: str) -> Any:
     if loss_kind not in KINDS:  # the file's key is 'loss' (its 'kind' is "loss"): name that key
         raise SpecError(f"loss={loss_kind!r} is not valid{did_you_mean(loss_kind, KINDS, SYNONYMS)}: "
                         f"give one of {', '.join(map(repr, KINDS))}")
-    for key in ("scale", "delta", "label_smoothing", "eps"):
+    for key in ("scale", "delta", "label_smoothing", "eps", "margin"):
         if isinstance(args.get(key), str):
             args[key] = exact_array(args[key], f"{where}.{key}").item()
     return Loss(loss_kind, **args)
@@ -204,7 +204,8 @@ OPERATOR_TABLES = {
     "roi_pool": OperatorTable(("kind", "output_size", "boxes", "spatial_scale"), POOL_INPUT_KEYS,
                               _boxes(RoiPool, "roi_pool"), True),
     "loss": OperatorTable(("kind", "loss", "reduction", "scale", "delta", "pos_weight", "weight",
-                           "label_smoothing", "ignore_index", "labels", "log_input", "log_target", "full", "eps"),
+                           "label_smoothing", "ignore_index", "labels", "log_input", "log_target", "full", "eps",
+                           "margin", "p", "swap"),
                           LOSS_INPUT_KEYS, _loss, False),
 }
 

@@ -472,6 +472,7 @@ from symjac.frameworks.torch._losses import (  # noqa: E402 - the losses are the
     multilabel_soft_margin_loss as multilabel_soft_margin_loss,
     multi_margin_loss as multi_margin_loss,
     multilabel_margin_loss as multilabel_margin_loss,
+    triplet_margin_loss as triplet_margin_loss,
 )
 
 

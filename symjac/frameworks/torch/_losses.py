@@ -28,6 +28,8 @@ PyTorch                                         symjac
 ``multilabel_soft_margin_loss(weight)``         ``Loss("multilabel_soft_margin", weight)``
 ``multi_margin_loss(p, margin, weight)``        ``Loss("multi_margin", p, margin, weight)`` (no hvp)
 ``multilabel_margin_loss``                      ``Loss("multilabel_margin")`` (no hvp)
+``triplet_margin_loss(anchor, positive,``       ``Loss("triplet_margin", margin, p, eps,``
+``negative, margin, p, eps, swap)``             ``swap)``: pred's rows ``[a | q | n]``, 3·D
 ==============================================  ===========================================
 """
 
@@ -258,6 +260,21 @@ def multilabel_margin_loss(reduction: str = "mean", *, scale: Any = 1) -> tuple[
     return spec, dataclasses.replace(impl, hvp=None)
 
 
+def triplet_margin_loss(margin: float = 1.0, p: int = 2, eps: float = 1e-6, swap: bool = False,
+                        reduction: str = "mean", *, scale: Any = 1) -> tuple[Loss, LossImpl]:
+    """``F.triplet_margin_loss(anchor, positive, negative)`` with pred's rows ``[anchor | positive | negative]``
+    (3·D entries each; no label), and its spec ``Loss("triplet_margin", margin, p, eps, swap)``: the
+    derivative with respect to all three is pred's. PyTorch's norm forms Σ(x - y + ε)² (p = 2), which
+    overflows at the ``extreme`` family's magnitudes while the distance is finite."""
+    spec = _spec("triplet_margin", reduction, margin=margin, p=p, eps=eps, swap=swap, scale=scale)
+
+    def loss(z: Any, _: Any) -> Any:
+        d = z.shape[-1] // 3
+        return _F().triplet_margin_loss(z[..., :d], z[..., d:2 * d], z[..., 2 * d:], margin=margin, p=p, eps=eps,
+                                        swap=swap, reduction=reduction)
+    return spec, loss_impl(loss, spec)
+
+
 def known_loss_defect(config: LossConfig, dtype: Any, transform: str) -> KnownDefect | None:
     """A known PyTorch defect a loss configuration runs into in ``dtype`` under ``transform``
     (``"derivative"`` or ``"hvp"``), or None."""
@@ -288,7 +305,8 @@ _DOUBLE_BACKWARD = (
 
 
 #: The operands of an op whose pred is not PyTorch's one input (gaussian_nll_loss: the (input, var) pairs).
-_OPERANDS = {"gaussian_nll_loss": "p[..., 0], y[..., 0], p[..., 1]"}
+_OPERANDS = {"gaussian_nll_loss": "p[..., 0], y[..., 0], p[..., 1]",
+             "triplet_margin_loss": "*p.reshape(*p.shape[:-1], 3, -1).unbind(-2)"}  # [a | q | n] rows
 
 
 def _reproducer(op: str, kwargs: Any) -> str:
@@ -410,6 +428,8 @@ def _draw_margin(rng: np.random.Generator, op: str, kwargs: dict[str, Any], n: i
         r = int(rng.integers(0, n))
         pred[r, (target[r] + 1) % c] = pred[r, target[r]] - kwargs["margin"]  # a hinge at its kink
         return pred, target, (n,)
+    if op == "triplet_margin_loss":
+        return _triplet_draw(rng, kwargs, n)
     target = np.full((n, c), -1)  # multilabel_margin_loss: each row's targets, then -1
     for r in range(n):
         k = int(rng.integers(0, c + 1))
@@ -417,9 +437,29 @@ def _draw_margin(rng: np.random.Generator, op: str, kwargs: dict[str, Any], n: i
     return pred, target, (n,)
 
 
+def _triplet_draw(rng: np.random.Generator, kwargs: dict[str, Any], n: int) -> tuple[Any, None, tuple[int, ...]]:
+    """triplet_margin_loss's rows [anchor | positive | negative] of 3·D (D from 1 to 3), no label: with p = 1
+    (or D = 1) a row on the hinge's kink (the anchor beyond both others, so ε cancels: d(a, q) - d(a, n) =
+    Σ(n - q) = -margin), with swap a row on the swap's kink (positive = anchor). Values on the 1/8 grid
+    and ε = 1/16 off it: x - y + ε is never 0 (no norm at 0), and every p = 1 distance is exact even in
+    bfloat16, so no row lies within rounding of a kink it is not on (with ε = 1e-6, lost in float16 and
+    bfloat16, d(a, n) and d(q, n) that differ by 2ε round equal and the swap's min flips)."""
+    d = int(rng.integers(1, 4))
+    margin = float(rng.choice([1.0, 0.5, 2.0]))
+    kwargs.update(margin=margin, p=int(rng.choice([1, 2])), eps=0.0625, swap=bool(rng.random() < 0.5))
+    a, q, neg = (dyadic(rng, -2, 2, (n, d), 3) for _ in range(3))
+    r = int(rng.integers(0, n))
+    if kwargs["p"] == 1 or d == 1:
+        neg[r, 0] = q[r, 0] - margin - float((neg[r, 1:] - q[r, 1:]).sum())  # Σ(n - q) = -margin
+        a[r] = np.maximum(q[r], neg[r]) + 0.5
+    if kwargs["swap"]:
+        q[(r + 1) % n] = a[(r + 1) % n]
+    return np.concatenate([a, q, neg], axis=-1), None, (n,)
+
+
 #: The margin family's ops (issue 32), drawn by :func:`_draw_margin`.
 MARGIN_OPS = ("hinge_embedding_loss", "soft_margin_loss", "multilabel_soft_margin_loss", "multi_margin_loss",
-              "multilabel_margin_loss")
+              "multilabel_margin_loss", "triplet_margin_loss")
 OPS = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
        "binary_cross_entropy_with_logits", "cross_entropy", "cross_entropy", "kl_div")
 #: The likelihood losses: a stream of their own after OPS' (a third of the grid's size, seeded apart), so
@@ -432,7 +472,7 @@ def loss_configurations(grid: str = "small") -> Iterator[LossConfig]:
     ignore_index, both cross-entropy target forms, kl_div's log_target; then nll_loss, and
     poisson_nll_loss's and gaussian_nll_loss's log_input and full; then the margin family
     (issue 32: hinge_embedding, soft_margin, multilabel_soft_margin, multi_margin, multilabel_margin,
-    some inputs on a hinge's kink); seeded."""
+    triplet_margin, some inputs on a hinge's kink); seeded."""
     yield from generate_losses(grid, [_drawer(op) for op in OPS])
     # each family after them (a third as many, seeded apart): the configurations above keep their numbers
     yield from itertools.islice(generate_losses(grid, [_drawer(op) for op in LIKELIHOOD_OPS], seed=32),

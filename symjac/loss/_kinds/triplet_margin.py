@@ -17,14 +17,16 @@ The kinks, each a ``sign`` in the SymPy derivative, their Clarke set the hull of
 (accepted, as the margin family's): the hinge at ``d(a, q) - d(a, n) + m = 0`` (PyTorch's
 ``clamp_min`` backward takes the active side), ``|·|`` at ``x_i - y_i + ε = 0`` with p = 1
 (PyTorch: sign(0) = 0, inside the hull) and the swap's min at ``d(a, n) = d(q, n)``. The
-Euclidean norm at 0 (``x - y + ε = 0`` in every entry, D > 1) has the unit ball as its Clarke
-set, which is no hull of ``sign = ±1``: such an input is refused (an InputError naming it).
+Euclidean norm at 0 (``x - y + ε = 0`` in every entry) has the unit ball as its Clarke set, which
+is no hull of ``sign = ±1``: such an input is refused (an InputError naming it), at D = 1 too,
+where the template keeps the norm ``√(d² + o²)`` as written (o a coordinate that is always 0)
+rather than SymPy's ``|d|``, so the rounding model is the norm's an implementation evaluates.
 
 p = 2's distance is a square root: its exact value comes from MPFR's correctly rounded sqrt at
 200 bits (as exp and log do for softmax_ce), and the rounding model charges it as any libm
 function (2u, wider than IEEE's correctly rounded sqrt: never narrower), the sum of squares as
 any sum; an implementation forming ``Σ(x - y + ε)²`` overflows where the squares do while the
-distance is finite (the ``extreme`` family, PyTorch's included).
+distance is finite (the ``extreme`` family's D = 2 rows; PyTorch's norm of 2 or more entries does).
 """
 
 from __future__ import annotations
@@ -69,19 +71,22 @@ def triplet_template(dim: int, p: int, swap: bool) -> LossTemplate:
     ``swap``), over one row of ``3·dim`` symbols: the anchor, the positive, the negative."""
     z = tuple(real(f"z{c}") for c in range(PARTS * dim))
     a, q, n = z[:dim], z[dim:2 * dim], z[2 * dim:]
-    eps, m = real("eps"), real("margin")
+    eps, m, o = real("eps"), real("margin"), real("o")
 
     def dist(x: tuple[sympy.Symbol, ...], y: tuple[sympy.Symbol, ...]) -> sympy.Expr:
         diff = [xi - yi + eps for xi, yi in zip(x, y)]
         if p == 1:
             return sympy.Add(*(sympy.Abs(d) for d in diff))
-        return sympy.sqrt(sympy.Add(*(d ** 2 for d in diff)))  # sqrt(d²) is |d| at dim = 1
+        # at dim = 1 SymPy writes √(d²) as |d| and its derivatives as sign(d) and 0, which are not the
+        # forms an implementation of the norm evaluates (its double backward 1/‖d‖ - d²/‖d‖³ rounds off 0):
+        # a coordinate o, always 0 (its value in params), keeps √(d² + o²) the norm as written
+        return sympy.sqrt(sympy.Add(*(d ** 2 for d in diff), *((o ** 2,) if dim == 1 else ())))
 
     d_an = dist(a, n)
     if swap:
         d_qn = dist(q, n)
         d_an = (d_an + d_qn - sympy.Abs(d_an - d_qn)) / 2
-    return element_template("triplet_margin", z, (), (eps, m), positive_part(dist(a, q) - d_an + m))
+    return element_template("triplet_margin", z, (), (eps, m, o), positive_part(dist(a, q) - d_an + m))
 
 
 @register
@@ -126,12 +131,12 @@ class TripletMargin(LossKind):
 
     def params(self, loss: Loss, z: ExactArray, classes: int) -> list[list[Fraction]]:
         assert loss.eps is not None and loss.margin is not None
-        return [[loss.eps, loss.margin]]
+        return [[loss.eps, loss.margin, Fraction(0)]]
 
     def check_domain(self, loss: Loss, z: ExactArray, t: ExactArray | None) -> None:
         c = int(z.shape[-1]) if len(z.shape) else 0
         dim = c // PARTS
-        if loss.p != 2 or dim < 2 or c % PARTS:
+        if loss.p != 2 or dim < 1 or c % PARTS:
             return
         assert loss.eps is not None
         rows = z.num.reshape(-1, c).astype(object)
@@ -157,14 +162,16 @@ class TripletMargin(LossKind):
             "derivatives 0 (the limits) or NaN"))
 
     def extreme_inputs(self, loss: Loss, dt: np.dtype[Any]) -> tuple[np.ndarray, np.ndarray | None] | None:
-        # p = 2: differences from G/2 to 2G (G = square_overflow: G² overflows the dtype, 4G does not),
-        # where Σ(x - y + ε)² overflows (PyTorch's norm: loss inf, derivative x/inf = 0) while the
-        # distance and ℓ are finite; rows: inside the hinge twice, beyond it once (off every kink).
-        # p = 1 forms no square: its float evaluation overflows only where the exact value does.
+        # p = 2: D = 2 rows of differences from G/2 to 2G (G = square_overflow: G² overflows the dtype,
+        # 4G does not), where Σ(x - y + ε)² overflows (PyTorch's norm of 2 or more entries: loss inf,
+        # derivative x/inf = 0; of 1 entry it is |x|) while every distance and ℓ are finite; rows:
+        # beyond the hinge, inside it twice (off every kink). p = 1 forms no square: its float
+        # evaluation overflows only where the exact value does.
         if loss.p == 1:
             return None
         g = square_overflow(dt)
-        return np.array([[g, -g / 2, 2 * g], [-g, g, -g / 2], [g / 2, g, -g]]), None
+        return np.array([[g, -g, -g / 2, g / 2, 2 * g, g], [-g, g, g, g / 2, -g / 2, g],
+                         [g / 2, g, g, -g, -g, g / 2]]), None
 
     def default_inputs(self, loss: Loss) -> tuple[np.ndarray, np.ndarray | None]:
         assert loss.margin is not None and loss.eps is not None
