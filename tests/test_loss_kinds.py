@@ -106,7 +106,8 @@ def test_default_inputs_lie_in_the_domain(name: str, opts: dict[str, Any], reduc
         lo, hi = symjac.loss_derivative_set(loss, pred, label, upstream)
         d = symjac.loss_derivative(loss, pred, label, upstream)
         assert all(a <= b <= c for a, b, c in zip(lo.reshape(-1), d.reshape(-1), hi.reshape(-1)))
-        assert ev.smooth == (opts.get("p") == 2)  # [a]₊² is C¹: its kink is the second derivative's
+        # multi_margin's [a]₊² (p = 2) is C¹: its kink is the second derivative's
+        assert ev.smooth == (name == "multi_margin" and opts.get("p") == 2)
         return
     assert ev.smooth  # no default input on a kink
     symjac.loss_hessian(loss, pred, label, upstream)  # nor where the second derivative jumps (InputError)
@@ -208,7 +209,7 @@ def _torch_elementwise(name: str, loss: Loss) -> Any:
 TORCH = {name: "elementwise" for name in ("mse", "mae", "smooth_l1", "huber", "sigmoid_ce", "bce", "kld",
                                            "constant_derivative", "poisson_nll", "hinge_embedding", "soft_margin")} | {
     name: "rows" for name in ("softmax_ce", "nll", "gaussian_nll", "multilabel_soft_margin", "multi_margin",
-                              "multilabel_margin", "margin_ranking", "cosine_embedding")}
+                              "multilabel_margin", "margin_ranking", "cosine_embedding", "triplet_margin")}
 
 
 def _torch_rows(name: str, loss: Loss, label: np.ndarray) -> Any:
@@ -239,6 +240,12 @@ def _torch_rows(name: str, loss: Loss, label: np.ndarray) -> Any:
         ignore = -100 if loss.ignore_index is None else loss.ignore_index
         return lambda zz: F.cross_entropy(zz, target, weight=w, label_smoothing=float(loss.label_smoothing or 0),
                                           reduction="sum", ignore_index=ignore)
+    if name == "triplet_margin":  # rows [anchor | positive | negative] of 3·D
+        def triplet(zz: Any) -> Any:
+            d = zz.shape[-1] // 3
+            return F.triplet_margin_loss(zz[:, :d], zz[:, d:2 * d], zz[:, 2 * d:], margin=float(loss.margin),
+                                         p=loss.p, eps=float(loss.eps), swap=bool(loss.swap), reduction="sum")
+        return triplet
     if name == "multilabel_soft_margin":
         return lambda zz: F.multilabel_soft_margin_loss(zz, torch.tensor(label, dtype=torch.float64), weight=w,
                                                         reduction="sum")
@@ -277,7 +284,8 @@ def test_the_second_derivative_rule_against_pytorch_double_backward(name: str, o
     if TORCH[name] == "rows":  # a class axis: the per-row Hessian of the summed loss
         hess = torch.autograd.functional.hessian(_torch_rows(name, loss, label), z)  # (rows, C, rows, C)
         for i, args in rows:
-            got = kind.second_derivative(tpl, *args)
+            with mpmath.workdps(60):  # the rule's exact form may cancel (triplet_margin's 1/‖d‖ - d²/‖d‖³ at D = 1)
+                got = kind.second_derivative(tpl, *args)
             want = hess[i, :, i, :].numpy()
             assert np.allclose(np.array(got, dtype=float), want, rtol=1e-12, atol=1e-14), (opts, i)
         return
@@ -305,9 +313,10 @@ def test_extreme_inputs_are_exact_in_the_dtype_in_the_domain_and_finite_there(na
     if got is None:  # the kind's float evaluation overflows only where its exact value does
         # linear in pred, or hinges of it (a square of a hinge overflows where its exact value does);
         # poisson_nll's log-rate form: e^z - y·z overflows where its exact value does
+        # triplet_margin's p = 1 distance forms no square
         assert name in ("constant_derivative", "hinge_embedding", "multi_margin", "multilabel_margin",
                         "margin_ranking") or \
-            (name == "poisson_nll" and loss.log_input)
+            (name == "poisson_nll" and loss.log_input) or (name == "triplet_margin" and loss.p == 1)
         return
     pred, label, _ = got
     for a in (pred, label):

@@ -226,3 +226,25 @@ def test_torch_mean_against_a_sum_spec_is_wrong_scale():
                          pred=pred, label=np.array([0, 1, 2, 1]))
     assert report.categories() == ["wrong_scale"]
     assert "c = 2 (S/n: averaged over the n = 4 elements where the spec sums)" in report.findings[0].message
+
+
+@pytest.mark.parametrize("i", range(4))
+def test_triplet_margin_against_pytorch(i):
+    # F.triplet_margin_loss on pred's rows [anchor | positive | negative] (D = 1 to 3), p 1 or 2, swap, every
+    # reduction, float32 and float64: PyTorch's forward and autograd × S pass verify_loss
+    rng = np.random.default_rng(2000 + i)
+    n, d = int(rng.integers(2, 5)), 1 + i % 3
+    p, swap, reduction = 1 + i % 2, bool(i // 2), ("mean", "sum", "none", "mean")[i]
+    dtype, scale = (np.float32, np.float64)[i % 2], SCALES[i]
+    loss = Loss("triplet_margin", reduction=reduction, scale=scale, p=p, swap=swap, margin=0.5)
+
+    def fn(x, _):
+        return F.triplet_margin_loss(x[:, :d], x[:, d:2 * d], x[:, 2 * d:], margin=0.5, p=p, swap=swap,
+                                     reduction=reduction)
+
+    case = {"fn": fn, "batch": False, "scale": scale}
+    forward, derivative = torch_impl(case)
+    pred = _dyadic(rng, -2, 2, (n, 3 * d)).astype(dtype)
+    upstream = _dyadic(rng, -2, 2, (n,)).astype(dtype) if reduction == "none" else None
+    report = verify_loss(loss, derivative=derivative, forward=forward, pred=pred, upstream=upstream, dtype=dtype)
+    assert report.ok, report

@@ -205,7 +205,7 @@ OPERATOR_TABLES = {
                               _boxes(RoiPool, "roi_pool"), True),
     "loss": OperatorTable(("kind", "loss", "reduction", "scale", "delta", "pos_weight", "weight",
                            "label_smoothing", "ignore_index", "labels", "log_input", "log_target", "full", "eps",
-                           "margin", "p"),
+                           "margin", "p", "swap"),
                           LOSS_INPUT_KEYS, _loss, False),
 }
 

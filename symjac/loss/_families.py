@@ -79,14 +79,15 @@ def nonfinite_inputs(loss: Loss) -> tuple[np.ndarray, np.ndarray | None, np.ndar
         for v, at in zip(values, ((0, 1 % c), (1, 0), (1, c - 1))):
             pred[at] = v
         return completed(loss, pred, label)
-    assert label is not None
-    counted = [r for r in range(pred.shape[0]) if not (kind.labels_are_indices(loss) and label[r] == loss.ignore_index)]
+    counted = [r for r in range(pred.shape[0]) if not (label is not None and kind.labels_are_indices(loss)
+                                                         and label[r] == loss.ignore_index)]
     r = counted[0]
     rows = [pred[r].copy() for _ in values]
     for row, v, k in zip(rows, values, (1 % c, 0, c - 1)):
         row[k] = v
     pred = np.vstack([pred] + rows)
-    label = np.concatenate([label, np.repeat(label[r:r + 1], len(values), axis=0)])
+    if label is not None:  # a class-axis kind without a label (triplet_margin) has none to copy
+        label = np.concatenate([label, np.repeat(label[r:r + 1], len(values), axis=0)])
     return completed(loss, pred, label)
 
 

@@ -51,7 +51,7 @@ FUNCTIONS: dict[str, Any] = {
     "exp": _vector(gmpy2.exp),
     "log": _vector(gmpy2.log),
     "log1p": _vector(gmpy2.log1p),
-    "sqrt": _vector(gmpy2.sqrt),  # correctly rounded (cosine_embedding's norms)
+    "sqrt": _vector(gmpy2.sqrt),  # correctly rounded, as IEEE's (cosine_embedding's norms, triplet_margin's distance)
     "sign": _vector(gmpy2.sign),
     "_rational": _rational,
     "_pi": lambda: gmpy2.const_pi(),  # π at the context's precision (the Stirling term's log 2π), not numpy.pi

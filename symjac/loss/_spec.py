@@ -26,7 +26,8 @@ SYNONYMS = {
 LABEL_FORMS = softmax_ce.LABEL_FORMS
 
 _ALL_OPTIONS = ("delta", "pos_weight", "weight", "label_smoothing", "ignore_index", "labels", "log_input", "log_target",
-                "full", "eps", "margin", "p", "blank", "zero_infinity", "assume_log_softmax")
+                "full", "eps", "margin", "p", "blank", "zero_infinity", "assume_log_softmax",
+                "swap")
 __all__ = ["DPS", "KINDS", "LABEL_FORMS", "REDUCTIONS", "SYNONYMS", "Loss", "check_loss", "kind_of"]
 
 
@@ -89,7 +90,13 @@ class Loss:
       {-1, 1} first and 0 elsewhere; ``margin`` m, default 0):
       ``cos = Σx1·x2 / sqrt((Σx1² + ε)(Σx2² + ε))`` with PyTorch's ε (float32's 1e-12,
       9.999999960041972e-13, part of the definition: a zero vector has cos = 0 and a finite
-      derivative), ``ℓ = 1 - cos`` at ``y = 1``, ``[cos - m]₊`` at ``y = -1``.
+      derivative), ``ℓ = 1 - cos`` at ``y = 1``, ``[cos - m]₊`` at ``y = -1``;
+      ``triplet_margin`` (PyTorch ``triplet_margin_loss``, no label; one element per row of ``3·D`` entries along the last
+      axis, ``[a | q | n]``: the anchor ``pred[..., :D]``, the positive ``pred[..., D:2D]``, the
+      negative ``pred[..., 2D:]``; ``margin`` m > 0, ``p`` in {1, 2} (default 2), ``eps`` ε
+      (default 1e-6), ``swap``): ``ℓ = [d(a, q) - d(a, n) + m]₊`` with ``d(x, y) = ‖x - y + ε‖_p``,
+      ``d(a, n)`` replaced by ``min(d(a, n), d(q, n))`` with ``swap=True``. See
+      :mod:`symjac.loss._kinds.triplet_margin`.
     - ``ctc`` (PyTorch ``ctc_loss``): pred is log_probs ``(T, N, C)``, the label
       ``(targets, input_lengths, target_lengths)``; one loss element per batch item,
       ``ℓ_b = -log Σ_{alignments π of l_b} Π_{t<T_b} e^{x_{t,b,π_t}}`` (a blank between repeated
@@ -139,10 +146,13 @@ class Loss:
       full: ``poisson_nll``: add the Stirling term; ``gaussian_nll``: add ``½·log 2π``
         (default False).
       eps: ``poisson_nll``'s ε inside the log (default 1e-8), ``gaussian_nll``'s clamp of
-        the variance (default 1e-6); a number >= 0 (> 0 for gaussian_nll), kept exact.
+        the variance (default 1e-6), ``triplet_margin``'s ε added to each difference
+        (default 1e-6); a number >= 0 (> 0 for gaussian_nll), kept exact.
       margin: ``hinge_embedding``, ``multi_margin``: the margin (a number, default 1);
-        ``margin_ranking``, ``cosine_embedding``: the margin (a number, default 0).
-      p: ``multi_margin``: the hinge's power, 1 or 2 (default 1).
+        ``margin_ranking``, ``cosine_embedding``: the margin (a number, default 0);
+        ``triplet_margin``: a number > 0 (default 1).
+      p: ``multi_margin``: the hinge's power, 1 or 2 (default 1); ``triplet_margin``: the
+        distance's norm, 1 or 2 (default 2).
       blank: ``ctc``: the blank class index (default 0).
       zero_infinity: ``ctc``: an impossible alignment's infinite loss and its derivative are 0
         (default False).
@@ -150,6 +160,7 @@ class Loss:
         ``log_softmax`` the input is assumed to have passed through (PyTorch ``ctc_loss``'s
         convention: ``r_b·(e^x - γ_b)``), not with respect to the log-probabilities as given
         (default False: ``-r_b·γ_b``).
+      swap: ``triplet_margin``: the distance swap, ``min(d(a, n), d(q, n))`` (default False).
 
     Raises:
       SpecError: a field is invalid or does not apply to ``kind``; the message names
@@ -174,6 +185,7 @@ class Loss:
     blank: int | None = dataclasses.field(default=None, kw_only=True)
     zero_infinity: bool | None = dataclasses.field(default=None, kw_only=True)
     assume_log_softmax: bool | None = dataclasses.field(default=None, kw_only=True)
+    swap: bool | None = dataclasses.field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         put = object.__setattr__

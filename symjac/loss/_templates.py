@@ -133,10 +133,11 @@ def _running_error(e: sympy.Basic) -> sympy.Expr:
             k = int(ex)
             ops = max(abs(k).bit_length() - 1 + abs(k).bit_count() - 1, 0) + (1 if k < 0 else 0)
             return sympy.Abs(k * base ** (k - 1)) * running_error(base) + max(ops, 1) * sympy.Abs(e)
-        # b^x = e^{x·log b}: d/db = x·b^(x-1), d/dx = b^x·log b (a constant exponent: its E is 0, no log)
-        eb, ex_err = running_error(base), running_error(ex)
-        out = sympy.Abs(ex * base ** (ex - 1)) * eb + _OP_COST_TRANSCENDENTAL * sympy.Abs(e)
-        return out + sympy.Abs(e * sympy.log(base)) * ex_err if ex_err != 0 else out
+        # ∂(b^x)/∂b = x·b^(x-1) and ∂(b^x)/∂x = b^x·log b, written out: SymPy differentiates with
+        # respect to symbols only, and b may be a sum (triplet_margin's √Σd²: x = 1/2, a constant)
+        by_base = sympy.Abs(ex * base ** (ex - 1)) * running_error(base)
+        by_exponent = zero if ex.is_number else sympy.Abs(e * sympy.log(base)) * running_error(ex)
+        return by_base + by_exponent + _OP_COST_TRANSCENDENTAL * sympy.Abs(e)
     if isinstance(e, sympy.exp):
         return sympy.Abs(e) * running_error(e.args[0]) + _OP_COST_TRANSCENDENTAL * sympy.Abs(e)
     if isinstance(e, sympy.log):

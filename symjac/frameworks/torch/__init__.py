@@ -474,6 +474,7 @@ from symjac.frameworks.torch._losses import (  # noqa: E402 - the losses are the
     multilabel_margin_loss as multilabel_margin_loss,
     margin_ranking_loss as margin_ranking_loss,
     cosine_embedding_loss as cosine_embedding_loss,
+    triplet_margin_loss as triplet_margin_loss,
 )
 
 

@@ -32,6 +32,8 @@ PyTorch                                         symjac
                                                 x1, ``[..., 1]`` x2; label ``(y, 0)`` pairs
 ``cosine_embedding_loss(x1, x2, y, margin)``    ``Loss("cosine_embedding", margin)``: pred rows
                                                 ``[x1 | x2]`` (2·D); label rows ``(y, 0, ...)``
+``triplet_margin_loss(anchor, positive,``       ``Loss("triplet_margin", margin, p, eps,``
+``negative, margin, p, eps, swap)``             ``swap)``: pred's rows ``[a | q | n]``, 3·D
 ==============================================  ===========================================
 """
 
@@ -286,6 +288,21 @@ def cosine_embedding_loss(margin: float = 0.0, reduction: str = "mean", *, scale
     return spec, loss_impl(fn, spec)
 
 
+def triplet_margin_loss(margin: float = 1.0, p: int = 2, eps: float = 1e-6, swap: bool = False,
+                        reduction: str = "mean", *, scale: Any = 1) -> tuple[Loss, LossImpl]:
+    """``F.triplet_margin_loss(anchor, positive, negative)`` with pred's rows ``[anchor | positive | negative]``
+    (3·D entries each; no label), and its spec ``Loss("triplet_margin", margin, p, eps, swap)``: the
+    derivative with respect to all three is pred's. PyTorch's norm forms Σ(x - y + ε)² (p = 2), which
+    overflows at the ``extreme`` family's magnitudes while the distance is finite."""
+    spec = _spec("triplet_margin", reduction, margin=margin, p=p, eps=eps, swap=swap, scale=scale)
+
+    def loss(z: Any, _: Any) -> Any:
+        d = z.shape[-1] // 3
+        return _F().triplet_margin_loss(z[..., :d], z[..., d:2 * d], z[..., 2 * d:], margin=margin, p=p, eps=eps,
+                                        swap=swap, reduction=reduction)
+    return spec, loss_impl(loss, spec)
+
+
 def known_loss_defect(config: LossConfig, dtype: Any, transform: str) -> KnownDefect | None:
     """A known PyTorch defect a loss configuration runs into in ``dtype`` under ``transform``
     (``"derivative"`` or ``"hvp"``), or None."""
@@ -318,7 +335,8 @@ _DOUBLE_BACKWARD = (
 #: The operands of an op whose pred is not PyTorch's one input (gaussian_nll_loss: the (input, var) pairs).
 _OPERANDS = {"gaussian_nll_loss": "p[..., 0], y[..., 0], p[..., 1]",
              "margin_ranking_loss": "p[..., 0], p[..., 1], y[..., 0]",
-             "cosine_embedding_loss": "p[..., :p.shape[-1] // 2], p[..., p.shape[-1] // 2:], y[..., 0]"}
+             "cosine_embedding_loss": "p[..., :p.shape[-1] // 2], p[..., p.shape[-1] // 2:], y[..., 0]",
+             "triplet_margin_loss": "*p.reshape(*p.shape[:-1], 3, -1).unbind(-2)"}  # [a | q | n] rows
 
 
 def _reproducer(op: str, kwargs: Any) -> str:
@@ -435,7 +453,7 @@ def loss_configurations(grid: str = "small") -> Iterator[LossConfig]:
     ignore_index, both cross-entropy target forms, kl_div's log_target; then nll_loss, and
     poisson_nll_loss's and gaussian_nll_loss's log_input and full; then the margin family
     (issue 32: hinge_embedding, soft_margin, multilabel_soft_margin, multi_margin, multilabel_margin,
-    some inputs on a hinge's kink); then the pairwise ones (margin_ranking, cosine_embedding); seeded."""
+    triplet_margin, some inputs on a hinge's kink); then the pairwise ones (margin_ranking, cosine_embedding); seeded."""
     yield from generate_losses(grid, [_drawer(op) for op in OPS])
     # each family after them (a third as many, seeded apart): the configurations above keep their numbers
     yield from itertools.islice(generate_losses(grid, [_drawer(op) for op in LIKELIHOOD_OPS], seed=32),

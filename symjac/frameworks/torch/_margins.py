@@ -32,11 +32,33 @@ def draw_margin(rng: np.random.Generator, op: str, kwargs: dict[str, Any], n: in
         r = int(rng.integers(0, n))
         pred[r, (target[r] + 1) % c] = pred[r, target[r]] - kwargs["margin"]  # a hinge at its kink
         return pred, target, (n,)
+    if op == "triplet_margin_loss":
+        return _triplet_draw(rng, kwargs, n)
     target = np.full((n, c), -1)  # multilabel_margin_loss: each row's targets, then -1
     for r in range(n):
         k = int(rng.integers(0, c + 1))
         target[r, :k] = rng.permutation(c)[:k]
     return pred, target, (n,)
+
+
+def _triplet_draw(rng: np.random.Generator, kwargs: dict[str, Any], n: int) -> tuple[Any, None, tuple[int, ...]]:
+    """triplet_margin_loss's rows [anchor | positive | negative] of 3·D (D from 1 to 3), no label: with p = 1
+    (or D = 1) a row on the hinge's kink (the anchor beyond both others, so ε cancels: d(a, q) - d(a, n) =
+    Σ(n - q) = -margin), with swap a row on the swap's kink (positive = anchor). Values on the 1/8 grid
+    and ε = 1/16 off it: x - y + ε is never 0 (no norm at 0), and every p = 1 distance is exact even in
+    bfloat16, so no row lies within rounding of a kink it is not on (with ε = 1e-6, lost in float16 and
+    bfloat16, d(a, n) and d(q, n) that differ by 2ε round equal and the swap's min flips)."""
+    d = int(rng.integers(1, 4))
+    margin = float(rng.choice([1.0, 0.5, 2.0]))
+    kwargs.update(margin=margin, p=int(rng.choice([1, 2])), eps=0.0625, swap=bool(rng.random() < 0.5))
+    a, q, neg = (dyadic(rng, -2, 2, (n, d), 3) for _ in range(3))
+    r = int(rng.integers(0, n))
+    if kwargs["p"] == 1 or d == 1:
+        neg[r, 0] = q[r, 0] - margin - float((neg[r, 1:] - q[r, 1:]).sum())  # Σ(n - q) = -margin
+        a[r] = np.maximum(q[r], neg[r]) + 0.5
+    if kwargs["swap"]:
+        q[(r + 1) % n] = a[(r + 1) % n]
+    return np.concatenate([a, q, neg], axis=-1), None, (n,)
 
 
 def draw_pair(rng: np.random.Generator, op: str, kwargs: dict[str, Any], n: int,
@@ -77,4 +99,4 @@ def _draw_cosine(rng: np.random.Generator, kwargs: dict[str, Any], n: int, c: in
 PAIR_OPS = ("margin_ranking_loss", "cosine_embedding_loss")
 #: The margin family's ops (issue 32), drawn by :func:`draw_margin`.
 MARGIN_OPS = ("hinge_embedding_loss", "soft_margin_loss", "multilabel_soft_margin_loss", "multi_margin_loss",
-              "multilabel_margin_loss")
+              "multilabel_margin_loss", "triplet_margin_loss")

@@ -11,7 +11,7 @@ from symjac.loss._kind import REGISTRY, LossKind
 from symjac.loss._kinds import regression, sigmoid_ce, bce, softmax_ce, kld, constant_derivative  # noqa: F401
 from symjac.loss._kinds import nll, poisson_nll, gaussian_nll  # noqa: F401
 from symjac.loss._kinds import hinge_embedding, soft_margin, multilabel_soft_margin, multi_margin  # noqa: F401
-from symjac.loss._kinds import margin_ranking, cosine_embedding  # noqa: F401
+from symjac.loss._kinds import margin_ranking, cosine_embedding, triplet_margin  # noqa: F401
 from symjac.loss._kinds import ctc  # noqa: F401
 
 __all__ = ["REGISTRY", "LossKind"]
