@@ -28,6 +28,11 @@ PyTorch                                         symjac
 ``multilabel_soft_margin_loss(weight)``         ``Loss("multilabel_soft_margin", weight)``
 ``multi_margin_loss(p, margin, weight)``        ``Loss("multi_margin", p, margin, weight)`` (no hvp)
 ``multilabel_margin_loss``                      ``Loss("multilabel_margin")`` (no hvp)
+``ctc_loss(blank, zero_infinity)``              ``Loss("ctc", blank, zero_infinity,``
+(log_probs ``(T, N, C)``, targets, lengths)     ``assume_log_softmax=True)`` (no hvp): its
+                                                backward is the gradient through the
+                                                ``log_softmax`` it documents ``log_probs``
+                                                came from
 ==============================================  ===========================================
 """
 
@@ -44,7 +49,7 @@ import numpy as np
 
 from symjac.frameworks._adapter import KnownDefect, grid_size, require
 from symjac.frameworks.torch._arrays import to_numpy, to_torch
-from symjac.frameworks._loss_grid import LossConfig, dyadic, generate_losses, probabilities, upstream_for
+from symjac.frameworks._loss_grid import LossConfig, ctc_case, dyadic, generate_losses, probabilities, upstream_for
 from symjac.loss._spec import Loss
 from symjac.frameworks._adapter import LossImpl
 
@@ -258,6 +263,44 @@ def multilabel_margin_loss(reduction: str = "mean", *, scale: Any = 1) -> tuple[
     return spec, dataclasses.replace(impl, hvp=None)
 
 
+def ctc_loss(blank: int = 0, reduction: str = "mean", zero_infinity: bool = False, *, scale: Any = 1,
+             assume_log_softmax: bool = True) -> tuple[Loss, LossImpl]:
+    """``F.ctc_loss(log_probs, targets, input_lengths, target_lengths, blank, reduction, zero_infinity)``
+    and its spec ``Loss("ctc", blank, zero_infinity, assume_log_softmax=True)``.
+
+    The impl's calls take PyTorch's arguments (``verify_loss``'s sequence route):
+    ``derivative(log_probs, targets, input_lengths, target_lengths[, upstream])`` is ``S·`` autograd's
+    gradient (the VJP with one upstream per item for ``"none"``), ``forward(...)`` the loss; no hvp
+    (PyTorch has no double backward of ``ctc_loss``). PyTorch documents ``log_probs`` as a
+    ``log_softmax``'s output and its backward returns ``r_b·(e^x - γ_b)``, the gradient through that
+    ``log_softmax`` (docs/case-ctc-log-softmax.md): the spec declares that convention
+    (``assume_log_softmax=True``). ``assume_log_softmax=False`` (symjac's, not a PyTorch argument)
+    asks for the derivative with respect to ``log_probs`` as free inputs, which PyTorch's backward is
+    not: ``verify_loss`` then names ``assumes_log_softmax``."""
+    spec = _spec("ctc", reduction, blank=blank, zero_infinity=zero_infinity, assume_log_softmax=assume_log_softmax,
+                 scale=scale)
+    torch, factor = _torch(), float(spec.scale)
+
+    def run(lp: Any, tg: Any, il: Any, tl: Any) -> Any:
+        return _F().ctc_loss(lp, _tensor(np.asarray(tg)).long(), _tensor(np.asarray(il)).long(),
+                             _tensor(np.asarray(tl)).long(), blank=blank, reduction=reduction,
+                             zero_infinity=zero_infinity)
+
+    def forward(lp: np.ndarray, tg: Any, il: Any, tl: Any) -> np.ndarray:
+        with torch.no_grad():
+            return _numpy(run(_tensor(lp), tg, il, tl))
+
+    def derivative(lp: np.ndarray, tg: Any, il: Any, tl: Any, upstream: Any = None) -> np.ndarray:
+        p = _tensor(lp).requires_grad_(True)
+        with torch.enable_grad():
+            value = run(p, tg, il, tl)
+            u = torch.ones_like(value) if upstream is None else _tensor(upstream)
+            (g,) = torch.autograd.grad(value, p, u)
+        return _numpy(g * factor)
+
+    return spec, LossImpl(loss=spec, derivative=derivative, forward=forward)
+
+
 def known_loss_defect(config: LossConfig, dtype: Any, transform: str) -> KnownDefect | None:
     """A known PyTorch defect a loss configuration runs into in ``dtype`` under ``transform``
     (``"derivative"`` or ``"hvp"``), or None."""
@@ -291,7 +334,21 @@ _DOUBLE_BACKWARD = (
 _OPERANDS = {"gaussian_nll_loss": "p[..., 0], y[..., 0], p[..., 1]"}
 
 
+#: ``ctc_loss``'s reproducer: ``label`` is ``(targets, input_lengths, target_lengths)``; no hvp.
+_CTC_REPRODUCER = (
+    "import torch\n\n"
+    "p = torch.tensor(pred, requires_grad=True)\n"
+    "value = torch.nn.functional.ctc_loss(p, *(torch.tensor(a).long() for a in label), {args})\n"
+    "u = torch.ones_like(value) if upstream is None else torch.tensor(upstream)\n"
+    "(g,) = torch.autograd.grad(value, p, u)\n"
+    "derivative = g.numpy()\n"
+    "hvp = None\n")
+
+
 def _reproducer(op: str, kwargs: Any) -> str:
+    if op == "ctc_loss":
+        return _CTC_REPRODUCER.format(args=", ".join(f"{k}={v!r}" for k, v in kwargs.items()
+                                                     if k != "assume_log_softmax"))
     args = []
     for key, value in kwargs.items():
         if key == "target":  # symjac's: which target form the label is
@@ -432,13 +489,22 @@ def loss_configurations(grid: str = "small") -> Iterator[LossConfig]:
     ignore_index, both cross-entropy target forms, kl_div's log_target; then nll_loss, and
     poisson_nll_loss's and gaussian_nll_loss's log_input and full; then the margin family
     (issue 32: hinge_embedding, soft_margin, multilabel_soft_margin, multi_margin, multilabel_margin,
-    some inputs on a hinge's kink); seeded."""
+    some inputs on a hinge's kink); then ctc_loss (blank positions, reductions, zero_infinity, repeated
+    labels, impossible alignments, varied lengths: :func:`~symjac.frameworks._loss_grid.ctc_case`); seeded."""
     yield from generate_losses(grid, [_drawer(op) for op in OPS])
     # each family after them (a third as many, seeded apart): the configurations above keep their numbers
     yield from itertools.islice(generate_losses(grid, [_drawer(op) for op in LIKELIHOOD_OPS], seed=32),
                                 grid_size(grid) // 3)
     yield from itertools.islice(generate_losses(grid, [_drawer(op) for op in MARGIN_OPS], seed=32),
                                 grid_size(grid) // 3)
+    yield from itertools.islice(generate_losses(grid, [_ctc_draw], seed=32), grid_size(grid) // 3)
+
+
+def _ctc_draw(rng: np.random.Generator) -> LossConfig:
+    """``ctc_loss`` at a seeded :func:`~symjac.frameworks._loss_grid.ctc_case` (issue 32)."""
+    options, x, label, upstream = ctc_case(rng)
+    return LossConfig("ctc_loss", options, x, label, upstream,
+                      "ctc_loss " + " ".join(f"{k}={v}" for k, v in options.items()))
 
 
 def _drawer(op: str) -> Callable[[np.random.Generator], LossConfig]:
