@@ -49,7 +49,7 @@ import numpy as np
 
 from symjac.frameworks._adapter import KnownDefect, grid_size, require
 from symjac.frameworks.torch._arrays import to_numpy, to_torch
-from symjac.frameworks._loss_grid import LossConfig, ctc_case, dyadic, generate_losses, probabilities, upstream_for
+from symjac.frameworks._loss_grid import LossConfig, ctc_draw, dyadic, generate_losses, probabilities, upstream_for
 from symjac.loss._spec import Loss
 from symjac.frameworks._adapter import LossImpl
 
@@ -502,9 +502,7 @@ def loss_configurations(grid: str = "small") -> Iterator[LossConfig]:
 
 def _ctc_draw(rng: np.random.Generator) -> LossConfig:
     """``ctc_loss`` at a seeded :func:`~symjac.frameworks._loss_grid.ctc_case` (issue 32)."""
-    options, x, label, upstream = ctc_case(rng)
-    return LossConfig("ctc_loss", options, x, label, upstream,
-                      "ctc_loss " + " ".join(f"{k}={v}" for k, v in options.items()))
+    return ctc_draw(rng, "ctc_loss", "blank")
 
 
 def _drawer(op: str) -> Callable[[np.random.Generator], LossConfig]:

@@ -93,11 +93,11 @@ class Ctc(LossKind):
     """``ℓ_b = -log Σ_{alignments} Π_t e^{x_{t,b,π_t}}`` over the batch (see the module docstring)."""
 
     name = "ctc"
-    options = ("blank", "zero_infinity", "assume_log_softmax")
+    options = ("blank", "zero_infinity", "assume_log_softmax", "log_input")
     synonyms = ("ctc_loss", "connectionist_temporal_classification", "ctcloss")
     class_axis = True
     whole = True
-    samples = ({}, {"zero_infinity": True}, {"blank": 2, "assume_log_softmax": True})
+    samples = ({}, {"zero_infinity": True}, {"blank": 2, "assume_log_softmax": True}, {"log_input": False})
 
     def validate(self, loss: Loss, put: Put) -> None:
         if loss.reduction not in CTC_REDUCTIONS:
@@ -108,11 +108,15 @@ class Ctc(LossKind):
         if not is_int(blank) or blank < 0:
             raise SpecError(f"blank={loss.blank!r} is not valid: give a class index >= 0 (default 0)")
         put("blank", int(blank))
-        for name in ("zero_infinity", "assume_log_softmax"):
+        for name, default in (("zero_infinity", False), ("assume_log_softmax", False), ("log_input", True)):
             value = getattr(loss, name)
             if value is not None and not isinstance(value, (bool, np.bool_)):
                 raise SpecError(f"{name}={value!r} is not valid: give True or False")
-            put(name, bool(value))
+            put(name, default if value is None else bool(value))
+        if loss.assume_log_softmax and loss.log_input is False:
+            raise SpecError("assume_log_softmax=True with log_input=False is not valid: logits (log_input=False) "
+                            "pass through the loss's own log_softmax, whose derivative softmax - γ is the true "
+                            "one; assume_log_softmax declares that convention for log-probability inputs")
 
     def element_shape(self, pred_shape: tuple[int, ...]) -> tuple[int, ...]:
         """One loss element per batch item: ``(N,)`` of log_probs ``(T, N, C)``."""
@@ -155,7 +159,9 @@ class Ctc(LossKind):
 class CtcEvaluation:
     """The exact CTC loss and derivative at one input, with what the rounding bounds need.
 
-    MPFR numbers in ``object`` arrays. ``occupancy`` is ``γ_b(t, c)`` ``(T, N, C)``, 0 at
+    MPFR numbers in ``object`` arrays. ``probs`` is ``e^x`` (``softmax(z)`` of logits,
+    ``log_input=False``) ``(T, N, C)``; ``softmax_run`` per frame and item ``(T, N)`` the running error
+    of a log_softmax of logits, ``L_t`` (0 for log-probabilities). ``occupancy`` is ``γ_b(t, c)`` ``(T, N, C)``, 0 at
     ``t >= T_b`` and at impossible items; ``elements`` ``ℓ_b`` (+inf at an impossible item,
     0 there with ``zero_infinity``); ``factor`` ``r_b`` (Fractions); per item ``R_b``,
     ``cond_b``, ``ρ_b`` (in units of u: times u below), ``Σ_t X_t`` and ``k_ℓ``, ``k_h``.
@@ -169,6 +175,8 @@ class CtcEvaluation:
     feasible: np.ndarray
     elements: np.ndarray
     occupancy: np.ndarray
+    probs: np.ndarray
+    softmax_run: np.ndarray
     factor: tuple[Fraction, ...]
     items: tuple[dict[str, Any], ...]
     run: tuple[Any, ...]
@@ -189,9 +197,11 @@ class CtcEvaluation:
         changed = np.any(x != self.pred, axis=(0, 2))
         blank = int(self.loss.blank if self.loss.blank is not None else 0)
         with _numbers.context():
-            items = tuple(_item(x[:, b, :], _exp(x[:, b, :]), self.targets[b], self.input_lengths[b], blank)
+            lx, y, lsm = _normalised(self.loss, x)
+            items = tuple(_item(lx[:, b, :], y[:, b, :], self.targets[b], self.input_lengths[b], blank, lsm[:, b])
                           if changed[b] else self.items[b] for b in range(self.batch))
-        return build(self.loss, x, self.targets, self.input_lengths, self.target_lengths, self.factor, items)
+        return build(self.loss, x, self.targets, self.input_lengths, self.target_lengths, self.factor, items,
+                     (y, lsm))
 
     def with_upstream(self, upstream: Any) -> CtcEvaluation:
         """The evaluation with another ``"none"`` upstream gradient (None: ones)."""
@@ -219,18 +229,24 @@ class CtcEvaluation:
         """``S·r_b·dℓ_b/dx`` (with the spec's convention unless ``log_softmax`` is given); NaN at an
         impossible item without zero_infinity (no derivative: the loss is +inf around it)."""
         s = self.loss.scale if scale is None else scale
-        through = self.loss.assume_log_softmax if log_softmax is None else log_softmax
+        through = self.through if log_softmax is None else log_softmax
         with _numbers.context():
             out = np.empty(self.occupancy.shape, dtype=object)
             for b in range(self.batch):
                 sr = _numbers.number(s * self.factor[b])
                 h = -self.occupancy[:, b, :]
                 if through and self.feasible[b]:
-                    h = h + self.frames(b) * _exp(self.pred[:, b, :])
+                    h = h + self.frames(b) * self.probs[:, b, :]
                 out[:, b, :] = sr * h
                 if self.infinite()[b]:
                     out[:, b, :] = gmpy2.nan()
             return out
+
+    @property
+    def through(self) -> bool:
+        """The expected derivative is through a log_softmax: declared (``assume_log_softmax``) or applied
+        by the loss to logits (``log_input=False``): ``S·r_b·(p - γ_b)``, p the probabilities."""
+        return bool(self.loss.assume_log_softmax) or self.loss.log_input is False
 
     def frames(self, b: int) -> np.ndarray:
         """``[t < T_b]`` as a ``(T, 1)`` 0/1 column."""
@@ -241,7 +257,7 @@ class CtcEvaluation:
         """``B(t, b, c)`` in ``dt`` (the module docstring), MPFR, pred's shape (the spec's scale and
         convention unless given)."""
         s = self.loss.scale if scale is None else scale
-        through = self.loss.assume_log_softmax if log_softmax is None else log_softmax
+        through = self.through if log_softmax is None else log_softmax
         with _numbers.context():
             u = unit_roundoff_mp(dt)
             eta = _numbers.number(float(finfo(dt).smallest_subnormal))
@@ -253,7 +269,8 @@ class CtcEvaluation:
                 rel = u * (1 + g) * self.rho[b] + g * (1 + 2 * self.spread[b])
                 bound = sr * self.occupancy[:, b, :] * rel + k * eta * max(_numbers.number(1), sr)
                 if through:
-                    bound = bound + sr * gamma_mp(3, u) * self.frames(b) * _exp(self.pred[:, b, :])
+                    rel_p = gamma_mp(3, u) + u * (1 + g) * self.softmax_run[:, b][:, None]
+                    bound = bound + sr * rel_p * self.frames(b) * self.probs[:, b, :]
                 out[:, b, :] = bound
             return out
 
@@ -382,14 +399,32 @@ def evaluate(loss: Loss, pred: Any, label: Any, upstream: Any = None) -> CtcEval
     rows, inputs, lengths = read_label(label, batch, frames, classes, blank)
     factor = _factors(loss, upstream, lengths)
     with _numbers.context():
-        y = _exp(x)
-        items = tuple(_item(x[:, b, :], y[:, b, :], rows[b], inputs[b], blank) for b in range(batch))
-    return build(loss, x, rows, inputs, lengths, factor, items)
+        lx, y, lsm = _normalised(loss, x)
+        items = tuple(_item(lx[:, b, :], y[:, b, :], rows[b], inputs[b], blank, lsm[:, b]) for b in range(batch))
+    return build(loss, x, rows, inputs, lengths, factor, items, (y, lsm))
+
+
+def _normalised(loss: Loss, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(log-probabilities, probabilities, L)`` in MPFR: ``x``, ``e^x`` and 0 for log-probabilities;
+    ``log_softmax(z)``, ``softmax(z)`` and the log_softmax's running error per frame
+    ``L_t = 2·Z_t + X_t + 2·C + 4`` for logits ``z`` (``log_input=False``; module docstring)."""
+    y = _exp(x)
+    if loss.log_input is not False:
+        return x, y, _numbers.zeros(x.shape[:2])
+    p = y / y.sum(axis=-1, keepdims=True)
+    lx = np.frompyfunc(gmpy2.log, 1, 1)(p)
+    classes = x.shape[-1]
+    lsm = np.empty(x.shape[:2], dtype=object)
+    for t, b in np.ndindex(*x.shape[:2]):
+        lsm[t, b] = (2 * gmpy2.mpfr(float(np.abs(x[t, b]).max())) + max(abs(v) for v in lx[t, b])
+                     + 2 * classes + 4)
+    return lx, p, lsm
 
 
 def build(loss: Loss, x: np.ndarray, rows: tuple[tuple[int, ...], ...], inputs: tuple[int, ...],
-          lengths: tuple[int, ...], factor: tuple[Fraction, ...], items: tuple[dict[str, Any], ...]) -> CtcEvaluation:
-    """The evaluation from its items' exact values (:func:`_item`)."""
+          lengths: tuple[int, ...], factor: tuple[Fraction, ...], items: tuple[dict[str, Any], ...],
+          probs: tuple[np.ndarray, np.ndarray]) -> CtcEvaluation:
+    """The evaluation from its items' exact values (:func:`_item`) and ``(probabilities, L)`` (:func:`_normalised`)."""
     batch = x.shape[1]
     with _numbers.context():
         occupancy = _numbers.zeros(x.shape)
@@ -402,6 +437,7 @@ def build(loss: Loss, x: np.ndarray, rows: tuple[tuple[int, ...], ...], inputs: 
     return CtcEvaluation(
         loss=loss, pred=x, targets=rows, input_lengths=inputs, target_lengths=lengths,
         feasible=np.array([it["feasible"] for it in items], dtype=bool), elements=elements, occupancy=occupancy,
+        probs=probs[0], softmax_run=probs[1],
         factor=factor, items=items, run=tuple(it["run"] for it in items), cond=tuple(it["cond"] for it in items),
         rho=tuple(it["rho"] for it in items), spread=tuple(it["spread"] for it in items),
         k_loss=tuple(9 * (inputs[b] + 1) for b in range(batch)),
@@ -441,8 +477,10 @@ def feasible(target: Sequence[int], frames: int) -> bool:
     return frames >= len(target) + repeats
 
 
-def _item(x: np.ndarray, y: np.ndarray, target: Sequence[int], frames: int, blank: int) -> dict[str, Any]:
-    """One item's exact loss, occupancy and bound terms (in an MPFR context)."""
+def _item(x: np.ndarray, y: np.ndarray, target: Sequence[int], frames: int, blank: int,
+          lsm: np.ndarray) -> dict[str, Any]:
+    """One item's exact loss, occupancy and bound terms (in an MPFR context): ``x`` the log-probabilities
+    (floats or MPFR), ``y`` their exponentials, ``lsm`` a log_softmax's running error per frame."""
     if not feasible(target, frames):
         return {"feasible": False, "loss": None, "occupancy": None, "run": 0, "cond": 0, "rho": 0, "spread": 0}
     ext = extended(target, blank)
@@ -456,13 +494,14 @@ def _item(x: np.ndarray, y: np.ndarray, target: Sequence[int], frames: int, blan
             if alpha[t][s] and beta[t][s]:
                 occupancy[t, c] += alpha[t][s] * beta[t][s] / (y[t, c] * total)
     labels = sorted(set(ext))
-    spread = [max(abs(float(x[t, c])) for c in labels) for t in range(frames)]
+    spread = [max(abs(gmpy2.mpfr(x[t, c])) for c in labels) for t in range(frames)]
     mags_a = [max((abs(gmpy2.log(v)) for v in alpha[t] if v), default=gmpy2.mpfr(0)) for t in range(frames)]
     mags_b = [max((abs(gmpy2.log(v)) for v in beta[t] if v), default=gmpy2.mpfr(0)) for t in range(frames)]
-    run = sum((2 * m + xs + 6 for m, xs in zip(mags_a, spread)), gmpy2.mpfr(0)) + abs(loss) + 6
-    run_beta = sum((2 * m + xs + 6 for m, xs in zip(mags_b, spread)), gmpy2.mpfr(0))
+    extra = sum((lsm[t] for t in range(frames)), gmpy2.mpfr(0))  # a log_softmax of logits before the recursion
+    run = sum((2 * m + xs + 6 for m, xs in zip(mags_a, spread)), gmpy2.mpfr(0)) + abs(loss) + 6 + extra
+    run_beta = sum((2 * m + xs + 6 for m, xs in zip(mags_b, spread)), gmpy2.mpfr(0)) + extra
     largest = max(mags_a, default=0) + max(mags_b, default=0) + max(spread, default=0) + abs(loss)
-    cond = _numbers.total(occupancy[t, c] * abs(gmpy2.mpfr(float(x[t, c])))
+    cond = _numbers.total(occupancy[t, c] * abs(gmpy2.mpfr(x[t, c]))
                           for t in range(frames) for c in labels)
     return {"feasible": True, "loss": loss, "occupancy": occupancy, "run": run, "cond": cond,
             "rho": 2 * run + run_beta + 4 * largest + 4, "spread": gmpy2.mpfr(sum(spread))}
