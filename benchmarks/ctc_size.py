@@ -24,6 +24,7 @@ The NumPy reference is a Python loop over frames and states: most of its wall ti
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from pathlib import Path
@@ -45,26 +46,14 @@ def inputs() -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     return lp, (targets, np.array([50, 48, 45, 50]), np.full(N, L))
 
 
-def _torch(loss: symjac.Loss) -> tuple[Any, Any] | None:
+def _adapter(name: str, **kwargs: Any) -> tuple[symjac.Loss, Any] | None:
+    """``symjac.frameworks.<name>.ctc_loss(**kwargs)``: (spec, impl), or None without the framework."""
+    import importlib
+
     try:
-        import torch
-        import torch.nn.functional as F
+        return importlib.import_module(f"symjac.frameworks.{name}").ctc_loss(**kwargs)  # type: ignore[no-any-return]
     except ImportError:
         return None
-
-    def call(x: Any, tg: np.ndarray, il: np.ndarray, tl: np.ndarray) -> Any:
-        return F.ctc_loss(x, torch.from_numpy(tg), torch.from_numpy(il), torch.from_numpy(tl), blank=loss.blank,
-                          reduction=loss.reduction, zero_infinity=bool(loss.zero_infinity))
-
-    def forward(lp: np.ndarray, tg: np.ndarray, il: np.ndarray, tl: np.ndarray) -> np.ndarray:
-        return call(torch.from_numpy(lp), tg, il, tl).numpy()
-
-    def derivative(lp: np.ndarray, tg: np.ndarray, il: np.ndarray, tl: np.ndarray) -> np.ndarray:
-        x = torch.from_numpy(lp).requires_grad_()
-        call(x, tg, il, tl).backward()
-        return x.grad.numpy()
-
-    return forward, derivative
 
 
 def _timed(label: str, fn: Any) -> Any:
@@ -79,13 +68,20 @@ def main() -> None:
     from ctc_reference import pair
 
     lp, label = inputs()
+    z = np.random.default_rng(33).standard_normal(lp.shape)  # logits for the peers that normalise them
     free = symjac.Loss("ctc")
     _timed("exact value and derivative (loss_derivative)", lambda: symjac.loss_derivative(free, lp, label))
-    declared = symjac.Loss("ctc", assume_log_softmax=True)
-    fns = _torch(declared)
-    if fns is not None:
-        r = _timed("verify_loss, torch ctc_loss, assume_log_softmax=True",
-                   lambda: symjac.verify_loss(declared, derivative=fns[1], forward=fns[0], pred=lp, label=label))
+    for name, title, kwargs, x, dtype in (
+            ("torch", "torch ctc_loss, assume_log_softmax=True", {}, lp, "float64"),
+            ("jax", "optax ctc_loss, logits (jit, compiles once)", {}, z, "float64"),
+            ("tensorflow", "tf.nn.ctc_loss, logits, float32", {}, z, "float32")):
+        made = _adapter(name, **kwargs)
+        if made is None:
+            continue
+        spec, impl = made
+        r = _timed(f"verify_loss, {title}", functools.partial(
+            symjac.verify_loss, spec, derivative=impl.derivative, forward=impl.forward, pred=x, label=label,
+            dtype=dtype))
         print("   ", r.verdict, r.headline)
     forward, derivative = pair(free)
     r = _timed("verify_loss, NumPy reference (with FD probes)",

@@ -35,7 +35,7 @@ class LossConfig:
     op: str
     kwargs: Mapping[str, Any]
     pred: np.ndarray
-    target: np.ndarray | None
+    target: np.ndarray | tuple[np.ndarray, ...] | None
     upstream: np.ndarray | None = None
     label: str = ""
 
@@ -90,8 +90,9 @@ def ctc_case(rng: np.random.Generator, impossible: bool = True) -> tuple[dict[st
     """
     frames, batch, classes = int(rng.integers(3, 9)), int(rng.integers(1, 5)), int(rng.integers(3, 7))
     blank = int(rng.choice([0, classes - 1, int(rng.integers(0, classes))]))
-    options = {"blank": blank, "reduction": str(rng.choice(["mean", "sum", "none"])),
-               "zero_infinity": bool(rng.random() < 0.4) and impossible}
+    reduction = str(rng.choice(["mean", "sum", "none"]))
+    options: dict[str, Any] = {"blank": blank, "reduction": reduction,
+                               "zero_infinity": bool(rng.random() < 0.4) and impossible}
     width = int(rng.integers(1, frames // 2 + 2))
     targets = rng.choice([c for c in range(classes) if c != blank], (batch, width))
     inputs, lengths, needs = np.zeros(batch, dtype=np.int64), np.zeros(batch, dtype=np.int64), []
@@ -104,11 +105,11 @@ def ctc_case(rng: np.random.Generator, impossible: bool = True) -> tuple[dict[st
         needs.append(_shortest(targets[b, :n]))
         lengths[b], inputs[b] = n, int(rng.integers(max(needs[b], 1), frames + 1))
     short = [b for b in range(batch) if needs[b] >= 2]
-    if impossible and (options["zero_infinity"] or options["reduction"] == "none") and short and rng.random() < 0.5:
+    if impossible and (options["zero_infinity"] or reduction == "none") and short and rng.random() < 0.5:
         b = short[int(rng.integers(0, len(short)))]
         inputs[b] = needs[b] - 1  # one frame short of the shortest alignment: impossible
     x = -np.round(rng.uniform(0, 4, (frames, batch, classes)) * 8) / 8
-    return options, x, (targets.astype(np.int64), inputs, lengths), upstream_for(rng, options["reduction"], (batch,))
+    return options, x, (targets.astype(np.int64), inputs, lengths), upstream_for(rng, reduction, (batch,))
 
 
 def ctc_draw(rng: np.random.Generator, op: str, blank: str, possible_only: bool = False) -> LossConfig:
