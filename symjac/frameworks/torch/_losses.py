@@ -49,9 +49,10 @@ import numpy as np
 
 from symjac.frameworks._adapter import KnownDefect, grid_size, require
 from symjac.frameworks.torch._arrays import to_numpy, to_torch
-from symjac.frameworks._loss_grid import LossConfig, ctc_draw, dyadic, generate_losses, probabilities, upstream_for
+from symjac.frameworks._loss_grid import LossConfig, dyadic, generate_losses, probabilities, upstream_for
 from symjac.loss._spec import Loss
 from symjac.frameworks._adapter import LossImpl
+from symjac.frameworks.torch._ctc import ctc_draw as _ctc_draw, ctc_loss as ctc_loss, ctc_reproducer
 
 _REDUCTIONS = {"mean": "mean", "sum": "sum", "none": "none", "batchmean": "batch_mean"}
 
@@ -263,44 +264,6 @@ def multilabel_margin_loss(reduction: str = "mean", *, scale: Any = 1) -> tuple[
     return spec, dataclasses.replace(impl, hvp=None)
 
 
-def ctc_loss(blank: int = 0, reduction: str = "mean", zero_infinity: bool = False, *, scale: Any = 1,
-             assume_log_softmax: bool = True) -> tuple[Loss, LossImpl]:
-    """``F.ctc_loss(log_probs, targets, input_lengths, target_lengths, blank, reduction, zero_infinity)``
-    and its spec ``Loss("ctc", blank, zero_infinity, assume_log_softmax=True)``.
-
-    The impl's calls take PyTorch's arguments (``verify_loss``'s sequence route):
-    ``derivative(log_probs, targets, input_lengths, target_lengths[, upstream])`` is ``S·`` autograd's
-    gradient (the VJP with one upstream per item for ``"none"``), ``forward(...)`` the loss; no hvp
-    (PyTorch has no double backward of ``ctc_loss``). PyTorch documents ``log_probs`` as a
-    ``log_softmax``'s output and its backward returns ``r_b·(e^x - γ_b)``, the gradient through that
-    ``log_softmax`` (docs/case-ctc-log-softmax.md): the spec declares that convention
-    (``assume_log_softmax=True``). ``assume_log_softmax=False`` (symjac's, not a PyTorch argument)
-    asks for the derivative with respect to ``log_probs`` as free inputs, which PyTorch's backward is
-    not: ``verify_loss`` then names ``assumes_log_softmax``."""
-    spec = _spec("ctc", reduction, blank=blank, zero_infinity=zero_infinity, assume_log_softmax=assume_log_softmax,
-                 scale=scale)
-    torch, factor = _torch(), float(spec.scale)
-
-    def run(lp: Any, tg: Any, il: Any, tl: Any) -> Any:
-        return _F().ctc_loss(lp, _tensor(np.asarray(tg)).long(), _tensor(np.asarray(il)).long(),
-                             _tensor(np.asarray(tl)).long(), blank=blank, reduction=reduction,
-                             zero_infinity=zero_infinity)
-
-    def forward(lp: np.ndarray, tg: Any, il: Any, tl: Any) -> np.ndarray:
-        with torch.no_grad():
-            return _numpy(run(_tensor(lp), tg, il, tl))
-
-    def derivative(lp: np.ndarray, tg: Any, il: Any, tl: Any, upstream: Any = None) -> np.ndarray:
-        p = _tensor(lp).requires_grad_(True)
-        with torch.enable_grad():
-            value = run(p, tg, il, tl)
-            u = torch.ones_like(value) if upstream is None else _tensor(upstream)
-            (g,) = torch.autograd.grad(value, p, u)
-        return _numpy(g * factor)
-
-    return spec, LossImpl(loss=spec, derivative=derivative, forward=forward)
-
-
 def known_loss_defect(config: LossConfig, dtype: Any, transform: str) -> KnownDefect | None:
     """A known PyTorch defect a loss configuration runs into in ``dtype`` under ``transform``
     (``"derivative"`` or ``"hvp"``), or None."""
@@ -334,21 +297,9 @@ _DOUBLE_BACKWARD = (
 _OPERANDS = {"gaussian_nll_loss": "p[..., 0], y[..., 0], p[..., 1]"}
 
 
-#: ``ctc_loss``'s reproducer: ``label`` is ``(targets, input_lengths, target_lengths)``; no hvp.
-_CTC_REPRODUCER = (
-    "import torch\n\n"
-    "p = torch.tensor(pred, requires_grad=True)\n"
-    "value = torch.nn.functional.ctc_loss(p, *(torch.tensor(a).long() for a in label), {args})\n"
-    "u = torch.ones_like(value) if upstream is None else torch.tensor(upstream)\n"
-    "(g,) = torch.autograd.grad(value, p, u)\n"
-    "derivative = g.numpy()\n"
-    "hvp = None\n")
-
-
 def _reproducer(op: str, kwargs: Any) -> str:
     if op == "ctc_loss":
-        return _CTC_REPRODUCER.format(args=", ".join(f"{k}={v!r}" for k, v in kwargs.items()
-                                                     if k != "assume_log_softmax"))
+        return ctc_reproducer(kwargs)
     args = []
     for key, value in kwargs.items():
         if key == "target":  # symjac's: which target form the label is
@@ -498,11 +449,6 @@ def loss_configurations(grid: str = "small") -> Iterator[LossConfig]:
     yield from itertools.islice(generate_losses(grid, [_drawer(op) for op in MARGIN_OPS], seed=32),
                                 grid_size(grid) // 3)
     yield from itertools.islice(generate_losses(grid, [_ctc_draw], seed=32), grid_size(grid) // 3)
-
-
-def _ctc_draw(rng: np.random.Generator) -> LossConfig:
-    """``ctc_loss`` at a seeded :func:`~symjac.frameworks._loss_grid.ctc_case` (issue 32)."""
-    return ctc_draw(rng, "ctc_loss", "blank")
 
 
 def _drawer(op: str) -> Callable[[np.random.Generator], LossConfig]:
