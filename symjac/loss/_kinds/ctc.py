@@ -43,7 +43,7 @@ over β), ℓ and the additions, so its relative error is at most
 ``γ_b(t, c)`` by at most a relative ``2·Σ_t X_t`` (numerator and normaliser), so::
 
     B(t, b, c) = |S·r_b|·γ_b(t,c)·(ρ_b + γ_{k_h}·(1 + 2·Σ_t X_t))
-                 + |S·r_b|·(γ_3 + rel_b + γ_C)·e^{x_{t,b,c}}  (assume_log_softmax only)  +  k_h·η·max(1, |S·r_b|)
+                 + |S·r_b|·γ_3·e^{x_{t,b,c}}  (assume_log_softmax only)  +  k_h·η·max(1, |S·r_b|)
 
 with ``k_h = k_ℓ + 2·S'_b + 6``. As :mod:`symjac.loss._bounds` says of its own: a model
 of a correct implementation, not a theorem about every algorithm.
@@ -66,11 +66,12 @@ max_c |z_{t,c}|``), ``C`` exponentials summed, a log, a subtraction (``|·| <= X
 log-probability it feeds the recursion is off by at most ``u·(1 + γ)·L_t``, ``L_t = 2·Z_t + X_t + 2·C + 4``
 (absolute), and its ``p̂ = e^{x̂}`` by a relative ``γ_3 + u·(1 + γ)·L_t``. The recursion's steps add the
 errors of their inputs and never grow them (convex combinations), so ``Σ_{t<T_b} L_t`` joins ``R_b``
-and ``R^β_b``. The derivative through a log_softmax (here and under ``assume_log_softmax``) is formed
-as autodiff forms it, ``p̂·Σ_c ĝ_c - ĝ`` with ``ĝ_c`` the computed ``γ_b(t, c)``: each within
+and ``R^β_b``. The derivative through the loss's own log_softmax is formed as autodiff forms it
+(log_softmax's VJP), ``p̂·Σ_c ĝ_c - ĝ`` with ``ĝ_c`` the computed ``γ_b(t, c)``: each within
 ``γ_b(t, c)·rel_b`` (``rel_b = ρ_b + γ_{k_h}·(1 + 2·Σ_t X_t)``, the occupancy's relative bound in
 ``B`` above), so the sum is 1 within ``rel_b + γ_C``, and the ``p`` term of the bound is
-``|S·r_b|·(γ_3 + u·(1 + γ)·L_t + rel_b + γ_C)·p`` (``L_t = 0`` for log-probabilities). No exact
+``|S·r_b|·(γ_3 + u·(1 + γ)·L_t + rel_b + γ_C)·p`` (under ``assume_log_softmax`` PyTorch's
+``e^x - γ`` is formed directly: ``|S·r_b|·γ_3·e^x``). No exact
 log-probabilities stand in for the logits: ``Σ_c e^{x_c} = 1`` holds at no finite binary floats with
 C >= 2, so ``assume_log_softmax`` at the logits would compare with another function (with
 ``log_input=False`` it is refused).
@@ -288,10 +289,10 @@ class CtcEvaluation:
                 rel = u * (1 + g) * self.rho[b] + g * (1 + 2 * self.spread[b])
                 bound = sr * self.occupancy[:, b, :] * rel + k * eta * max(_numbers.number(1), sr)
                 if through:
-                    # p·Σ_c ĝ_c: Σ_c ĝ_c is 1 within rel (each ĝ_c within γ_c·rel, Σ_c γ_c = 1) and γ_C
-                    classes = self.pred.shape[-1]
-                    rel_p = (gamma_mp(3, u) + u * (1 + g) * self.softmax_run[:, b][:, None] + rel
-                             + gamma_mp(classes, u))
+                    rel_p = gamma_mp(3, u)
+                    if self.loss.log_input is False:  # logits: log_softmax's rounding, and p·Σ_c ĝ_c (docstring)
+                        rel_p = (rel_p + u * (1 + g) * self.softmax_run[:, b][:, None] + rel
+                                 + gamma_mp(self.pred.shape[-1], u))
                     bound = bound + sr * rel_p * self.frames(b) * self.probs[:, b, :]
                 out[:, b, :] = bound
             return out
