@@ -135,6 +135,8 @@ def check_losses(adapter: ModuleType, configs: Any, dtypes: tuple[str, ...] = ("
     failures = []
     known = getattr(adapter, "known_loss_defect", None)
     for config in configs:
+        if config.op == "ctc_loss":  # a sequence loss: tests/test_ctc_frameworks.py verifies its rows
+            continue
         loss, impl = adapter.make_loss(config)
         for dtype in dtypes:
             if known is not None and known(config, dtype, "hvp"):

@@ -103,6 +103,7 @@ class Loss:
       labels), ``dℓ_b/dx_{t,b,c} = -γ_b(t, c)`` (the posterior occupancy); an impossible
       alignment's ``ℓ_b = +inf`` (0 with ``zero_infinity``). ``"mean"`` divides each ``ℓ_b`` by
       ``max(L_b, 1)``, then averages over the batch; ``"batch_mean"`` does not apply.
+      ``log_input=False``: pred is logits and ``x = log_softmax(pred)`` (optax, TensorFlow).
       See :mod:`symjac.loss._kinds.ctc`.
 
     Reductions (``n`` = number of loss elements: every element of ``pred``, or every
@@ -141,7 +142,8 @@ class Loss:
       labels: ``softmax_ce``: ``"probabilities"`` (default; one-hot or soft rows of
         pred's shape) or ``"indices"`` (integer class per row, shape ``pred.shape[:-1]``).
       log_input: ``kld``: the prediction is ``log Q`` (default False); ``poisson_nll``: the
-        prediction is the log-rate (default True).
+        prediction is the log-rate (default True); ``ctc``: the prediction is log-probabilities
+        (default True), or logits the loss passes through ``log_softmax`` (False).
       log_target: ``kld``: the label is ``log P`` (default False).
       full: ``poisson_nll``: add the Stirling term; ``gaussian_nll``: add ``½·log 2π``
         (default False).

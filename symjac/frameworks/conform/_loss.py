@@ -65,6 +65,7 @@ def run_loss_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any
     from symjac._errors import InputError, SymjacError
     from symjac.frameworks._adapter import FrameworkMissing, Unsupported, known_fields
     from symjac.frameworks.conform._plan import PackageMissing, load_adapter, numpy_dtype
+    from symjac.loss._spec import kind_of
     from symjac.verifiers.loss._verify import verify_loss
 
     transform = job.get("transform", "vjp")
@@ -93,8 +94,10 @@ def run_loss_cell(job: dict[str, Any], target: str, dtype: str) -> dict[str, Any
         return _unsupported(out, f"the adapter gives no {transform} for {job['op']}"
                             + (" (a forward-only runtime)" if forward_only else f" ({transform} transform)"))
     pred = np.asarray(config.pred).astype(dt)
+    whole = kind_of(loss).whole  # a sequence loss (ctc): the label is its parts, passed one by one
     try:  # the framework's own word that it lacks the dtype (or the transform)
-        args = (pred, config.target) + ((pred.copy(),) if transform == "hvp" else ())
+        labels = tuple(config.target) if whole else (config.target,)
+        args = (pred, *labels) + ((pred.copy(),) if transform == "hvp" else ())
         fn(*args, *(() if config.upstream is None or forward_only else (np.asarray(config.upstream).astype(dt),)))
     except NotImplementedError as exc:
         return _unsupported(out, f"{type(exc).__name__}: {exc}")
@@ -134,13 +137,18 @@ def _inputs(loss: Any, config: Any, dt: np.dtype[Any]) -> dict[str, Any]:
             return None
 
     pred = np.asarray(config.pred).astype(dt)
-    label = None if config.target is None else np.asarray(config.target)
-    if label is not None and label.dtype.kind == "f":
-        label = label.astype(dt)
+    if isinstance(config.target, tuple):  # a sequence loss's parts (ctc: targets, input_lengths, target_lengths)
+        label: Any = tuple(np.asarray(part) for part in config.target)
+        listed: Any = [part.tolist() for part in label]
+    else:
+        label = None if config.target is None else np.asarray(config.target)
+        if label is not None and label.dtype.kind == "f":
+            label = label.astype(dt)
+        listed = None if label is None else label.tolist()
     upstream = None if config.upstream is None else np.asarray(config.upstream).astype(dt)
     v = default_direction(pred.shape, dt)
-    return {"pred": pred.astype(np.float64).tolist(), "label": None if label is None else label.tolist(),
-            "label_dtype": None if label is None else str(label.dtype),
+    return {"pred": pred.astype(np.float64).tolist(), "label": listed, "label_parts": isinstance(label, tuple),
+            "label_dtype": None if label is None else "int64" if isinstance(label, tuple) else str(label.dtype),
             "upstream": None if upstream is None else upstream.astype(np.float64).tolist(),
             "v": v.astype(np.float64).tolist(), "scale": float(loss.scale),
             "derivative": exact(lambda: loss_derivative(loss, pred, label, upstream)),

@@ -357,6 +357,7 @@ def configurations(grid: str = "small") -> Iterator[Config]:
 # ------------------------------------------------------------------ losses (optax)
 
 from symjac.frameworks.jax._losses import (  # noqa: E402 - the losses are their own module; re-exported here
+    ctc_loss as ctc_loss,
     huber_loss as huber_loss,
     kl_divergence as kl_divergence,
     kl_divergence_with_log_targets as kl_divergence_with_log_targets,

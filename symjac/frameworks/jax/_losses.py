@@ -18,6 +18,9 @@ optax                                               symjac
 ``kl_divergence_with_log_targets``                  ``Loss("kld", log_input=True, log_target=True)``
 ``reduction="mean"/"sum"/"none"``                   ``jnp.mean`` / ``jnp.sum`` / per element
 ``reduction="batch_mean"/"sum"`` (the two KLs)      ``jnp.mean`` / ``jnp.sum`` of the row sums
+``ctc_loss(logits, logit_paddings, labels,``         ``Loss("ctc", blank=blank_id,
+``label_paddings, blank_id)``                        log_input=False)`` (no hvp): pred the
+                                                    logits ``(T, N, C)``, time first
 ==================================================  =========================================
 
 optax's KL divergences sum each row (its last axis): their mean over rows is symjac's
@@ -37,6 +40,7 @@ Fenchel-Young, ranking, dice, cosine and ``ntxent`` losses; optax has no ``nll``
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import sys
 from collections.abc import Callable, Iterator
@@ -46,7 +50,7 @@ import numpy as np
 
 from symjac.frameworks._adapter import Unsupported, grid_size, require
 from symjac.frameworks.jax._context import cpu as _cpu, precision
-from symjac.frameworks._loss_grid import LossConfig, dyadic, generate_losses, probabilities, upstream_for
+from symjac.frameworks._loss_grid import LossConfig, ctc_draw, dyadic, generate_losses, probabilities, upstream_for
 from symjac.loss._spec import Loss
 from symjac.frameworks._adapter import LossImpl
 
@@ -147,10 +151,90 @@ def kl_divergence_with_log_targets(reduction: str = "batch_mean") -> tuple[Loss,
     return _optax_kl("kl_divergence_with_log_targets", reduction, True)
 
 
+def ctc_loss(blank_id: int = 0, reduction: str = "mean", *, scale: Any = 1) -> tuple[Loss, LossImpl]:
+    """``optax.ctc_loss(logits, logit_paddings, labels, label_paddings, blank_id)`` and its spec
+    ``Loss("ctc", blank=blank_id, log_input=False)``.
+
+    The impl takes PyTorch's arguments, as ``verify_loss``'s sequence route calls it:
+    ``derivative(logits, targets, input_lengths, target_lengths[, upstream])`` with ``logits``
+    ``(T, N, C)`` (transposed to optax's ``(N, T, C)``), ``targets`` ``(N, S)`` and the lengths turned into
+    optax's paddings (1.0 at ``t >= T_b`` and ``n >= L_b``); ``jax.grad`` of the reduction applied here
+    (optax's loss is per sequence): ``"sum"``, ``"mean"`` (PyTorch's: each ``ℓ_b / max(L_b, 1)``, then
+    averaged), ``"none"`` (the VJP ``grad(<u, ℓ>)``), ``jax.jit``-compiled (eagerly optax's ``lax.scan``
+    takes seconds a call). No hvp (symjac has no second derivative of ctc).
+
+    *Why the spec is the composition.* optax applies ``jax.nn.log_softmax`` to ``logits`` itself, so its
+    loss is ``ℓ_b(log_softmax(z))`` and its gradient ``d/dz_{t,c} = p_{t,c}·Σ_k γ_b(t,k) - γ_b(t,c) =
+    softmax(z)_{t,c} - γ_b(t,c)`` (``t < T_b``; ``Σ_k γ_b(t,k) = 1``; 0 at padded frames). Taking the
+    logits as ``Loss("ctc", assume_log_softmax=True)``'s log-probabilities would expect ``ℓ_b(z)`` and
+    ``e^z - γ_b``, equal only where ``Σ_c e^{z_{t,c}} = 1`` exactly: never at finite binary floats with
+    C >= 2 (``e^a`` is transcendental for rational ``a != 0``, Lindemann), and the difference, ``Σ_t
+    log Σ_c e^{z_{t,c}}`` in the loss and ``(1 - e^{-lse_t})·e^z`` in the gradient, is not bounded by the
+    rounding model. So the spec states the composition: ``log_input=False`` makes symjac's exact
+    evaluation take ``softmax(z)`` and ``log_softmax(z)`` in MPFR, the loss ``ℓ_b(log_softmax(z))``
+    and the derivative ``r_b·(softmax(z) - γ_b)`` exactly, with the log_softmax's rounding charged in
+    the bound (:mod:`symjac.loss._kinds.ctc`).
+
+    optax approximates ``log 0`` by ``log_epsilon = -1e5`` (no ``-inf``): exact wherever every reachable
+    state's ``log α`` stays above ``-1e5 + 745`` (``e^{-1e5}`` underflows, so a ``logaddexp`` with it
+    returns its other operand unchanged), but an impossible alignment's loss is about ``1e5``, not
+    ``+inf``, and there is no ``zero_infinity``: the conform grid draws no impossible alignment.
+    """
+    if reduction not in _REDUCTIONS:
+        raise Unsupported(f"reduction={reduction!r}: give one of {', '.join(map(repr, _REDUCTIONS))}")
+    jax = require("jax")
+    jnp = jax.numpy
+    spec = Loss("ctc", reduction=reduction, blank=blank_id, log_input=False, scale=scale)
+    factor = float(spec.scale)
+    loss, grad = _ctc_functions(int(blank_id), reduction)
+
+    def operands(z: np.ndarray, tg: Any, il: Any, tl: Any) -> tuple[Any, ...]:
+        tg, il, tl = (np.asarray(a).astype(np.int64) for a in (tg, il, tl))
+        pads = (np.arange(z.shape[0])[None, :] >= il[:, None]).astype(z.dtype)
+        label_pads = (np.arange(tg.shape[1])[None, :] >= tl[:, None]).astype(z.dtype)
+        return jnp.asarray(z), jnp.asarray(pads), jnp.asarray(tg), jnp.asarray(label_pads), jnp.asarray(tl)
+
+    def forward(z: np.ndarray, tg: Any, il: Any, tl: Any) -> np.ndarray:
+        with precision(z.dtype), _cpu():
+            return np.asarray(loss(*operands(z, tg, il, tl)))
+
+    def derivative(z: np.ndarray, tg: Any, il: Any, tl: Any, upstream: Any = None) -> np.ndarray:
+        with precision(z.dtype), _cpu():
+            args = operands(z, tg, il, tl)
+            u = jnp.ones(z.shape[1], z.dtype) if upstream is None else jnp.asarray(upstream)
+            return np.asarray(grad(*args, u) * factor)
+
+    return spec, LossImpl(loss=spec, derivative=derivative, forward=forward)
+
+
+@functools.lru_cache(maxsize=16)
+def _ctc_functions(blank_id: int, reduction: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """optax's CTC reduced as ``reduction`` and its ``jax.grad`` (the VJP ``grad(<u, ℓ>)`` for ``"none"``;
+    u is ignored by a reduced loss), both ``jax.jit``-compiled: optax's recursion is a ``lax.scan`` that
+    eagerly takes seconds a call (measured 4.5 s at T = 6, N = 4)."""
+    jax, optax = require("jax"), require("optax")
+    jnp = jax.numpy
+
+    def loss(z: Any, pads: Any, tg: Any, label_pads: Any, tl: Any) -> Any:
+        out = optax.ctc_loss(jnp.transpose(z, (1, 0, 2)), pads, tg, label_pads, blank_id=blank_id)
+        if reduction == "mean":  # PyTorch's: each loss over its target length (at least 1), then averaged
+            return jnp.mean(out / jnp.maximum(tl, 1).astype(z.dtype))
+        return jnp.sum(out) if reduction == "sum" else out
+
+    def grad(z: Any, pads: Any, tg: Any, label_pads: Any, tl: Any, u: Any) -> Any:
+        total = (lambda p: jnp.vdot(u, loss(p, pads, tg, label_pads, tl))) if reduction == "none" else \
+            (lambda p: loss(p, pads, tg, label_pads, tl))
+        return jax.grad(total)(z)
+
+    return jax.jit(loss), jax.jit(grad)
+
+
 def make_loss(config: LossConfig) -> tuple[Loss, LossImpl]:
     """``(loss, impl)`` of one loss configuration (its ``reproducer`` snippet set)."""
     op: Callable[..., tuple[Loss, LossImpl]] = getattr(sys.modules[__name__], config.op)
     loss, impl = op(**config.kwargs)
+    if config.op == "ctc_loss":  # its own call (paddings, time-major logits): the reproducer is the impl's
+        return loss, dataclasses.replace(impl, reproducer=_CTC_SNIPPET.format(**config.kwargs))
     kwargs = dict(config.kwargs)
     reduce = {"mean": "jnp.mean", "batch_mean": "jnp.mean", "sum": "jnp.sum",
               "none": ""}[kwargs.pop("reduction", "mean")]
@@ -159,6 +243,24 @@ def make_loss(config: LossConfig) -> tuple[Loss, LossImpl]:
                "jax.config.update('jax_enable_x64', pred.dtype == 'float64')\n\n\n"
                f"def loss(p, y):\n    return {reduce}(optax.losses.{config.op}({call}))\n\n\n" + _GRAD_JVP)
     return loss, dataclasses.replace(impl, reproducer=snippet)
+
+
+#: ``ctc_loss``'s reproducer: ``label`` is ``(targets, input_lengths, target_lengths)``; no hvp.
+_CTC_SNIPPET = (
+    "import jax\nimport jax.numpy as jnp\nimport optax\n"
+    "jax.config.update('jax_enable_x64', pred.dtype == 'float64')\n"
+    "tg, il, tl = label\n"
+    "pads = (np.arange(pred.shape[0])[None, :] >= il[:, None]).astype(pred.dtype)\n"
+    "label_pads = (np.arange(tg.shape[1])[None, :] >= tl[:, None]).astype(pred.dtype)\n\n\n"
+    "def loss(z):\n"
+    "    out = optax.ctc_loss(jnp.transpose(z, (1, 0, 2)), pads, tg, label_pads, blank_id={blank_id})\n"
+    "    reduction = {reduction!r}\n"
+    "    if reduction == 'mean':\n"
+    "        return jnp.mean(out / np.maximum(tl, 1).astype(pred.dtype))\n"
+    "    return jnp.sum(out) if reduction == 'sum' else out\n\n\n"
+    "total = loss if upstream is None else (lambda p: jnp.vdot(jnp.asarray(upstream), loss(p)))\n"
+    "derivative = np.asarray(jax.grad(total)(jnp.asarray(pred)))\n"
+    "hvp = None\n")
 
 
 #: The reproducer's ``jax.grad`` and ``jax.jvp(jax.grad)`` of ``loss(p, y)``.
@@ -209,6 +311,13 @@ def _drawer(op: str) -> Callable[[np.random.Generator], LossConfig]:
 
 
 def loss_configurations(grid: str = "small") -> Iterator[LossConfig]:
-    """optax's losses over reductions, huber's delta, both softmax target forms, both KL target forms; seeded."""
+    """optax's losses over reductions, huber's delta, both softmax target forms, both KL target forms; then ctc_loss (a third
+    as many, seeded apart: :func:`~symjac.frameworks._loss_grid.ctc_case` without impossible alignments); seeded."""
     yield from generate_losses(grid, [_drawer(op) for op in _FIRST])
     yield from itertools.islice(generate_losses(grid, [_drawer(op) for op in KL_OPS], seed=32), grid_size(grid) // 6)
+    yield from itertools.islice(generate_losses(grid, [_ctc_draw], seed=32), grid_size(grid) // 3)
+
+
+def _ctc_draw(rng: np.random.Generator) -> LossConfig | None:
+    """``ctc_loss`` at a seeded CTC case without an impossible alignment or zero_infinity (optax has neither)."""
+    return ctc_draw(rng, "ctc_loss", "blank_id", possible_only=True)

@@ -406,6 +406,7 @@ def configurations(grid: str = "small") -> Iterator[Config]:
 # ------------------------------------------------------------------ losses (tf.nn, keras.losses)
 
 from symjac.frameworks.tensorflow._losses import (  # noqa: E402 - the losses are their own module; re-exported here
+    ctc_loss as ctc_loss,
     keras_binary_crossentropy as keras_binary_crossentropy,
     keras_categorical_crossentropy as keras_categorical_crossentropy,
     keras_huber as keras_huber,

@@ -15,6 +15,9 @@ TensorFlow / Keras                                     symjac
 ``tf.nn.log_poisson_loss(compute_full_loss)``          ``Loss("poisson_nll", full=...)`` (log-rate
                                                        input; targets >= 0, see below)
 ``reduction="mean"/"sum"/"none"`` (``tf.nn``)          ``reduce_mean`` / ``reduce_sum`` / per element
+``tf.nn.ctc_loss(labels, logits, label_length,``        ``Loss("ctc", blank=blank_index,
+``logit_length, logits_time_major, blank_index)``      log_input=False)`` (no hvp): logits
+                                                       ``(T, N, C)``, time-major
 ``keras.losses.MeanSquaredError()``                    ``Loss("mse", reduction="mean")``
 ``keras.losses.MeanAbsoluteError()``                   ``Loss("mae")``
 ``keras.losses.Huber(delta)``                          ``Loss("huber", delta=delta)``
@@ -56,7 +59,7 @@ import numpy as np
 
 from symjac.frameworks._adapter import KnownDefect, Unsupported, grid_size
 from symjac.frameworks.keras._backend import import_keras
-from symjac.frameworks._loss_grid import LossConfig, dyadic, generate_losses, probabilities, upstream_for
+from symjac.frameworks._loss_grid import LossConfig, ctc_draw, dyadic, generate_losses, probabilities, upstream_for
 from symjac.frameworks.keras._tape import import_tf
 from symjac.loss._spec import Loss
 from symjac.frameworks._adapter import LossImpl
@@ -146,6 +149,49 @@ def log_poisson_loss(compute_full_loss: bool = False, reduction: str = "mean") -
     spec = Loss("poisson_nll", reduction=reduction, full=bool(compute_full_loss))
     return spec, loss_impl(lambda p, y: reduce(tf.nn.log_poisson_loss(
         targets=y, log_input=p, compute_full_loss=bool(compute_full_loss))), spec)
+
+
+def ctc_loss(blank_index: int = 0, reduction: str = "mean", *, scale: Any = 1) -> tuple[Loss, LossImpl]:
+    """``tf.nn.ctc_loss(labels, logits, label_length, logit_length, logits_time_major=True, blank_index)``
+    (dense labels) and its spec ``Loss("ctc", blank=blank_index, log_input=False)``.
+
+    The impl takes PyTorch's arguments, as ``verify_loss``'s sequence route calls it:
+    ``derivative(logits, targets, input_lengths, target_lengths[, upstream])`` with ``logits`` ``(T, N, C)``
+    time-major, ``targets`` ``(N, S)`` dense, the lengths as ``logit_length`` and ``label_length``; the
+    tape's gradient of the reduction applied here (TF's loss is per sequence): ``"sum"``, ``"mean"``
+    (PyTorch's: each ``ℓ_b / max(L_b, 1)``, then averaged), ``"none"`` (``output_gradients``). No hvp.
+
+    TF applies ``log_softmax`` to the logits itself (its docs: "logits: unnormalized"), so its loss is
+    ``ℓ_b(log_softmax(z))`` and its gradient ``softmax(z) - γ_b``: the spec is that composition,
+    ``log_input=False``, evaluated exactly by symjac (the derivation is
+    :func:`symjac.frameworks.jax.ctc_loss`'s: the same for optax). Without ``zero_infinity``: an
+    impossible alignment's loss is ``+inf`` and the conform grid draws none.
+    """
+    if reduction not in _REDUCTIONS:
+        raise Unsupported(f"reduction={reduction!r}: give one of {', '.join(map(repr, _REDUCTIONS))}")
+    tf = import_tf()
+    spec = Loss("ctc", reduction=reduction, blank=blank_index, log_input=False, scale=scale)
+    factor = float(spec.scale)
+
+    def run(z: Any, tg: Any, il: Any, tl: Any) -> Any:
+        out = tf.nn.ctc_loss(tf.constant(np.asarray(tg), tf.int32), z, tf.constant(np.asarray(tl), tf.int32),
+                             tf.constant(np.asarray(il), tf.int32), logits_time_major=True, blank_index=blank_index)
+        if reduction == "mean":
+            return tf.reduce_mean(out / tf.constant(np.maximum(np.asarray(tl), 1), z.dtype))
+        return tf.reduce_sum(out) if reduction == "sum" else out
+
+    def forward(z: np.ndarray, tg: Any, il: Any, tl: Any) -> np.ndarray:
+        return _numpy(run(tf.constant(z), tg, il, tl))
+
+    def derivative(z: np.ndarray, tg: Any, il: Any, tl: Any, upstream: Any = None) -> np.ndarray:
+        p = tf.constant(z)
+        with tf.GradientTape() as tape:
+            tape.watch(p)
+            value = run(p, tg, il, tl)
+        g = tape.gradient(value, p, output_gradients=None if upstream is None else tf.constant(upstream))
+        return _numpy(g * factor)
+
+    return spec, LossImpl(loss=spec, derivative=derivative, forward=forward)
 
 
 def _spec(kind: str, **options: Any) -> Loss:
@@ -263,7 +309,25 @@ _NESTED_TAPES = (
     "derivative = g.numpy()\nhvp = 0 * pred if h is None else h.numpy()\n")
 
 
+#: ``ctc_loss``'s reproducer: ``label`` is ``(targets, input_lengths, target_lengths)``; no hvp.
+_CTC_SNIPPET = (
+    "import tensorflow as tf\n\n"
+    "tg, il, tl = label\n"
+    "p = tf.constant(pred)\n"
+    "with tf.GradientTape() as tape:\n"
+    "    tape.watch(p)\n"
+    "    out = tf.nn.ctc_loss(tf.constant(tg, tf.int32), p, tf.constant(tl, tf.int32), tf.constant(il, tf.int32), "
+    "logits_time_major=True, blank_index={blank_index})\n"
+    "    reduction = {reduction!r}\n"
+    "    value = (tf.reduce_mean(out / tf.constant(np.maximum(tl, 1), p.dtype)) if reduction == 'mean' else "
+    "tf.reduce_sum(out) if reduction == 'sum' else out)\n"
+    "g = tape.gradient(value, p, output_gradients=None if upstream is None else tf.constant(upstream))\n"
+    "derivative = g.numpy()\nhvp = None\n")
+
+
 def _reproducer(op: str, kwargs: dict[str, Any]) -> str:
+    if op == "ctc_loss":
+        return _CTC_SNIPPET.format(**kwargs)
     if op in _KERAS_NAMES:
         if op == "keras_categorical_crossentropy":
             kwargs = {"from_logits": True, **kwargs}
@@ -355,7 +419,14 @@ def loss_configurations(grid: str = "small") -> Iterator[LossConfig]:
     """``tf.nn`` losses (reductions, pos_weight, log Poisson with and without the Stirling term) and
     ``keras.losses`` (MSE, MAE, Huber's delta, binary cross-entropy from logits or probabilities,
     categorical with label smoothing and Keras's reductions, sparse categorical, KL divergence,
-    Poisson); seeded."""
+    Poisson); then ``tf.nn.ctc_loss`` (a third as many, seeded apart:
+    :func:`~symjac.frameworks._loss_grid.ctc_case` without impossible alignments); seeded."""
     yield from generate_losses(grid, [_drawer(op) for op in _FIRST])
     yield from itertools.islice(generate_losses(grid, [_drawer(op) for op in POISSON_OPS], seed=32),
                                 grid_size(grid) // 3)
+    yield from itertools.islice(generate_losses(grid, [_ctc_draw], seed=32), grid_size(grid) // 3)
+
+
+def _ctc_draw(rng: np.random.Generator) -> LossConfig:
+    """``tf.nn.ctc_loss`` at a seeded CTC case without an impossible alignment or zero_infinity."""
+    return ctc_draw(rng, "ctc_loss", "blank_index", possible_only=True)

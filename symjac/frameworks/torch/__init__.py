@@ -455,6 +455,7 @@ from symjac.frameworks.torch._losses import (  # noqa: E402 - the losses are the
     binary_cross_entropy as binary_cross_entropy,
     binary_cross_entropy_with_logits as binary_cross_entropy_with_logits,
     cross_entropy as cross_entropy,
+    ctc_loss as ctc_loss,
     gaussian_nll_loss as gaussian_nll_loss,
     huber_loss as huber_loss,
     kl_div as kl_div,

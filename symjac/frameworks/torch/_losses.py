@@ -34,6 +34,11 @@ PyTorch                                         symjac
                                                 ``[x1 | x2]`` (2·D); label rows ``(y, 0, ...)``
 ``triplet_margin_loss(anchor, positive,``       ``Loss("triplet_margin", margin, p, eps,``
 ``negative, margin, p, eps, swap)``             ``swap)``: pred's rows ``[a | q | n]``, 3·D
+``ctc_loss(blank, zero_infinity)``              ``Loss("ctc", blank, zero_infinity,``
+(log_probs ``(T, N, C)``, targets, lengths)     ``assume_log_softmax=True)`` (no hvp): its
+                                                backward is the gradient through the
+                                                ``log_softmax`` it documents ``log_probs``
+                                                came from
 ==============================================  ===========================================
 """
 
@@ -54,6 +59,7 @@ from symjac.frameworks._loss_grid import LossConfig, dyadic, generate_losses, pr
 from symjac.frameworks.torch._margins import MARGIN_OPS, PAIR_OPS, draw_margin, draw_pair
 from symjac.loss._spec import Loss
 from symjac.frameworks._adapter import LossImpl
+from symjac.frameworks.torch._ctc import ctc_draw as _ctc_draw, ctc_loss as ctc_loss, ctc_reproducer
 
 _REDUCTIONS = {"mean": "mean", "sum": "sum", "none": "none", "batchmean": "batch_mean"}
 
@@ -340,6 +346,8 @@ _OPERANDS = {"gaussian_nll_loss": "p[..., 0], y[..., 0], p[..., 1]",
 
 
 def _reproducer(op: str, kwargs: Any) -> str:
+    if op == "ctc_loss":
+        return ctc_reproducer(kwargs)
     args = []
     for key, value in kwargs.items():
         if key == "target":  # symjac's: which target form the label is
@@ -453,7 +461,9 @@ def loss_configurations(grid: str = "small") -> Iterator[LossConfig]:
     ignore_index, both cross-entropy target forms, kl_div's log_target; then nll_loss, and
     poisson_nll_loss's and gaussian_nll_loss's log_input and full; then the margin family
     (issue 32: hinge_embedding, soft_margin, multilabel_soft_margin, multi_margin, multilabel_margin,
-    triplet_margin, some inputs on a hinge's kink); then the pairwise ones (margin_ranking, cosine_embedding); seeded."""
+    triplet_margin, some inputs on a hinge's kink); then the pairwise ones (margin_ranking, cosine_embedding);
+    then ctc_loss (blank positions, reductions, zero_infinity, repeated labels, impossible alignments, varied
+    lengths: :func:`~symjac.frameworks._loss_grid.ctc_case`); seeded."""
     yield from generate_losses(grid, [_drawer(op) for op in OPS])
     # each family after them (a third as many, seeded apart): the configurations above keep their numbers
     yield from itertools.islice(generate_losses(grid, [_drawer(op) for op in LIKELIHOOD_OPS], seed=32),
@@ -462,6 +472,7 @@ def loss_configurations(grid: str = "small") -> Iterator[LossConfig]:
                                 grid_size(grid) // 3)
     yield from itertools.islice(generate_losses(grid, [_drawer(op) for op in PAIR_OPS], seed=33),
                                 grid_size(grid) // 6)
+    yield from itertools.islice(generate_losses(grid, [_ctc_draw], seed=32), grid_size(grid) // 3)
 
 
 def _drawer(op: str) -> Callable[[np.random.Generator], LossConfig]:

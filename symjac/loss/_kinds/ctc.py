@@ -56,6 +56,26 @@ true derivative's image under log_softmax's VJP, whose kernel holds ``e^x``). Ag
 ``Loss("ctc", assume_log_softmax=True)`` declares that convention: the expected
 derivative is then PyTorch's.
 
+*Logits* (``log_input=False``: optax's ``ctc_loss``, TensorFlow's ``tf.nn.ctc_loss``, which apply a
+``log_softmax`` themselves). ``pred`` is then the logits ``z`` and the loss ``ℓ_b(log_softmax(z))``,
+whose derivative is ``d/dz_{t,c} = Σ_k (-γ_b(t,k))·(δ_{kc} - p_{t,c}) = p_{t,c} - γ_b(t,c)`` (``t < T_b``,
+``Σ_k γ_b(t,k) = 1``), ``p = softmax(z)``: the expected derivative is ``S·r_b·(p - γ_b)``. The recursion
+runs on ``p`` (MPFR, relative error a few ``2^-200``: within the radius above), the bound's ``x`` is
+``log p``. A correct implementation first rounds ``log_softmax``: ``z - m`` (``|·| <= 2·Z_t``, ``Z_t =
+max_c |z_{t,c}|``), ``C`` exponentials summed, a log, a subtraction (``|·| <= X_t``), so each
+log-probability it feeds the recursion is off by at most ``u·(1 + γ)·L_t``, ``L_t = 2·Z_t + X_t + 2·C + 4``
+(absolute), and its ``p̂ = e^{x̂}`` by a relative ``γ_3 + u·(1 + γ)·L_t``. The recursion's steps add the
+errors of their inputs and never grow them (convex combinations), so ``Σ_{t<T_b} L_t`` joins ``R_b``
+and ``R^β_b``. The derivative through the loss's own log_softmax is formed as autodiff forms it
+(log_softmax's VJP), ``p̂·Σ_c ĝ_c - ĝ`` with ``ĝ_c`` the computed ``γ_b(t, c)``: each within
+``γ_b(t, c)·rel_b`` (``rel_b = ρ_b + γ_{k_h}·(1 + 2·Σ_t X_t)``, the occupancy's relative bound in
+``B`` above), so the sum is 1 within ``rel_b + γ_C``, and the ``p`` term of the bound is
+``|S·r_b|·(γ_3 + u·(1 + γ)·L_t + rel_b + γ_C)·p`` (under ``assume_log_softmax`` PyTorch's
+``e^x - γ`` is formed directly: ``|S·r_b|·γ_3·e^x``). No exact
+log-probabilities stand in for the logits: ``Σ_c e^{x_c} = 1`` holds at no finite binary floats with
+C >= 2, so ``assume_log_softmax`` at the logits would compare with another function (with
+``log_input=False`` it is refused).
+
 *Impossible alignments.* ``T_b < L_b + (repeats in l_b)``: no alignment, ``ℓ_b = +inf``
 (a constant: no derivative); with ``zero_infinity`` the item's loss and derivative are 0.
 Without it, the item's derivative entries take NaN or 0 (PyTorch: NaN), the other items'
@@ -78,26 +98,26 @@ from symjac.check._rounding import finfo, gamma_mp, unit_roundoff_mp
 from symjac.loss import _numbers
 from symjac.loss._fields import is_int
 from symjac.loss._kind import LossKind, Put, Template, register
+from symjac.loss._kinds._ctc_inputs import read_label, read_log_probs
 
 if TYPE_CHECKING:
     from symjac.loss._spec import Loss
 
-#: |log-probability| beyond which the exact recursion would leave MPFR's exponent range over a long input.
-LIMIT = 2**20
 #: The reductions PyTorch's ``ctc_loss`` takes.
 CTC_REDUCTIONS = ("mean", "sum", "none")
 
 
 @register
 class Ctc(LossKind):
-    """``ℓ_b = -log Σ_{alignments} Π_t e^{x_{t,b,π_t}}`` over the batch (see the module docstring)."""
+    """``ℓ_b = -log Σ_{alignments} Π_t e^{x_{t,b,π_t}}`` over the batch, ``x`` the log-probabilities or
+    ``log_softmax`` of logits (``log_input=False``; see the module docstring)."""
 
     name = "ctc"
-    options = ("blank", "zero_infinity", "assume_log_softmax")
+    options = ("blank", "zero_infinity", "assume_log_softmax", "log_input")
     synonyms = ("ctc_loss", "connectionist_temporal_classification", "ctcloss")
     class_axis = True
     whole = True
-    samples = ({}, {"zero_infinity": True}, {"blank": 2, "assume_log_softmax": True})
+    samples = ({}, {"zero_infinity": True}, {"blank": 2, "assume_log_softmax": True}, {"log_input": False})
 
     def validate(self, loss: Loss, put: Put) -> None:
         if loss.reduction not in CTC_REDUCTIONS:
@@ -108,11 +128,15 @@ class Ctc(LossKind):
         if not is_int(blank) or blank < 0:
             raise SpecError(f"blank={loss.blank!r} is not valid: give a class index >= 0 (default 0)")
         put("blank", int(blank))
-        for name in ("zero_infinity", "assume_log_softmax"):
+        for name, default in (("zero_infinity", False), ("assume_log_softmax", False), ("log_input", True)):
             value = getattr(loss, name)
             if value is not None and not isinstance(value, (bool, np.bool_)):
                 raise SpecError(f"{name}={value!r} is not valid: give True or False")
-            put(name, bool(value))
+            put(name, default if value is None else bool(value))
+        if loss.assume_log_softmax and loss.log_input is False:
+            raise SpecError("assume_log_softmax=True with log_input=False is not valid: logits (log_input=False) "
+                            "pass through the loss's own log_softmax, whose derivative softmax - γ is the true "
+                            "one; assume_log_softmax declares that convention for log-probability inputs")
 
     def element_shape(self, pred_shape: tuple[int, ...]) -> tuple[int, ...]:
         """One loss element per batch item: ``(N,)`` of log_probs ``(T, N, C)``."""
@@ -155,7 +179,9 @@ class Ctc(LossKind):
 class CtcEvaluation:
     """The exact CTC loss and derivative at one input, with what the rounding bounds need.
 
-    MPFR numbers in ``object`` arrays. ``occupancy`` is ``γ_b(t, c)`` ``(T, N, C)``, 0 at
+    MPFR numbers in ``object`` arrays. ``probs`` is ``e^x`` (``softmax(z)`` of logits,
+    ``log_input=False``) ``(T, N, C)``; ``softmax_run`` per frame and item ``(T, N)`` the running error
+    of a log_softmax of logits, ``L_t`` (0 for log-probabilities). ``occupancy`` is ``γ_b(t, c)`` ``(T, N, C)``, 0 at
     ``t >= T_b`` and at impossible items; ``elements`` ``ℓ_b`` (+inf at an impossible item,
     0 there with ``zero_infinity``); ``factor`` ``r_b`` (Fractions); per item ``R_b``,
     ``cond_b``, ``ρ_b`` (in units of u: times u below), ``Σ_t X_t`` and ``k_ℓ``, ``k_h``.
@@ -169,6 +195,8 @@ class CtcEvaluation:
     feasible: np.ndarray
     elements: np.ndarray
     occupancy: np.ndarray
+    probs: np.ndarray
+    softmax_run: np.ndarray
     factor: tuple[Fraction, ...]
     items: tuple[dict[str, Any], ...]
     run: tuple[Any, ...]
@@ -189,9 +217,11 @@ class CtcEvaluation:
         changed = np.any(x != self.pred, axis=(0, 2))
         blank = int(self.loss.blank if self.loss.blank is not None else 0)
         with _numbers.context():
-            items = tuple(_item(x[:, b, :], _exp(x[:, b, :]), self.targets[b], self.input_lengths[b], blank)
+            lx, y, lsm = _normalised(self.loss, x)
+            items = tuple(_item(lx[:, b, :], y[:, b, :], self.targets[b], self.input_lengths[b], blank, lsm[:, b])
                           if changed[b] else self.items[b] for b in range(self.batch))
-        return build(self.loss, x, self.targets, self.input_lengths, self.target_lengths, self.factor, items)
+        return build(self.loss, x, self.targets, self.input_lengths, self.target_lengths, self.factor, items,
+                     (y, lsm))
 
     def with_upstream(self, upstream: Any) -> CtcEvaluation:
         """The evaluation with another ``"none"`` upstream gradient (None: ones)."""
@@ -219,18 +249,24 @@ class CtcEvaluation:
         """``S·r_b·dℓ_b/dx`` (with the spec's convention unless ``log_softmax`` is given); NaN at an
         impossible item without zero_infinity (no derivative: the loss is +inf around it)."""
         s = self.loss.scale if scale is None else scale
-        through = self.loss.assume_log_softmax if log_softmax is None else log_softmax
+        through = self.through if log_softmax is None else log_softmax
         with _numbers.context():
             out = np.empty(self.occupancy.shape, dtype=object)
             for b in range(self.batch):
                 sr = _numbers.number(s * self.factor[b])
                 h = -self.occupancy[:, b, :]
                 if through and self.feasible[b]:
-                    h = h + self.frames(b) * _exp(self.pred[:, b, :])
+                    h = h + self.frames(b) * self.probs[:, b, :]
                 out[:, b, :] = sr * h
                 if self.infinite()[b]:
                     out[:, b, :] = gmpy2.nan()
             return out
+
+    @property
+    def through(self) -> bool:
+        """The expected derivative is through a log_softmax: declared (``assume_log_softmax``) or applied
+        by the loss to logits (``log_input=False``): ``S·r_b·(p - γ_b)``, p the probabilities."""
+        return bool(self.loss.assume_log_softmax) or self.loss.log_input is False
 
     def frames(self, b: int) -> np.ndarray:
         """``[t < T_b]`` as a ``(T, 1)`` 0/1 column."""
@@ -241,7 +277,7 @@ class CtcEvaluation:
         """``B(t, b, c)`` in ``dt`` (the module docstring), MPFR, pred's shape (the spec's scale and
         convention unless given)."""
         s = self.loss.scale if scale is None else scale
-        through = self.loss.assume_log_softmax if log_softmax is None else log_softmax
+        through = self.through if log_softmax is None else log_softmax
         with _numbers.context():
             u = unit_roundoff_mp(dt)
             eta = _numbers.number(float(finfo(dt).smallest_subnormal))
@@ -253,7 +289,11 @@ class CtcEvaluation:
                 rel = u * (1 + g) * self.rho[b] + g * (1 + 2 * self.spread[b])
                 bound = sr * self.occupancy[:, b, :] * rel + k * eta * max(_numbers.number(1), sr)
                 if through:
-                    bound = bound + sr * gamma_mp(3, u) * self.frames(b) * _exp(self.pred[:, b, :])
+                    rel_p = gamma_mp(3, u)
+                    if self.loss.log_input is False:  # logits: log_softmax's rounding, and p·Σ_c ĝ_c (docstring)
+                        rel_p = (rel_p + u * (1 + g) * self.softmax_run[:, b][:, None] + rel
+                                 + gamma_mp(self.pred.shape[-1], u))
+                    bound = bound + sr * rel_p * self.frames(b) * self.probs[:, b, :]
                 out[:, b, :] = bound
             return out
 
@@ -292,83 +332,6 @@ def _exp(x: np.ndarray) -> np.ndarray:
     return np.asarray(_numbers.FUNCTIONS["exp"](_numbers.from_floats(np.asarray(x, dtype=np.float64))), dtype=object)
 
 
-# -------------------------------------------------------------------- reading the inputs
-
-
-def read_label(label: Any, batch: int, frames: int, classes: int,
-               blank: int) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...], tuple[int, ...]]:
-    """``(targets, input_lengths, target_lengths)``: targets ``(N, S)`` padded or 1-D concatenated
-    (PyTorch's two forms), lengths one per item; each named where it is wrong."""
-    if not isinstance(label, (tuple, list)) or len(label) != 3:
-        raise InputError(f"label={_short(label)} is not valid for kind='ctc': give (targets, input_lengths, "
-                         "target_lengths), targets (N, S) padded or 1-D concatenated, the lengths one per item")
-    targets, inputs, lengths = (_integers(name, v) for name, v in
-                                zip(("targets", "input_lengths", "target_lengths"), label))
-    for name, v in (("input_lengths", inputs), ("target_lengths", lengths)):
-        if v.shape != (batch,):
-            raise InputError(f"{name} has shape {v.shape}; give one length per batch item, shape ({batch},)")
-        if (v < 0).any():
-            raise InputError(f"{name}[{int(np.flatnonzero(v < 0)[0])}] = {int(v[v < 0][0])} < 0: lengths are >= 0")
-    if (inputs > frames).any():
-        i = int(np.flatnonzero(inputs > frames)[0])
-        raise InputError(f"input_lengths[{i}] = {int(inputs[i])} > T = {frames} (log_probs has shape (T, N, C))")
-    rows = _rows(targets, lengths, batch)
-    for b, row in enumerate(rows):
-        for j, c in enumerate(row):
-            if c == blank or not 0 <= c < classes:
-                raise InputError(f"the target of item {b} holds {c} at position {j}: a target label is a class "
-                                 f"in [0, {classes}) other than blank={blank}")
-    return rows, tuple(int(v) for v in inputs), tuple(int(v) for v in lengths)
-
-
-def _integers(name: str, value: Any) -> np.ndarray:
-    arr = np.asarray(value)
-    if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
-        arr = arr.astype(np.int64)
-    if arr.dtype.kind not in "iu":
-        raise InputError(f"{name} has dtype {arr.dtype}; give integers")
-    return arr.astype(np.int64)
-
-
-def _rows(targets: np.ndarray, lengths: np.ndarray, batch: int) -> tuple[tuple[int, ...], ...]:
-    if targets.ndim == 2:
-        if targets.shape[0] != batch:
-            raise InputError(f"targets has shape {targets.shape}; padded targets are (N, S) with N = {batch}")
-        if (lengths > targets.shape[1]).any():
-            b = int(np.flatnonzero(lengths > targets.shape[1])[0])
-            raise InputError(f"target_lengths[{b}] = {int(lengths[b])} > S = {targets.shape[1]}, the padded "
-                             "targets' width")
-        return tuple(tuple(int(c) for c in targets[b, :int(lengths[b])]) for b in range(batch))
-    if targets.ndim == 1:
-        if int(lengths.sum()) != targets.size:
-            raise InputError(f"targets is 1-D with {targets.size} labels but target_lengths sum to "
-                             f"{int(lengths.sum())}: concatenated targets hold exactly the targets")
-        ends = np.cumsum(lengths)
-        return tuple(tuple(int(c) for c in targets[e - n:e]) for n, e in zip(lengths, ends))
-    raise InputError(f"targets has shape {targets.shape}; give (N, S) padded or 1-D concatenated targets")
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) < 60 else text[:57] + "..."
-
-
-def read_log_probs(pred: Any) -> np.ndarray:
-    """log_probs ``(T, N, C)`` as float64 values that are exactly the input's, finite, within :data:`LIMIT`."""
-    z = read_exact(pred, "pred")
-    if len(z.shape) != 3 or 0 in z.shape:
-        raise InputError(f"pred has shape {z.shape}; kind='ctc' takes log_probs of shape (T, N, C), each >= 1")
-    values = np.asarray(pred, dtype=np.float64) if not isinstance(pred, np.ndarray) or pred.dtype.kind != "f" \
-        else pred.astype(np.float64)
-    if not np.array_equal(read_exact(values, "pred").to_fractions(), z.to_fractions()):
-        raise InputError("pred holds a number that is no float64 (a rational such as 1/3): give binary floats")
-    if np.abs(values).max() > LIMIT:
-        j = int(np.argmax(np.abs(values)))
-        raise InputError(f"pred{list(np.unravel_index(j, values.shape))} = {values.reshape(-1)[j]!r}: kind='ctc' "
-                         f"takes log-probabilities of magnitude at most 2^20")
-    return values
-
-
 # -------------------------------------------------------------------- the exact recursion
 
 
@@ -382,14 +345,32 @@ def evaluate(loss: Loss, pred: Any, label: Any, upstream: Any = None) -> CtcEval
     rows, inputs, lengths = read_label(label, batch, frames, classes, blank)
     factor = _factors(loss, upstream, lengths)
     with _numbers.context():
-        y = _exp(x)
-        items = tuple(_item(x[:, b, :], y[:, b, :], rows[b], inputs[b], blank) for b in range(batch))
-    return build(loss, x, rows, inputs, lengths, factor, items)
+        lx, y, lsm = _normalised(loss, x)
+        items = tuple(_item(lx[:, b, :], y[:, b, :], rows[b], inputs[b], blank, lsm[:, b]) for b in range(batch))
+    return build(loss, x, rows, inputs, lengths, factor, items, (y, lsm))
+
+
+def _normalised(loss: Loss, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(log-probabilities, probabilities, L)`` in MPFR: ``x``, ``e^x`` and 0 for log-probabilities;
+    ``log_softmax(z)``, ``softmax(z)`` and the log_softmax's running error per frame
+    ``L_t = 2·Z_t + X_t + 2·C + 4`` for logits ``z`` (``log_input=False``; module docstring)."""
+    y = _exp(x)
+    if loss.log_input is not False:
+        return x, y, _numbers.zeros(x.shape[:2])
+    p = y / y.sum(axis=-1, keepdims=True)
+    lx = np.frompyfunc(gmpy2.log, 1, 1)(p)
+    classes = x.shape[-1]
+    lsm = np.empty(x.shape[:2], dtype=object)
+    for t, b in np.ndindex(*x.shape[:2]):
+        lsm[t, b] = (2 * gmpy2.mpfr(float(np.abs(x[t, b]).max())) + max(abs(v) for v in lx[t, b])
+                     + 2 * classes + 4)
+    return lx, p, lsm
 
 
 def build(loss: Loss, x: np.ndarray, rows: tuple[tuple[int, ...], ...], inputs: tuple[int, ...],
-          lengths: tuple[int, ...], factor: tuple[Fraction, ...], items: tuple[dict[str, Any], ...]) -> CtcEvaluation:
-    """The evaluation from its items' exact values (:func:`_item`)."""
+          lengths: tuple[int, ...], factor: tuple[Fraction, ...], items: tuple[dict[str, Any], ...],
+          probs: tuple[np.ndarray, np.ndarray]) -> CtcEvaluation:
+    """The evaluation from its items' exact values (:func:`_item`) and ``(probabilities, L)`` (:func:`_normalised`)."""
     batch = x.shape[1]
     with _numbers.context():
         occupancy = _numbers.zeros(x.shape)
@@ -402,6 +383,7 @@ def build(loss: Loss, x: np.ndarray, rows: tuple[tuple[int, ...], ...], inputs: 
     return CtcEvaluation(
         loss=loss, pred=x, targets=rows, input_lengths=inputs, target_lengths=lengths,
         feasible=np.array([it["feasible"] for it in items], dtype=bool), elements=elements, occupancy=occupancy,
+        probs=probs[0], softmax_run=probs[1],
         factor=factor, items=items, run=tuple(it["run"] for it in items), cond=tuple(it["cond"] for it in items),
         rho=tuple(it["rho"] for it in items), spread=tuple(it["spread"] for it in items),
         k_loss=tuple(9 * (inputs[b] + 1) for b in range(batch)),
@@ -441,8 +423,10 @@ def feasible(target: Sequence[int], frames: int) -> bool:
     return frames >= len(target) + repeats
 
 
-def _item(x: np.ndarray, y: np.ndarray, target: Sequence[int], frames: int, blank: int) -> dict[str, Any]:
-    """One item's exact loss, occupancy and bound terms (in an MPFR context)."""
+def _item(x: np.ndarray, y: np.ndarray, target: Sequence[int], frames: int, blank: int,
+          lsm: np.ndarray) -> dict[str, Any]:
+    """One item's exact loss, occupancy and bound terms (in an MPFR context): ``x`` the log-probabilities
+    (floats or MPFR), ``y`` their exponentials, ``lsm`` a log_softmax's running error per frame."""
     if not feasible(target, frames):
         return {"feasible": False, "loss": None, "occupancy": None, "run": 0, "cond": 0, "rho": 0, "spread": 0}
     ext = extended(target, blank)
@@ -456,13 +440,14 @@ def _item(x: np.ndarray, y: np.ndarray, target: Sequence[int], frames: int, blan
             if alpha[t][s] and beta[t][s]:
                 occupancy[t, c] += alpha[t][s] * beta[t][s] / (y[t, c] * total)
     labels = sorted(set(ext))
-    spread = [max(abs(float(x[t, c])) for c in labels) for t in range(frames)]
+    spread = [max(abs(gmpy2.mpfr(x[t, c])) for c in labels) for t in range(frames)]
     mags_a = [max((abs(gmpy2.log(v)) for v in alpha[t] if v), default=gmpy2.mpfr(0)) for t in range(frames)]
     mags_b = [max((abs(gmpy2.log(v)) for v in beta[t] if v), default=gmpy2.mpfr(0)) for t in range(frames)]
-    run = sum((2 * m + xs + 6 for m, xs in zip(mags_a, spread)), gmpy2.mpfr(0)) + abs(loss) + 6
-    run_beta = sum((2 * m + xs + 6 for m, xs in zip(mags_b, spread)), gmpy2.mpfr(0))
+    extra = sum((lsm[t] for t in range(frames)), gmpy2.mpfr(0))  # a log_softmax of logits before the recursion
+    run = sum((2 * m + xs + 6 for m, xs in zip(mags_a, spread)), gmpy2.mpfr(0)) + abs(loss) + 6 + extra
+    run_beta = sum((2 * m + xs + 6 for m, xs in zip(mags_b, spread)), gmpy2.mpfr(0)) + extra
     largest = max(mags_a, default=0) + max(mags_b, default=0) + max(spread, default=0) + abs(loss)
-    cond = _numbers.total(occupancy[t, c] * abs(gmpy2.mpfr(float(x[t, c])))
+    cond = _numbers.total(occupancy[t, c] * abs(gmpy2.mpfr(x[t, c]))
                           for t in range(frames) for c in labels)
     return {"feasible": True, "loss": loss, "occupancy": occupancy, "run": run, "cond": cond,
             "rho": 2 * run + run_beta + 4 * largest + 4, "spread": gmpy2.mpfr(sum(spread))}

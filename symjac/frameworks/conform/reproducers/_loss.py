@@ -27,6 +27,13 @@ def _literal(values: Any, dtype: str) -> str:
     return f"np.array({lit}, dtype={'ml_dtypes.bfloat16' if dtype == 'bfloat16' else 'np.' + dtype})"
 
 
+def _label(inputs: dict[str, Any]) -> str:
+    """The label's literal: one array, or a sequence loss's parts (ctc: targets, input_lengths, target_lengths)."""
+    if inputs.get("label_parts"):
+        return "(" + ", ".join(_literal(part, "int64") for part in inputs["label"]) + ")"
+    return _literal(inputs["label"], inputs["label_dtype"] or "float64")
+
+
 def write_loss_reproducer(out: Path, stem: str, framework: str, r: dict[str, Any]) -> list[Path]:
     """The script ``out/stem.py`` of a failing loss cell (a text note when the cell recorded no inputs)."""
     config, transform = r["config"], r["config"].get("transform", "vjp")
@@ -50,7 +57,7 @@ def write_loss_reproducer(out: Path, stem: str, framework: str, r: dict[str, Any
     if dt == "bfloat16":
         lines.append("import ml_dtypes")
     lines += ["", f"pred = {_literal(inputs['pred'], dt)}",
-              f"label = {_literal(inputs['label'], inputs['label_dtype'] or 'float64')}",
+              f"label = {_label(inputs)}",
               f"upstream = {_literal(inputs['upstream'], dt)}", f"v = {_literal(inputs['v'], dt)}",
               f"scale = {inputs['scale']!r}  # the loss scale S: the derivative checked is S times the framework's",
               "", r["reproducer"], f"got = np.atleast_1d(np.asarray({name}, dtype=np.float64)){scale}",
