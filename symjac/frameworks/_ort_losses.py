@@ -37,6 +37,7 @@ import numpy as np
 
 from symjac.frameworks._adapter import LossImpl, Unsupported, require
 from symjac.frameworks._loss_grid import LossConfig, dyadic, generate_losses
+from symjac.frameworks._onnx_version import IR_VERSION, OPSET
 from symjac.loss._spec import Loss
 
 _REDUCTIONS = ("mean", "sum", "none")
@@ -47,8 +48,6 @@ ONNX_NAMES = {"negative_log_likelihood_loss": "NegativeLogLikelihoodLoss",
 
 def build_loss_model(op: str, attributes: dict[str, Any], dtype: Any, weighted: bool) -> bytes:
     """The serialized one-node model ``Y = op(X, T[, W], **attributes)``: X of ``dtype`` (any rank), T int64."""
-    from symjac.frameworks.onnxruntime import IR_VERSION, OPSET
-
     helper = require("onnx").helper
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     names = ["X", "T", "W"] if weighted else ["X", "T"]
@@ -115,8 +114,6 @@ def softmax_cross_entropy_loss(reduction: str = "mean", weight: Sequence[float] 
 
 def _reproducer(op: str, attributes: dict[str, Any], weight: tuple[float, ...] | None) -> str:
     """The snippet: the one-node model on ``pred``/``label`` (classes moved to axis 1); it sets ``loss_value``."""
-    from symjac.frameworks.onnxruntime import IR_VERSION, OPSET
-
     attrs = ", ".join(f"{k}={v!r}" for k, v in attributes.items())
     names = ["X", "T", "W"] if weight is not None else ["X", "T"]
     feed = "{'X': np.ascontiguousarray(np.moveaxis(pred, -1, 1)), 'T': np.asarray(label, dtype=np.int64)" + (

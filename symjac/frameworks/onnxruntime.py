@@ -46,6 +46,7 @@ import numpy as np
 from symjac.frameworks._adapter import Config, Impl, KnownDefect, Unsupported, combine, generate, grid_size, label
 from symjac.frameworks._adapter import require
 from symjac.frameworks._adapter import make as _make
+from symjac.frameworks._onnx_version import IR_VERSION as IR_VERSION, OPSET as OPSET
 from symjac.frameworks._ort_losses import loss_configurations as loss_configurations, make_loss as make_loss
 from symjac.frameworks._ort_losses import negative_log_likelihood_loss as negative_log_likelihood_loss
 from symjac.frameworks._ort_losses import softmax_cross_entropy_loss as softmax_cross_entropy_loss
@@ -53,8 +54,6 @@ from symjac.pool._ops.unpool import MaxUnpool
 from symjac.pool._spec import GlobalPool, Pool, RoiAlign, RoiPool
 
 FRAMEWORK = "onnxruntime"
-OPSET = 22
-IR_VERSION = 10  # what onnxruntime >= 1.20 reads; onnx.helper would write the newest IR it knows
 _AUTO_PAD = {"NOTSET": None, "VALID": "valid", "SAME_UPPER": "same", "SAME_LOWER": "same_lower"}
 
 

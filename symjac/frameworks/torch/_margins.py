@@ -48,7 +48,7 @@ def _triplet_draw(rng: np.random.Generator, kwargs: dict[str, Any], n: int) -> t
     and ε = 1/16 off it: x - y + ε is never 0 (no norm at 0), and every p = 1 distance is exact even in
     bfloat16, so no row lies within rounding of a kink it is not on (with ε = 1e-6, lost in float16 and
     bfloat16, d(a, n) and d(q, n) that differ by 2ε round equal and the swap's min flips)."""
-    d = int(rng.integers(1, 4))
+    d = int(rng.integers(1, TRIPLET_D + 1))
     margin = float(rng.choice([1.0, 0.5, 2.0]))
     kwargs.update(margin=margin, p=int(rng.choice([1, 2])), eps=0.0625, swap=bool(rng.random() < 0.5))
     a, q, neg = (dyadic(rng, -2, 2, (n, d), 3) for _ in range(3))
@@ -77,6 +77,7 @@ def draw_pair(rng: np.random.Generator, op: str, kwargs: dict[str, Any], n: int,
 
 
 def _draw_cosine(rng: np.random.Generator, kwargs: dict[str, Any], n: int, c: int) -> tuple[Any, Any, tuple[int, ...]]:
+    c = min(c, COSINE_D)
     kwargs["margin"] = margin = float(rng.choice([0.0, 0.0, 0.25, -0.5]))
     x1, x2, y = dyadic(rng, -3, 3, (n, c)), dyadic(rng, -3, 3, (n, c)), rng.choice([-1.0, 1.0], n)
     for r in range(n):
@@ -93,6 +94,11 @@ def _draw_cosine(rng: np.random.Generator, kwargs: dict[str, Any], n: int, c: in
     label[:, 0] = y
     return np.concatenate([x1, x2], axis=-1), label, (n,)
 
+
+#: The largest D of the grid's cosine_embedding rows [x1 | x2] and triplet_margin rows [a | q | n]: the exact
+#: hvp of a row takes SymPy's Hessian of its 2·D- or 3·D-symbol template, which grows steeply with D (about
+#: 10 s at cosine D = 4, minutes beyond: past a cell's timeout, so a timeout finding that is symjac's own cost)
+COSINE_D, TRIPLET_D = 3, 2
 
 #: The pairwise margin losses (issue 32), drawn by :func:`draw_pair`: a stream of their own after the
 #: margin family's (seeded apart), so its configurations keep their numbers.

@@ -195,26 +195,30 @@ def verify_loss(loss: Loss, impl: Any = None, /, *, derivative: Callable[..., An
             hvp, unchecked = own_hvp(impl)
     if kind_of(loss).whole:  # a sequence loss (ctc): its own route, PyTorch's call signature
         return verify_whole(loss, derivative, forward, pred, label, upstream, dtype, timeout, hvp, families, _dtype)
-    if derivative is None and hvp is None and forward is not None:  # a runtime without autodiff
-        from symjac.verifiers.loss._forward_only import verify_forward_only
-
-        return verify_forward_only(loss, forward, pred, label, upstream, _dtype(dtype, pred, label), timeout)
-    if derivative is None and hvp is None:
-        raise InputError("verify_loss needs the implementation: give derivative=(pred, label) -> S·dL/dpred, "
-                         "hvp=(pred, label, v) -> H·v, forward=(pred, label) -> L alone (a forward-only check), or "
-                         "an implementation object as the second argument: there is nothing to verify")
+    if derivative is None and hvp is None:  # a runtime without autodiff, or nothing to verify
+        return _forward_only(loss, forward, pred, label, upstream, dtype, timeout)
     second = None if hvp is None else _check_hvp(loss, hvp, pred, label, upstream, v, dtype, timeout)
     if derivative is None:
         assert second is not None
         return second
     first = _verify(loss, derivative, forward, pred, label, upstream, dtype, timeout, fast=True,
                     deterministic=deterministic, families=families).report
-    if second is None:
-        if unchecked is None:
-            return first
-        # an object without an hvp (as a pool object of backward and forward alone): said in stats only
-        return dataclasses.replace(first, stats={**first.stats, "hvp": {"checked": False, "why": unchecked}})
+    if second is None:  # an object without an hvp (as a pool object of backward and forward alone): in stats only
+        return first if unchecked is None else \
+            dataclasses.replace(first, stats={**first.stats, "hvp": {"checked": False, "why": unchecked}})
     return _joined(first, second)
+
+
+def _forward_only(loss: Loss, forward: Callable[..., Any] | None, pred: Any, label: Any, upstream: Any, dtype: Any,
+                  timeout: float | None) -> Report:
+    """A forward alone: its values checked (:mod:`symjac.verifiers.loss._forward_only`); none: nothing to verify."""
+    if forward is None:
+        raise InputError("verify_loss needs the implementation: give derivative=(pred, label) -> S·dL/dpred, "
+                         "hvp=(pred, label, v) -> H·v, forward=(pred, label) -> L alone (a forward-only check), or "
+                         "an implementation object as the second argument: there is nothing to verify")
+    from symjac.verifiers.loss._forward_only import verify_forward_only
+
+    return verify_forward_only(loss, forward, pred, label, upstream, _dtype(dtype, pred, label), timeout)
 
 
 def _joined(first: Report, second: Report) -> Report:
