@@ -92,7 +92,8 @@ def _softmax_rows(loss: symjac.Loss, label: np.ndarray, classes: int) -> tuple[l
     return coeffs, den
 
 
-ROW_KINDS = ("multilabel_soft_margin", "multi_margin", "multilabel_margin", "margin_ranking", "cosine_embedding")
+ROW_KINDS = ("multilabel_soft_margin", "multi_margin", "multilabel_margin", "margin_ranking", "cosine_embedding",
+             "triplet_margin")
 
 
 def _row_loss(loss: symjac.Loss, label: Any, classes: int) -> Any:
@@ -114,6 +115,15 @@ def _row_loss(loss: symjac.Loss, label: Any, classes: int) -> Any:
             cos = mpmath.fsum(z[k] * z[d + k] for k in range(d)) / mpmath.sqrt(
                 (mpmath.fsum(v**2 for v in z[:d]) + eps) * (mpmath.fsum(v**2 for v in z[d:]) + eps))
             return 1 - cos if y == 1 else max(zero, cos - _f(loss.margin))
+        if loss.kind == "triplet_margin":  # PyTorch docs: max(d(a, q) - d(a, n) + margin, 0), d(x, y) = ‖x - y + ε‖_p,
+            # d(a, n) the smaller of d(a, n) and d(q, n) with swap; the row [a | q | n]
+            d, eps, p = classes // 3, _f(loss.eps), loss.p
+            a, q, n = z[:d], z[d:2 * d], z[2 * d:]
+
+            def dist(x: list[Any], y: list[Any]) -> Any:
+                return mpmath.fsum(abs(u - v + eps) ** p for u, v in zip(x, y)) ** (mpmath.mpf(1) / p)
+            far = min(dist(a, n), dist(q, n)) if loss.swap else dist(a, n)
+            return max(zero, dist(a, q) - far + _f(loss.margin))
         if loss.kind == "multi_margin":
             t = int(lab[r])
             return mpmath.fsum(w[t] * max(zero, _f(loss.margin) - z[t] + z[i]) ** loss.p for i in range(classes)
