@@ -298,3 +298,15 @@ def test_golden_data_holds_the_exact_values_and_pytorch_stays_within_its_bounds(
         bound = np.array(arrays["derivative"]["max_abs_error"][dtype])
         assert np.all(np.abs(got - want_d) <= bound), dtype
         assert np.any(np.abs(got / 8 - want_d) > bound)  # a forgotten scale is outside
+
+
+def test_a_stencil_onto_the_norms_zero_is_left_out_not_a_crash() -> None:
+    # conform's full grid, float16: row [1.75, 1.75, -0.25] with eps = 1/16 (D = 1). A finite-difference
+    # step of 1/16 on the anchor puts a - q + ε at 0, where the Euclidean norm has no derivative and the
+    # forward bound's condition divides by 0: that stencil is no smooth stencil (left out, as at a
+    # kink); verify_loss ran into a ZeroDivisionError there.
+    pytest.importorskip("torch")
+    loss, impl = _torch_impl("mean", {"margin": 1.0, "p": 2, "eps": 0.0625, "swap": True})
+    pred = np.array([[-0.625, 1.0, 0.5], [0.25, -0.25, -1.25], [1.75, 1.75, -0.25], [-0.875, -0.75, -0.375]])
+    report = verify_loss(loss, impl, pred=pred, dtype="float16")
+    assert report.ok, str(report)

@@ -276,12 +276,34 @@ class _ForwardCheck:
             smooth = np.all((signs != 0) & (signs == signs[:, :1]), axis=(1, 2))
             kept = [st for st, ok in zip(kept, smooth) if ok]
             cols = [c.reshape(-1, 3)[smooth].reshape(-1) for c in cols]
-        got = element_values(ev.template, [c.reshape(-1, 3)[:, ::2].reshape(-1) for c in cols], values=True,
-                             derivatives=False, bounds=True, bounds_of=("loss",))  # the forward bounds at z±
+        kept, got = self._forward_bounds(kept, cols)
         for k, st in enumerate(kept):
             st.exact = [(got["elements"][2 * k + m], got["element_cond"][2 * k + m], got["element_run"][2 * k + m])
                         for m in (0, 1)]
         return kept
+
+    def _forward_bounds(self, kept: list[_Stencil], cols: list[np.ndarray]) -> tuple[list[_Stencil], dict[str, Any]]:
+        """The exact loss and its forward bounds at every kept stencil's z± (one batch). A stencil point
+        where the bound's condition is singular (a division by 0: triplet_margin's Euclidean norm at 0, a
+        non-differentiable point no kink argument names) is no smooth stencil: it is left out, as a kink."""
+        def at(chosen: list[np.ndarray]) -> dict[str, Any]:
+            return element_values(self.ev.template, [c.reshape(-1, 3)[:, ::2].reshape(-1) for c in chosen],
+                                  values=True, derivatives=False, bounds=True, bounds_of=("loss",))
+        try:
+            return kept, at(cols)
+        except ZeroDivisionError:
+            pass
+        smooth = np.zeros(len(kept), dtype=bool)
+        for k in range(len(kept)):
+            try:
+                at([c.reshape(-1, 3)[k:k + 1].reshape(-1) for c in cols])
+                smooth[k] = True
+            except ZeroDivisionError:
+                continue
+        if not smooth.any():
+            return [], {}
+        cols = [c.reshape(-1, 3)[smooth].reshape(-1) for c in cols]
+        return [st for st, ok in zip(kept, smooth) if ok], at(cols)
 
     def observe(self, st: _Stencil) -> bool:
         """The implementation's Φ at z+ and z- (False if a call gave no usable value)."""
