@@ -51,9 +51,10 @@ import sympy
 
 from symjac._errors import InputError
 from symjac._exact import ExactArray
-from symjac.loss._domain import Convention, check_range, square_overflow
+from symjac.loss._domain import Convention, square_overflow
 from symjac.loss._fields import number
 from symjac.loss._kind import LossKind, Put, Template, real, register
+from symjac.loss._kinds.hinge_embedding import signed_first_labels
 from symjac.loss._templates import LossTemplate, element_template, positive_part
 
 if TYPE_CHECKING:
@@ -127,12 +128,8 @@ class CosineEmbedding(LossKind):
         return 2 * DEFAULT_DIM
 
     def check_domain(self, loss: Loss, z: ExactArray, t: ExactArray | None) -> None:
-        assert t is not None
         _dim(int(z.num.shape[-1]))
-        check_range("label[..., 0]", ExactArray(t.num[..., 0], t.den), lambda n, d: (n == d) | (n == -d), "{-1, 1}",
-                    "kind='cosine_embedding' takes labels 1 and -1 in label[..., 0], as PyTorch's definition")
-        check_range("label[..., 1:]", ExactArray(t.num[..., 1:], t.den), lambda n, d: n == 0, "{0}",
-                    "cosine_embedding's label row is (y, 0, ..., 0): y in label[..., 0], 0 beside it")
+        signed_first_labels(self.name, t, "the row (y, 0, ..., 0)")
 
     def nonfinite(self, loss: Loss) -> Convention:
         return Convention(evidence=(

@@ -43,6 +43,18 @@ def signed_labels(kind: str, t: ExactArray | None) -> None:
                 f"kind={kind!r} takes labels 1 and -1, as PyTorch's definition")
 
 
+def signed_first_labels(kind: str, t: ExactArray | None, layout: str) -> None:
+    """Label rows ``(y, 0, ..., 0)``, y in {-1, 1} (the pairwise margin losses: margin_ranking's pairs,
+    cosine_embedding's rows); ``layout`` names the row in the message."""
+    assert t is not None
+    check_range("label[..., 0]", ExactArray(t.num[..., 0], t.den), lambda n, d: (n == d) | (n == -d), "{-1, 1}",
+                f"kind={kind!r} takes labels 1 and -1 in label[..., 0], as PyTorch's definition")
+    pair = t.num.shape[-1] == 2
+    rest = ExactArray(t.num[..., 1] if pair else t.num[..., 1:], t.den)
+    check_range("label[..., 1]" if pair else "label[..., 1:]", rest, lambda n, d: n == 0, "{0}",
+                f"{kind}'s label is {layout}: y in label[..., 0], 0 beside it")
+
+
 @register
 class HingeEmbedding(ElementwiseKind):
     """``ℓ = (1 + y)/2·z + (1 - y)/2·[m - z]₊`` for ``y`` in {-1, 1} (PyTorch: ``z`` where ``y = 1``,

@@ -24,10 +24,10 @@ import numpy as np
 
 from symjac._errors import InputError
 from symjac._exact import ExactArray
-from symjac.loss._domain import Convention, check_range
+from symjac.loss._domain import Convention
 from symjac.loss._fields import number
 from symjac.loss._kind import LossKind, Put, Template, real, register
-from symjac.loss._kinds.hinge_embedding import margin_grid
+from symjac.loss._kinds.hinge_embedding import margin_grid, signed_first_labels
 from symjac.loss._templates import LossTemplate, element_template, positive_part
 
 if TYPE_CHECKING:
@@ -82,11 +82,7 @@ class MarginRanking(LossKind):
         return PAIR
 
     def check_domain(self, loss: Loss, z: ExactArray, t: ExactArray | None) -> None:
-        assert t is not None
-        check_range("label[..., 0]", ExactArray(t.num[..., 0], t.den), lambda n, d: (n == d) | (n == -d), "{-1, 1}",
-                    "kind='margin_ranking' takes labels 1 and -1 in label[..., 0], as PyTorch's definition")
-        check_range("label[..., 1]", ExactArray(t.num[..., 1], t.den), lambda n, d: n == 0, "{0}",
-                    "margin_ranking's label is (y, 0) per pair: y in label[..., 0], 0 beside it")
+        signed_first_labels(self.name, t, "(y, 0) per pair")
 
     def nonfinite(self, loss: Loss) -> Convention:
         return Convention(at_nan=("one_side",), evidence=(
